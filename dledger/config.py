@@ -1,0 +1,162 @@
+"""Configuration of one replica of a Raft group, and its validation.
+
+A group is named peers (``n1``, ``n2``, ...) each with a Raft address. The TOML
+form, shared with the broker's config file::
+
+    [node]
+    name = "n1"
+    data_dir = "data/n1"
+
+    [group]
+    name = "g1"
+    peers = { n1 = "127.0.0.1:20001", n2 = "127.0.0.1:20002", n3 = "127.0.0.1:20003" }
+    secret_file = "cluster.secret"      # or: secret = "..." (keep it out of git)
+    # dial = { n2 = "127.0.0.1:30002" } # reach a peer through a proxy
+
+    [raft]
+    flush = "sync"                      # or "async" with flush_interval_ms
+    segment_bytes = 1073741824
+    retention_hours = 72
+"""
+
+from __future__ import annotations
+
+import enum
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ConfigError", "FlushPolicy", "GroupConfig", "load_group_config"]
+
+#: pysyncobj sends entries >= appendEntriesBatchSizeBytes through a broken
+#: chunking path (defect 3); every entry stays below MAX_ENTRY_BYTES and the
+#: batch size is kept well above it, so that path is never taken.
+APPEND_BATCH_BYTES = 256 * 1024
+MAX_ENTRY_BYTES = 60 * 1024
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot start a node; the message says what to fix."""
+
+
+class FlushPolicy(enum.StrEnum):
+    SYNC = "sync"
+    ASYNC = "async"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    """Everything a replica needs; ``validate()`` runs on construction."""
+
+    node: str
+    peers: dict[str, str]
+    data_dir: Path
+    group: str = "g1"
+    secret: str | None = None
+    insecure: bool = False
+    dial: dict[str, str] = field(default_factory=dict)
+    flush: FlushPolicy = FlushPolicy.SYNC
+    flush_interval_ms: int = 10
+    segment_bytes: int = 1 << 30
+    retention_hours: float = 72.0
+    retention_bytes: int | None = None
+    heartbeat_ms: int = 10
+    election_timeout_ms: tuple[int, int] = (400, 1200)
+    leader_lease_ms: int = 2000
+    connect_retry_ms: int = 300
+    repair_log: bool = False
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def address(self) -> str:
+        return self.peers[self.node]
+
+    @property
+    def other_peers(self) -> dict[str, str]:
+        return {name: addr for name, addr in self.peers.items() if name != self.node}
+
+    def validate(self) -> None:
+        if not self.peers:
+            raise ConfigError("group.peers is empty: list every replica as name = \"host:port\"")
+        if self.node not in self.peers:
+            raise ConfigError(
+                f"node {self.node!r} is not in group.peers ({', '.join(sorted(self.peers))}): "
+                "add it with its Raft address")
+        seen: dict[str, str] = {}
+        for name, addr in self.peers.items():
+            _check_address(f"group.peers.{name}", addr)
+            if addr in seen:
+                raise ConfigError(
+                    f"peers {seen[addr]!r} and {name!r} have the same address {addr}: "
+                    "each replica needs its own host:port")
+            seen[addr] = name
+        for name, addr in self.dial.items():
+            if name not in self.peers:
+                raise ConfigError(f"group.dial names unknown peer {name!r}")
+            _check_address(f"group.dial.{name}", addr)
+        if len(self.peers) > 1 and not self.secret and not self.insecure:
+            raise ConfigError(
+                "a multi-node group needs a cluster secret (group.secret or group.secret_file, "
+                "the same on every node) so peers authenticate and encrypt; "
+                "pass --insecure only for a throw-away local test")
+        lo, hi = self.election_timeout_ms
+        if not 3 * self.heartbeat_ms < lo < hi:
+            raise ConfigError("raft.election_timeout_ms must be (lo, hi) with 3*heartbeat < lo < hi")
+        if self.leader_lease_ms <= self.heartbeat_ms:
+            raise ConfigError("raft.leader_lease_ms must exceed raft.heartbeat_ms")
+        if self.segment_bytes < 4 * MAX_ENTRY_BYTES:
+            raise ConfigError(f"raft.segment_bytes must be at least {4 * MAX_ENTRY_BYTES}")
+
+
+def _check_address(where: str, addr: str) -> None:
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{where} = {addr!r} is not host:port")
+
+
+def load_group_config(path: Path, *, insecure: bool = False, repair_log: bool = False,
+                      overrides: dict[str, Any] | None = None) -> GroupConfig:
+    """Read a node's TOML file (module docstring); paths are relative to the file."""
+    try:
+        doc = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    node, group, raft = doc.get("node", {}), doc.get("group", {}), doc.get("raft", {})
+    base = path.parent
+    secret = group.get("secret")
+    if group.get("secret_file"):
+        secret_path = base / group["secret_file"]
+        try:
+            secret = secret_path.read_text().strip()
+        except OSError as e:
+            raise ConfigError(f"group.secret_file {secret_path}: {e.strerror}") from None
+    if "name" not in node:
+        raise ConfigError(f"{path}: [node] name is missing")
+    kwargs: dict[str, Any] = {
+        "node": node["name"],
+        "data_dir": base / node.get("data_dir", f"data/{node['name']}"),
+        "group": group.get("name", "g1"),
+        "peers": dict(group.get("peers", {})),
+        "dial": dict(group.get("dial", {})),
+        "secret": secret,
+        "insecure": insecure or bool(group.get("insecure", False)),
+        "repair_log": repair_log,
+    }
+    for key in ("flush_interval_ms", "segment_bytes", "retention_hours", "retention_bytes",
+                "heartbeat_ms", "leader_lease_ms", "connect_retry_ms"):
+        if key in raft:
+            kwargs[key] = raft[key]
+    if "flush" in raft:
+        try:
+            kwargs["flush"] = FlushPolicy(raft["flush"])
+        except ValueError:
+            raise ConfigError(f"raft.flush = {raft['flush']!r}: use \"sync\" or \"async\"") from None
+    if "election_timeout_ms" in raft:
+        kwargs["election_timeout_ms"] = tuple(raft["election_timeout_ms"])
+    kwargs.update(overrides or {})
+    return GroupConfig(**kwargs)

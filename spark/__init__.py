@@ -1,0 +1,1 @@
+"""RaftMQ spark package."""

@@ -26,7 +26,7 @@ def test_valid_config() -> None:
 
 
 def test_self_missing_from_peers() -> None:
-    with pytest.raises(ConfigError, match="node 'n9' is not in group.peers"):
+    with pytest.raises(ConfigError, match=r"node 'n9' is not in group\.peers"):
         make(node="n9")
 
 

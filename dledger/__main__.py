@@ -1,0 +1,7 @@
+"""``python -m dledger``: run one CommitLog replica (see dledger.log_node)."""
+
+import sys
+
+from dledger.log_node import main
+
+sys.exit(main())

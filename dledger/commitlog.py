@@ -1,0 +1,426 @@
+"""CommitLog: the Raft log, stored as the broker's CommitLog (DLedger style).
+
+Entries have contiguous Raft indexes ``first_index..last_index``; each is one
+record (``entry_format``) at a fixed absolute position in a ``SegmentedFile``.
+Only ``(position, term, kind, body length)`` per entry is kept in memory, in
+flat arrays indexed by ``index - first_index``; bodies are read from disk::
+
+    index:      first_index   first_index+1   ...   last_index
+    positions:  [    0     ][     48       ] ...  [ 8192      ]   array('q')
+    terms:      [    1     ][      1       ] ...  [    3      ]   array('q')
+    body lens:  [   13     ][     80       ] ...  [    0      ]   array('q')
+    kinds:      [  NOOP    ][    DATA      ] ...  [  NOOP     ]   array('B')
+
+Recovery (on open) scans the records from the first segment. Older segments
+are checked by their 32-byte headers only (magic, kind, size, contiguous
+index); the last segment's bodies are read and CRC-checked too. A bad record
+with nothing valid after it is a torn tail (never fsynced, so never
+acknowledged) and is cut. A bad record followed by a valid one is mid-log
+corruption: ``CorruptLogError``, unless ``repair=True``, which verifies every
+record's CRC and cuts the log at the first bad one (Raft then re-fetches the
+rest from the peers). A bad body CRC in an older segment is therefore found
+when the entry is read (``CorruptLogError``), or by a repair run.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import zlib
+from array import array
+from bisect import bisect_left
+from dataclasses import dataclass
+from pathlib import Path
+
+from dledger.entry_format import (
+    ALIGN,
+    HEADER_SIZE,
+    MAGIC_ENTRY,
+    Entry,
+    EntryHeader,
+    EntryKind,
+    FormatError,
+    decode_entry,
+    decode_header,
+    encode_entry,
+    record_size,
+)
+from dledger.segments import CorruptLogError, SegmentedFile, SegmentInfo
+
+__all__ = ["CommitLog", "CorruptLogError", "RecoveryReport"]
+
+log = logging.getLogger("dledger.commitlog")
+
+_CHUNK = 1 << 20
+_MAGIC_BYTES = MAGIC_ENTRY.to_bytes(4, "big")
+_REPAIR_HINT = ("Restart the node with repair enabled (--repair-log, repair=True) to cut the "
+                "log at this point and re-fetch the rest from its peers.")
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """What recovery found: entries kept, and where (if anywhere) the log was cut."""
+
+    entries: int
+    cut_at: int | None
+    cut_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Bad:
+    position: int
+    reason: str
+
+
+class _Reader:
+    """Recovery reads of one segment: whole chunks (``chunk`` > 32) or single headers."""
+
+    __slots__ = ("_base", "_buf", "_chunk", "_files")
+
+    def __init__(self, files: SegmentedFile, chunk: int) -> None:
+        self._files, self._chunk, self._base, self._buf = files, chunk, 0, b""
+
+    def get(self, position: int, n: int) -> bytes:
+        lo = position - self._base
+        if lo < 0 or lo + n > len(self._buf):
+            self._base, lo = position, 0
+            self._buf = self._files.read_available(position, max(n, self._chunk))
+        return self._buf[lo:lo + n]
+
+
+class CommitLog:
+    """The Raft log on disk (see the module docstring).
+
+    Thread-safety: one lock guards the index arrays and every file operation
+    except ``flush``, so appends/truncation (normally one thread), ``entries``
+    readers and a flusher thread may run concurrently. A reader never sees a
+    half-appended entry: the arrays are extended only after the write returned.
+    Lock order: CommitLog lock, then the SegmentedFile lock.
+    """
+
+    def __init__(self, directory: Path, segment_size: int = 1 << 30, repair: bool = False) -> None:
+        """Open the log in ``directory`` and recover it.
+
+        Raises CorruptLogError for mid-log corruption (unless ``repair``) or
+        inconsistent segment files, ValueError for a bad ``segment_size``, OSError.
+        """
+        self._files = SegmentedFile(Path(directory), segment_size)
+        self._lock = threading.Lock()
+        self._first = 0
+        self._positions = array("q")
+        self._terms = array("q")
+        self._lens = array("q")
+        self._kinds = array("B")
+        try:
+            self.recovery: RecoveryReport = self._recover(repair)
+        except BaseException:
+            self._files.close()
+            raise
+
+    # -- properties ----------------------------------------------------------------
+    @property
+    def first_index(self) -> int:
+        with self._lock:
+            return self._first if self._positions else 0
+
+    @property
+    def last_index(self) -> int:
+        with self._lock:
+            return self._last()
+
+    @property
+    def last_term(self) -> int:
+        with self._lock:
+            return self._terms[-1] if self._terms else 0
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._positions)
+
+    @property
+    def write_position(self) -> int:
+        return self._files.write_position
+
+    @property
+    def start_position(self) -> int:
+        return self._files.start_position
+
+    @property
+    def dirty(self) -> bool:
+        return self._files.dirty
+
+    # -- writing -------------------------------------------------------------------
+    def append(self, index: int, term: int, kind: EntryKind, body: bytes) -> int:
+        """Append one entry and return its position (durable after ``flush``).
+
+        ``index`` must be ``last_index + 1``, or any index >= 1 when the log is
+        empty. Raises ValueError otherwise, or for a body that does not fit in a
+        segment; OSError from the file system (the entry is then not appended).
+        """
+        record = encode_entry(index, term, EntryKind(kind), body)
+        with self._lock:
+            if self._positions and index != self._last() + 1:
+                raise ValueError(f"append of index {index}: expected {self._last() + 1}")
+            position = self._files.append(record)
+            self._push(position, index, term, kind, len(body))
+            return position
+
+    def truncate_from(self, index: int) -> None:
+        """Remove entry ``index`` and every later one (no-op past ``last_index``).
+
+        Raises IndexError below ``first_index``. Durable at the next ``flush``.
+        """
+        with self._lock:
+            if not self._positions or index > self._last():
+                return
+            i = self._slot(index)
+            self._files.truncate(self._positions[i])
+            for arr in (self._positions, self._terms, self._lens, self._kinds):
+                del arr[i:]
+
+    def delete_before(self, index: int) -> int:
+        """Retention: delete whole segments all of whose entries are below ``index``.
+
+        The last segment is never deleted; positions of the remaining entries do
+        not change. Returns how many entries were dropped.
+        """
+        with self._lock:
+            if self._positions and index <= self._first:
+                return 0
+            if self._positions and index <= self._last():
+                bound = self._positions[index - self._first]
+            else:
+                bound = self._files.write_position
+            self._files.delete_segments_before(bound)
+            dropped = bisect_left(self._positions, self._files.start_position)
+            for arr in (self._positions, self._terms, self._lens, self._kinds):
+                del arr[:dropped]
+            self._first += dropped
+            return dropped
+
+    def flush(self) -> bool:
+        """fsync everything appended or truncated so far; True if anything was synced.
+
+        Any thread; does not block appends while syncing. Raises OSError.
+        """
+        return self._files.flush()
+
+    def close(self) -> None:
+        """Close the files without flushing. Idempotent."""
+        with self._lock:
+            self._files.close()
+
+    # -- reading -------------------------------------------------------------------
+    def entry(self, index: int) -> Entry:
+        """The entry at ``index`` (body read from disk and CRC-checked).
+
+        Raises IndexError outside [first_index, last_index], CorruptLogError on a
+        bad record.
+        """
+        with self._lock:
+            i = self._slot(index)
+            return self._read_run(i, i + 1)[0]
+
+    def term_at(self, index: int) -> int:
+        with self._lock:
+            return self._terms[self._slot(index)]
+
+    def kind_at(self, index: int) -> EntryKind:
+        with self._lock:
+            return EntryKind(self._kinds[self._slot(index)])
+
+    def position_of(self, index: int) -> int:
+        with self._lock:
+            return self._positions[self._slot(index)]
+
+    def record_size_of(self, index: int) -> int:
+        with self._lock:
+            return record_size(self._lens[self._slot(index)])
+
+    def entries(self, from_index: int, max_bytes: int,
+                upto_index: int | None = None) -> list[Entry]:
+        """Consecutive entries from ``from_index``, never past ``upto_index`` (or last).
+
+        Returns at least one entry if ``from_index`` exists, then more while the
+        total body bytes stay within ``max_bytes``; ``[]`` when ``from_index`` is
+        past the end. Contiguous records are read with one pread per segment.
+        Raises IndexError if ``from_index`` was deleted (below first_index),
+        CorruptLogError on a bad record.
+        """
+        with self._lock:
+            last = self._last() if upto_index is None else min(upto_index, self._last())
+            if not self._positions or from_index > last:
+                return []
+            i0 = self._slot(from_index)
+            stop, total = i0 + 1, self._lens[i0]
+            while stop <= last - self._first and total + self._lens[stop] <= max_bytes:
+                total += self._lens[stop]
+                stop += 1
+            result: list[Entry] = []
+            run = i0
+            for i in range(i0 + 1, stop + 1):
+                if i == stop or self._positions[i] != self._positions[i - 1] + self._size(i - 1):
+                    result.extend(self._read_run(run, i))
+                    run = i
+            return result
+
+    def index_at_position(self, position: int) -> int | None:
+        """The index of the entry whose record starts at ``position``, or None."""
+        with self._lock:
+            i = bisect_left(self._positions, position)
+            if i < len(self._positions) and self._positions[i] == position:
+                return self._first + i
+            return None
+
+    def segments(self) -> list[SegmentInfo]:
+        """The segment files (oldest first), for age/size retention decided by the caller."""
+        return self._files.segments()
+
+    # -- internals -----------------------------------------------------------------
+    def _last(self) -> int:
+        return self._first + len(self._positions) - 1 if self._positions else 0
+
+    def _slot(self, index: int) -> int:
+        if not self._positions or not self._first <= index <= self._last():
+            first = self._first if self._positions else 0
+            raise IndexError(f"index {index} outside [{first}, {self._last()}]")
+        return index - self._first
+
+    def _size(self, i: int) -> int:
+        return record_size(self._lens[i])
+
+    def _push(self, position: int, index: int, term: int, kind: int, body_len: int) -> None:
+        if not self._positions:
+            self._first = index
+        self._positions.append(position)
+        self._terms.append(term)
+        self._lens.append(body_len)
+        self._kinds.append(kind)
+
+    def _read_run(self, i0: int, i1: int) -> list[Entry]:
+        start = self._positions[i0]
+        data = self._files.read(start, self._positions[i1 - 1] + self._size(i1 - 1) - start)
+        result = []
+        for i in range(i0, i1):
+            position = self._positions[i]
+            try:
+                entry = decode_entry(data, position - start, position)
+            except FormatError as e:
+                raise self._corrupt(position, f"entry {self._first + i}: {e}") from None
+            if entry.index != self._first + i or entry.term != self._terms[i]:
+                raise self._corrupt(position, f"record holds index {entry.index} term "
+                                    f"{entry.term}, expected {self._first + i} / {self._terms[i]}")
+            result.append(entry)
+        return result
+
+    def _corrupt(self, position: int, reason: str) -> CorruptLogError:
+        path, offset = self._files.locate(position)
+        return CorruptLogError(f"corrupt CommitLog record in segment file {path} at offset "
+                               f"{offset} (position {position}): {reason}. {_REPAIR_HINT} "
+                               "(repair verifies the CRC of every record.)")
+
+    # -- recovery ------------------------------------------------------------------
+    def _recover(self, repair: bool) -> RecoveryReport:
+        infos = self._files.segments()
+        bad = None
+        for k, info in enumerate(infos):
+            bad = self._scan_segment(info, deep=repair or k == len(infos) - 1,
+                                     is_last=k == len(infos) - 1)
+            if bad is not None:
+                break
+        if bad is None:
+            return RecoveryReport(len(self._positions), None, 0)
+        path, offset = self._files.locate(bad.position)
+        follower = self._valid_record_after(bad.position)
+        where = f"segment file {path} at offset {offset} (position {bad.position})"
+        if follower is not None and not repair:
+            raise CorruptLogError(
+                f"corrupt CommitLog record in {where}: {bad.reason}; a valid record follows at "
+                f"position {follower}, so this is not a torn tail. {_REPAIR_HINT}")
+        end = self._files.write_position
+        self._files.truncate(bad.position)
+        self._files.flush()
+        what = "repair: cut corrupt log" if follower is not None else "cut torn log tail"
+        log.warning("%s in %s: %s; %d bytes removed, last index now %d",
+                    what, where, bad.reason, end - bad.position, self._last())
+        return RecoveryReport(len(self._positions), bad.position, end - bad.position)
+
+    def _scan_segment(self, info: SegmentInfo, deep: bool, is_last: bool) -> _Bad | None:
+        """Add the segment's valid entries to the arrays; return the first bad record."""
+        seg_end = info.start + self._files.segment_size
+        file_end = info.start + info.size_on_disk
+        reader = _Reader(self._files, _CHUNK if deep else HEADER_SIZE)
+        pos = info.start
+        while pos < seg_end:
+            if pos >= file_end:
+                return None if is_last else _Bad(pos, "segment file ends without blank padding")
+            try:
+                header = decode_header(reader.get(pos, HEADER_SIZE))
+            except FormatError as e:
+                return _Bad(pos, str(e))
+            if header.is_blank:
+                return self._check_blank(header, pos, seg_end, file_end, is_last)
+            problem = self._check_entry(header, pos, seg_end, file_end)
+            if problem is None and deep:
+                body = reader.get(pos + HEADER_SIZE, header.body_len)
+                if zlib.crc32(body) != header.crc:
+                    problem = f"CRC mismatch in entry {header.index}"
+            if problem is not None:
+                return _Bad(pos, problem)
+            self._push(pos, header.index, header.term, header.kind, header.body_len)
+            pos += header.size
+        return None
+
+    @staticmethod
+    def _check_blank(header: EntryHeader, pos: int, seg_end: int, file_end: int,
+                     is_last: bool) -> _Bad | None:
+        if header.size != seg_end - pos:
+            return _Bad(pos, f"blank record of {header.size} bytes, {seg_end - pos} bytes "
+                        "before the segment end")
+        if is_last and file_end < seg_end:
+            return _Bad(pos, "incomplete segment roll (blank record not extended)")
+        return None
+
+    def _check_entry(self, header: EntryHeader, pos: int, seg_end: int,
+                     file_end: int) -> str | None:
+        expected = self._last() + 1 if self._positions else None
+        if pos + header.size > seg_end:
+            return f"record of {header.size} bytes runs past the segment end"
+        if expected is None and header.index < 1:
+            return f"index {header.index}"
+        if expected is not None and header.index != expected:
+            return f"index {header.index} where {expected} was expected"
+        if pos + header.size > file_end:
+            return f"short record: {file_end - pos} of {header.size} bytes on disk"
+        return None
+
+    def _valid_record_after(self, position: int) -> int | None:
+        """Position of a fully valid entry record after ``position``, if any (error path)."""
+        min_index = self._last() + 1 if self._positions else 1
+        for info in self._files.segments():
+            pos = max(info.start, position + ALIGN)
+            end = info.start + info.size_on_disk
+            while pos < end:
+                chunk = self._files.read_available(pos, _CHUNK)
+                if not chunk:
+                    break
+                hit = chunk.find(_MAGIC_BYTES)
+                while hit >= 0:
+                    if hit % ALIGN == 0 and self._valid_at(pos + hit, info.start, min_index):
+                        return pos + hit
+                    hit = chunk.find(_MAGIC_BYTES, hit + 1)
+                pos += len(chunk)
+        return None
+
+    def _valid_at(self, position: int, seg_start: int, min_index: int) -> bool:
+        try:
+            header = decode_header(self._files.read_available(position, HEADER_SIZE))
+        except FormatError:
+            return False
+        seg_end = seg_start + self._files.segment_size
+        if header.index < min_index or position + header.size > seg_end:
+            return False
+        record = self._files.read_available(position, header.size)
+        if len(record) < header.size:
+            return False
+        return zlib.crc32(record[HEADER_SIZE:HEADER_SIZE + header.body_len]) == header.crc

@@ -1,0 +1,204 @@
+"""On-disk record of one CommitLog entry (one Raft log entry), and segment padding.
+
+An entry record is a 32-byte big-endian header, the body, then zero padding so
+that the whole record (``size``) is a multiple of 8 bytes::
+
+    ┌───────────┬──────────┬───────────┬──────────┬──────────┬─────────┬──────────┬───────────┐
+    │ magic (4) │ size (4) │ index (8) │ term (8) │ kind (1) │ pad (1) │ zero (2) │ crc32 (4) │
+    └───────────┴──────────┴───────────┴──────────┴──────────┴─────────┴──────────┴───────────┘
+    ├──────────────────────────── header, 32 bytes ─────────────────────────────────────────┤
+    ┌──────────────────────────┬─────────────────────┐
+    │ body (size - 32 - pad)   │ pad zero bytes (<8) │
+    └──────────────────────────┴─────────────────────┘
+
+* ``magic`` is ``MAGIC_ENTRY``; ``size`` covers header, body and padding;
+* ``index`` / ``term`` are the Raft index and term; ``kind`` an ``EntryKind``;
+* ``pad`` is the number of padding bytes (0-7), so the exact body length is
+  ``size - 32 - pad``; the two bytes after it are reserved and zero;
+* ``crc32`` is ``zlib.crc32(body)``.
+
+A blank record fills the unused end of a segment (a record never spans two
+segments). Only its first 8 bytes are meaningful; it is at least 8 bytes long
+because every record and every segment size is a multiple of 8::
+
+    ┌───────────────────┬──────────────────────────────┬─────────────────────────────┐
+    │ MAGIC_BLANK (4)   │ size = bytes to segment end  │ zeros up to the segment end │
+    └───────────────────┴──────────────────────────────┴─────────────────────────────┘
+
+All functions here are pure and thread-safe.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+from enum import IntEnum
+
+__all__ = [
+    "ALIGN",
+    "HEADER",
+    "HEADER_SIZE",
+    "MAGIC_BLANK",
+    "MAGIC_ENTRY",
+    "MAX_BODY",
+    "Entry",
+    "EntryHeader",
+    "EntryKind",
+    "FormatError",
+    "decode_entry",
+    "decode_header",
+    "encode_blank",
+    "encode_entry",
+    "record_size",
+]
+
+MAGIC_ENTRY = 0xD1ED6E01
+MAGIC_BLANK = 0xD1ED6EFF
+HEADER = struct.Struct(">IIQQBBHI")
+HEADER_SIZE = 32
+assert HEADER.size == HEADER_SIZE
+ALIGN = 8
+BLANK_MIN = 8
+MAX_BODY = 64 * 1024 * 1024
+"""Largest body accepted; recovery treats a bigger ``size`` as corruption."""
+
+_U64 = (1 << 64) - 1
+
+
+class FormatError(ValueError):
+    """Bytes that are not a well-formed record (bad magic, size, kind, padding or CRC)."""
+
+
+class EntryKind(IntEnum):
+    """What an entry's body is."""
+
+    DATA = 0
+    """A broker batch."""
+    NOOP = 1
+    """A Raft no-op (a new leader's first entry); empty body."""
+    RAFT = 2
+    """An opaque Raft-internal command."""
+
+
+@dataclass(frozen=True, slots=True)
+class EntryHeader:
+    """A decoded header. For a blank record only ``magic`` and ``size`` are set."""
+
+    magic: int
+    size: int
+    index: int
+    term: int
+    kind: EntryKind
+    crc: int
+    pad: int = 0
+
+    @property
+    def is_blank(self) -> bool:
+        return self.magic == MAGIC_BLANK
+
+    @property
+    def body_len(self) -> int:
+        """Exact body length (0 for a blank record)."""
+        return 0 if self.is_blank else self.size - HEADER_SIZE - self.pad
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One log entry as read back: ``position`` is its record's absolute byte offset."""
+
+    index: int
+    term: int
+    kind: EntryKind
+    body: bytes
+    position: int
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) & ~(ALIGN - 1)
+
+
+def record_size(body_len: int) -> int:
+    """Bytes one record with a ``body_len``-byte body occupies (a multiple of ``ALIGN``)."""
+    if body_len < 0:
+        raise ValueError(f"negative body length {body_len}")
+    return HEADER_SIZE + _align(body_len)
+
+
+def encode_entry(index: int, term: int, kind: EntryKind, body: bytes) -> bytes:
+    """The full record (header, body, padding). Raises ValueError on out-of-range fields."""
+    if not 0 < index <= _U64 or not 0 <= term <= _U64:
+        raise ValueError(f"index {index} / term {term} out of range")
+    if len(body) > MAX_BODY:
+        raise ValueError(f"body of {len(body)} bytes exceeds MAX_BODY ({MAX_BODY})")
+    kind = EntryKind(kind)
+    size = record_size(len(body))
+    pad = size - HEADER_SIZE - len(body)
+    header = HEADER.pack(MAGIC_ENTRY, size, index, term, kind, pad, 0, zlib.crc32(body))
+    return b"".join((header, body, bytes(pad)))
+
+
+def encode_blank(size: int) -> bytes:
+    """The meaningful prefix of a blank record of ``size`` bytes.
+
+    Returns ``min(size, HEADER_SIZE)`` bytes; the writer fills the rest of the
+    segment with zeros (by extending the file). Raises ValueError if ``size`` is
+    below 8 or not a multiple of ``ALIGN``.
+    """
+    if size < BLANK_MIN or size % ALIGN:
+        raise ValueError(f"bad blank size {size}")
+    prefix = HEADER.pack(MAGIC_BLANK, size, 0, 0, 0, 0, 0, 0)
+    return prefix[: min(size, HEADER_SIZE)]
+
+
+def decode_header(buf: bytes | bytearray | memoryview, offset: int = 0) -> EntryHeader:
+    """Decode and sanity-check the header at ``buf[offset:]``.
+
+    A blank record needs only 8 bytes; an entry header needs 32. Raises
+    FormatError for a short buffer, unknown magic, a size that is not aligned or
+    out of bounds, an unknown kind, bad padding or non-zero reserved bytes. The
+    body is not checked (see ``decode_entry``).
+    """
+    avail = len(buf) - offset
+    if avail < BLANK_MIN:
+        raise FormatError(f"short header: {max(avail, 0)} bytes")
+    magic, size = struct.unpack_from(">II", buf, offset)
+    if magic == MAGIC_BLANK:
+        if size < BLANK_MIN or size % ALIGN:
+            raise FormatError(f"blank record with bad size {size}")
+        return EntryHeader(MAGIC_BLANK, size, 0, 0, EntryKind.DATA, 0)
+    if magic != MAGIC_ENTRY:
+        what = "zero bytes" if magic == 0 and size == 0 else f"bad magic 0x{magic:08x}"
+        raise FormatError(what)
+    if avail < HEADER_SIZE:
+        raise FormatError(f"short header: {avail} of {HEADER_SIZE} bytes")
+    _, _, index, term, kind, pad, reserved, crc = HEADER.unpack_from(buf, offset)
+    if size < HEADER_SIZE or size % ALIGN or size > record_size(MAX_BODY):
+        raise FormatError(f"bad record size {size}")
+    if pad >= ALIGN or reserved or pad > size - HEADER_SIZE:
+        raise FormatError(f"bad padding/reserved bytes ({pad}, {reserved})")
+    try:
+        entry_kind = EntryKind(kind)
+    except ValueError:
+        raise FormatError(f"unknown entry kind {kind}") from None
+    return EntryHeader(magic, size, index, term, entry_kind, crc, pad)
+
+
+def decode_entry(buf: bytes | bytearray | memoryview, offset: int = 0,
+                 position: int = 0) -> Entry:
+    """Decode the whole entry record at ``buf[offset:]``, verifying its CRC.
+
+    ``position`` is only copied into the result. Raises FormatError for a bad
+    header, a blank record, a short buffer or a CRC mismatch.
+    """
+    header = decode_header(buf, offset)
+    if header.is_blank:
+        raise FormatError("blank record where an entry was expected")
+    if len(buf) - offset < header.size:
+        raise FormatError(f"short record: {len(buf) - offset} of {header.size} bytes")
+    start = offset + HEADER_SIZE
+    body = bytes(buf[start:start + header.body_len])
+    actual = zlib.crc32(body)
+    if actual != header.crc:
+        raise FormatError(f"CRC mismatch (stored 0x{header.crc:08x}, computed 0x{actual:08x})")
+    return Entry(header.index, header.term, header.kind, body, position)

@@ -1,0 +1,320 @@
+"""The pysyncobj journal backed by the CommitLog, and where its defects are neutralised.
+
+pysyncobj creates its log through ``createJournal(conf.journalFile)`` and speaks
+to it through the ``pysyncobj.journal.Journal`` contract: ``add``, ``clear``,
+``deleteEntriesFrom``/``deleteEntriesTo`` (positions relative to the first held
+entry), ``__getitem__`` (ints and slices of ``(command, index, term)``),
+``__len__``, commit index, term and vote. ``RaftJournal`` implements that
+contract over ``CommitLog`` and is the one place where Raft's persistence rules
+are enforced:
+
+* **Durability.** Entries are appended to the segment files; ``flush()`` fsyncs
+  them. Under flush policy ``sync`` the node's transport calls ``flush()`` before
+  any message leaves the node (so a follower's ack and a leader's replication of
+  an entry both follow its fsync; many entries added in one tick share one fsync
+  -- group commit), and the node calls it before acknowledging a proposal.
+  Term and vote are written with fsync + rename + directory fsync before
+  ``setCurrentTerm`` returns, i.e. before pysyncobj answers a vote.
+
+* **No matching entry is ever deleted** (defect 1: a stale ``prevLogIdx`` after a
+  nextIndex regression made stock pysyncobj delete matching, even committed,
+  entries). ``deleteEntriesFrom`` is only called by a follower after the
+  consistency check at ``prevLogIdx`` passed; the journal records that index as
+  *confirmed* and deletes nothing. Each following ``add`` applies Raft's rule
+  (§5.3): an entry already held with the same term is skipped, one held with a
+  different term is a conflict and truncates the log from there. A conflict at
+  or below the committed index is impossible in Raft and raises instead of
+  destroying committed data.
+
+* **Committed means confirmed.** pysyncobj's follower sets its commit index to
+  ``min(leaderCommit, lastLogIndex)``, which with a kept stale tail could name
+  entries the leader never had. The journal therefore exposes
+  ``committed_index = min(raft commit, confirmed)``, where *confirmed* is the
+  highest index known to match the current term's leader (every ``add`` in this
+  term, every passed consistency check; reset to the committed index when the
+  term changes). Readers and the state machine use only ``committed_index``; it
+  never moves backwards.
+
+Threads: pysyncobj's tick thread calls every contract method; other threads may
+call ``committed_index``, ``read_committed`` and ``flush`` concurrently.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+from pysyncobj.journal import Journal
+
+from dledger.commitlog import CommitLog
+from dledger.durable_file import atomic_write, read_or_none
+from dledger.entry_format import Entry
+from dledger.raft_codec import decode_command, encode_command
+
+__all__ = ["CommittedEntryConflict", "RaftJournal"]
+
+log = logging.getLogger("dledger.journal")
+
+_READ_AHEAD_BYTES = 256 * 1024
+
+
+class CommittedEntryConflict(RuntimeError):
+    """A leader tried to overwrite a committed entry: refused, data kept."""
+
+
+class _LazyEntries:
+    """A read-only view ``log[start:stop]`` of ``(command, index, term)`` tuples.
+
+    pysyncobj slices the whole tail on every send and iterates only until its
+    batch is full, so entries are read from disk on demand (in read-ahead
+    chunks). Pickles as a plain list when pysyncobj puts it in a message.
+    """
+
+    __slots__ = ("_journal", "_start", "_stop")
+
+    def __init__(self, journal: RaftJournal, start: int, stop: int) -> None:
+        self._journal = journal
+        self._start = start
+        self._stop = max(start, stop)
+
+    def __len__(self) -> int:
+        return self._stop - self._start
+
+    def __getitem__(self, item: int | slice) -> Any:
+        n = len(self)
+        if isinstance(item, slice):
+            lo, hi, step = item.indices(n)
+            if step != 1:
+                return list(self)[item]
+            return _LazyEntries(self._journal, self._start + lo, self._start + max(lo, hi))
+        if item < 0:
+            item += n
+        if not 0 <= item < n:
+            raise IndexError(item)
+        return self._journal._tuple_at(self._start + item)
+
+    def __iter__(self) -> Iterator[tuple[bytes, int, int]]:
+        index = self._start
+        while index < self._stop:
+            chunk = self._journal._log.entries(index, _READ_AHEAD_BYTES, self._stop - 1)
+            if not chunk:
+                return
+            for entry in chunk:
+                yield _as_tuple(entry)
+            index = chunk[-1].index + 1
+
+    def __reversed__(self) -> Iterator[tuple[bytes, int, int]]:
+        return reversed(list(self))
+
+    def __reduce__(self) -> tuple[type, tuple[list[tuple[bytes, int, int]]]]:
+        return (list, (list(self),))
+
+
+def _as_tuple(entry: Entry) -> tuple[bytes, int, int]:
+    return (encode_command(entry.kind, entry.body), entry.index, entry.term)
+
+
+class RaftJournal(Journal):
+    """pysyncobj journal over a CommitLog; see the module docstring for the rules."""
+
+    def __init__(self, commitlog: CommitLog, state_path: Path) -> None:
+        self._log = commitlog
+        self._state_path = state_path
+        self._lock = threading.Lock()
+        state = self._load_state()
+        self._term: int = max(state.get("term", 0), commitlog.last_term)
+        self._voted_for: str | None = state.get("voted_for")
+        stored_commit = min(state.get("commit", 0), commitlog.last_index)
+        self._committed = stored_commit
+        self._confirmed = stored_commit
+        self._raft_commit = stored_commit
+        self._persisted_commit = stored_commit
+        self._commit_listeners: list[Any] = []
+        self.last_fsync_time: float | None = None
+        self.skipped_deletes = 0
+        self.conflict_truncations = 0
+        self._closed = False
+
+    # -- pysyncobj contract --------------------------------------------------
+    def add(self, command: bytes, idx: int, term: int) -> None:
+        kind, body = decode_command(command)
+        last = self._log.last_index
+        if len(self._log) == 0 or idx == last + 1:
+            self._log.append(idx, term, kind, body)
+        elif idx > last + 1:
+            raise RuntimeError(f"journal gap: add of index {idx} after last index {last}")
+        elif idx < self._log.first_index or self._log.term_at(idx) == term:
+            pass  # already held (Raft §5.3: skip entries that match)
+        else:
+            self._truncate_conflict(idx, term)
+            self._log.append(idx, term, kind, body)
+        self._confirm(idx)
+
+    def deleteEntriesFrom(self, entryFrom: int) -> None:
+        prev_index = self._log.first_index + entryFrom - 1
+        self._confirm(prev_index)
+        self.skipped_deletes += 1
+        log.debug("kept entries after %d (stale prevLogIdx); conflicts resolve at add", prev_index)
+
+    def deleteEntriesTo(self, entryTo: int) -> None:
+        # Only log compaction calls this, and compaction is switched off.
+        raise RuntimeError("log compaction is disabled for RaftJournal")
+
+    def clear(self) -> None:
+        # Only a snapshot install calls this, and compaction is switched off.
+        raise RuntimeError("snapshot install is disabled for RaftJournal")
+
+    def __getitem__(self, item: int | slice) -> Any:
+        first, n = self._log.first_index, len(self._log)
+        if isinstance(item, slice):
+            lo, hi, step = item.indices(n)
+            if step != 1:
+                raise ValueError("RaftJournal slices must have step 1")
+            return _LazyEntries(self, first + lo, first + max(lo, hi))
+        if item < 0:
+            item += n
+        if not 0 <= item < n:
+            raise IndexError(item)
+        return self._tuple_at(first + item)
+
+    def __len__(self) -> int:
+        return len(self._log)
+
+    def _destroy(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.flush()
+        self._persist_commit()
+        self._log.close()
+
+    def setRaftCommitIndex(self, raftCommitIndex: int) -> None:
+        self._raft_commit = raftCommitIndex
+        self._advance_committed()
+
+    def getRaftCommitIndex(self) -> int:
+        return self._committed
+
+    def setCurrentTerm(self, term: int, votedForNodeId: str | None) -> None:
+        if term != self._term:
+            with self._lock:
+                self._confirmed = self._committed
+        self._term, self._voted_for = term, votedForNodeId
+        self._write_state()
+
+    def getCurrentTerm(self) -> int:
+        return self._term
+
+    def getVotedForNodeId(self) -> str | None:
+        return self._voted_for
+
+    def onOneSecondTimer(self) -> None:
+        self._persist_commit()
+
+    # -- RaftMQ interface ----------------------------------------------------
+    @property
+    def commitlog(self) -> CommitLog:
+        return self._log
+
+    @property
+    def committed_index(self) -> int:
+        """Highest index known committed on this node; never decreases."""
+        return self._committed
+
+    @property
+    def confirmed_index(self) -> int:
+        return self._confirmed
+
+    def add_commit_listener(self, listener: Any) -> None:
+        """``listener(committed_index)`` runs on the tick thread after each advance."""
+        self._commit_listeners.append(listener)
+
+    def read_committed(self, from_index: int, max_bytes: int) -> list[Entry]:
+        """Committed entries from ``from_index`` (at least one if available)."""
+        upto = self._committed
+        if from_index > upto:
+            return []
+        return self._log.entries(from_index, max_bytes, upto)
+
+    def flush(self) -> bool:
+        """fsync what was appended since the last flush; True if anything was synced."""
+        if not self._log.dirty:
+            return False
+        synced = self._log.flush()
+        if synced:
+            self.last_fsync_time = time.time()
+        return synced
+
+    # -- internals -------------------------------------------------------------
+    def _tuple_at(self, index: int) -> tuple[bytes, int, int]:
+        return _as_tuple(self._log.entry(index))
+
+    def _confirm(self, index: int) -> None:
+        with self._lock:
+            if index > self._confirmed:
+                self._confirmed = min(index, self._log.last_index)
+        self._advance_committed()
+
+    def _advance_committed(self) -> None:
+        with self._lock:
+            target = min(self._raft_commit, self._confirmed, self._log.last_index)
+            if target <= self._committed:
+                return
+            self._committed = target
+        for listener in self._commit_listeners:
+            listener(target)
+
+    def _truncate_conflict(self, idx: int, term: int) -> None:
+        held = self._log.term_at(idx)
+        if idx <= self._committed:
+            log.critical(
+                "refusing to overwrite committed entry %d (term %d) with term %d; "
+                "committed index %d", idx, held, term, self._committed)
+            raise CommittedEntryConflict(f"entry {idx} is committed")
+        log.warning("conflict at index %d (held term %d, leader term %d): truncating %d entries",
+                    idx, held, term, self._log.last_index - idx + 1)
+        self.conflict_truncations += 1
+        with self._lock:
+            self._confirmed = min(self._confirmed, idx - 1)
+        self._log.truncate_from(idx)
+
+    def _load_state(self) -> dict[str, Any]:
+        raw = read_or_none(self._state_path)
+        return msgpack.unpackb(raw) if raw else {}
+
+    def _write_state(self) -> None:
+        state = {"term": self._term, "voted_for": self._voted_for, "commit": self._persisted_commit}
+        atomic_write(self._state_path, msgpack.packb(state))
+
+    def _persist_commit(self) -> None:
+        """Store the committed index (a restart hint) once the log under it is on disk."""
+        committed = self._committed
+        if committed == self._persisted_commit:
+            return
+        self.flush()
+        self._persisted_commit = committed
+        self._write_state()
+
+    def _status(self) -> dict[str, Any]:
+        return {"term": self._term, "voted_for": self._voted_for, "committed": self._committed,
+                "confirmed": self._confirmed, "raft_commit": self._raft_commit}
+
+
+def silence_false_truncation_alarm() -> None:
+    """Drop pysyncobj's "truncating already-applied log entries" line.
+
+    pysyncobj logs it before calling ``deleteEntriesFrom``, which RaftJournal
+    turns into a no-op; the journal logs what it really did (a conflict
+    truncation is a WARNING from ``dledger.journal``).
+    """
+
+    class _Filter(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return "truncating already-applied" not in record.getMessage()
+
+    logging.getLogger("pysyncobj.syncobj").addFilter(_Filter())

@@ -1,0 +1,192 @@
+"""Start, kill and inspect a local group of log nodes (``python -m dledger``) on 127.0.0.1.
+
+Used by ``scripts/run``, ``scripts/bench-log`` and the multi-process tests. Every
+node is a separate process whose PID is kept; ``stop()`` ends them all by PID.
+Node configs, the generated cluster secret, data and logs live under ``base``::
+
+    base/secret            generated once (mode 0600), shared by the nodes
+    base/n1.toml ...       node configs
+    base/n1/               data directory of n1 (commitlog/, raft-state, applied.log)
+    base/n1.log            stdout/stderr of n1
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+__all__ = ["LocalGroup", "NodeProc", "free_port"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class NodeProc:
+    name: str
+    raft: str
+    http: str
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+class LocalGroup:
+    """A group of ``n`` log nodes under ``base`` (module docstring)."""
+
+    def __init__(self, base: Path, n: int = 3, *, raft: dict[str, Any] | None = None,
+                 dial: dict[str, dict[str, str]] | None = None, log_level: str = "INFO") -> None:
+        self.base = base
+        self.base.mkdir(parents=True, exist_ok=True)
+        self.raft_options = raft or {}
+        self.log_level = log_level
+        self.nodes: dict[str, NodeProc] = {}
+        names = [f"n{i + 1}" for i in range(n)]
+        for name in names:
+            self.nodes[name] = NodeProc(name, f"127.0.0.1:{free_port()}",
+                                        f"127.0.0.1:{free_port()}")
+        secret_path = base / "secret"
+        if not secret_path.exists():
+            secret_path.write_text(secrets.token_urlsafe(32))
+            secret_path.chmod(0o600)
+        for name in names:
+            self.write_config(name, (dial or {}).get(name, {}))
+
+    # -- configuration ---------------------------------------------------------
+    def write_config(self, name: str, dial: dict[str, str]) -> Path:
+        """(Re)write ``name``'s TOML; ``dial`` maps peers to proxy addresses."""
+        peers = ", ".join(f'{p} = "{n.raft}"' for p, n in self.nodes.items())
+        lines = ["[node]", f'name = "{name}"', f'data_dir = "{name}"', "",
+                 "[group]", 'name = "g1"', f"peers = {{ {peers} }}", 'secret_file = "secret"']
+        if dial:
+            lines.append("dial = { " + ", ".join(f'{p} = "{a}"' for p, a in dial.items()) + " }")
+        lines += ["", "[raft]"] + [f"{k} = {json.dumps(v)}" for k, v in self.raft_options.items()]
+        path = self.base / f"{name}.toml"
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    # -- processes -------------------------------------------------------------
+    def start(self) -> LocalGroup:
+        for name in self.nodes:
+            self.start_node(name)
+        return self
+
+    def start_node(self, name: str, *extra: str) -> NodeProc:
+        node = self.nodes[name]
+        if node.alive:
+            raise RuntimeError(f"{name} is already running (pid {node.proc.pid})")  # type: ignore[union-attr]
+        out = open(self.base / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
+        node.proc = subprocess.Popen(
+            [sys.executable, "-m", "dledger", "--config", str(self.base / f"{name}.toml"),
+             "--http", node.http, "--log-level", self.log_level, *extra],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        out.close()
+        return node
+
+    def kill(self, name: str) -> None:
+        """SIGKILL ``name`` and reap it."""
+        node = self.nodes[name]
+        if node.proc is not None and node.proc.poll() is None:
+            os.kill(node.proc.pid, signal.SIGKILL)
+            node.proc.wait(timeout=10)
+
+    def terminate(self, name: str, timeout: float = 10.0) -> None:
+        node = self.nodes[name]
+        if node.proc is None or node.proc.poll() is not None:
+            return
+        node.proc.terminate()
+        try:
+            node.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill(name)
+
+    def stop(self) -> None:
+        """Stop every node by PID (SIGTERM, then SIGKILL after 10 s)."""
+        for name in self.nodes:
+            self.terminate(name)
+
+    def __enter__(self) -> LocalGroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        path = self.base / f"{name}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+    # -- HTTP control API ------------------------------------------------------
+    def _get(self, name: str, path: str, timeout: float = 2.0) -> bytes:
+        url = f"http://{self.nodes[name].http}{path}"
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.read()
+
+    def status(self, name: str, timeout: float = 2.0) -> dict[str, Any] | None:
+        try:
+            return json.loads(self._get(name, "/status", timeout))
+        except (OSError, urllib.error.URLError, ValueError):
+            return None
+
+    def propose(self, name: str, payload: bytes, timeout: float = 15.0) -> tuple[int, dict[str, Any]]:
+        """POST /propose; returns (HTTP status, JSON body). Network errors raise OSError."""
+        req = urllib.request.Request(f"http://{self.nodes[name].http}/propose", data=payload,
+                                     method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"{}")
+
+    def entries(self, name: str, start: int = 1, max_bytes: int = 8 << 20) -> list[list[Any]]:
+        return msgpack.unpackb(self._get(name, f"/entries?from={start}&max_bytes={max_bytes}", 10))
+
+    def all_entries(self, name: str) -> list[list[Any]]:
+        out: list[list[Any]] = []
+        while True:
+            chunk = self.entries(name, (out[-1][0] + 1) if out else 1)
+            if not chunk:
+                return out
+            out.extend(chunk)
+
+    def wait_leader(self, timeout: float = 20.0, among: list[str] | None = None) -> str:
+        """The name of the node that reports itself leader (and is agreed on), within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        names = among or list(self.nodes)
+        while time.monotonic() < deadline:
+            for name in names:
+                if not self.nodes[name].alive:
+                    continue
+                s = self.status(name, timeout=1.0)
+                if s and s["role"] == "leader":
+                    return name
+            time.sleep(0.05)
+        tails = "\n".join(f"--- {n}\n{self.log_tail(n, 10)}" for n in names)
+        raise TimeoutError(f"no leader among {names} within {timeout}s\n{tails}")
+
+    def wait_status(self, name: str, predicate: Any, timeout: float, what: str) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        last: dict[str, Any] | None = None
+        while time.monotonic() < deadline:
+            last = self.status(name, timeout=1.0)
+            if last is not None and predicate(last):
+                return last
+            time.sleep(0.05)
+        raise TimeoutError(f"{name}: {what} not reached within {timeout}s; last status {last}")

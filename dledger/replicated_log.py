@@ -1,0 +1,316 @@
+"""ReplicatedLog: the one interface the broker uses to reach the Raft CommitLog.
+
+    propose(payload) -> Future[Appended]   leader only; resolves once committed
+    read(from_index, max_bytes)            committed entries only, any replica
+    committed_index / wait_committed()     what may be served or applied
+    status()                               role, term, leader, indexes, fsync time
+    add_leader_listener(fn)                leadership changes
+
+Behind it: a pysyncobj ``SyncObj`` whose journal is ``RaftJournal`` over the
+segmented ``CommitLog`` (installed through pysyncobj's ``createJournal`` name),
+whose transport is ``GroupTransport`` (flush before send, conflict hints) and
+whose peers are ``PeerNode`` (dialable through a proxy). Configuration closes
+the remaining defects: log compaction is off (no snapshot install, so no holes
+after catch-up -- a lagging follower is fed from the log itself), every entry is
+below ``MAX_ENTRY_BYTES`` which is far below ``appendEntriesBatchSizeBytes`` (no
+chunked transmission), and ``leaderFallbackTimeout`` is the leader lease (an
+isolated leader steps down after ``leader_lease_ms``, default 2 s).
+
+Threads: pysyncobj's tick thread runs Raft, appends and commit callbacks;
+``propose``/``read``/``status`` may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import enum
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pysyncobj import SyncObj, SyncObjConf, replicated
+from pysyncobj import syncobj as _syncobj_module
+from pysyncobj.config import FAIL_REASON
+from pysyncobj.pipe_notifier import PipeNotifier
+
+from dledger.commitlog import CommitLog
+from dledger.config import (
+    APPEND_BATCH_BYTES,
+    MAX_ENTRY_BYTES,
+    ConfigError,
+    FlushPolicy,
+    GroupConfig,
+)
+from dledger.entry_format import Entry
+from dledger.errors import (
+    EntryTooLarge,
+    NoLeader,
+    NotLeader,
+    OutcomeUnknown,
+    ProposalRejected,
+    ProposeError,
+)
+from dledger.journal import RaftJournal, silence_false_truncation_alarm
+from dledger.raft_codec import APPEND_FUNC_ID, encode_payload_command, install_wire_codec
+from dledger.transport import PeerNode, make_transport_class
+
+__all__ = ["Appended", "LeaderChange", "ReplicatedLog", "Role"]
+
+log = logging.getLogger("dledger.replicated_log")
+
+_NEVER = 2**62  # log compaction thresholds: never compact
+
+
+class Role(enum.StrEnum):
+    FOLLOWER = "follower"
+    CANDIDATE = "candidate"
+    LEADER = "leader"
+
+
+_ROLE_OF_STATE = {0: Role.FOLLOWER, 1: Role.CANDIDATE, 2: Role.LEADER}
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """Where a committed proposal landed: the same on every replica."""
+
+    index: int
+    term: int
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderChange:
+    role: Role
+    term: int
+    leader: str | None
+
+
+# -- journal injection ----------------------------------------------------------
+_pending_journals: dict[str, RaftJournal] = {}
+_stock_create_journal = _syncobj_module.createJournal
+
+
+def _create_journal(journal_file: Any) -> Any:
+    journal = _pending_journals.pop(journal_file, None) if journal_file else None
+    return journal if journal is not None else _stock_create_journal(journal_file)
+
+
+_syncobj_module.createJournal = _create_journal
+
+
+class _RaftNode(SyncObj):
+    """The pysyncobj object; its only replicated method marks DATA entries."""
+
+    @replicated
+    def _append(self, payload: bytes) -> int:
+        # pysyncobj applies entry i with raftLastApplied == i - 1 and increments
+        # it afterwards; the return value reaches the proposer's callback.
+        return self.raftLastApplied + 1
+
+
+def _check_bindable(address: str) -> None:
+    host, port = address.rsplit(":", 1)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, int(port)))
+        except OSError as e:
+            raise ConfigError(f"cannot listen on Raft address {address}: {e.strerror}") from None
+
+
+class ReplicatedLog:
+    """One replica of a group's CommitLog (see module docstring)."""
+
+    def __init__(self, config: GroupConfig) -> None:
+        install_wire_codec()
+        silence_false_truncation_alarm()
+        self.config = config
+        _check_bindable(config.address)
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        self._names = {addr: name for name, addr in config.peers.items()}
+        self.commitlog = CommitLog(config.data_dir / "commitlog", config.segment_bytes,
+                                   repair=config.repair_log)
+        self.journal = RaftJournal(self.commitlog, config.data_dir / "raft-state")
+        self._commit_cond = threading.Condition()
+        self.journal.add_commit_listener(self._on_commit)
+        self._listeners: list[Callable[[LeaderChange], None]] = []
+        self._last_change: LeaderChange | None = None
+        self._closed = threading.Event()
+        sync = config.flush == FlushPolicy.SYNC
+        transport = make_transport_class(self.journal.flush if sync else None,
+                                         lambda: self.journal.confirmed_index)
+        journal_key = str(config.data_dir / "commitlog")
+        _pending_journals[journal_key] = self.journal
+        others = [PeerNode(addr, config.dial.get(name)) for name, addr in config.other_peers.items()]
+        self._node = _RaftNode(PeerNode(config.address), others, self._syncobj_conf(journal_key),
+                               transportClass=transport)
+        if self._node._methodToID.get("_append_v0", APPEND_FUNC_ID) != APPEND_FUNC_ID:
+            raise RuntimeError("pysyncobj numbered the append method unexpectedly")
+        self._wakeup = PipeNotifier(self._node._poller)
+        self._node.addOnTickCallback(self._watch_leadership)
+        self._flusher: threading.Thread | None = None
+        if not sync:
+            self._flusher = threading.Thread(target=self._flush_loop, name="dledger-flush",
+                                             daemon=True)
+            self._flusher.start()
+
+    def _syncobj_conf(self, journal_key: str) -> SyncObjConf:
+        c = self.config
+        lo, hi = c.election_timeout_ms
+        return SyncObjConf(
+            journalFile=journal_key,
+            password=c.secret or None,
+            bindAddress=c.address,
+            autoTickPeriod=0.01,
+            appendEntriesPeriod=c.heartbeat_ms / 1000,
+            appendEntriesBatchSizeBytes=APPEND_BATCH_BYTES,
+            raftMinTimeout=lo / 1000,
+            raftMaxTimeout=hi / 1000,
+            leaderFallbackTimeout=c.leader_lease_ms / 1000,
+            connectionTimeout=max(hi / 1000 * 2, 2.0),
+            connectionRetryTime=c.connect_retry_ms / 1000,
+            logCompactionMinEntries=_NEVER,
+            logCompactionMinTime=_NEVER,
+            dynamicMembershipChange=False,
+            commandsWaitLeader=False,
+            fullDumpFile=None,
+        )
+
+    # -- writing ---------------------------------------------------------------
+    def propose(self, payload: bytes) -> concurrent.futures.Future[Appended]:
+        """Append ``payload`` as one DATA entry; the future resolves once committed.
+
+        Raises ``EntryTooLarge`` at once; the future fails with ``NotLeader``,
+        ``NoLeader``, ``ProposalRejected`` (definitely not committed) or
+        ``OutcomeUnknown`` (may have committed).
+        """
+        if len(payload) > MAX_ENTRY_BYTES:
+            raise EntryTooLarge(
+                f"entry payload is {len(payload)} bytes; the limit is {MAX_ENTRY_BYTES}")
+        future: concurrent.futures.Future[Appended] = concurrent.futures.Future()
+        if not self.is_leader:
+            future.set_exception(self._not_leader())
+            return future
+        self._node._applyCommand(encode_payload_command(payload),
+                                 lambda res, err: self._on_proposal_done(future, res, err))
+        with contextlib.suppress(BlockingIOError):  # a full pipe: the tick thread is awake
+            self._wakeup.notify()
+        return future
+
+    def _on_proposal_done(self, future: concurrent.futures.Future[Appended],
+                          index: Any, err: int) -> None:
+        if err == FAIL_REASON.SUCCESS:
+            self.journal.flush()  # a one-node group acks here; otherwise a no-op
+            appended = Appended(index, self.commitlog.term_at(index),
+                                self.commitlog.position_of(index))
+            future.set_result(appended)
+            return
+        future.set_exception(self._propose_error(err))
+
+    def _propose_error(self, err: int) -> ProposeError:
+        if err in (FAIL_REASON.LEADER_CHANGED, FAIL_REASON.UNKNOWN_OUTCOME):
+            return OutcomeUnknown(f"leadership changed before the entry committed (code {err})")
+        if err == FAIL_REASON.DISCARDED:
+            return ProposalRejected("a new leader replaced the entry; it was not committed")
+        if err in (FAIL_REASON.MISSING_LEADER, FAIL_REASON.NOT_LEADER):
+            return self._not_leader()
+        return ProposalRejected(f"proposal refused by the leader (code {err})")
+
+    def _not_leader(self) -> ProposeError:
+        leader = self.leader
+        if leader is None:
+            return NoLeader("the group has no leader right now; retry shortly")
+        return NotLeader(leader, self.config.peers[leader])
+
+    # -- reading ---------------------------------------------------------------
+    @property
+    def committed_index(self) -> int:
+        return self.journal.committed_index
+
+    def read(self, from_index: int, max_bytes: int = 1 << 20) -> list[Entry]:
+        """Committed entries from ``from_index`` (never beyond ``committed_index``)."""
+        return self.journal.read_committed(from_index, max_bytes)
+
+    def wait_committed(self, index: int, timeout: float) -> bool:
+        """Block until ``committed_index >= index`` or the timeout; returns whether it is."""
+        with self._commit_cond:
+            return self._commit_cond.wait_for(lambda: self.committed_index >= index, timeout)
+
+    def _on_commit(self, _committed: int) -> None:
+        with self._commit_cond:
+            self._commit_cond.notify_all()
+
+    # -- leadership and status -------------------------------------------------
+    @property
+    def is_leader(self) -> bool:
+        return self._node._isLeader()
+
+    @property
+    def leader(self) -> str | None:
+        node = self._node._getLeader()
+        return self._names.get(node.address) if node is not None else None
+
+    def add_leader_listener(self, listener: Callable[[LeaderChange], None]) -> None:
+        """``listener(LeaderChange)`` runs on the tick thread; it must not block."""
+        self._listeners.append(listener)
+
+    def _watch_leadership(self) -> None:
+        status = self._node.getStatus()
+        change = LeaderChange(_ROLE_OF_STATE[status["state"]], status["raft_term"], self.leader)
+        if change != self._last_change:
+            self._last_change = change
+            for listener in self._listeners:
+                listener(change)
+
+    def status(self) -> dict[str, Any]:
+        s = self._node.getStatus()
+        followers = {
+            self._names[addr]: s[f"match_idx_server_{addr}"]
+            for addr in self._names
+            if f"match_idx_server_{addr}" in s
+        }
+        connected = {
+            self._names[addr]: s.get(f"partner_node_status_server_{addr}") == 2
+            for addr in self._names if addr != self.config.address
+        }
+        return {
+            "group": self.config.group,
+            "node": self.config.node,
+            "role": _ROLE_OF_STATE[s["state"]].value,
+            "term": s["raft_term"],
+            "leader": self.leader,
+            "commit_index": self.committed_index,
+            "raft_commit_index": s["commit_idx"],
+            "first_index": self.commitlog.first_index,
+            "last_index": self.commitlog.last_index,
+            "write_position": self.commitlog.write_position,
+            "follower_match_index": followers if s["state"] == 2 else {},
+            "peers_connected": connected,
+            "last_fsync_time": self.journal.last_fsync_time,
+            "flush": self.config.flush.value,
+            "conflict_truncations": self.journal.conflict_truncations,
+        }
+
+    # -- lifecycle ---------------------------------------------------------------
+    def _flush_loop(self) -> None:
+        interval = self.config.flush_interval_ms / 1000
+        while not self._closed.wait(interval):
+            try:
+                self.journal.flush()
+            except Exception:  # keep flushing; the error is logged each time
+                log.exception("async flush failed")
+
+    def close(self) -> None:
+        """Stop Raft, flush and close the files. Idempotent."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._node.destroy_synchronous()  # also closes the journal
+        if self._flusher is not None:
+            self._flusher.join(timeout=5)
+        self.journal._destroy()

@@ -1,0 +1,94 @@
+"""pysyncobj node and transport classes for a RaftMQ group.
+
+* ``PeerNode`` keeps a peer's Raft identity (its configured address) while the
+  connection is dialed at another address -- a Toxiproxy listener in the chaos
+  tests. pysyncobj dials ``node.ip``/``node.port`` and identifies a node by
+  ``node.address``, so only those two properties change.
+
+* ``GroupTransport`` (a ``TCPTransport``) adds two things on the send path:
+
+  1. **flush before send** (flush policy ``sync``): every outgoing message is
+     preceded by ``journal.flush()``. A follower therefore fsyncs the entries
+     it just appended before it acknowledges them, and a leader fsyncs its own
+     new entries before any follower can receive (and so acknowledge) them --
+     an entry can only become committed once a majority holds it on disk.
+     All entries appended in one tick share one fsync (group commit).
+
+  2. **a conflict hint on rejections**: a follower that rejects an
+     append (``next_node_idx`` with ``reset`` and no ``success``) because it
+     lacks ``prevLogIdx`` tells the leader to resume at its last index + 1.
+     When that tail is a stale, unconfirmed one, pipelined rejections make the
+     leader's nextIndex oscillate between two values forever (measured: a node
+     left unrepaired). The hint is lowered to ``confirmed + 1``, the first index
+     not known to match the current leader; a lower nextIndex is always safe
+     (Raft §5.3, the leader just sends more).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pysyncobj.dns_resolver import globalDnsResolver
+from pysyncobj.node import TCPNode
+from pysyncobj.transport import TCPTransport
+
+__all__ = ["GroupTransport", "PeerNode", "make_transport_class"]
+
+
+class PeerNode(TCPNode):
+    """A Raft peer identified by ``address`` and dialed at ``dial`` (default: the same)."""
+
+    def __init__(self, address: str, dial: str | None = None) -> None:
+        super().__init__(address)
+        host, port = (dial or address).rsplit(":", 1)
+        self._dial_host = host
+        self._dial_port = int(port)
+
+    @property
+    def ip(self) -> str:
+        return globalDnsResolver().resolve(self._dial_host)
+
+    @property
+    def port(self) -> int:
+        return self._dial_port
+
+    @property
+    def dial_address(self) -> str:
+        return f"{self._dial_host}:{self._dial_port}"
+
+
+class GroupTransport(TCPTransport):
+    """TCPTransport with flush-before-send and the conflict hint (module docstring)."""
+
+    flush_before_send: Callable[[], Any] | None = None
+    confirmed_index: Callable[[], int] | None = None
+
+    def send(self, node: Any, message: Any) -> bool:
+        if self.flush_before_send is not None:
+            self.flush_before_send()
+        if (
+            self.confirmed_index is not None
+            and isinstance(message, dict)
+            and message.get("type") == "next_node_idx"
+            and message.get("reset")
+            and not message.get("success")
+        ):
+            hint = self.confirmed_index() + 1
+            if message["next_node_idx"] > hint:
+                message = {**message, "next_node_idx": hint}
+        return super().send(node, message)
+
+
+def make_transport_class(
+    flush_before_send: Callable[[], Any] | None, confirmed_index: Callable[[], int]
+) -> type[GroupTransport]:
+    """A GroupTransport subclass bound to one node's journal (pysyncobj takes a class)."""
+    return type(
+        "BoundGroupTransport",
+        (GroupTransport,),
+        {
+            "flush_before_send": staticmethod(flush_before_send) if flush_before_send else None,
+            "confirmed_index": staticmethod(confirmed_index),
+        },
+    )

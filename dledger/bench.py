@@ -38,18 +38,35 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def _propose(session: aiohttp.ClientSession, url: str, payload: bytes,
+class _Target:
+    """The leader's propose URL; follows NOT_LEADER answers to the new leader."""
+
+    def __init__(self, url: str, http_of_raft: dict[str, str]) -> None:
+        self.url = url
+        self.http_of_raft = http_of_raft
+        self.leader_changes = 0
+
+    def redirect(self, body: bytes) -> None:
+        hint = json.loads(body or b"{}").get("leader_address")
+        if hint in self.http_of_raft:
+            self.url = f"http://{self.http_of_raft[hint]}/propose"
+            self.leader_changes += 1
+
+
+async def _propose(session: aiohttp.ClientSession, target: _Target, payload: bytes,
                    latencies: list[float]) -> bool:
     t0 = time.perf_counter()
-    async with session.post(url, data=payload) as resp:
-        await resp.read()
+    async with session.post(target.url, data=payload) as resp:
+        body = await resp.read()
         ok = resp.status == 200
     if ok:
         latencies.append(time.perf_counter() - t0)
+    elif resp.status == 421:
+        target.redirect(body)
     return ok
 
 
-async def _closed_loop(url: str, payload: bytes, inflight: int, seconds: float) -> dict[str, Any]:
+async def _closed_loop(url: _Target, payload: bytes, inflight: int, seconds: float) -> dict[str, Any]:
     latencies: list[float] = []
     errors = 0
     deadline = time.perf_counter() + seconds
@@ -68,7 +85,7 @@ async def _closed_loop(url: str, payload: bytes, inflight: int, seconds: float) 
     return _summary(latencies, errors, elapsed, len(payload))
 
 
-async def _open_loop(url: str, payload: bytes, rate: float, seconds: float) -> dict[str, Any]:
+async def _open_loop(url: _Target, payload: bytes, rate: float, seconds: float) -> dict[str, Any]:
     latencies: list[float] = []
     errors = 0
     tasks: set[asyncio.Task[bool]] = set()
@@ -117,7 +134,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with LocalGroup(base, args.nodes, raft={"flush": args.flush}, log_level="WARNING") as group:
         group.start()
         leader = group.wait_leader(timeout=30)
-        url = f"http://{group.nodes[leader].http}/propose"
+        url = _Target(f"http://{group.nodes[leader].http}/propose",
+                      {n.raft: n.http for n in group.nodes.values()})
         print(f"group up under {base}; leader {leader}; warming up", flush=True)
         asyncio.run(_closed_loop(url, payload, args.inflight, 2.0))
         print(f"phase 1: {args.inflight} in flight x {args.entry_bytes} B for {args.seconds}s",
@@ -136,6 +154,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "nodes": args.nodes, "flush": args.flush, "entry_bytes": args.entry_bytes,
         "inflight": args.inflight, "max": peak, "half_rate": at_half,
         "replicas_same_write_position": identical,
+        "leader_changes": url.leader_changes,
     }
 
 

@@ -32,7 +32,7 @@ __all__ = ["ConfigError", "FlushPolicy", "GroupConfig", "load_group_config"]
 #: pysyncobj sends entries >= appendEntriesBatchSizeBytes through a broken
 #: chunking path (defect 3); every entry stays below MAX_ENTRY_BYTES and the
 #: batch size is kept well above it, so that path is never taken.
-APPEND_BATCH_BYTES = 256 * 1024
+APPEND_BATCH_BYTES = 1024 * 1024
 MAX_ENTRY_BYTES = 60 * 1024
 
 

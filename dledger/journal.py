@@ -61,6 +61,9 @@ __all__ = ["CommittedEntryConflict", "RaftJournal"]
 log = logging.getLogger("dledger.journal")
 
 _READ_AHEAD_BYTES = 256 * 1024
+#: The newest entries are also kept as pysyncobj tuples in memory, so that
+#: replicating them to followers reads no disk and re-encodes nothing.
+RECENT_CACHE_BYTES = 16 << 20
 
 
 class CommittedEntryConflict(RuntimeError):
@@ -100,7 +103,13 @@ class _LazyEntries:
 
     def __iter__(self) -> Iterator[tuple[bytes, int, int]]:
         index = self._start
+        recent = self._journal._recent
         while index < self._stop:
+            cached = recent.get(index)
+            if cached is not None:
+                yield cached
+                index += 1
+                continue
             chunk = self._journal._log.entries(index, _READ_AHEAD_BYTES, self._stop - 1)
             if not chunk:
                 return
@@ -139,21 +148,31 @@ class RaftJournal(Journal):
         self.skipped_deletes = 0
         self.conflict_truncations = 0
         self._closed = False
+        self._recent: dict[int, tuple[bytes, int, int]] = {}
+        self._recent_bytes = 0
 
     # -- pysyncobj contract --------------------------------------------------
     def add(self, command: bytes, idx: int, term: int) -> None:
-        kind, body = decode_command(command)
         last = self._log.last_index
         if len(self._log) == 0 or idx == last + 1:
-            self._log.append(idx, term, kind, body)
+            self._append(command, idx, term)
         elif idx > last + 1:
             raise RuntimeError(f"journal gap: add of index {idx} after last index {last}")
         elif idx < self._log.first_index or self._log.term_at(idx) == term:
             pass  # already held (Raft §5.3: skip entries that match)
         else:
             self._truncate_conflict(idx, term)
-            self._log.append(idx, term, kind, body)
+            self._append(command, idx, term)
         self._confirm(idx)
+
+    def _append(self, command: bytes, idx: int, term: int) -> None:
+        kind, body = decode_command(command)
+        self._log.append(idx, term, kind, body)
+        self._recent[idx] = (command, idx, term)
+        self._recent_bytes += len(command)
+        while self._recent_bytes > RECENT_CACHE_BYTES:
+            oldest = next(iter(self._recent))
+            self._recent_bytes -= len(self._recent.pop(oldest)[0])
 
     def deleteEntriesFrom(self, entryFrom: int) -> None:
         prev_index = self._log.first_index + entryFrom - 1
@@ -252,7 +271,8 @@ class RaftJournal(Journal):
 
     # -- internals -------------------------------------------------------------
     def _tuple_at(self, index: int) -> tuple[bytes, int, int]:
-        return _as_tuple(self._log.entry(index))
+        cached = self._recent.get(index)
+        return cached if cached is not None else _as_tuple(self._log.entry(index))
 
     def _confirm(self, index: int) -> None:
         with self._lock:
@@ -282,6 +302,8 @@ class RaftJournal(Journal):
         with self._lock:
             self._confirmed = min(self._confirmed, idx - 1)
         self._log.truncate_from(idx)
+        for stale in [i for i in self._recent if i >= idx]:
+            self._recent_bytes -= len(self._recent.pop(stale)[0])
 
     def _load_state(self) -> dict[str, Any]:
         raw = read_or_none(self._state_path)

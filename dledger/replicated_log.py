@@ -63,6 +63,7 @@ __all__ = ["Appended", "LeaderChange", "ReplicatedLog", "Role"]
 log = logging.getLogger("dledger.replicated_log")
 
 _NEVER = 2**62  # log compaction thresholds: never compact
+SOCKET_BUFFER_BYTES = 4 << 20  # fewer, larger socket writes (the kernel may clamp it)
 
 
 class Role(enum.StrEnum):
@@ -179,6 +180,8 @@ class ReplicatedLog:
             dynamicMembershipChange=False,
             commandsWaitLeader=False,
             fullDumpFile=None,
+            sendBufferSize=SOCKET_BUFFER_BYTES,
+            recvBufferSize=SOCKET_BUFFER_BYTES,
         )
 
     # -- writing ---------------------------------------------------------------

@@ -55,6 +55,7 @@ from dledger.errors import (
     ProposeError,
 )
 from dledger.journal import RaftJournal, silence_false_truncation_alarm
+from dledger.peer_crypto import install_peer_crypto
 from dledger.raft_codec import APPEND_FUNC_ID, encode_payload_command, install_wire_codec
 from dledger.transport import PeerNode, make_transport_class
 
@@ -129,6 +130,7 @@ class ReplicatedLog:
 
     def __init__(self, config: GroupConfig) -> None:
         install_wire_codec()
+        install_peer_crypto()
         silence_false_truncation_alarm()
         self.config = config
         _check_bindable(config.address)

@@ -1,0 +1,1 @@
+"""Helpers shared by the multi-process, cluster and chaos tests."""

@@ -61,6 +61,7 @@ class GroupConfig:
     segment_bytes: int = 1 << 30
     retention_hours: float = 72.0
     retention_bytes: int | None = None
+    retention_check_s: float = 60.0
     heartbeat_ms: int = 10
     election_timeout_ms: tuple[int, int] = (400, 1200)
     leader_lease_ms: int = 2000
@@ -148,6 +149,7 @@ def load_group_config(path: Path, *, insecure: bool = False, repair_log: bool = 
         "repair_log": repair_log,
     }
     for key in ("flush_interval_ms", "segment_bytes", "retention_hours", "retention_bytes",
+                "retention_check_s",
                 "heartbeat_ms", "leader_lease_ms", "connect_retry_ms"):
         if key in raft:
             kwargs[key] = raft[key]

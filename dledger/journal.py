@@ -328,15 +328,20 @@ class RaftJournal(Journal):
 
 
 def silence_false_truncation_alarm() -> None:
-    """Drop pysyncobj's "truncating already-applied log entries" line.
+    """Drop two pysyncobj log lines that do not describe what happens here.
 
-    pysyncobj logs it before calling ``deleteEntriesFrom``, which RaftJournal
-    turns into a no-op; the journal logs what it really did (a conflict
-    truncation is a WARNING from ``dledger.journal``).
+    "truncating already-applied log entries" is logged before ``deleteEntriesFrom``,
+    which RaftJournal turns into a no-op (a real conflict truncation is a WARNING
+    from ``dledger.journal``). "Failed to open file for transmission" repeats on
+    every heartbeat for a follower behind the retained start; ReplicatedLog
+    reports that follower instead (ERROR, once, and in ``status()``).
     """
 
     class _Filter(logging.Filter):
         def filter(self, record: logging.LogRecord) -> bool:
-            return "truncating already-applied" not in record.getMessage()
+            message = record.getMessage()
+            return ("truncating already-applied" not in message
+                    and "Failed to open file for transmission" not in message)
 
-    logging.getLogger("pysyncobj.syncobj").addFilter(_Filter())
+    for name in ("pysyncobj.syncobj", "pysyncobj.serializer"):
+        logging.getLogger(name).addFilter(_Filter())

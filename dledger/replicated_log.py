@@ -28,6 +28,7 @@ import enum
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,7 @@ from dledger.errors import (
 from dledger.journal import RaftJournal, silence_false_truncation_alarm
 from dledger.peer_crypto import install_peer_crypto
 from dledger.raft_codec import APPEND_FUNC_ID, encode_payload_command, install_wire_codec
+from dledger.retention import RetentionPlan, plan_retention
 from dledger.transport import PeerNode, make_transport_class
 
 __all__ = ["Appended", "LeaderChange", "ReplicatedLog", "Role"]
@@ -156,6 +158,10 @@ class ReplicatedLog:
             raise RuntimeError("pysyncobj numbered the append method unexpectedly")
         self._wakeup = PipeNotifier(self._node._poller)
         self._node.addOnTickCallback(self._watch_leadership)
+        self._applied_floor: Callable[[], int] = lambda: self.committed_index
+        self._next_retention = time.monotonic() + config.retention_check_s
+        self._behind_reported: set[str] = set()
+        self._node.addOnTickCallback(self._retention_tick)
         self._flusher: threading.Thread | None = None
         if not sync:
             self._flusher = threading.Thread(target=self._flush_loop, name="dledger-flush",
@@ -274,11 +280,7 @@ class ReplicatedLog:
 
     def status(self) -> dict[str, Any]:
         s = self._node.getStatus()
-        followers = {
-            self._names[addr]: s[f"match_idx_server_{addr}"]
-            for addr in self._names
-            if f"match_idx_server_{addr}" in s
-        }
+        followers = self._follower_indexes("match_idx_server_")
         connected = {
             self._names[addr]: s.get(f"partner_node_status_server_{addr}") == 2
             for addr in self._names if addr != self.config.address
@@ -299,7 +301,73 @@ class ReplicatedLog:
             "last_fsync_time": self.journal.last_fsync_time,
             "flush": self.config.flush.value,
             "conflict_truncations": self.journal.conflict_truncations,
+            "followers_behind_retained_start": self.followers_behind_retained_start(),
         }
+
+    # -- retention ---------------------------------------------------------------
+    def set_applied_floor(self, applied_index: Callable[[], int]) -> None:
+        """Retention keeps every entry above ``applied_index()`` (the state machine's)."""
+        self._applied_floor = applied_index
+
+    def _retention_tick(self) -> None:
+        # Runs on the tick thread: pysyncobj computes positions relative to the
+        # first entry, so the first entry must not move between its own calls.
+        if time.monotonic() < self._next_retention:
+            return
+        self._next_retention = time.monotonic() + self.config.retention_check_s
+        try:
+            self.enforce_retention()
+        except Exception:
+            log.exception("retention failed; will retry")
+
+    def enforce_retention(self, now: float | None = None) -> RetentionPlan:
+        """Delete expired segments (see dledger.retention). Tick thread only."""
+        c, cl = self.config, self.commitlog
+        node_floor = min(self.committed_index, self._applied_floor())
+        floor = node_floor
+        if self.is_leader:
+            matches = self._follower_indexes("match_idx_server_")
+            floor = min([floor, *matches.values()])
+        plan = plan_retention(
+            cl.segments(), c.segment_bytes, now=time.time() if now is None else now,
+            max_age_s=c.retention_hours * 3600, max_bytes=c.retention_bytes,
+            floor_position=self._position_at_or_after(floor),
+            node_floor_position=self._position_at_or_after(node_floor))
+        if plan.segments:
+            first = cl.index_at_position(plan.delete_below_position)
+            dropped = cl.delete_before(first) if first is not None else 0
+            log.info("retention deleted %d segments (%d entries); log now starts at %d",
+                     plan.segments, dropped, cl.first_index)
+        if plan.blocked_by_floor:
+            log.info("retention keeps %d expired segments for a lagging follower",
+                     plan.blocked_by_floor)
+        return plan
+
+    def _position_at_or_after(self, index: int) -> int:
+        cl = self.commitlog
+        if index < cl.first_index:
+            return cl.start_position
+        if index > cl.last_index:
+            return cl.write_position
+        return cl.position_of(index)
+
+    def _follower_indexes(self, prefix: str) -> dict[str, int]:
+        s = self._node.getStatus()
+        return {self._names[addr]: s[prefix + addr] for addr in self._names
+                if prefix + addr in s}
+
+    def followers_behind_retained_start(self) -> list[str]:
+        """Followers the leader can no longer feed: they need entries retention deleted."""
+        if not self.is_leader:
+            return []
+        first = self.commitlog.first_index
+        behind = sorted(n for n, nxt in self._follower_indexes("next_node_idx_server_").items()
+                        if nxt <= first)
+        for name in set(behind) - self._behind_reported:
+            log.error("follower %s needs entries before %d, which retention deleted: it cannot "
+                      "catch up from this leader (see docs/DURABILITY.md)", name, first)
+        self._behind_reported = set(behind)
+        return behind
 
     # -- lifecycle ---------------------------------------------------------------
     def _flush_loop(self) -> None:

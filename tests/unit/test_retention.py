@@ -1,0 +1,114 @@
+"""Retention: the pure plan, and deletion on a live group without breaking Raft."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dledger.config import MAX_ENTRY_BYTES, GroupConfig
+from dledger.local_group import free_port
+from dledger.replicated_log import ReplicatedLog
+from dledger.retention import plan_retention
+from dledger.segments import SegmentInfo
+
+SEG = 1000
+
+
+def segs(n: int, age_s: float = 0.0, now: float = 10_000.0, size: int = SEG) -> list[SegmentInfo]:
+    return [SegmentInfo(i * SEG, Path(f"{i}"), size, now - age_s) for i in range(n)]
+
+
+def test_expired_segments_go_up_to_the_floor() -> None:
+    plan = plan_retention(segs(5, age_s=100), SEG, now=10_000, max_age_s=50, max_bytes=None,
+                          floor_position=2500, node_floor_position=2500)
+    assert (plan.delete_below_position, plan.segments, plan.blocked_by_floor) == (2000, 2, 1)
+
+
+def test_fresh_segments_stay() -> None:
+    plan = plan_retention(segs(5, age_s=10), SEG, now=10_000, max_age_s=50, max_bytes=None,
+                          floor_position=4000, node_floor_position=4000)
+    assert plan.segments == 0
+
+
+def test_active_segment_is_never_deleted() -> None:
+    plan = plan_retention(segs(3, age_s=100), SEG, now=10_000, max_age_s=50, max_bytes=None,
+                          floor_position=10**9, node_floor_position=10**9)
+    assert plan.delete_below_position == 2000 and plan.segments == 2
+
+
+def test_size_cap_overrides_a_lagging_follower_but_not_this_node() -> None:
+    plan = plan_retention(segs(5), SEG, now=10_000, max_age_s=10**9, max_bytes=2500,
+                          floor_position=0, node_floor_position=10**9)
+    assert plan.segments == 3  # 5000 -> 2000 bytes
+    plan = plan_retention(segs(5), SEG, now=10_000, max_age_s=10**9, max_bytes=2500,
+                          floor_position=0, node_floor_position=1500)
+    assert plan.segments == 1
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def single(tmp_path: Path) -> Iterator[ReplicatedLog]:
+    cfg = GroupConfig(node="n1", peers={"n1": f"127.0.0.1:{free_port()}"}, data_dir=tmp_path,
+                      segment_bytes=4 * MAX_ENTRY_BYTES, retention_hours=0.0,
+                      retention_check_s=0.05)
+    rlog = ReplicatedLog(cfg)
+    yield rlog
+    rlog.close()
+
+
+def test_old_segments_are_deleted_and_the_rest_still_serves(single: ReplicatedLog) -> None:
+    wait_for(lambda: single.is_leader, 10, "leader")
+    single.set_applied_floor(lambda: 9)  # a state machine that has applied up to 9
+    body = b"z" * (MAX_ENTRY_BYTES - 100)
+    done = [single.propose(body + bytes([i])).result(timeout=10) for i in range(14)]
+    wait_for(lambda: single.commitlog.first_index > 1, 10, "retention to delete a segment")
+    first = single.commitlog.first_index
+    assert 1 < first <= 9, "retention must keep the entries the state machine still needs"
+    assert single.commitlog.start_position > 0
+    for i, a in enumerate(done):
+        if a.index >= first:
+            assert single.commitlog.position_of(a.index) == a.position
+            assert single.read(a.index)[0].body[-1] == i
+    more = single.propose(b"after retention").result(timeout=10)
+    assert single.read(more.index)[0].body == b"after retention"
+
+
+def test_leader_keeps_what_a_lagging_follower_needs(tmp_path: Path) -> None:
+    peers = {f"n{i}": f"127.0.0.1:{free_port()}" for i in (1, 2, 3)}
+
+    def open_node(name: str) -> ReplicatedLog:
+        return ReplicatedLog(GroupConfig(
+            node=name, peers=peers, data_dir=tmp_path / name, secret="t",
+            segment_bytes=4 * MAX_ENTRY_BYTES, retention_hours=0.0, retention_check_s=0.05))
+
+    nodes = {name: open_node(name) for name in peers}
+    try:
+        wait_for(lambda: any(n.is_leader for n in nodes.values()), 15, "leader")
+        leader = next(n for n in nodes.values() if n.is_leader)
+        lagging = next(name for name, n in nodes.items() if n is not leader)
+        nodes[lagging].close()
+        body = b"q" * (MAX_ENTRY_BYTES - 100)
+        last = [leader.propose(body).result(timeout=10) for _ in range(14)][-1]
+        wait_for(lambda: leader.committed_index >= last.index, 10, "commit")
+        plan = leader.enforce_retention()
+        assert plan.blocked_by_floor > 0 and leader.commitlog.first_index <= 3
+        nodes[lagging] = open_node(lagging)
+        wait_for(lambda: nodes[lagging].committed_index >= last.index, 20, "catch-up")
+        wait_for(lambda: leader.commitlog.first_index > 3, 10, "retention after catch-up")
+        follower = nodes[lagging]
+        caught_up = follower.read(follower.commitlog.first_index, 1 << 30)
+        assert [e.index for e in caught_up] == list(range(caught_up[0].index, last.index + 1))
+        assert leader.followers_behind_retained_start() == []
+    finally:
+        for n in nodes.values():
+            n.close()

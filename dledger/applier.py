@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from dledger.entry_format import Entry
+from dledger.journal import LogGap
 from dledger.replicated_log import ReplicatedLog
 
 __all__ = ["Applier", "StateMachine"]
@@ -31,6 +32,10 @@ class StateMachine(Protocol):
         Must be deterministic (depend only on the entries) and must never raise
         for bad payloads -- a payload it cannot use is recorded as rejected.
         """
+
+    def apply_gap(self, first_index: int) -> None:
+        """Entries before ``first_index`` were deleted by retention before this node
+        got them; record the gap durably and continue at ``first_index``."""
 
 
 class Applier:
@@ -62,7 +67,13 @@ class Applier:
             nxt = self._machine.applied_index() + 1
             if not self._rlog.wait_committed(nxt, 0.2):
                 continue
-            entries = self._rlog.read(nxt, self._batch_bytes)
+            try:
+                entries = self._rlog.read(nxt, self._batch_bytes)
+            except LogGap as gap:
+                log.error("entries %d..%d are gone (retention); the state machine skips them",
+                          nxt, gap.first_index - 1)
+                self._machine.apply_gap(gap.first_index)
+                continue
             if not entries:
                 continue
             if entries[0].index != nxt:

@@ -146,8 +146,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"phase 2: open loop at {half:.0f} entries/s for {args.seconds}s", flush=True)
         at_half = asyncio.run(_open_loop(url, payload, half, args.seconds))
         print(f"  {at_half}", flush=True)
-        statuses = {name: group.status(name) for name in group.nodes}
-    identical = len({(s or {}).get("write_position") for s in statuses.values()}) == 1
+        target = group.status(leader)["commit_index"]
+        statuses = {name: group.wait_status(name, lambda s: s["commit_index"] >= target, 30,
+                                            f"commit of {target}") for name in group.nodes}
+    identical = len({s["write_position"] for s in statuses.values()}) == 1
     return {
         "command": "scripts/bench-log " + " ".join(args.argv),
         "machine": _machine(),

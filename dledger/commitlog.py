@@ -20,11 +20,58 @@ corruption: ``CorruptLogError``, unless ``repair=True``, which verifies every
 record's CRC and cuts the log at the first bad one (Raft then re-fetches the
 rest from the peers). A bad body CRC in an older segment is therefore found
 when the entry is read (``CorruptLogError``), or by a repair run.
+
+Reset (``reset``): a follower whose next entry the leader has already deleted
+throws its log away and restarts it at the leader's first retained entry, at
+the same position as on the leader (DLedger's truncate to the leader's begin
+index), so positions keep naming the same entries on every replica. The start
+is recorded in the file ``LOG_START`` (24 bytes, big-endian, replaced with
+``durable_file.atomic_write``)::
+
+    ┌───────────┬─────────────────┬────────────────────┬───────────┐
+    │ magic (4) │ start_index (8) │ start_position (8) │ crc32 (4) │
+    └───────────┴─────────────────┴────────────────────┴───────────┘
+
+* ``magic`` is ``MAGIC_START_PENDING`` while the reset is under way and
+  ``MAGIC_START`` once it is complete;
+* ``crc32`` is ``zlib.crc32`` of the 20 bytes before it.
+
+``reset`` steps (1 is durable before 2 starts; 2-3 are made durable by 4, before 5)::
+
+    1. LOG_START := PENDING(index, position)       the decision; nothing deleted yet
+    2. delete every segment file                   ─┐ SegmentedFile.reset; the new
+    3. create the segment holding position,         │ file and the directory are
+       ftruncate'd to it (a sparse hole before)     │ fsynced
+    4. fsync the new file and the directory        ─┘
+    5. LOG_START := START(index, position)          the reset is complete
+
+Crash safety: a reset interrupted at any point recovers as the RESET log, never
+the old one. A PENDING marker means steps 2-4 may be partly done (any subset of
+old segments left, the new file missing or short), so recovery redoes them
+(deleting whatever segment files are there) and then writes step 5; the old log
+cannot be kept in general, since after step 2 began it may have lost any of its
+segments. Rolling forward is also what Raft wants: the leader has already
+decided that this node restarts at ``index``. A crash before step 1 is durable
+leaves the old marker (or none) and the untouched old log. The two magics make
+the state explicit, so recovery never has to guess from the records whether a
+segment is old or new, and a corrupt first record of a completed reset is
+treated as corruption (cut as a torn tail, or ``CorruptLogError``), not as
+an unfinished reset.
+
+A complete marker is honoured while its position lies in the first segment:
+recovery scans from that position and the first record must be ``index`` (with
+no record there the log is empty, and the next append must be ``index``). When
+retention has since deleted that segment (position below the first segment),
+the marker is stale: ignored, and deleted once the directory is fsynced. A
+complete marker past the end of the first segment cannot come from ``reset``
+(step 5 follows the durable deletion of every older segment):
+``CorruptLogError``.
 """
 
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import zlib
 from array import array
@@ -32,6 +79,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from pathlib import Path
 
+from dledger.durable_file import atomic_write, fsync_directory, read_or_none
 from dledger.entry_format import (
     ALIGN,
     HEADER_SIZE,
@@ -47,7 +95,17 @@ from dledger.entry_format import (
 )
 from dledger.segments import CorruptLogError, SegmentedFile, SegmentInfo
 
-__all__ = ["CommitLog", "CorruptLogError", "RecoveryReport"]
+__all__ = [
+    "MAGIC_START",
+    "MAGIC_START_PENDING",
+    "START_MARKER",
+    "CommitLog",
+    "CorruptLogError",
+    "RecoveryReport",
+    "StartMarker",
+    "decode_start_marker",
+    "encode_start_marker",
+]
 
 log = logging.getLogger("dledger.commitlog")
 
@@ -57,13 +115,66 @@ _REPAIR_HINT = ("Restart the node with repair enabled (--repair-log, repair=True
                 "log at this point and re-fetch the rest from its peers.")
 
 
+START_MARKER = "LOG_START"
+"""File name of the log-start marker in the CommitLog directory."""
+MAGIC_START = 0xD1ED5751
+MAGIC_START_PENDING = 0xD1ED5750
+_MARKER = struct.Struct(">IQQI")
+_I63 = (1 << 63) - 1  # the index arrays are signed 64-bit
+
+
+@dataclass(frozen=True, slots=True)
+class StartMarker:
+    """A decoded ``LOG_START``: the log restarts at ``index`` at ``position``."""
+
+    index: int
+    position: int
+    complete: bool
+
+
+def _check_start(index: int, position: int) -> None:
+    if not 1 <= index <= _I63:
+        raise ValueError(f"start index {index} must be in [1, 2**63)")
+    if not 0 <= position <= _I63 or position % ALIGN:
+        raise ValueError(f"start position {position} must be >= 0 and a multiple of {ALIGN}")
+
+
+def encode_start_marker(index: int, position: int, *, complete: bool) -> bytes:
+    """The 24 bytes of ``LOG_START`` (see the module docstring). Raises ValueError."""
+    _check_start(index, position)
+    magic = MAGIC_START if complete else MAGIC_START_PENDING
+    head = _MARKER.pack(magic, index, position, 0)[:-4]
+    return head + zlib.crc32(head).to_bytes(4, "big")
+
+
+def decode_start_marker(data: bytes) -> StartMarker:
+    """Decode ``LOG_START``; raises FormatError for a bad length, magic, CRC or field."""
+    if len(data) != _MARKER.size:
+        raise FormatError(f"log start marker of {len(data)} bytes, expected {_MARKER.size}")
+    magic, index, position, crc = _MARKER.unpack(data)
+    if magic not in (MAGIC_START, MAGIC_START_PENDING):
+        raise FormatError(f"bad log start marker magic 0x{magic:08x}")
+    if zlib.crc32(data[:-4]) != crc:
+        raise FormatError("log start marker CRC mismatch")
+    try:
+        _check_start(index, position)
+    except ValueError as e:
+        raise FormatError(str(e)) from None
+    return StartMarker(index, position, magic == MAGIC_START)
+
+
 @dataclass(frozen=True, slots=True)
 class RecoveryReport:
-    """What recovery found: entries kept, and where (if anywhere) the log was cut."""
+    """What recovery found: entries kept, and where (if anywhere) the log was cut.
+
+    ``finished_reset`` is True when recovery completed a ``reset`` that a crash
+    had interrupted (the log is then empty at the reset start).
+    """
 
     entries: int
     cut_at: int | None
     cut_bytes: int
+    finished_reset: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,23 +210,32 @@ class CommitLog:
     """
 
     def __init__(self, directory: Path, segment_size: int = 1 << 30, repair: bool = False) -> None:
-        """Open the log in ``directory`` and recover it.
+        """Open the log in ``directory`` and recover it (honouring ``LOG_START``).
 
-        Raises CorruptLogError for mid-log corruption (unless ``repair``) or
-        inconsistent segment files, ValueError for a bad ``segment_size``, OSError.
+        Raises CorruptLogError for mid-log corruption (unless ``repair``),
+        inconsistent segment files or an unreadable ``LOG_START``, ValueError for
+        a bad ``segment_size``, OSError.
         """
-        self._files = SegmentedFile(Path(directory), segment_size)
+        directory = Path(directory)
+        self._marker_path = directory / START_MARKER
         self._lock = threading.Lock()
         self._first = 0
         self._positions = array("q")
         self._terms = array("q")
         self._lens = array("q")
         self._kinds = array("B")
+        # While the segment holding a reset start is the first one: that start.
+        self._reset_index = 0
+        self._reset_position = 0
+        self._files, finished = self._open_files(directory, segment_size)
         try:
-            self.recovery: RecoveryReport = self._recover(repair)
+            report = self._recover(repair)
         except BaseException:
             self._files.close()
             raise
+        self.recovery: RecoveryReport = (
+            RecoveryReport(report.entries, report.cut_at, report.cut_bytes, True)
+            if finished else report)
 
     # -- properties ----------------------------------------------------------------
     @property
@@ -150,17 +270,25 @@ class CommitLog:
         return self._files.dirty
 
     # -- writing -------------------------------------------------------------------
+    @property
+    def awaiting_start(self) -> int:
+        """The only index an empty reset log accepts (0: not an empty reset log)."""
+        with self._lock:
+            return 0 if self._positions else self._reset_index
+
     def append(self, index: int, term: int, kind: EntryKind, body: bytes) -> int:
         """Append one entry and return its position (durable after ``flush``).
 
-        ``index`` must be ``last_index + 1``, or any index >= 1 when the log is
-        empty. Raises ValueError otherwise, or for a body that does not fit in a
+        ``index`` must be ``last_index + 1``; when the log is empty, the reset
+        start index if the log was reset (see ``reset``), else any index >= 1.
+        Raises ValueError otherwise, or for a body that does not fit in a
         segment; OSError from the file system (the entry is then not appended).
         """
         record = encode_entry(index, term, EntryKind(kind), body)
         with self._lock:
-            if self._positions and index != self._last() + 1:
-                raise ValueError(f"append of index {index}: expected {self._last() + 1}")
+            expected = self._last() + 1 if self._positions else self._reset_index
+            if expected and index != expected:
+                raise ValueError(f"append of index {index}: expected {expected}")
             position = self._files.append(record)
             self._push(position, index, term, kind, len(body))
             return position
@@ -192,11 +320,51 @@ class CommitLog:
             else:
                 bound = self._files.write_position
             self._files.delete_segments_before(bound)
-            dropped = bisect_left(self._positions, self._files.start_position)
+            start = self._files.start_position
+            if self._reset_index and start != self._reset_position:
+                self._reset_index = 0  # the reset segment is gone: LOG_START is stale
+            dropped = bisect_left(self._positions, start)
             for arr in (self._positions, self._terms, self._lens, self._kinds):
                 del arr[:dropped]
             self._first += dropped
             return dropped
+
+    def reset(self, start_index: int, start_position: int) -> None:
+        """Throw the whole log away and restart it, empty, at ``start_index``.
+
+        For a follower behind the leader's first retained entry: ``start_index``
+        and ``start_position`` are that entry's index and position on the leader.
+        Afterwards the log is empty, ``write_position == start_position ==
+        self.start_position``, and the next append must be ``start_index`` (also
+        after a reopen, or after ``truncate_from`` empties the log again) and lands
+        at ``start_position``; segments then roll exactly as on the leader.
+        Durable when it returns; see the module docstring for the steps and why
+        a crash during them recovers as the reset log.
+
+        Raises ValueError if ``start_index < 1``, ``start_position`` is negative or
+        not a multiple of 8, or the log is closed. Raises OSError from the file
+        system: if the first step (the PENDING marker) failed, nothing changed;
+        otherwise the log is closed and must be reopened, which finishes the reset.
+        """
+        _check_start(start_index, start_position)
+        with self._lock:
+            if self._files.closed:
+                raise ValueError("CommitLog is closed")
+            atomic_write(self._marker_path,
+                         encode_start_marker(start_index, start_position, complete=False))
+            for arr in (self._positions, self._terms, self._lens, self._kinds):
+                del arr[:]
+            self._first = 0
+            self._reset_index, self._reset_position = start_index, start_position
+            try:
+                self._files.reset(start_position)
+                atomic_write(self._marker_path,
+                             encode_start_marker(start_index, start_position, complete=True))
+            except BaseException:
+                self._files.close()
+                raise
+            log.info("log reset: it now starts empty at index %d, position %d",
+                        start_index, start_position)
 
     def flush(self) -> bool:
         """fsync everything appended or truncated so far; True if anything was synced.
@@ -320,11 +488,45 @@ class CommitLog:
                                "(repair verifies the CRC of every record.)")
 
     # -- recovery ------------------------------------------------------------------
+    def _open_files(self, directory: Path, segment_size: int) -> tuple[SegmentedFile, bool]:
+        """Open the segments as ``LOG_START`` says; True if an interrupted reset was finished."""
+        if segment_size < ALIGN or segment_size % ALIGN:
+            raise ValueError(f"segment_size must be a positive multiple of {ALIGN}")
+        directory.mkdir(parents=True, exist_ok=True)
+        data = read_or_none(self._marker_path)
+        if data is None:
+            return SegmentedFile(directory, segment_size), False
+        try:
+            marker = decode_start_marker(data)
+        except FormatError as e:
+            raise CorruptLogError(f"unreadable log start marker {self._marker_path}: {e}") from None
+        if not marker.complete:
+            log.warning("finishing a log reset interrupted by a crash: the log restarts at index "
+                        "%d, position %d (every segment file is deleted)",
+                        marker.index, marker.position)
+            files = SegmentedFile(directory, segment_size, marker.position, discard_existing=True)
+        else:
+            files = SegmentedFile(directory, segment_size, marker.position)
+        try:
+            if not marker.complete:
+                atomic_write(self._marker_path,
+                             encode_start_marker(marker.index, marker.position, complete=True))
+            if files.start_position == marker.position:
+                self._reset_index, self._reset_position = marker.index, marker.position
+            else:  # stale: retention deleted the reset segment; make that durable first
+                fsync_directory(directory)
+                self._marker_path.unlink(missing_ok=True)
+        except BaseException:
+            files.close()
+            raise
+        return files, not marker.complete
+
     def _recover(self, repair: bool) -> RecoveryReport:
         infos = self._files.segments()
+        start = self._files.start_position
         bad = None
         for k, info in enumerate(infos):
-            bad = self._scan_segment(info, deep=repair or k == len(infos) - 1,
+            bad = self._scan_segment(info, max(info.start, start), deep=repair or k == len(infos) - 1,
                                      is_last=k == len(infos) - 1)
             if bad is not None:
                 break
@@ -345,12 +547,12 @@ class CommitLog:
                     what, where, bad.reason, end - bad.position, self._last())
         return RecoveryReport(len(self._positions), bad.position, end - bad.position)
 
-    def _scan_segment(self, info: SegmentInfo, deep: bool, is_last: bool) -> _Bad | None:
-        """Add the segment's valid entries to the arrays; return the first bad record."""
+    def _scan_segment(self, info: SegmentInfo, pos: int, deep: bool,
+                      is_last: bool) -> _Bad | None:
+        """Add the segment's valid entries from ``pos`` on; return the first bad record."""
         seg_end = info.start + self._files.segment_size
         file_end = info.start + info.size_on_disk
         reader = _Reader(self._files, _CHUNK if deep else HEADER_SIZE)
-        pos = info.start
         while pos < seg_end:
             if pos >= file_end:
                 return None if is_last else _Bad(pos, "segment file ends without blank padding")
@@ -383,7 +585,7 @@ class CommitLog:
 
     def _check_entry(self, header: EntryHeader, pos: int, seg_end: int,
                      file_end: int) -> str | None:
-        expected = self._last() + 1 if self._positions else None
+        expected = self._last() + 1 if self._positions else self._reset_index or None
         if pos + header.size > seg_end:
             return f"record of {header.size} bytes runs past the segment end"
         if expected is None and header.index < 1:
@@ -396,7 +598,7 @@ class CommitLog:
 
     def _valid_record_after(self, position: int) -> int | None:
         """Position of a fully valid entry record after ``position``, if any (error path)."""
-        min_index = self._last() + 1 if self._positions else 1
+        min_index = self._last() + 1 if self._positions else max(1, self._reset_index)
         for info in self._files.segments():
             pos = max(info.start, position + ALIGN)
             end = info.start + info.size_on_disk

@@ -62,7 +62,7 @@ class GroupConfig:
     retention_hours: float = 72.0
     retention_bytes: int | None = None
     retention_check_s: float = 60.0
-    heartbeat_ms: int = 10
+    heartbeat_ms: int = 5
     election_timeout_ms: tuple[int, int] = (400, 1200)
     leader_lease_ms: int = 2000
     connect_retry_ms: int = 300

@@ -56,7 +56,7 @@ from dledger.durable_file import atomic_write, read_or_none
 from dledger.entry_format import Entry
 from dledger.raft_codec import decode_command, encode_command
 
-__all__ = ["CommittedEntryConflict", "RaftJournal"]
+__all__ = ["CommittedEntryConflict", "LogGap", "RaftJournal"]
 
 log = logging.getLogger("dledger.journal")
 
@@ -64,6 +64,15 @@ _READ_AHEAD_BYTES = 256 * 1024
 #: The newest entries are also kept as pysyncobj tuples in memory, so that
 #: replicating them to followers reads no disk and re-encodes nothing.
 RECENT_CACHE_BYTES = 16 << 20
+
+
+class LogGap(LookupError):
+    """The entries asked for were deleted by retention; the log resumes at ``first_index``."""
+
+    def __init__(self, wanted: int, first_index: int) -> None:
+        self.wanted = wanted
+        self.first_index = first_index
+        super().__init__(f"entry {wanted} is no longer retained; the log starts at {first_index}")
 
 
 class CommittedEntryConflict(RuntimeError):
@@ -139,6 +148,9 @@ class RaftJournal(Journal):
         self._term: int = max(state.get("term", 0), commitlog.last_term)
         self._voted_for: str | None = state.get("voted_for")
         stored_commit = min(state.get("commit", 0), commitlog.last_index)
+        # The first held entry is committed: index 1 is the no-op every node
+        # writes itself, and a later first entry is a retained or reset start.
+        stored_commit = max(stored_commit, commitlog.first_index)
         self._committed = stored_commit
         self._confirmed = stored_commit
         self._raft_commit = stored_commit
@@ -150,6 +162,8 @@ class RaftJournal(Journal):
         self._closed = False
         self._recent: dict[int, tuple[bytes, int, int]] = {}
         self._recent_bytes = 0
+        self._staged_reset: tuple[int, int] | None = None
+        self.log_resets: list[tuple[int, int]] = []  # (first, last) index ranges never received
 
     # -- pysyncobj contract --------------------------------------------------
     def add(self, command: bytes, idx: int, term: int) -> None:
@@ -185,8 +199,31 @@ class RaftJournal(Journal):
         raise RuntimeError("log compaction is disabled for RaftJournal")
 
     def clear(self) -> None:
-        # Only a snapshot install calls this, and compaction is switched off.
-        raise RuntimeError("snapshot install is disabled for RaftJournal")
+        """pysyncobj's snapshot install: restart the log at the leader's retained start.
+
+        Only ever reached for a follower behind the leader's first retained entry
+        (log compaction is off); ``stage_reset`` must have described that start.
+        """
+        start = self._staged_reset
+        if start is None:
+            raise RuntimeError("journal clear without a staged log start")
+        self._staged_reset = None
+        index, position = start
+        before = self._committed
+        self._log.reset(index, position)
+        self._recent.clear()
+        self._recent_bytes = 0
+        with self._lock:
+            self._committed = max(self._committed, index)
+            self._confirmed = index
+        self.log_resets.append((before + 1, index - 1))
+        log.error("log restarted at index %d, position %d: entries %d..%d were deleted by "
+                  "retention on the leader before this node received them",
+                  index, position, before + 1, index - 1)
+
+    def stage_reset(self, index: int, position: int) -> None:
+        """Announce where the next ``clear()`` restarts the log (from the leader's dump)."""
+        self._staged_reset = (index, position)
 
     def __getitem__(self, item: int | slice) -> Any:
         first, n = self._log.first_index, len(self._log)
@@ -249,15 +286,26 @@ class RaftJournal(Journal):
     def confirmed_index(self) -> int:
         return self._confirmed
 
+    @property
+    def resume_hint(self) -> int:
+        """Where a rejecting follower asks the leader to resume: after what is known to match."""
+        return max(self._confirmed, self._log.first_index) + 1
+
     def add_commit_listener(self, listener: Any) -> None:
         """``listener(committed_index)`` runs on the tick thread after each advance."""
         self._commit_listeners.append(listener)
 
     def read_committed(self, from_index: int, max_bytes: int) -> list[Entry]:
-        """Committed entries from ``from_index`` (at least one if available)."""
+        """Committed entries from ``from_index`` (at least one if available).
+
+        Raises ``LogGap`` when ``from_index`` is below the first retained entry.
+        """
         upto = self._committed
         if from_index > upto:
             return []
+        first = self._log.first_index
+        if from_index < first:
+            raise LogGap(from_index, first)
         return self._log.entries(from_index, max_bytes, upto)
 
     def flush(self) -> bool:

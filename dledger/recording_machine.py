@@ -6,6 +6,9 @@ Layout of ``applied.log`` (one fixed-size record per applied entry)::
     │ index (8)     │ term (8)      │ kind (1) │ pad (3)  │ crc (4)  │  = 24 bytes
     └───────────────┴───────────────┴──────────┴──────────┴──────────┘
 
+A record of kind ``GAP_KIND`` (0xFF) says that every index up to its own was
+deleted by retention before this node received it.
+
 The applied index is the index of the last whole record, so the state and the
 applied index are persisted together by one append; a torn last record is cut
 on open. Tests read the file to check exactly-once, in-order application.
@@ -21,10 +24,11 @@ from pathlib import Path
 
 from dledger.entry_format import Entry
 
-__all__ = ["RECORD", "RecordingMachine", "read_records"]
+__all__ = ["GAP_KIND", "RECORD", "RecordingMachine", "read_records"]
 
 RECORD = struct.Struct(">QQB3xI")
 assert RECORD.size == 24
+GAP_KIND = 0xFF  # "everything up to this index was deleted before it reached this node"
 
 
 class RecordingMachine:
@@ -56,8 +60,16 @@ class RecordingMachine:
         os.write(self._fd, out)
         os.fsync(self._fd)
 
+    def apply_gap(self, first_index: int) -> None:
+        """Record that entries up to ``first_index - 1`` were never received (kind GAP)."""
+        os.write(self._fd, RECORD.pack(first_index - 1, 0, GAP_KIND, 0))
+        os.fsync(self._fd)
+        self._applied = first_index - 1
+
     def close(self) -> None:
-        os.close(self._fd)
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 def read_records(path: Path) -> list[tuple[int, int, int, int]]:

@@ -46,6 +46,7 @@ from dledger.config import (
     FlushPolicy,
     GroupConfig,
 )
+from dledger.durable_file import atomic_write
 from dledger.entry_format import Entry
 from dledger.errors import (
     EntryTooLarge,
@@ -56,8 +57,14 @@ from dledger.errors import (
     ProposeError,
 )
 from dledger.journal import RaftJournal, silence_false_truncation_alarm
+from dledger.log_start import DumpEntry, decode_log_start, encode_log_start
 from dledger.peer_crypto import install_peer_crypto
-from dledger.raft_codec import APPEND_FUNC_ID, encode_payload_command, install_wire_codec
+from dledger.raft_codec import (
+    APPEND_FUNC_ID,
+    decode_command,
+    encode_payload_command,
+    install_wire_codec,
+)
 from dledger.retention import RetentionPlan, plan_retention
 from dledger.transport import PeerNode, make_transport_class
 
@@ -138,8 +145,11 @@ class ReplicatedLog:
         _check_bindable(config.address)
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self._names = {addr: name for name, addr in config.peers.items()}
-        self.commitlog = CommitLog(config.data_dir / "commitlog", config.segment_bytes,
+        self.commitlog_dir = config.data_dir / "commitlog"
+        self.commitlog = CommitLog(self.commitlog_dir, config.segment_bytes,
                                    repair=config.repair_log)
+        self._dump_path = config.data_dir / "log-start.dump"
+        self._finish_interrupted_reset()
         self.journal = RaftJournal(self.commitlog, config.data_dir / "raft-state")
         self._commit_cond = threading.Condition()
         self.journal.add_commit_listener(self._on_commit)
@@ -148,8 +158,10 @@ class ReplicatedLog:
         self._closed = threading.Event()
         sync = config.flush == FlushPolicy.SYNC
         transport = make_transport_class(self.journal.flush if sync else None,
-                                         lambda: self.journal.confirmed_index)
+                                         lambda: self.journal.resume_hint)
         journal_key = str(config.data_dir / "commitlog")
+        self._dump_path.unlink(missing_ok=True)  # rewritten from the log as it is now
+        self._write_log_start()
         _pending_journals[journal_key] = self.journal
         others = [PeerNode(addr, config.dial.get(name)) for name, addr in config.other_peers.items()]
         self._node = _RaftNode(PeerNode(config.address), others, self._syncobj_conf(journal_key),
@@ -187,7 +199,10 @@ class ReplicatedLog:
             logCompactionMinTime=_NEVER,
             dynamicMembershipChange=False,
             commandsWaitLeader=False,
-            fullDumpFile=None,
+            fullDumpFile=str(self._dump_path),
+            serializer=self._refuse_serialize,
+            deserializer=self._read_log_start,
+            useFork=False,
             sendBufferSize=SOCKET_BUFFER_BYTES,
             recvBufferSize=SOCKET_BUFFER_BYTES,
         )
@@ -244,7 +259,10 @@ class ReplicatedLog:
         return self.journal.committed_index
 
     def read(self, from_index: int, max_bytes: int = 1 << 20) -> list[Entry]:
-        """Committed entries from ``from_index`` (never beyond ``committed_index``)."""
+        """Committed entries from ``from_index`` (never beyond ``committed_index``).
+
+        Raises ``LogGap`` if retention already deleted ``from_index``.
+        """
         return self.journal.read_committed(from_index, max_bytes)
 
     def wait_committed(self, index: int, timeout: float) -> bool:
@@ -302,7 +320,52 @@ class ReplicatedLog:
             "flush": self.config.flush.value,
             "conflict_truncations": self.journal.conflict_truncations,
             "followers_behind_retained_start": self.followers_behind_retained_start(),
+            "log_resets": [list(r) for r in self.journal.log_resets],
         }
+
+    # -- the retained start, shipped to followers behind it ---------------------------
+    def _write_log_start(self) -> None:
+        cl = self.commitlog
+        if cl.first_index <= 1 or len(cl) < 2:
+            return
+        first, second = (
+            DumpEntry(*self.journal[i], position=cl.position_of(cl.first_index + i))
+            for i in (0, 1))
+        atomic_write(self._dump_path, encode_log_start(first, second))
+
+    def _read_log_start(self, filename: str) -> tuple[Any, Any, None]:
+        with open(filename, "rb") as f:
+            first, second = decode_log_start(f.read())
+        self.journal.stage_reset(first.index, first.position)
+        return second.raft_tuple, first.raft_tuple, None
+
+    def _finish_interrupted_reset(self) -> None:
+        """A crash between a log reset and its first two appends leaves an empty log
+        waiting for its start entry; they are still in the received dump file."""
+        awaiting = self.commitlog.awaiting_start
+        if not awaiting:
+            return
+        try:
+            first, second = decode_log_start(self._dump_path.read_bytes())
+        except (OSError, ValueError):
+            first = second = None
+        if first is None or second is None or first.index != awaiting:
+            raise ConfigError(
+                f"{self.commitlog_dir}: the log was restarted at index {awaiting} but the entries "
+                "that start it are missing; move this node's data directory away so it is "
+                "re-fetched from its peers")
+        for entry in (first, second):
+            kind, body = decode_command(entry.command)
+            position = self.commitlog.append(entry.index, entry.term, kind, body)
+            if position != entry.position:
+                raise ConfigError(f"log restart at {entry.index}: position {position} is not "
+                                  f"the leader's {entry.position}")
+        self.commitlog.flush()
+        log.warning("finished an interrupted log restart at index %d", awaiting)
+
+    @staticmethod
+    def _refuse_serialize(filename: str, data: Any) -> None:
+        raise RuntimeError("log compaction is disabled")
 
     # -- retention ---------------------------------------------------------------
     def set_applied_floor(self, applied_index: Callable[[], int]) -> None:
@@ -336,6 +399,7 @@ class ReplicatedLog:
         if plan.segments:
             first = cl.index_at_position(plan.delete_below_position)
             dropped = cl.delete_before(first) if first is not None else 0
+            self._write_log_start()
             log.info("retention deleted %d segments (%d entries); log now starts at %d",
                      plan.segments, dropped, cl.first_index)
         if plan.blocked_by_floor:

@@ -18,6 +18,16 @@ here (``CommitLog`` validates and recovers them).
 Durability: writes land in the page cache; ``flush`` fsyncs every file written
 or truncated since the last flush, and the directory if segments were created
 or deleted.
+
+Log start: the storage normally starts at the first segment's start. ``reset``
+(a Raft follower restarted at the leader's first retained entry) deletes every
+segment and restarts the storage at any aligned ``start_position``, in the
+segment that holds it, with a sparse hole before it; the caller records that
+start durably and passes it back when opening, and it holds while that segment
+is the first one::
+
+      00000000000000004096   [ hole ..........][rec][rec]...        first segment after a reset
+                                               ▲ start_position
 """
 
 from __future__ import annotations
@@ -76,14 +86,29 @@ class SegmentedFile:
     ``close``.
     """
 
-    def __init__(self, directory: Path, segment_size: int) -> None:
+    def __init__(self, directory: Path, segment_size: int, start_position: int | None = None,
+                 *, discard_existing: bool = False) -> None:
         """Open (or create) the segments in ``directory``.
 
-        Raises ValueError for a bad ``segment_size`` and CorruptLogError when the
-        segment names are not contiguous or a file is larger than a segment.
+        ``start_position`` is where an earlier ``reset`` restarted the storage (the
+        caller keeps it durably). It is honoured while it lies in the first segment:
+        nothing before it is readable, and if that segment is the only one and its
+        file is shorter, it is extended to it. A start below the first segment is
+        ignored (retention has deleted its segment since); with no segment file, the
+        segment holding it is created. ``discard_existing`` (needs
+        ``start_position``) first deletes every segment file, whatever their names,
+        and restarts the storage there durably, as ``reset`` does.
+
+        Raises ValueError for a bad ``segment_size`` or ``start_position``, and
+        CorruptLogError when the segment names are not contiguous, a file is larger
+        than a segment, or ``start_position`` lies past the end of the first segment.
         """
         if segment_size < ALIGN or segment_size % ALIGN:
             raise ValueError(f"segment_size must be a positive multiple of {ALIGN}")
+        if start_position is not None:
+            _check_start(start_position)
+        elif discard_existing:
+            raise ValueError("discard_existing needs a start_position")
         self._dir = Path(directory)
         self._size = segment_size
         self._lock = threading.Lock()
@@ -94,10 +119,19 @@ class SegmentedFile:
         self._closed = False
         self._dir.mkdir(parents=True, exist_ok=True)
         self._segs: list[_Segment] = []
+        self._start = 0
         try:
+            if discard_existing and start_position is not None:
+                self._restart_at(start_position)
+                return
             self._open_existing()
             if not self._segs:
-                self._segs.append(self._create(0))
+                self._start = 0 if start_position is None else start_position
+                self._segs.append(self._create_at(self._start))
+            elif start_position is not None:
+                self._adopt_start(start_position)
+            else:
+                self._start = self._segs[0].start
         except BaseException:
             self._close_fds()
             raise
@@ -119,9 +153,15 @@ class SegmentedFile:
 
     @property
     def start_position(self) -> int:
-        """Start of the first retained segment."""
+        """Lowest readable position: the start of the first retained segment, or the
+        ``reset`` start while the segment holding it is the first one."""
         with self._lock:
-            return self._segs[0].start
+            return self._start
+
+    @property
+    def closed(self) -> bool:
+        with self._lock:
+            return self._closed
 
     @property
     def dirty(self) -> bool:
@@ -157,9 +197,9 @@ class SegmentedFile:
         """
         with self._lock:
             self._check_open()
-            if not self._segs[0].start <= position <= self._end():
+            if not self._start <= position <= self._end():
                 raise ValueError(f"truncate position {position} outside "
-                                 f"[{self._segs[0].start}, {self._end()}]")
+                                 f"[{self._start}, {self._end()}]")
             if position == self._end():
                 return
             keep = self._seg_index(position)
@@ -183,7 +223,31 @@ class SegmentedFile:
                 seg = self._segs.pop(0)
                 self._delete(seg)
                 deleted.append(seg.start)
+            self._start = max(self._start, self._segs[0].start)
             return deleted
+
+    def reset(self, start_position: int) -> None:
+        """Delete every segment and restart the storage, empty, at ``start_position``.
+
+        Creates the segment holding ``start_position`` (named by its segment start)
+        with its length set to the offset of ``start_position`` (a sparse hole), so
+        the next ``append`` lands there and later rolling is the same as on a
+        storage that wrote everything before it. Durable when it returns (the new
+        file and the directory are fsynced). Raises ValueError for a position that
+        is negative or not a multiple of ALIGN; on OSError the object is closed
+        (reopen it, with ``discard_existing``, to finish).
+        """
+        _check_start(start_position)
+        with self._lock:
+            while self._flushing:
+                self._flush_done.wait()
+            self._check_open()
+            try:
+                self._restart_at(start_position)
+            except BaseException:
+                self._closed = True
+                self._close_fds()
+                raise
 
     def flush(self) -> bool:
         """fsync what was written since the last flush; True if anything was synced.
@@ -225,9 +289,9 @@ class SegmentedFile:
         """
         with self._lock:
             self._check_open()
-            if size < 0 or position < self._segs[0].start or position + size > self._end():
+            if size < 0 or position < self._start or position + size > self._end():
                 raise ValueError(f"read of {size} bytes at {position} outside "
-                                 f"[{self._segs[0].start}, {self._end()})")
+                                 f"[{self._start}, {self._end()})")
             parts = []
             while size > 0:
                 seg = self._segs[self._seg_index(position)]
@@ -249,7 +313,7 @@ class SegmentedFile:
         """
         with self._lock:
             self._check_open()
-            if not self._segs[0].start <= position < self._segs[-1].start + self._size:
+            if not self._start <= position < self._segs[-1].start + self._size:
                 raise ValueError(f"position {position} is in no retained segment")
             seg = self._segs[self._seg_index(position)]
             n = max(0, min(size, seg.start + self._size - position))
@@ -302,6 +366,44 @@ class SegmentedFile:
                 raise CorruptLogError(f"segment file {path} has {length} bytes, "
                                       f"more than the segment size {self._size}")
 
+    def _adopt_start(self, position: int) -> None:
+        first = self._segs[0]
+        if position < first.start:
+            self._start = first.start  # its segment was deleted by retention since
+            return
+        if position >= first.start + self._size:
+            raise CorruptLogError(f"log start position {position} lies past the first segment "
+                                  f"file {first.path} (segment size {self._size})")
+        if len(self._segs) == 1 and first.length < position - first.start:
+            os.ftruncate(first.fd, position - first.start)
+            first.length = position - first.start
+            self._dirty.add(first)
+        self._start = position
+
+    def _restart_at(self, position: int) -> None:
+        """Delete every segment file, create the one holding ``position``, sync both."""
+        self._close_fds()
+        self._segs = []
+        self._dirty.clear()
+        for name in sorted(p.name for p in self._dir.iterdir() if _NAME.match(p.name)):
+            (self._dir / name).unlink(missing_ok=True)
+        seg = self._create_at(position)
+        self._segs.append(seg)
+        os.fsync(seg.fd)
+        fsync_directory(self._dir)
+        self._dirty.clear()
+        self._dir_dirty = False
+        self._start = position
+
+    def _create_at(self, position: int) -> _Segment:
+        """Create the segment holding ``position``, its write offset at ``position``."""
+        seg = self._create(position - position % self._size)
+        if position > seg.start:
+            os.ftruncate(seg.fd, position - seg.start)
+            seg.length = position - seg.start
+            self._dirty.add(seg)
+        return seg
+
     def _create(self, start: int) -> _Segment:
         path = self._dir / segment_name(start)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -351,6 +453,8 @@ class SegmentedFile:
         return min((position - self._segs[0].start) // self._size, len(self._segs) - 1)
 
     def _end(self) -> int:
+        if not self._segs:  # only after a failed reset (closed)
+            return self._start
         last = self._segs[-1]
         return last.start + last.length
 
@@ -364,6 +468,11 @@ class SegmentedFile:
                 with contextlib.suppress(OSError):
                     os.close(seg.fd)
                 seg.fd = -1
+
+
+def _check_start(position: int) -> None:
+    if position < 0 or position % ALIGN:
+        raise ValueError(f"start position {position} must be >= 0 and a multiple of {ALIGN}")
 
 
 def _pread_full(fd: int, size: int, offset: int) -> bytes:

@@ -19,9 +19,10 @@
      lacks ``prevLogIdx`` tells the leader to resume at its last index + 1.
      When that tail is a stale, unconfirmed one, pipelined rejections make the
      leader's nextIndex oscillate between two values forever (measured: a node
-     left unrepaired). The hint is lowered to ``confirmed + 1``, the first index
+     left unrepaired). The hint is lowered to ``resume_hint`` (confirmed + 1), the first index
      not known to match the current leader; a lower nextIndex is always safe
-     (Raft §5.3, the leader just sends more).
+     (Raft §5.3, the leader just sends more). It never goes below the first
+     held entry + 1, which every replica holds identically.
 """
 
 from __future__ import annotations
@@ -62,26 +63,26 @@ class GroupTransport(TCPTransport):
     """TCPTransport with flush-before-send and the conflict hint (module docstring)."""
 
     flush_before_send: Callable[[], Any] | None = None
-    confirmed_index: Callable[[], int] | None = None
+    resume_hint: Callable[[], int] | None = None
 
     def send(self, node: Any, message: Any) -> bool:
         if self.flush_before_send is not None:
             self.flush_before_send()
         if (
-            self.confirmed_index is not None
+            self.resume_hint is not None
             and isinstance(message, dict)
             and message.get("type") == "next_node_idx"
             and message.get("reset")
             and not message.get("success")
         ):
-            hint = self.confirmed_index() + 1
+            hint = self.resume_hint()
             if message["next_node_idx"] > hint:
                 message = {**message, "next_node_idx": hint}
         return super().send(node, message)
 
 
 def make_transport_class(
-    flush_before_send: Callable[[], Any] | None, confirmed_index: Callable[[], int]
+    flush_before_send: Callable[[], Any] | None, resume_hint: Callable[[], int]
 ) -> type[GroupTransport]:
     """A GroupTransport subclass bound to one node's journal (pysyncobj takes a class)."""
     return type(
@@ -89,6 +90,6 @@ def make_transport_class(
         (GroupTransport,),
         {
             "flush_before_send": staticmethod(flush_before_send) if flush_before_send else None,
-            "confirmed_index": staticmethod(confirmed_index),
+            "resume_hint": staticmethod(resume_hint),
         },
     )

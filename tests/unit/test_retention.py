@@ -112,3 +112,89 @@ def test_leader_keeps_what_a_lagging_follower_needs(tmp_path: Path) -> None:
     finally:
         for n in nodes.values():
             n.close()
+
+
+def test_follower_behind_the_retained_start_restarts_its_log_there(tmp_path: Path) -> None:
+    """The size cap deletes what a stopped follower still needs: when it returns, its
+    log restarts at the leader's first retained entry, at the same position; the gap
+    is reported in status and in its state machine, and it then follows normally."""
+    from dledger.applier import Applier
+    from dledger.recording_machine import GAP_KIND, RecordingMachine, read_records
+
+    peers = {f"n{i}": f"127.0.0.1:{free_port()}" for i in (1, 2, 3)}
+    seg = 4 * MAX_ENTRY_BYTES
+    opened: list[tuple[ReplicatedLog, Applier, RecordingMachine]] = []
+
+    def open_node(name: str) -> ReplicatedLog:
+        rlog = ReplicatedLog(GroupConfig(
+            node=name, peers=peers, data_dir=tmp_path / name, secret="t", segment_bytes=seg,
+            retention_hours=1000.0, retention_bytes=3 * seg, retention_check_s=0.05))
+        machine = RecordingMachine(tmp_path / name / "applied.log")
+        applier = Applier(rlog, machine).start()
+        rlog.set_applied_floor(machine.applied_index)
+        opened.append((rlog, applier, machine))
+        return rlog
+
+    def close(rlog: ReplicatedLog) -> None:
+        for r, applier, machine in opened:
+            if r is rlog:
+                applier.stop()
+                r.close()
+                machine.close()
+
+    nodes = {name: open_node(name) for name in peers}
+    try:
+        wait_for(lambda: any(n.is_leader for n in nodes.values()), 15, "leader")
+        leader = next(n for n in nodes.values() if n.is_leader)
+        lagging = next(name for name, n in nodes.items() if n is not leader)
+        wait_for(lambda: nodes[lagging].committed_index >= 2, 10, "follower joined")
+        close(nodes[lagging])
+        body = b"g" * (MAX_ENTRY_BYTES - 100)
+        done = [leader.propose(body + i.to_bytes(2, "big")).result(timeout=10) for i in range(40)]
+        wait_for(lambda: leader.commitlog.first_index > 8, 10, "the size cap to delete segments")
+        nodes[lagging] = follower = open_node(lagging)
+        wait_for(lambda: follower.committed_index >= done[-1].index, 20, "catch-up across the gap")
+        assert follower.status()["log_resets"], "the gap must be reported"
+        start = follower.commitlog.first_index
+        assert start > 3
+        for a in done:
+            if a.index >= max(start, leader.commitlog.first_index):
+                assert follower.commitlog.position_of(a.index) == a.position
+                assert follower.read(a.index)[0].body == leader.read(a.index)[0].body
+        more = leader.propose(b"after the gap").result(timeout=10)
+        wait_for(lambda: follower.committed_index >= more.index, 10, "following again")
+        records = read_records(tmp_path / lagging / "applied.log")
+        wait_for(lambda: read_records(tmp_path / lagging / "applied.log")[-1][0] >= more.index, 10,
+                 "the follower's state machine to apply past the gap")
+        records = read_records(tmp_path / lagging / "applied.log")
+        assert any(r[2] == GAP_KIND and r[0] == start - 1 for r in records)
+    finally:
+        for rlog, _, _ in opened:
+            close(rlog)
+
+
+def test_a_crash_inside_a_log_restart_is_finished_from_the_received_dump(tmp_path: Path) -> None:
+    from dledger.commitlog import CommitLog
+    from dledger.entry_format import EntryKind, record_size
+    from dledger.log_start import DumpEntry, encode_log_start
+    from dledger.raft_codec import encode_payload_command
+
+    seg = 4 * MAX_ENTRY_BYTES
+    start = 3 * seg + 4096  # a position inside the fourth segment
+    log = CommitLog(tmp_path / "commitlog", seg)
+    log.reset(40, start)  # ... and the process dies before appending 40 and 41
+    log.close()
+    first = DumpEntry(encode_payload_command(b"forty"), 40, 2, start)
+    second = DumpEntry(encode_payload_command(b"forty-one"), 41, 2,
+                       start + record_size(len(b"forty")))
+    (tmp_path / "log-start.dump").write_bytes(encode_log_start(first, second))
+    rlog = ReplicatedLog(GroupConfig(node="n1", peers={"n1": f"127.0.0.1:{free_port()}"},
+                                     data_dir=tmp_path, segment_bytes=seg))
+    try:
+        assert (rlog.commitlog.first_index, rlog.commitlog.position_of(41)) == (40, second.position)
+        assert rlog.commitlog.entry(40).kind == EntryKind.DATA
+        wait_for(lambda: rlog.is_leader, 10, "leader")
+        appended = rlog.propose(b"next").result(timeout=10)
+        assert appended.index > 41 and rlog.read(41)[0].body == b"forty-one"
+    finally:
+        rlog.close()

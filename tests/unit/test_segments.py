@@ -195,3 +195,65 @@ def test_closed(tmp_path: Path) -> None:
         f.append(rec(8))
     assert f.write_position == 0
     assert not any(os.path.basename(p).startswith(".") for p in os.listdir(tmp_path))
+
+
+def test_reset_restarts_at_a_position_with_a_hole(files: SegmentedFile) -> None:
+    for _ in range(6):
+        files.append(rec(1000))
+    start = 2 * SEG + 1000
+    files.reset(start)
+    assert names(files.directory) == [segment_name(2 * SEG)]
+    assert (files.directory / segment_name(2 * SEG)).stat().st_size == 1000
+    assert files.write_position == files.start_position == start
+    assert not files.dirty  # durable when reset returns
+    assert files.append(rec(3000)) == start
+    assert files.append(rec(200)) == 3 * SEG  # 96 bytes left: rolls as with full history
+    assert files.read(start, 8) == rec(8)
+    for position in (2 * SEG, start - 8):
+        with pytest.raises(ValueError):
+            files.read(position, 8)
+    with pytest.raises(ValueError):
+        files.truncate(start - 8)
+    files.truncate(start)
+    assert names(files.directory) == [segment_name(2 * SEG)]
+    assert files.write_position == start
+    for bad in (-8, 12):
+        with pytest.raises(ValueError):
+            files.reset(bad)
+
+
+def test_open_with_a_start_position(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        SegmentedFile(tmp_path, SEG, 4)
+    with pytest.raises(ValueError):
+        SegmentedFile(tmp_path, SEG, discard_existing=True)
+    f = SegmentedFile(tmp_path, SEG, SEG + 64)  # no segment yet: created with the hole
+    assert names(tmp_path) == [segment_name(SEG)]
+    assert f.write_position == f.start_position == SEG + 64
+    f.append(rec(4000))
+    f.append(rec(4000))
+    f.close()
+    g = SegmentedFile(tmp_path, SEG, SEG + 64)
+    assert g.start_position == SEG + 64 and g.write_position == 2 * SEG + 4000
+    g.delete_segments_before(1 << 40)
+    assert g.start_position == 2 * SEG
+    g.close()
+    g = SegmentedFile(tmp_path, SEG, SEG + 64)  # below the first segment: ignored
+    assert g.start_position == 2 * SEG
+    g.close()
+    with pytest.raises(CorruptLogError, match="past the first segment"):
+        SegmentedFile(tmp_path, SEG, 3 * SEG)
+    os.truncate(tmp_path / segment_name(2 * SEG), 0)
+    g = SegmentedFile(tmp_path, SEG, 2 * SEG + 24)  # a short only segment is extended
+    assert g.write_position == 2 * SEG + 24
+    g.close()
+
+
+def test_open_discarding_existing_segments(tmp_path: Path) -> None:
+    for start in (0, SEG, 3 * SEG):  # not contiguous: only discard_existing can open this
+        (tmp_path / segment_name(start)).write_bytes(rec(64))
+    (tmp_path / "LOG_START").write_bytes(b"kept")
+    f = SegmentedFile(tmp_path, SEG, 5 * SEG + 16, discard_existing=True)
+    assert names(tmp_path) == [segment_name(5 * SEG), "LOG_START"]
+    assert f.write_position == 5 * SEG + 16 and not f.dirty
+    f.close()

@@ -17,8 +17,8 @@ import pytest
 
 from dledger.local_group import LocalGroup
 from tests.chaos.toxi import Link, Toxi
-from tests.cluster.test_log_group import assert_replicas_agree
 from tests.support.history import History
+from tests.support.log_checks import assert_replicas_agree
 from tests.support.log_load import LogLoad
 
 pytestmark = [pytest.mark.chaos, pytest.mark.cluster]

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from dledger.entry_format import HEADER_SIZE
 from dledger.local_group import LocalGroup
-from tests.cluster.test_log_group import assert_replicas_agree, converge
 from tests.support.history import History
+from tests.support.log_checks import assert_replicas_agree, converge
 from tests.support.log_load import LogLoad
 
 pytestmark = [pytest.mark.cluster]
@@ -21,12 +21,8 @@ SEGMENT = 256 * 1024
 
 
 @pytest.fixture
-def group(tmp_path: Path) -> Iterator[LocalGroup]:
-    g = LocalGroup(tmp_path / "group", 3, raft={"segment_bytes": SEGMENT})
-    try:
-        yield g
-    finally:
-        g.stop()
+def group(make_group: Callable[..., LocalGroup]) -> LocalGroup:
+    return make_group(segment_bytes=SEGMENT)
 
 
 def corrupt_header_mid_log(segment: Path) -> int:

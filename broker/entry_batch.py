@@ -1,0 +1,90 @@
+"""The payload of a DATA entry: a batch of messages stamped by the leader.
+
+One Raft entry carries many messages (group commit: one fsync, one round of
+replication for the whole batch). The leader packs them and stamps the batch
+with its store time, so every replica derives the same queue offsets and
+timestamps from the entry alone (a deterministic apply).
+
+Layout (msgpack array)::
+
+    [ version = 1, store_timestamp_ms, [ message_bytes, ... ] ]
+
+``message_bytes`` are the broker's encoded messages, opaque here. A packed entry
+never exceeds ``MAX_ENTRY_BYTES`` (which keeps pysyncobj away from its broken
+chunked transmission); a single message that cannot fit raises
+``MessageTooLarge`` -- larger messages are split by the broker before packing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import msgpack
+
+from dledger.config import MAX_ENTRY_BYTES
+
+__all__ = ["EntryBatch", "MessageTooLarge", "max_message_bytes", "pack_entries", "unpack_entry"]
+
+VERSION = 1
+_OVERHEAD = 16  # outer array 1, version 1, uint64 timestamp 9, inner array header <= 5
+
+
+class MessageTooLarge(ValueError):
+    """A message that does not fit in one entry on its own."""
+
+
+@dataclass(frozen=True, slots=True)
+class EntryBatch:
+    store_timestamp_ms: int
+    messages: tuple[bytes, ...]
+
+
+def max_message_bytes(limit: int = MAX_ENTRY_BYTES) -> int:
+    """The largest message that fits alone in one entry."""
+    return limit - _OVERHEAD - (3 if limit < 65536 else 5)
+
+
+def _encoded_size(message: bytes) -> int:
+    n = len(message)
+    return n + (2 if n < 256 else 3 if n < 65536 else 5)
+
+
+def pack_entries(messages: Sequence[bytes], store_timestamp_ms: int,
+                 limit: int = MAX_ENTRY_BYTES) -> list[bytes]:
+    """Pack ``messages`` in order into as few entry payloads as fit under ``limit``."""
+    payloads: list[bytes] = []
+    current: list[bytes] = []
+    size = _OVERHEAD
+    for message in messages:
+        need = _encoded_size(message)
+        if need + _OVERHEAD > limit:
+            raise MessageTooLarge(
+                f"message of {len(message)} bytes exceeds the {max_message_bytes(limit)}-byte "
+                "entry limit")
+        if current and size + need > limit:
+            payloads.append(_pack(store_timestamp_ms, current))
+            current, size = [], _OVERHEAD
+        current.append(message)
+        size += need
+    if current:
+        payloads.append(_pack(store_timestamp_ms, current))
+    return payloads
+
+
+def _pack(store_timestamp_ms: int, messages: list[bytes]) -> bytes:
+    payload = msgpack.packb([VERSION, store_timestamp_ms, messages], use_bin_type=True)
+    assert len(payload) <= MAX_ENTRY_BYTES
+    return payload
+
+
+def unpack_entry(payload: bytes) -> EntryBatch:
+    """Decode a DATA entry's payload; ValueError if it is not a batch of this version."""
+    try:
+        version, stamp, messages = msgpack.unpackb(payload, use_list=False, raw=False)
+    except Exception as e:
+        raise ValueError(f"not an entry batch: {e}") from None
+    if version != VERSION or not isinstance(stamp, int) or not all(
+            isinstance(m, bytes) for m in messages):
+        raise ValueError("not an entry batch of version 1")
+    return EntryBatch(stamp, tuple(messages))

@@ -1,0 +1,36 @@
+"""Entry batches: order kept, every entry under the limit, stamp carried."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker.entry_batch import MessageTooLarge, max_message_bytes, pack_entries, unpack_entry
+from dledger.config import MAX_ENTRY_BYTES
+
+
+@given(st.lists(st.binary(max_size=20_000), max_size=40), st.integers(0, 2**63 - 1))
+def test_round_trip_keeps_order_and_limit(messages: list[bytes], stamp: int) -> None:
+    payloads = pack_entries(messages, stamp)
+    assert all(len(p) <= MAX_ENTRY_BYTES for p in payloads)
+    batches = [unpack_entry(p) for p in payloads]
+    assert [m for b in batches for m in b.messages] == messages
+    assert all(b.store_timestamp_ms == stamp for b in batches)
+
+
+def test_biggest_message_fits_alone() -> None:
+    (payload,) = pack_entries([b"x" * max_message_bytes()], 1)
+    assert len(payload) <= MAX_ENTRY_BYTES
+    with pytest.raises(MessageTooLarge, match="entry limit"):
+        pack_entries([b"x" * (max_message_bytes() + 1)], 1)
+
+
+def test_small_messages_share_an_entry() -> None:
+    assert len(pack_entries([b"m" * 256] * 200, 5)) == 1
+
+
+@pytest.mark.parametrize("bad", [b"", b"\x93\x02\x01\x90", b"\xc1"])
+def test_garbage_is_refused(bad: bytes) -> None:
+    with pytest.raises(ValueError):
+        unpack_entry(bad)

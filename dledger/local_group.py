@@ -4,6 +4,7 @@ Used by ``scripts/run``, ``scripts/bench-log`` and the multi-process tests. Ever
 node is a separate process whose PID is kept; ``stop()`` ends them all by PID.
 Node configs, the generated cluster secret, data and logs live under ``base``::
 
+    base/cluster.json      the nodes' Raft and HTTP addresses (reused when the group restarts)
     base/secret            generated once (mode 0600), shared by the nodes
     base/n1.toml ...       node configs
     base/n1/               data directory of n1 (commitlog/, raft-state, applied.log)
@@ -60,9 +61,12 @@ class LocalGroup:
         self.log_level = log_level
         self.nodes: dict[str, NodeProc] = {}
         names = [f"n{i + 1}" for i in range(n)]
+        layout = base / "cluster.json"
+        known = json.loads(layout.read_text()) if layout.exists() else {}
         for name in names:
-            self.nodes[name] = NodeProc(name, f"127.0.0.1:{free_port()}",
-                                        f"127.0.0.1:{free_port()}")
+            raft, http = known.get(name) or (f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}")
+            self.nodes[name] = NodeProc(name, raft, http)
+        layout.write_text(json.dumps({n: [p.raft, p.http] for n, p in self.nodes.items()}))
         secret_path = base / "secret"
         if not secret_path.exists():
             secret_path.write_text(secrets.token_urlsafe(32))

@@ -66,6 +66,10 @@ class GroupTransport(TCPTransport):
     resume_hint: Callable[[], int] | None = None
 
     def send(self, node: Any, message: Any) -> bool:
+        if isinstance(message, dict) and "transmission" in message:
+            # pysyncobj's chunked path for entries >= appendEntriesBatchSizeBytes (defect 3):
+            # unreachable by construction; refuse loudly rather than corrupt a follower.
+            raise RuntimeError("an entry reached pysyncobj's chunked transmission path")
         if self.flush_before_send is not None:
             self.flush_before_send()
         if (

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from dledger.config import APPEND_BATCH_BYTES, MAX_ENTRY_BYTES, ConfigError, GroupConfig
+from dledger.config import (
+    APPEND_BATCH_BYTES,
+    MAX_ENTRY_BYTES,
+    ConfigError,
+    FlushPolicy,
+    GroupConfig,
+)
 from dledger.entry_format import EntryKind
 from dledger.errors import EntryTooLarge, NotLeader
 from dledger.local_group import free_port
@@ -28,13 +34,14 @@ def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> None
 def make_group(tmp_path: Path) -> Iterator[Callable[..., dict[str, ReplicatedLog]]]:
     opened: list[ReplicatedLog] = []
 
-    def make(n: int = 3, secrets: dict[str, str] | None = None) -> dict[str, ReplicatedLog]:
+    def make(n: int = 3, secrets: dict[str, str] | None = None,
+             flush: str = "sync") -> dict[str, ReplicatedLog]:
         peers = {f"n{i + 1}": f"127.0.0.1:{free_port()}" for i in range(n)}
         logs = {}
         for name in peers:
             cfg = GroupConfig(node=name, peers=peers, data_dir=tmp_path / name,
                               secret=(secrets or {}).get(name, "test-secret"),
-                              segment_bytes=1 << 20)
+                              segment_bytes=1 << 20, flush=FlushPolicy(flush))
             logs[name] = ReplicatedLog(cfg)
             opened.append(logs[name])
         return logs
@@ -87,6 +94,25 @@ def test_entry_size_limit_keeps_clear_of_chunking() -> None:
     """Defect 3: pysyncobj chunks (wrongly) any entry >= appendEntriesBatchSizeBytes."""
     biggest = encode_payload_command(b"\xff" * MAX_ENTRY_BYTES)
     assert len(biggest) < APPEND_BATCH_BYTES
+
+
+def test_chunked_transmission_is_refused_at_the_transport() -> None:
+    from dledger.transport import GroupTransport
+
+    with pytest.raises(RuntimeError, match="chunked transmission"):
+        GroupTransport.send(object.__new__(GroupTransport), None,  # type: ignore[arg-type]
+                            {"type": "append_entries", "transmission": "start", "data": b""})
+
+
+def test_async_flush_policy(make_group: Callable[..., dict[str, ReplicatedLog]]) -> None:
+    logs = make_group(3, flush="async")
+    leader = leader_of(logs)
+    done = [leader.propose(f"a{i}".encode()).result(timeout=10) for i in range(10)]
+    for rlog in logs.values():
+        wait_for(lambda r=rlog: r.committed_index >= done[-1].index, 10, "commit")
+        wait_for(lambda r=rlog: r.status()["last_fsync_time"] is not None
+                 and not r.commitlog.dirty, 5, "the periodic fsync")
+        assert rlog.status()["flush"] == "async"
 
 
 def test_oversized_entry_is_refused(make_group: Callable[..., dict[str, ReplicatedLog]]) -> None:

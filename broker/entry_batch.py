@@ -24,7 +24,14 @@ import msgpack
 
 from dledger.config import MAX_ENTRY_BYTES
 
-__all__ = ["EntryBatch", "MessageTooLarge", "max_message_bytes", "pack_entries", "unpack_entry"]
+__all__ = [
+    "EntryBatch",
+    "MessageTooLarge",
+    "locate_messages",
+    "max_message_bytes",
+    "pack_entries",
+    "unpack_entry",
+]
 
 VERSION = 1
 _OVERHEAD = 16  # outer array 1, version 1, uint64 timestamp 9, inner array header <= 5
@@ -88,3 +95,30 @@ def unpack_entry(payload: bytes) -> EntryBatch:
             isinstance(m, bytes) for m in messages):
         raise ValueError("not an entry batch of version 1")
     return EntryBatch(stamp, tuple(messages))
+
+
+def locate_messages(payload: bytes) -> tuple[int, list[tuple[int, int]]]:
+    """The store time and the (offset, length) of each message's bytes inside ``payload``.
+
+    A message's CommitLog position is its entry's body position plus its offset,
+    so the ConsumeQueue can point straight at its bytes. ValueError if malformed.
+    """
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=len(payload) + 1)
+    unpacker.feed(payload)
+    try:
+        if unpacker.read_array_header() != 3 or unpacker.unpack() != VERSION:
+            raise ValueError("not an entry batch of version 1")
+        stamp = unpacker.unpack()
+        count = unpacker.read_array_header()
+        spans = []
+        for _ in range(count):
+            message = unpacker.unpack()
+            if not isinstance(message, bytes):
+                raise ValueError("entry batch holds a non-binary message")
+            end = unpacker.tell()
+            spans.append((end - len(message), len(message)))
+    except (msgpack.OutOfData, msgpack.UnpackException, msgpack.ExtraData) as e:
+        raise ValueError(f"not an entry batch: {e!r}") from None
+    if not isinstance(stamp, int) or unpacker.tell() != len(payload):
+        raise ValueError("not an entry batch of version 1")
+    return stamp, spans

@@ -34,3 +34,21 @@ def test_small_messages_share_an_entry() -> None:
 def test_garbage_is_refused(bad: bytes) -> None:
     with pytest.raises(ValueError):
         unpack_entry(bad)
+
+
+@given(st.lists(st.binary(max_size=3000), max_size=30), st.integers(0, 2**40))
+def test_locate_messages_points_at_each_message(messages: list[bytes], stamp: int) -> None:
+    from broker.entry_batch import locate_messages
+
+    for payload in pack_entries(messages, stamp) or [pack_entries([b""], stamp)[0]]:
+        got_stamp, spans = locate_messages(payload)
+        assert got_stamp == stamp
+        assert [payload[o:o + n] for o, n in spans] == list(unpack_entry(payload).messages)
+
+
+def test_locate_refuses_garbage() -> None:
+    from broker.entry_batch import locate_messages
+
+    for bad in (b"", b"\x93\x01\x05\x91\x01", b"\x93\x01\x05\x90\xc0", b"\x92\x01\x02"):
+        with pytest.raises(ValueError):
+            locate_messages(bad)

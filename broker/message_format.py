@@ -1,0 +1,103 @@
+"""A message as the producer sends it and as it is stored inside an entry batch.
+
+One message is one msgpack array; its bytes are stored verbatim in the entry, so
+the ConsumeQueue can point at them with a CommitLog (position, size) pair and a
+consumer's pull is a read of exactly those bytes::
+
+    [ version = 1,
+      msg_id        bin(16)      unique id chosen by the producer (RocketMQ's UNIQ_KEY)
+      topic         str
+      queue_id      int
+      flag          int
+      tags          str | nil
+      keys          [str]
+      properties    {str: str}
+      born_ts_ms    int          the producer's clock
+      born_host     str
+      producer_id   str | nil    idempotent producer: who
+      sequence      int | nil    idempotent producer: per-queue sequence number
+      reconsume     int          times re-delivered through the retry topic
+      body          bin ]
+
+What the broker assigns at apply time -- queue offset, store time (the
+leader's, from the batch), CommitLog position -- is not written into these
+bytes; it comes from the ConsumeQueue unit and the entry.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+__all__ = ["Message", "MessageFormatError", "decode_message", "encode_message", "new_msg_id"]
+
+VERSION = 1
+_FIELDS = 14
+
+
+class MessageFormatError(ValueError):
+    """Bytes that are not a version-1 message."""
+
+
+def new_msg_id() -> bytes:
+    """A fresh 16-byte message id (random; unique for all practical purposes)."""
+    return os.urandom(16)
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    tags: str | None = None
+    keys: tuple[str, ...] = ()
+    properties: dict[str, str] = field(default_factory=dict)
+    msg_id: bytes = field(default_factory=new_msg_id)
+    flag: int = 0
+    born_ts_ms: int = 0
+    born_host: str = ""
+    producer_id: str | None = None
+    sequence: int | None = None
+    reconsume: int = 0
+
+
+def encode_message(m: Message) -> bytes:
+    return msgpack.packb(
+        [VERSION, m.msg_id, m.topic, m.queue_id, m.flag, m.tags, list(m.keys), m.properties,
+         m.born_ts_ms, m.born_host, m.producer_id, m.sequence, m.reconsume, m.body],
+        use_bin_type=True)
+
+
+def decode_message(data: bytes | memoryview) -> Message:
+    """Decode one message; raises MessageFormatError for anything else."""
+    try:
+        row = msgpack.unpackb(data, use_list=False, raw=False, strict_map_key=True)
+    except Exception as e:
+        raise MessageFormatError(f"not a message: {e}") from None
+    if not isinstance(row, tuple) or len(row) != _FIELDS or row[0] != VERSION:
+        raise MessageFormatError("not a version-1 message")
+    (_, msg_id, topic, queue_id, flag, tags, keys, props, born, host, pid, seq, reconsume,
+     body) = row
+    _check(isinstance(msg_id, bytes) and len(msg_id) == 16, "msg_id must be 16 bytes")
+    _check(isinstance(topic, str) and isinstance(host, str), "topic and born_host are strings")
+    _check(all(isinstance(v, int) for v in (queue_id, flag, born, reconsume)),
+           "queue_id, flag, born_ts_ms and reconsume are integers")
+    _check(tags is None or isinstance(tags, str), "tags is a string or nil")
+    _check(isinstance(keys, tuple) and all(isinstance(k, str) for k in keys), "keys are strings")
+    _check(isinstance(props, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                           for k, v in props.items()),
+           "properties map strings to strings")
+    _check((pid is None) == (seq is None), "producer_id and sequence come together")
+    _check(pid is None or (isinstance(pid, str) and isinstance(seq, int)),
+           "producer_id is a string and sequence an integer")
+    _check(isinstance(body, bytes), "body is bytes")
+    return Message(topic, body, queue_id, tags, keys, props, msg_id, flag, born, host, pid, seq,
+                   reconsume)
+
+
+def _check(ok: Any, what: str) -> None:
+    if not ok:
+        raise MessageFormatError(f"malformed message: {what}")

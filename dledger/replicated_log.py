@@ -289,7 +289,7 @@ class ReplicatedLog:
         self._listeners.append(listener)
 
     def _watch_leadership(self) -> None:
-        status = self._node.getStatus()
+        status = self._raft_status()
         change = LeaderChange(_ROLE_OF_STATE[status["state"]], status["raft_term"], self.leader)
         if change != self._last_change:
             self._last_change = change
@@ -297,7 +297,7 @@ class ReplicatedLog:
                 listener(change)
 
     def status(self) -> dict[str, Any]:
-        s = self._node.getStatus()
+        s = self._raft_status()
         followers = self._follower_indexes("match_idx_server_")
         connected = {
             self._names[addr]: s.get(f"partner_node_status_server_{addr}") == 2
@@ -415,8 +415,17 @@ class ReplicatedLog:
             return cl.write_position
         return cl.position_of(index)
 
+    def _raft_status(self) -> dict[str, Any]:
+        """pysyncobj's getStatus; it iterates dicts the tick thread may be resizing."""
+        for _ in range(10):
+            try:
+                return self._node.getStatus()
+            except RuntimeError:  # "dictionary changed size during iteration"
+                continue
+        return self._node.getStatus()
+
     def _follower_indexes(self, prefix: str) -> dict[str, int]:
-        s = self._node.getStatus()
+        s = self._raft_status()
         return {self._names[addr]: s[prefix + addr] for addr in self._names
                 if prefix + addr in s}
 

@@ -1,0 +1,133 @@
+"""The records a leader puts in an entry batch, one typed dataclass per kind.
+
+Every record is a msgpack array whose first element says what it is. A stored
+message (``broker.message_format``, which starts with its version ``1``) is a
+record as it is, so the ConsumeQueue can point at its bytes; every other kind is
+an admin or state command::
+
+    kind  record                                                     effect at apply
+    ----  ---------------------------------------------------------  ------------------------------
+       1  message (see message_format)                               stored in a queue
+     100  [100, topic, queues, perm]                                 create or update a topic
+     101  [101, topic]                                               delete a topic
+     110  [110, group, topic, queue_id, offset]                      commit a consumer offset
+
+Only the leader creates records (after validating the request); the apply step
+re-validates everything, because a record is committed before it is applied and
+the state may have changed in between (e.g. the topic was deleted).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import msgpack
+
+__all__ = [
+    "CommitOffset",
+    "CreateTopic",
+    "DeleteTopic",
+    "Perm",
+    "RecordKind",
+    "decode_admin",
+    "encode_admin",
+    "record_kind",
+]
+
+
+class RecordKind(enum.IntEnum):
+    MESSAGE = 1
+    CREATE_TOPIC = 100
+    DELETE_TOPIC = 101
+    COMMIT_OFFSET = 110
+
+
+class Perm(enum.IntFlag):
+    """Topic permissions, as RocketMQ's (2 = write, 4 = read)."""
+
+    WRITE = 2
+    READ = 4
+    READ_WRITE = 6
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopic:
+    topic: str
+    queues: int = 8
+    perm: Perm = Perm.READ_WRITE
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopic:
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class CommitOffset:
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+
+
+AdminRecord = CreateTopic | DeleteTopic | CommitOffset
+
+
+def record_kind(record: bytes) -> int | None:
+    """The kind of a record from its first bytes, without decoding the rest."""
+    if not record:
+        return None
+    head = record[0]
+    if 0x91 <= head <= 0x9F or head in (0xDC, 0xDD):  # an array
+        start = 1 if head <= 0x9F else (3 if head == 0xDC else 5)
+        if len(record) > start:
+            first = record[start]
+            if first < 0x80:
+                return first
+            if first == 0xCC and len(record) > start + 1:
+                return record[start + 1]
+    return None
+
+
+def encode_admin(record: AdminRecord) -> bytes:
+    if isinstance(record, CreateTopic):
+        row = [RecordKind.CREATE_TOPIC, record.topic, record.queues, int(record.perm)]
+    elif isinstance(record, DeleteTopic):
+        row = [RecordKind.DELETE_TOPIC, record.topic]
+    else:
+        row = [RecordKind.COMMIT_OFFSET, record.group, record.topic, record.queue_id, record.offset]
+    return msgpack.packb(row, use_bin_type=True)
+
+
+def decode_admin(record: bytes) -> AdminRecord:
+    """Decode an admin record; ValueError if malformed or not an admin kind."""
+    try:
+        row = msgpack.unpackb(record, use_list=True, raw=False)
+    except Exception as e:
+        raise ValueError(f"malformed record: {e}") from None
+    if not isinstance(row, list) or not row:
+        raise ValueError("a record is a non-empty array")
+    kind, args = row[0], row[1:]
+    try:
+        if kind == RecordKind.CREATE_TOPIC:
+            topic, queues, perm = args
+            if not (isinstance(topic, str) and isinstance(queues, int) and 0 < queues <= 1024):
+                raise ValueError("bad create-topic record")
+            if perm not in (2, 4, 6):
+                raise ValueError("perm must be 2, 4 or 6")
+            return CreateTopic(topic, queues, Perm(perm))
+        if kind == RecordKind.DELETE_TOPIC:
+            (topic,) = args
+            if not isinstance(topic, str):
+                raise ValueError("bad delete-topic record")
+            return DeleteTopic(topic)
+        if kind == RecordKind.COMMIT_OFFSET:
+            group, topic, queue_id, offset = args
+            if not (isinstance(group, str) and isinstance(topic, str)
+                    and isinstance(queue_id, int) and isinstance(offset, int) and offset >= 0):
+                raise ValueError("bad commit-offset record")
+            return CommitOffset(group, topic, queue_id, offset)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"malformed record of kind {kind}: {e}") from None
+    raise ValueError(f"unknown record kind {kind!r}")

@@ -1,0 +1,523 @@
+"""The broker's wire frame: RocketMQ's RemotingCommand over one WebSocket per client.
+
+Every binary WebSocket message is exactly one frame, in either direction, and a
+frame is either a request or the response to one. Clients send requests to the
+broker; the broker also sends requests to clients (transaction check-back,
+consumer-list change notices). A frame is one msgpack array::
+
+    +---------+------+--------+-------+--------+-----+------+
+    | version | code | opaque | flags | remark | ext | body |
+    +---------+------+--------+-------+--------+-----+------+
+
+    version  int = 1        layout version; any other value is refused
+    code     int            a RequestCode in a request, a ResponseCode in a response
+                            (0 .. 2**31-1; an unknown request code still decodes)
+    opaque   int            request id chosen by the sender (u32); the response echoes it
+    flags    int            bit 0 RESPONSE, bit 1 ONEWAY (no response expected);
+                            other bits, and RESPONSE|ONEWAY together, are refused
+    remark   str            human-readable error text on error responses, "" otherwise
+    ext      map            RocketMQ's extFields: str -> str | int | bool | bin | nil,
+                            or a flat array of those (at most MAX_EXT_ITEMS entries/items)
+    body     bin            the payload (encoded messages, ...)
+
+Opaques are per sender: a response is matched against the requests *its
+receiver* sent, so a peer never answers a response or a oneway request.
+
+``decode_frame`` is the only way bytes become a ``Frame`` and raises nothing but
+``FrameError``. msgpack's unpacker limits bound what a hostile frame can make the
+decoder allocate: strings and binaries cannot outgrow the frame, arrays and maps
+hold at most ``MAX_EXT_ITEMS`` items (msgpack preallocates arrays by their
+declared length), nesting deeper than msgpack's stack is refused, and ext values
+are never nested beyond one flat list.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum, IntFlag
+from types import MappingProxyType
+from typing import Any, TypeVar, overload
+
+import msgpack
+
+__all__ = [
+    "DEFAULT_MAX_FRAME",
+    "MAX_CODE",
+    "MAX_EXT_ITEMS",
+    "MAX_OPAQUE",
+    "RETRIABLE",
+    "VERSION",
+    "ExtScalar",
+    "ExtValue",
+    "Frame",
+    "FrameError",
+    "FrameFlag",
+    "RequestCode",
+    "ResponseCode",
+    "decode_frame",
+    "ext_bool",
+    "ext_bytes",
+    "ext_int",
+    "ext_str",
+]
+
+VERSION = 1
+#: Largest frame accepted by default: a 4 MiB body plus 64 KiB for the rest.
+DEFAULT_MAX_FRAME = 4 * 1024 * 1024 + 64 * 1024
+#: Most entries in ``ext`` and most items in one ext list (also msgpack's array/map limit).
+MAX_EXT_ITEMS = 1024
+MAX_OPAQUE = 2**32 - 1
+MAX_CODE = 2**31 - 1
+
+_FIELDS = 7
+_PEEK_BYTES = 64  # enough for the array header, version, code, opaque and flags
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # what msgpack can carry
+
+ExtScalar = str | int | bool | bytes | None
+ExtValue = ExtScalar | tuple[ExtScalar, ...]
+
+
+class RequestCode(IntEnum):
+    """What a request asks for. Codes are spaced by area; new ones go in the gaps."""
+
+    SEND_MESSAGE = 10
+    SEND_BATCH = 11
+    PULL_MESSAGE = 12
+    QUERY_MESSAGE = 13
+    VIEW_MESSAGE_BY_ID = 14
+    QUERY_BY_TIME = 15
+    COMMIT_OFFSET = 20
+    QUERY_OFFSET = 21
+    RESET_OFFSET = 22
+    HEARTBEAT = 30
+    UNREGISTER_CLIENT = 31
+    GET_CONSUMER_LIST = 32
+    GET_ROUTE = 40
+    CREATE_TOPIC = 50
+    DELETE_TOPIC = 51
+    GET_TOPICS = 52
+    END_TRANSACTION = 60
+    CHECK_TRANSACTION = 61  # broker -> client
+    NOTIFY_CONSUMER_IDS_CHANGED = 62  # broker -> client
+
+
+class ResponseCode(IntEnum):
+    """The outcome carried by a response; ``meaning`` says what it tells the client.
+
+    Whether a client may send the same request again is ``RETRIABLE`` (``.retriable``).
+    """
+
+    meaning: str
+
+    def __new__(cls, value: int, meaning: str) -> ResponseCode:
+        member = int.__new__(cls, value)
+        member._value_ = value
+        member.meaning = meaning
+        return member
+
+    SUCCESS = 0, "the request was carried out"
+    SYSTEM_ERROR = 1, "the broker failed unexpectedly; the remark says how"
+    SYSTEM_BUSY = 2, "the broker is overloaded (flow control); back off and retry"
+    REQUEST_CODE_NOT_SUPPORTED = 3, "this broker does not know the request code"
+    MALFORMED_FRAME = 4, "the frame could not be decoded"
+    MESSAGE_TOO_LARGE = 5, "the frame or a message in it exceeds the size limit"
+    INVALID_NAME = 6, "a topic or group name breaks the naming rules"
+    TOPIC_NOT_EXIST = 7, "the topic does not exist"
+    NOT_LEADER = 8, "this node is not the Raft leader; refresh the route and retry"
+    NO_LEADER = 9, "the group has no leader right now (election); retry after a pause"
+    NO_PERMISSION = 10, "the topic or broker does not permit this operation"
+    PULL_NOT_FOUND = 11, "no new message at the requested offset (the long poll expired)"
+    PULL_OFFSET_MOVED = 12, "the requested offset is outside the queue; pull from a valid one"
+    PULL_RETRY_IMMEDIATELY = 13, "nothing was returned this time; pull again at once"
+    FLUSH_TIMEOUT = 14, "the write was not confirmed durable in time; it may still commit"
+    OUTCOME_UNKNOWN = 15, "the request may or may not have taken effect"
+    SEQUENCE_GAP = 16, "an idempotent producer skipped sequence numbers; resend the missing ones"
+    QUERY_NOT_FOUND = 17, "the query matched nothing"
+    INVALID_ARGUMENT = 18, "a request field is missing or has a wrong type or value"
+    SUBSCRIPTION_INVALID = 19, "the subscription expression is invalid or unknown"
+
+    @property
+    def retriable(self) -> bool:
+        return self in RETRIABLE
+
+
+#: Codes after which the same request may be sent again (after a pause or a route
+#: refresh). FLUSH_TIMEOUT and OUTCOME_UNKNOWN may have taken effect: resending a
+#: message is exactly-once only for an idempotent producer (producer_id + sequence),
+#: at-least-once otherwise.
+RETRIABLE: frozenset[ResponseCode] = frozenset({
+    ResponseCode.SYSTEM_BUSY,
+    ResponseCode.NOT_LEADER,
+    ResponseCode.NO_LEADER,
+    ResponseCode.PULL_RETRY_IMMEDIATELY,
+    ResponseCode.FLUSH_TIMEOUT,
+    ResponseCode.OUTCOME_UNKNOWN,
+})
+
+_REQUEST_CODES: dict[int, RequestCode] = {c.value: c for c in RequestCode}
+_RESPONSE_CODES: dict[int, ResponseCode] = {c.value: c for c in ResponseCode}
+
+
+class FrameFlag(IntFlag):
+    RESPONSE = 1
+    ONEWAY = 2
+
+
+_VALID_FLAGS = frozenset({0, FrameFlag.RESPONSE, FrameFlag.ONEWAY})
+
+
+class FrameError(ValueError):
+    """A frame that cannot be accepted, or a request argument that is wrong.
+
+    ``code`` is the ResponseCode to answer with (MALFORMED_FRAME or MESSAGE_TOO_LARGE
+    from the decoder, INVALID_ARGUMENT from the ext accessors); ``opaque`` and
+    ``flags`` are the offending frame's, when they could be read.
+    """
+
+    def __init__(self, code: ResponseCode, message: str, *, opaque: int | None = None,
+                 flags: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.opaque = opaque
+        self.flags = flags
+
+    def response(self) -> Frame | None:
+        """The error response to send back, or None when there is nobody to answer:
+        the opaque or flags were unreadable, or the frame was a response or oneway."""
+        if self.opaque is None or self.flags != 0:
+            return None
+        return Frame(self.code, self.opaque, FrameFlag.RESPONSE, remark=self.message)
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One decoded or to-be-sent frame; every instance is valid (checked on creation).
+
+    ``ext`` is stored as a read-only mapping whose lists are tuples, so a frame
+    compares equal to its own round trip. Invalid fields raise FrameError
+    (MALFORMED_FRAME).
+    """
+
+    code: int
+    opaque: int
+    flags: int = 0
+    remark: str = ""
+    ext: Mapping[str, ExtValue] = field(default_factory=dict)
+    body: bytes = b""
+    version: int = VERSION
+
+    def __post_init__(self) -> None:
+        _require(_is_int(self.version) and self.version == VERSION,
+                 f"unsupported frame version {_show(self.version)}; this broker speaks {VERSION}")
+        _require(_is_int(self.code) and 0 <= self.code <= MAX_CODE,
+                 f"code must be an int in 0..{MAX_CODE}, got {_show(self.code)}")
+        _require(_is_opaque(self.opaque),
+                 f"opaque must be an int in 0..{MAX_OPAQUE}, got {_show(self.opaque)}")
+        _require(_is_flags(self.flags),
+                 f"flags must be 0, 1 (RESPONSE) or 2 (ONEWAY), got {_show(self.flags)}")
+        _require(isinstance(self.remark, str), f"remark must be a str, got {_kind(self.remark)}")
+        _require(isinstance(self.body, bytes), f"body must be bytes, got {_kind(self.body)}")
+        object.__setattr__(self, "code", int(self.code))  # plain ints, whatever enum built them
+        object.__setattr__(self, "flags", int(self.flags))
+        object.__setattr__(self, "ext", MappingProxyType(_checked_ext(self.ext)))
+
+    @classmethod
+    def request(cls, code: int, opaque: int, ext: Mapping[str, ExtValue] | None = None,
+                body: bytes = b"", oneway: bool = False) -> Frame:
+        """A request; a oneway one gets no response."""
+        flags = FrameFlag.ONEWAY if oneway else 0
+        return cls(code, opaque, flags, "", ext or {}, body)
+
+    def response(self, code: int, ext: Mapping[str, ExtValue] | None = None, body: bytes = b"",
+                 remark: str = "") -> Frame:
+        """The response to this request (same opaque). Raises ValueError when this
+        frame is a response or a oneway request: neither may be answered."""
+        if self.flags != 0:
+            raise ValueError(f"a {'response' if self.is_response else 'oneway request'} "
+                             "cannot be answered")
+        return Frame(code, self.opaque, FrameFlag.RESPONSE, remark, ext or {}, body)
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flags & FrameFlag.RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flags & FrameFlag.ONEWAY)
+
+    def request_code(self) -> RequestCode | None:
+        """The RequestCode of a request; None for a response or an unknown code."""
+        return None if self.is_response else _REQUEST_CODES.get(self.code)
+
+    def response_code(self) -> ResponseCode | None:
+        """The ResponseCode of a response; None for a request or an unknown code."""
+        return _RESPONSE_CODES.get(self.code) if self.is_response else None
+
+    def encode(self) -> bytes:
+        """The frame's bytes (one WebSocket binary message). No size limit is applied."""
+        return msgpack.packb(
+            [self.version, self.code, self.opaque, self.flags, self.remark, dict(self.ext),
+             self.body],
+            use_bin_type=True)
+
+
+def decode_frame(data: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME) -> Frame:
+    """Decode one frame; raises only FrameError, whatever ``data`` is.
+
+    Input longer than ``max_frame_bytes`` gives MESSAGE_TOO_LARGE (without decoding
+    more than its first bytes); anything else that is not exactly one valid frame
+    gives MALFORMED_FRAME. The error carries the frame's opaque and flags when they
+    were readable, so the request can still be answered (``FrameError.response``).
+    """
+    head = _Head()
+    try:
+        return _decode(data, max_frame_bytes, head)
+    except FrameError as e:
+        raise FrameError(e.code, e.message, opaque=head.opaque, flags=head.flags) from None
+    except Exception as e:  # the contract is FrameError only, whatever went wrong
+        raise FrameError(ResponseCode.MALFORMED_FRAME, f"undecodable frame: {_describe(e)}",
+                         opaque=head.opaque, flags=head.flags) from None
+
+
+# -- typed ext accessors ----------------------------------------------------------
+
+_D = TypeVar("_D")
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+_REQUIRED: Any = _Required()
+
+
+@overload
+def ext_str(frame: Frame, name: str) -> str: ...
+@overload
+def ext_str(frame: Frame, name: str, default: _D) -> str | _D: ...
+def ext_str(frame: Frame, name: str, default: Any = _REQUIRED) -> Any:
+    """``ext[name]`` as a str; without a default the field is required.
+
+    In all accessors a nil value counts as absent; a wrong type or a missing
+    required field raises FrameError(INVALID_ARGUMENT).
+    """
+    return _ext(frame, name, default, lambda v: isinstance(v, str), "a str")
+
+
+@overload
+def ext_int(frame: Frame, name: str, *, minimum: int | None = None,
+            maximum: int | None = None) -> int: ...
+@overload
+def ext_int(frame: Frame, name: str, default: _D, *, minimum: int | None = None,
+            maximum: int | None = None) -> int | _D: ...
+def ext_int(frame: Frame, name: str, default: Any = _REQUIRED, *, minimum: int | None = None,
+            maximum: int | None = None) -> Any:
+    """``ext[name]`` as an int (a bool is not one), optionally within [minimum, maximum]."""
+    value = _ext(frame, name, default, _is_int, "an int")
+    present = frame.ext.get(name) is not None  # a default is returned unchecked
+    if present and not ((minimum is None or value >= minimum) and (maximum is None or value <= maximum)):
+        raise _bad_argument(frame, f"ext field {name!r} must be an int {_range(minimum, maximum)}, "
+                                   f"got {value}")
+    return value
+
+
+@overload
+def ext_bool(frame: Frame, name: str) -> bool: ...
+@overload
+def ext_bool(frame: Frame, name: str, default: _D) -> bool | _D: ...
+def ext_bool(frame: Frame, name: str, default: Any = _REQUIRED) -> Any:
+    """``ext[name]`` as a bool (an int is not one)."""
+    return _ext(frame, name, default, lambda v: isinstance(v, bool), "a bool")
+
+
+@overload
+def ext_bytes(frame: Frame, name: str) -> bytes: ...
+@overload
+def ext_bytes(frame: Frame, name: str, default: _D) -> bytes | _D: ...
+def ext_bytes(frame: Frame, name: str, default: Any = _REQUIRED) -> Any:
+    """``ext[name]`` as bytes (msgpack bin; a str is not bytes)."""
+    return _ext(frame, name, default, lambda v: isinstance(v, bytes), "bytes")
+
+
+def _ext(frame: Frame, name: str, default: Any, accept: Callable[[Any], bool], what: str) -> Any:
+    value = frame.ext.get(name)
+    if value is None:
+        if default is _REQUIRED:
+            raise _bad_argument(frame, f"ext field {name!r} is required ({what})")
+        return default
+    if not accept(value):
+        raise _bad_argument(frame, f"ext field {name!r} must be {what}, got {_kind(value)}")
+    return value
+
+
+def _bad_argument(frame: Frame, message: str) -> FrameError:
+    return FrameError(ResponseCode.INVALID_ARGUMENT, message, opaque=frame.opaque, flags=frame.flags)
+
+
+def _range(minimum: int | None, maximum: int | None) -> str:
+    if minimum is not None and maximum is not None:
+        return f"in {minimum}..{maximum}"
+    return f">= {minimum}" if minimum is not None else f"<= {maximum}"
+
+
+# -- decoding ---------------------------------------------------------------------
+
+@dataclass(slots=True)
+class _Head:
+    """What decoding has learnt so far about the frame, for the error it may raise."""
+
+    opaque: int | None = None
+    flags: int | None = None
+
+
+def _decode(data: bytes, limit: int, head: _Head) -> Frame:
+    size = _byte_size(data)
+    _require(size > 0, "frame is empty")
+    if size > limit:
+        _peek_head(data, head)
+        raise FrameError(ResponseCode.MESSAGE_TOO_LARGE,
+                         f"frame of {size} bytes exceeds the {limit}-byte limit")
+    unpacker = _unpacker(data, size, limit)
+    count, code, opaque, flags = _read_head(unpacker, head)
+    if count != _FIELDS:
+        raise _malformed(f"frame has {count} fields; expected {_FIELDS}")
+    remark, ext, body = (_next(unpacker, name) for name in ("remark", "ext", "body"))
+    trailing = size - unpacker.tell()
+    if trailing:
+        raise _malformed(f"{trailing} trailing byte{'s' if trailing > 1 else ''} after the frame")
+    _require(isinstance(ext, dict), f"ext must be a map, got {_kind(ext)}")
+    return Frame(code, opaque, flags, remark, ext, body)
+
+
+def _read_head(unpacker: msgpack.Unpacker, head: _Head) -> tuple[int, Any, Any, Any]:
+    """Read the array header, version, code, opaque and flags (raw), noting in ``head``
+    the opaque and flags that are valid; returns (field count, code, opaque, flags)."""
+    try:
+        count = unpacker.read_array_header()
+    except msgpack.OutOfData:
+        raise _malformed("frame ends inside its array header") from None
+    except Exception as e:
+        raise _malformed(f"a frame is a msgpack array ({_describe(e)})") from None
+    _require(count >= 1, "frame is an empty array")
+    version = _next(unpacker, "version")
+    _require(_is_int(version) and version == VERSION,
+             f"unsupported frame version {_show(version)}; this broker speaks {VERSION}")
+    code = _next(unpacker, "code") if count > 1 else None
+    opaque = _next(unpacker, "opaque") if count > 2 else None
+    head.opaque = opaque if _is_opaque(opaque) else None
+    flags = _next(unpacker, "flags") if count > 3 else None
+    head.flags = flags if _is_flags(flags) else None
+    return count, code, opaque, flags
+
+
+def _peek_head(data: bytes, head: _Head) -> None:
+    """Best effort: learn the opaque and flags from the first bytes of ``data``."""
+    prefix = bytes(memoryview(data)[:_PEEK_BYTES])
+    with contextlib.suppress(Exception):  # unreadable: the error will not carry the head
+        _read_head(_unpacker(prefix, len(prefix), len(prefix)), head)
+
+
+def _unpacker(data: bytes, size: int, limit: int) -> msgpack.Unpacker:
+    unpacker = msgpack.Unpacker(
+        raw=False, use_list=False, strict_map_key=True, max_buffer_size=max(size, 1),
+        max_str_len=limit, max_bin_len=limit, max_array_len=MAX_EXT_ITEMS,
+        max_map_len=MAX_EXT_ITEMS, max_ext_len=0)
+    unpacker.feed(data)
+    return unpacker
+
+
+def _next(unpacker: msgpack.Unpacker, name: str) -> Any:
+    try:
+        return unpacker.unpack()
+    except msgpack.OutOfData:
+        raise _malformed(f"frame ends inside field {name!r}") from None
+    except Exception as e:
+        raise _malformed(f"cannot read field {name!r}: {_describe(e)}") from None
+
+
+def _byte_size(data: Any) -> int:
+    try:
+        return memoryview(data).nbytes
+    except TypeError:
+        raise _malformed(f"a frame is bytes, got {_kind(data)}") from None
+
+
+# -- field checks -----------------------------------------------------------------
+
+def _checked_ext(ext: Any) -> dict[str, ExtValue]:
+    """A private copy of ``ext`` with lists as tuples; FrameError if anything is off."""
+    _require(isinstance(ext, Mapping), f"ext must be a map, got {_kind(ext)}")
+    _require(len(ext) <= MAX_EXT_ITEMS, f"ext has {len(ext)} fields; at most {MAX_EXT_ITEMS}")
+    checked: dict[str, ExtValue] = {}
+    for key, value in ext.items():
+        _require(isinstance(key, str), f"ext keys must be str, got {_kind(key)} {_show(key)}")
+        checked[key] = _checked_ext_value(key, value)
+    return checked
+
+
+def _checked_ext_value(key: str, value: Any) -> ExtValue:
+    if _is_ext_scalar(value):
+        _require(not _is_int(value) or _INT_MIN <= value <= _INT_MAX,
+                 f"ext field {key!r} holds an int outside msgpack's 64-bit range")
+        return value
+    _require(isinstance(value, list | tuple),
+             f"ext field {key!r} has unsupported type {_kind(value)}; allowed: str, int, bool, "
+             "bytes, nil, or a flat list of those")
+    _require(len(value) <= MAX_EXT_ITEMS,
+             f"ext field {key!r} holds {len(value)} items; at most {MAX_EXT_ITEMS}")
+    for item in value:
+        _require(_is_ext_scalar(item),
+                 f"ext field {key!r} holds a {_kind(item)} in its list; list items are str, int, "
+                 "bool, bytes or nil (no nesting)")
+        _require(not _is_int(item) or _INT_MIN <= item <= _INT_MAX,
+                 f"ext field {key!r} holds an int outside msgpack's 64-bit range")
+    return tuple(value)
+
+
+def _is_ext_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | bytes)  # bool is an int
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_opaque(value: Any) -> bool:
+    return _is_int(value) and 0 <= value <= MAX_OPAQUE
+
+
+def _is_flags(value: Any) -> bool:
+    return _is_int(value) and value in _VALID_FLAGS
+
+
+def _require(ok: bool, what: str) -> None:
+    if not ok:
+        raise _malformed(what)
+
+
+def _malformed(what: str) -> FrameError:
+    return FrameError(ResponseCode.MALFORMED_FRAME, f"malformed frame: {what}")
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nil"
+    if isinstance(value, Mapping):
+        return "map"
+    if isinstance(value, list | tuple):
+        return "list"
+    return type(value).__name__
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

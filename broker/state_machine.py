@@ -1,0 +1,257 @@
+"""The broker's deterministic apply step: committed entries -> topics, queues, offsets.
+
+Implements ``dledger.applier.StateMachine``. Everything here depends only on the
+entries (their bytes, index and position), never on the clock or the node, so
+every replica derives byte-identical ConsumeQueues and the same state.
+
+State and where it lives (``store/``)::
+
+    consumequeue/<topic>/<queue>/   ConsumeQueue files (broker.consume_queue)
+    state.checkpoint                msgpack: applied index, topics, next queue offsets,
+                                    consumer offsets, idempotent-producer table
+
+After each applied batch the ConsumeQueues are fsynced and then the checkpoint
+is written atomically, so the applied index is persisted with the state it
+describes. On start the ConsumeQueues are cut back to the checkpoint's queue
+offsets (undoing anything applied after it) and the applier re-applies from
+``applied + 1``: replaying yields the same bytes.
+
+Idempotent producer: a message carrying (producer_id, sequence) is stored only
+if sequence == last + 1 for that producer and queue; a retry of a stored one
+(sequence <= last) is answered with its original queue offset and not stored
+again; a gap (sequence > last + 1) is refused.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from broker.commands import (
+    CommitOffset,
+    CreateTopic,
+    DeleteTopic,
+    Perm,
+    RecordKind,
+    decode_admin,
+    record_kind,
+)
+from broker.consume_queue import ConsumeQueue, tag_hash
+from broker.entry_batch import locate_messages
+from broker.message_format import MessageFormatError, decode_message
+from dledger.durable_file import atomic_write, read_or_none
+from dledger.entry_format import HEADER_SIZE, Entry, EntryKind
+
+__all__ = ["Applied", "BrokerStateMachine", "Outcome", "TopicConfig"]
+
+RECENT_RESULTS = 20_000  # entries whose outcomes stay available to the proposer
+RECENT_SEQUENCES = 256   # per producer and queue: sequences answered on a retry
+
+
+class Outcome:
+    STORED = "stored"
+    DUPLICATE = "duplicate"
+    DONE = "done"
+    TOPIC_NOT_EXIST = "topic_not_exist"
+    NO_PERMISSION = "no_permission"
+    INVALID = "invalid"
+    SEQUENCE_GAP = "sequence_gap"
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What happened to one record: for messages, where it is (or was) stored."""
+
+    outcome: str
+    queue_id: int = -1
+    queue_offset: int = -1
+    position: int = -1
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    queues: int
+    perm: int
+
+
+class BrokerStateMachine:
+    """Apply thread calls ``apply``/``apply_gap``; any thread may read the snapshots."""
+
+    def __init__(self, store: Path, cq_units_per_file: int = 300_000) -> None:
+        self._store = store
+        self._cq_root = store / "consumequeue"
+        self._cq_root.mkdir(parents=True, exist_ok=True)
+        self._units = cq_units_per_file
+        self._lock = threading.Lock()
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._results: OrderedDict[int, list[Applied]] = OrderedDict()
+        state = msgpack.unpackb(read_or_none(self._checkpoint_path) or msgpack.packb({}),
+                                strict_map_key=False)
+        self._applied: int = state.get("applied", 0)
+        self.topics: dict[str, TopicConfig] = {
+            t: TopicConfig(*v) for t, v in state.get("topics", {}).items()}
+        self.offsets: dict[str, dict[str, dict[int, int]]] = state.get("offsets", {})
+        self._producers: dict[str, list[Any]] = state.get("producers", {})
+        self._restore_queues(state.get("queues", {}))
+
+    # -- StateMachine contract -------------------------------------------------
+    def applied_index(self) -> int:
+        return self._applied
+
+    def apply(self, entries: Sequence[Entry]) -> None:
+        for entry in entries:
+            results = self._apply_entry(entry) if entry.kind == EntryKind.DATA else []
+            with self._lock:
+                self._applied = entry.index
+                if results:
+                    self._results[entry.index] = results
+                    while len(self._results) > RECENT_RESULTS:
+                        self._results.popitem(last=False)
+        self._checkpoint()
+
+    def apply_gap(self, first_index: int) -> None:
+        self._applied = first_index - 1
+        self._checkpoint()
+
+    # -- reading -----------------------------------------------------------------
+    def results(self, index: int) -> list[Applied] | None:
+        """Outcomes of the records of entry ``index`` (None: not applied or forgotten)."""
+        with self._lock:
+            return self._results.get(index)
+
+    def queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        with self._lock:
+            return self._queues.get((topic, queue_id))
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        with self._lock:
+            return self.offsets.get(group, {}).get(topic, {}).get(queue_id)
+
+    def close(self) -> None:
+        with self._lock:
+            for cq in self._queues.values():
+                cq.close()
+            self._queues.clear()
+
+    # -- apply ---------------------------------------------------------------------
+    def _apply_entry(self, entry: Entry) -> list[Applied]:
+        try:
+            _, spans = locate_messages(entry.body)
+        except ValueError as e:
+            return [Applied(Outcome.INVALID, reason=f"entry is not a batch: {e}")]
+        base = entry.position + HEADER_SIZE
+        out = []
+        for offset, length in spans:
+            record = entry.body[offset:offset + length]
+            if record_kind(record) == RecordKind.MESSAGE:
+                out.append(self._apply_message(record, base + offset))
+            else:
+                out.append(self._apply_admin(record))
+        return out
+
+    def _apply_message(self, record: bytes, position: int) -> Applied:
+        try:
+            m = decode_message(record)
+        except MessageFormatError as e:
+            return Applied(Outcome.INVALID, reason=str(e))
+        topic = self.topics.get(m.topic)
+        if topic is None:
+            return Applied(Outcome.TOPIC_NOT_EXIST, reason=f"topic {m.topic!r} does not exist")
+        if not topic.perm & Perm.WRITE:
+            return Applied(Outcome.NO_PERMISSION, reason=f"topic {m.topic!r} is not writable")
+        if not 0 <= m.queue_id < topic.queues:
+            return Applied(Outcome.INVALID, reason=f"queue {m.queue_id} is not in 0..{topic.queues - 1}")
+        key = f"{m.producer_id}\x00{m.topic}\x00{m.queue_id}"
+        if m.producer_id is not None:
+            last_seq, recent = self._producers.get(key, [-1, []])
+            if m.sequence <= last_seq:
+                original = dict(recent).get(m.sequence, -1)
+                return Applied(Outcome.DUPLICATE, m.queue_id, original,
+                               reason=f"sequence {m.sequence} was already stored")
+            if m.sequence > last_seq + 1:
+                return Applied(Outcome.SEQUENCE_GAP, m.queue_id,
+                               reason=f"sequence {m.sequence} after {last_seq}: a gap")
+        cq = self._open_queue(m.topic, m.queue_id)
+        queue_offset = cq.max_offset
+        cq.append(queue_offset, position, len(record), tag_hash(m.tags))
+        if m.producer_id is not None:
+            recent = ([*recent, [m.sequence, queue_offset]])[-RECENT_SEQUENCES:]
+            self._producers[key] = [m.sequence, recent]
+        return Applied(Outcome.STORED, m.queue_id, queue_offset, position)
+
+    def _apply_admin(self, record: bytes) -> Applied:
+        try:
+            cmd = decode_admin(record)
+        except ValueError as e:
+            return Applied(Outcome.INVALID, reason=str(e))
+        with self._lock:
+            if isinstance(cmd, CreateTopic):
+                self.topics[cmd.topic] = TopicConfig(cmd.queues, int(cmd.perm))
+            elif isinstance(cmd, DeleteTopic):
+                if self.topics.pop(cmd.topic, None) is None:
+                    return Applied(Outcome.TOPIC_NOT_EXIST, reason=f"no topic {cmd.topic!r}")
+                self._drop_queues(cmd.topic)
+            elif isinstance(cmd, CommitOffset):
+                if cmd.topic not in self.topics:
+                    return Applied(Outcome.TOPIC_NOT_EXIST, reason=f"no topic {cmd.topic!r}")
+                self.offsets.setdefault(cmd.group, {}).setdefault(cmd.topic, {})[cmd.queue_id] = (
+                    cmd.offset)
+        return Applied(Outcome.DONE)
+
+    # -- queues and checkpoint -----------------------------------------------------
+    def _open_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self._queues.get((topic, queue_id))
+        if cq is None:
+            cq = ConsumeQueue(self._cq_root / topic / str(queue_id), self._units)
+            with self._lock:
+                self._queues[(topic, queue_id)] = cq
+        return cq
+
+    def _drop_queues(self, topic: str) -> None:
+        for key in [k for k in self._queues if k[0] == topic]:
+            self._queues.pop(key).close()
+        shutil.rmtree(self._cq_root / topic, ignore_errors=True)
+
+    def _restore_queues(self, next_offsets: dict[str, dict[int, int]]) -> None:
+        """Open every queue the checkpoint knows and cut what was applied after it."""
+        for topic_dir in sorted(p for p in self._cq_root.iterdir() if p.is_dir()):
+            known = next_offsets.get(topic_dir.name)
+            if known is None:
+                shutil.rmtree(topic_dir)  # created after the checkpoint: replay recreates it
+                continue
+            for queue_dir in sorted(topic_dir.iterdir(), key=lambda p: p.name):
+                qid = int(queue_dir.name)
+                if qid not in known:
+                    shutil.rmtree(queue_dir)
+                    continue
+                cq = ConsumeQueue(queue_dir, self._units)
+                if cq.max_offset > known[qid]:
+                    cq.truncate_from(known[qid])
+                self._queues[(topic_dir.name, qid)] = cq
+
+    @property
+    def _checkpoint_path(self) -> Path:
+        return self._store / "state.checkpoint"
+
+    def _checkpoint(self) -> None:
+        with self._lock:
+            queues: dict[str, dict[int, int]] = {}
+            for (topic, qid), cq in sorted(self._queues.items()):
+                cq.flush()
+                queues.setdefault(topic, {})[qid] = cq.max_offset
+            state = {
+                "applied": self._applied,
+                "topics": {t: [c.queues, c.perm] for t, c in sorted(self.topics.items())},
+                "queues": queues,
+                "offsets": self.offsets,
+                "producers": self._producers,
+            }
+        atomic_write(self._checkpoint_path, msgpack.packb(state, use_bin_type=True))

@@ -28,7 +28,7 @@ from broker.index_file import (
 
 T0 = 1_700_000_000_000  # a store time in ms
 COLLIDING = ("k15599", "k97211")  # different keys, same 31-bit hash
-BIG = 1 << 40
+BIG = 1 << 62
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:
@@ -54,8 +54,8 @@ def test_create_is_zeros_but_for_the_geometry_stamp(tmp_path: Path) -> None:
     assert len(raw) == index_file_size(8, 16) == HEADER_SIZE + 8 * SLOT_SIZE + 16 * ENTRY_SIZE
     stamp_at = HEADER_SIZE + 8 * SLOT_SIZE
     assert raw[:stamp_at] == bytes(stamp_at)
-    assert raw[stamp_at:stamp_at + ENTRY_SIZE] == b"RMQI" + (8).to_bytes(4, "big") + (16).to_bytes(4, "big") + \
-        bytes(8)
+    stamp = b"RMQI" + (8).to_bytes(4, "big") + (16).to_bytes(4, "big") + bytes(8)
+    assert raw[stamp_at:stamp_at + ENTRY_SIZE] == stamp
     assert raw[stamp_at + ENTRY_SIZE:] == bytes(15 * ENTRY_SIZE)
     assert f.header() == IndexHeader(0, 0, 0, 0, 0, 0)
     assert (f.capacity, f.free, f.is_full) == (15, 15, False)
@@ -130,13 +130,14 @@ def test_time_range_filtering(index: IndexFile) -> None:
 
 
 def test_time_window_is_seconds_floored(index: IndexFile) -> None:
-    index.put("k", 1, T0 + 500)
-    index.put("k", 2, T0 + 1_700)  # time_diff 1: window [begin + 1000, begin + 1999]
-    assert index.query("k", T0 + 1_400, T0 + 1_450, 10) == [2]  # real 1_700: at most 999 ms off
-    assert index.query("k", T0 + 2_500, T0 + 3_000, 10) == []
-    index.put("k", 3, T0 + 400)  # a store time going back: kept exactly, negative diff
-    assert index.query("k", T0 - 600, T0 - 500, 10) == [3]
-    assert index.end_timestamp == T0 + 1_700
+    index.put("k", 1, T0)
+    index.put("k", 2, T0 + 1_700)  # time_diff 1: window [T0 + 1000, T0 + 1999]
+    assert index.query("k", T0 + 1_100, T0 + 1_200, 10) == [2]  # really at 1_700: within 999 ms
+    assert index.query("k", T0 + 2_000, T0 + 3_000, 10) == []
+    index.put("k", 3, T0 - 600)  # a store time going back: time_diff -1, window [T0 - 1000, T0 - 1]
+    assert index.query("k", T0 - 900, T0 - 800, 10) == [3]
+    assert index.query("k", T0 - 5_000, T0 + 5_000, 10) == [3, 2, 1]
+    assert (index.begin_timestamp, index.end_timestamp) == (T0, T0 + 1_700)
 
 
 def test_max_results(index: IndexFile) -> None:
@@ -255,7 +256,7 @@ def test_delete_before_position(tmp_path: Path) -> None:
     s = service(tmp_path / "index")
     for i in range(30):
         s.put_keys(["k", f"u{i}"], 100 * i, T0 + i)  # 4 messages a file: 0-300, 400-700, ...
-    assert s.delete_before_position(350) == []
+    assert s.delete_before_position(300) == []
     assert s.delete_before_position(800) == [0, 1]
     assert sorted(p.name for p in (tmp_path / "index").iterdir())[0] == index_file_name(2)
     assert s.query("k", 0, BIG, 100) == [100 * i for i in reversed(range(8, 30))]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import secrets
 import signal
 import socket
@@ -32,10 +33,42 @@ import msgpack
 __all__ = ["LocalGroup", "NodeProc", "free_port"]
 
 
+_handed_out: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free on 127.0.0.1, chosen BELOW the kernel's ephemeral range.
+
+    A port taken with bind(0) comes from the ephemeral range, where any outgoing
+    connection or other bind(0) (a Toxiproxy listener) may grab it before the
+    node that was meant to listen there starts. Below that range only explicit
+    binds compete. Never hands out the same port twice in one process.
+    """
+    lo_ephemeral, _ = _ephemeral_range()
+    low, high = 20000, max(20001, lo_ephemeral)
+    if lo_ephemeral <= low:  # an unusual kernel setting: fall back to bind(0)
+        low, high = 0, 0
+    for _ in range(200):
+        port = random.randrange(low, high) if high else 0
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            port = s.getsockname()[1]
+        _handed_out.add(port)
+        return port
+    raise RuntimeError("no free port found on 127.0.0.1")
 
 
 @dataclass

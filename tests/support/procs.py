@@ -18,13 +18,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
+
+from dledger.local_group import free_port
 
 __all__ = ["ManagedProcess", "ProcessGroup", "free_ports", "wait_until"]
 
@@ -34,18 +35,13 @@ LOCALHOST = "127.0.0.1"
 
 
 def free_ports(n: int) -> list[int]:
-    """Return ``n`` distinct TCP ports that are currently free on 127.0.0.1.
+    """Return ``n`` distinct TCP ports free on 127.0.0.1, below the ephemeral range.
 
-    All ``n`` sockets are bound at the same time, so the ports are distinct.
+    See ``dledger.local_group.free_port`` for why not bind(0).
     """
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-                 for _ in range(n)]
-        for sock in socks:
-            sock.bind((LOCALHOST, 0))
-        return [sock.getsockname()[1] for sock in socks]
+    return [free_port() for _ in range(n)]
 
 
 def wait_until(

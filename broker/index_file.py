@@ -337,6 +337,39 @@ class IndexFile:
             self._slot_count, self._count = slot_count, n
             return True
 
+    def rollback_to(self, header: IndexHeader) -> int:
+        """Undo the puts made after this file's header was ``header``; returns how many.
+
+        Entries are undone newest first: each one's slot goes back to the entry's
+        ``prev_index`` (its head when it was put) and the entry is zeroed, then the
+        header is restored -- the bytes equal those the file had when ``header`` was
+        read, provided the undone entries themselves were written whole (always after
+        a process crash; after a power loss rebuild the index instead).
+        """
+        with self._lock:
+            self._check_open()
+            if header.index_count > self._count:
+                raise ValueError(f"{self._path}: cannot roll forward from {self._count} "
+                                 f"to {header.index_count} entries")
+            undone = 0
+            for n in range(self._count, header.index_count, -1):
+                at = self._entries_at + n * ENTRY_SIZE
+                raw = _pread_exact(self._fd, ENTRY_SIZE, at, self._path)
+                if raw == bytes(ENTRY_SIZE):
+                    continue
+                h, _, _, prev = ENTRY.unpack(raw)
+                _pwrite_all(self._fd, SLOT.pack(prev), HEADER_SIZE + (h % self._slot_num) * SLOT_SIZE)
+                _pwrite_all(self._fd, bytes(ENTRY_SIZE), at)
+                undone += 1
+            _pwrite_all(self._fd, HEADER.pack(
+                header.begin_timestamp, header.end_timestamp, header.begin_position,
+                header.end_position, header.hash_slot_count, header.index_count), 0)
+            self._dirty = True
+            self._begin_ts, self._end_ts = header.begin_timestamp, header.end_timestamp
+            self._begin_pos, self._end_pos = header.begin_position, header.end_position
+            self._slot_count, self._count = header.hash_slot_count, header.index_count
+            return undone
+
     def flush(self) -> bool:
         """fsync the file if it was written since the last flush; True if it was synced.
 
@@ -503,6 +536,30 @@ class IndexService:
                 if not f.put(key, position, ts_ms):
                     raise AssertionError(f"index file {f.path} refused a put it had room for")
         return len(unique)
+
+    def mark(self) -> tuple[int, IndexHeader] | None:
+        """Where the index stands: (last file's sequence, its header); None if empty.
+
+        Store it with a checkpoint; ``rollback(mark)`` returns the index to it.
+        """
+        with self._lock:
+            self._check_open()
+            return (self._files[-1][0], self._files[-1][1].header()) if self._files else None
+
+    def rollback(self, mark: tuple[int, IndexHeader] | None) -> None:
+        """Undo every put made after ``mark`` (a value of ``mark()``), files included."""
+        with self._lock:
+            self._check_open()
+            keep = -1 if mark is None else mark[0]
+            while self._files and self._files[-1][0] > keep:
+                _, f = self._files.pop()
+                f.close()
+                f.path.unlink()
+            if mark is not None:
+                if not self._files or self._files[-1][0] != keep:
+                    raise IndexFileCorrupt(f"index file {index_file_name(keep)} is missing")
+                self._files[-1][1].rollback_to(mark[1])
+            fsync_directory(self._dir)
 
     def query(self, key: str, begin_ms: int, end_ms: int, max_results: int) -> list[int]:
         """Positions indexed for ``key`` with a store time in range, newest first.

@@ -7,14 +7,17 @@ every replica derives byte-identical ConsumeQueues and the same state.
 State and where it lives (``store/``)::
 
     consumequeue/<topic>/<queue>/   ConsumeQueue files (broker.consume_queue)
+    index/                          IndexFiles: message keys and ids -> positions
     state.checkpoint                msgpack: applied index, topics, next queue offsets,
-                                    consumer offsets, idempotent-producer table
+                                    consumer offsets, idempotent-producer table,
+                                    the index's mark (last file and its header)
 
 After each applied batch the ConsumeQueues are fsynced and then the checkpoint
 is written atomically, so the applied index is persisted with the state it
 describes. On start the ConsumeQueues are cut back to the checkpoint's queue
-offsets (undoing anything applied after it) and the applier re-applies from
-``applied + 1``: replaying yields the same bytes.
+offsets and the index is rolled back to its mark (undoing anything applied
+after the checkpoint), and the applier re-applies from ``applied + 1``:
+replaying yields the same bytes.
 
 Idempotent producer: a message carrying (producer_id, sequence) is stored only
 if sequence == last + 1 for that producer and queue; a retry of a stored one
@@ -28,7 +31,7 @@ import shutil
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +48,7 @@ from broker.commands import (
 )
 from broker.consume_queue import ConsumeQueue, tag_hash
 from broker.entry_batch import locate_messages
+from broker.index_file import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM, IndexHeader, IndexService
 from broker.message_format import MessageFormatError, decode_message
 from dledger.durable_file import atomic_write, read_or_none
 from dledger.entry_format import HEADER_SIZE, Entry, EntryKind
@@ -85,7 +89,8 @@ class TopicConfig:
 class BrokerStateMachine:
     """Apply thread calls ``apply``/``apply_gap``; any thread may read the snapshots."""
 
-    def __init__(self, store: Path, cq_units_per_file: int = 300_000) -> None:
+    def __init__(self, store: Path, cq_units_per_file: int = 300_000,
+                 index_slots: int = DEFAULT_SLOT_NUM, index_entries: int = DEFAULT_INDEX_NUM) -> None:
         self._store = store
         self._cq_root = store / "consumequeue"
         self._cq_root.mkdir(parents=True, exist_ok=True)
@@ -101,6 +106,9 @@ class BrokerStateMachine:
         self.offsets: dict[str, dict[str, dict[int, int]]] = state.get("offsets", {})
         self._producers: dict[str, list[Any]] = state.get("producers", {})
         self._restore_queues(state.get("queues", {}))
+        self.index = IndexService(store / "index", index_slots, index_entries)
+        mark = state.get("index_mark")
+        self.index.rollback(None if mark is None else (mark[0], IndexHeader(*mark[1])))
 
     # -- StateMachine contract -------------------------------------------------
     def applied_index(self) -> int:
@@ -135,16 +143,24 @@ class BrokerStateMachine:
         with self._lock:
             return self.offsets.get(group, {}).get(topic, {}).get(queue_id)
 
+    def query_key(self, key: str, begin_ms: int, end_ms: int, max_results: int) -> list[int]:
+        """CommitLog positions of messages with ``key`` (or message id in hex), newest first.
+
+        Hash matches: the caller checks the real key in the message it reads.
+        """
+        return self.index.query(key, begin_ms, end_ms, max_results)
+
     def close(self) -> None:
         with self._lock:
             for cq in self._queues.values():
                 cq.close()
             self._queues.clear()
+            self.index.close()
 
     # -- apply ---------------------------------------------------------------------
     def _apply_entry(self, entry: Entry) -> list[Applied]:
         try:
-            _, spans = locate_messages(entry.body)
+            stamp, spans = locate_messages(entry.body)
         except ValueError as e:
             return [Applied(Outcome.INVALID, reason=f"entry is not a batch: {e}")]
         base = entry.position + HEADER_SIZE
@@ -152,12 +168,12 @@ class BrokerStateMachine:
         for offset, length in spans:
             record = entry.body[offset:offset + length]
             if record_kind(record) == RecordKind.MESSAGE:
-                out.append(self._apply_message(record, base + offset))
+                out.append(self._apply_message(record, base + offset, stamp))
             else:
                 out.append(self._apply_admin(record))
         return out
 
-    def _apply_message(self, record: bytes, position: int) -> Applied:
+    def _apply_message(self, record: bytes, position: int, store_ts_ms: int) -> Applied:
         try:
             m = decode_message(record)
         except MessageFormatError as e:
@@ -182,6 +198,7 @@ class BrokerStateMachine:
         cq = self._open_queue(m.topic, m.queue_id)
         queue_offset = cq.max_offset
         cq.append(queue_offset, position, len(record), tag_hash(m.tags))
+        self.index.put_keys([*m.keys, m.msg_id.hex()], position, store_ts_ms)
         if m.producer_id is not None:
             recent = ([*recent, [m.sequence, queue_offset]])[-RECENT_SEQUENCES:]
             self._producers[key] = [m.sequence, recent]
@@ -247,8 +264,11 @@ class BrokerStateMachine:
             for (topic, qid), cq in sorted(self._queues.items()):
                 cq.flush()
                 queues.setdefault(topic, {})[qid] = cq.max_offset
+            self.index.flush()
+            mark = self.index.mark()
             state = {
                 "applied": self._applied,
+                "index_mark": None if mark is None else [mark[0], list(astuple(mark[1]))],
                 "topics": {t: [c.queues, c.perm] for t, c in sorted(self.topics.items())},
                 "queues": queues,
                 "offsets": self.offsets,

@@ -345,3 +345,25 @@ def test_query_returns_exactly_the_matching_puts(puts: list[tuple[str, int, int]
         assert set(got) <= {p for p, ts in candidates if b - 999 <= ts <= e + 999}
         assert got == [p for p, _ in candidates if p in set(got)]
         f.close()
+
+
+def test_rollback_to_a_mark_restores_the_exact_bytes(tmp_path: Path) -> None:
+    import filecmp
+    import shutil
+
+    svc = IndexService(tmp_path / "idx", slot_num=4, index_num=16)
+    for i in range(20):
+        svc.put_keys([f"k{i % 5}", f"id{i}"], 100 * i, 1_000_000 + 37 * i)
+    svc.flush()
+    mark = svc.mark()
+    shutil.copytree(tmp_path / "idx", tmp_path / "at-mark")
+    for i in range(20, 45):  # more puts, rolling into new files
+        svc.put_keys([f"k{i % 5}", f"id{i}"], 100 * i, 1_000_000 + 37 * i)
+    svc.rollback(mark)
+    svc.flush()
+    names = sorted(p.name for p in (tmp_path / "idx").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "at-mark").iterdir())
+    _, mismatch, errors = filecmp.cmpfiles(tmp_path / "idx", tmp_path / "at-mark", names, shallow=False)
+    assert not mismatch and not errors
+    assert svc.query("k3", 0, 2**62, 100) == [100 * i for i in (18, 13, 8, 3)]
+    svc.close()

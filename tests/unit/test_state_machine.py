@@ -38,6 +38,7 @@ class Log:
 
 def msg(topic: str, i: int, queue: int = 0, **kw: object) -> bytes:
     return encode_message(Message(topic, f"body-{i}".encode(), queue, tags=f"t{i % 3}",
+                                  keys=(f"order-{i % 7}",),
                                   msg_id=i.to_bytes(16, "big"), **kw))  # type: ignore[arg-type]
 
 
@@ -65,7 +66,7 @@ def files_equal(a: Path, b: Path) -> None:
 def test_two_replicas_derive_identical_files(tmp_path: Path) -> None:
     log = workload()
     for name in ("r1", "r2"):
-        sm = BrokerStateMachine(tmp_path / name, cq_units_per_file=16)
+        sm = BrokerStateMachine(tmp_path / name, cq_units_per_file=16, index_slots=8, index_entries=64)
         for i in range(0, len(log.entries), 7):  # different batching, same result
             sm.apply(log.entries[i:i + 7] if name == "r1" else log.entries[i:i + 7][:3])
             if name == "r2":
@@ -76,7 +77,7 @@ def test_two_replicas_derive_identical_files(tmp_path: Path) -> None:
 
 def test_messages_land_in_their_queues_in_order(tmp_path: Path) -> None:
     log = workload()
-    sm = BrokerStateMachine(tmp_path / "s", cq_units_per_file=16)
+    sm = BrokerStateMachine(tmp_path / "s", cq_units_per_file=16, index_slots=8, index_entries=64)
     sm.apply(log.entries)
     assert sm.applied_index() == len(log.entries)
     total = sum(sm.queue("orders", q).max_offset for q in range(4))
@@ -90,6 +91,11 @@ def test_messages_land_in_their_queues_in_order(tmp_path: Path) -> None:
         bodies.append(entry.body[start:start + unit.size])
     assert all(b.startswith(b"\x9e\x01") for b in bodies)  # each unit points at a message
     assert sm.committed_offset("billing", "orders", 1) == 17
+    by_id = sm.query_key((123).to_bytes(16, "big").hex(), 0, 2**62, 10)
+    assert len(by_id) == 1 and any(u.position == by_id[0] for q in range(4)
+                                   for u in (sm.queue("orders", q).get(o)
+                                             for o in range(sm.queue("orders", q).max_offset)))
+    assert len(sm.index.files()) > 1  # 300 ids in 63-entry files: the index rolled
     sm.close()
 
 
@@ -99,7 +105,7 @@ def test_retried_idempotent_message_is_not_stored_twice(tmp_path: Path) -> None:
     first = log.add([msg("t", 0, producer_id="p", sequence=0), msg("t", 1, producer_id="p", sequence=1)])
     retry = log.add([msg("t", 1, producer_id="p", sequence=1)])
     gap = log.add([msg("t", 3, producer_id="p", sequence=3)])
-    sm = BrokerStateMachine(tmp_path / "s")
+    sm = BrokerStateMachine(tmp_path / "s", index_slots=8, index_entries=64)
     sm.apply(log.entries)
     original = sm.results(first.index)[1]
     again = sm.results(retry.index)[0]
@@ -115,7 +121,7 @@ def test_refusals_store_nothing(tmp_path: Path) -> None:
     log.add([encode_admin(CreateTopic("ro", 1, Perm.READ)), encode_admin(CreateTopic("rw", 1))])
     e = log.add([msg("missing", 1), msg("ro", 2), msg("rw", 3, queue=5), b"\x93garbage",
                  encode_admin(DeleteTopic("missing"))])
-    sm = BrokerStateMachine(tmp_path / "s")
+    sm = BrokerStateMachine(tmp_path / "s", index_slots=8, index_entries=64)
     sm.apply(log.entries)
     assert [r.outcome for r in sm.results(e.index)] == [
         Outcome.TOPIC_NOT_EXIST, Outcome.NO_PERMISSION, Outcome.INVALID, Outcome.INVALID,
@@ -126,19 +132,19 @@ def test_refusals_store_nothing(tmp_path: Path) -> None:
 
 def test_replay_after_a_crash_gives_the_same_bytes(tmp_path: Path) -> None:
     log = workload()
-    full = BrokerStateMachine(tmp_path / "full", cq_units_per_file=16)
+    full = BrokerStateMachine(tmp_path / "full", cq_units_per_file=16, index_slots=8, index_entries=64)
     full.apply(log.entries)
     full.close()
 
     crashed = tmp_path / "crashed"
-    sm = BrokerStateMachine(crashed, cq_units_per_file=16)
+    sm = BrokerStateMachine(crashed, cq_units_per_file=16, index_slots=8, index_entries=64)
     sm.apply(log.entries[:12])
     saved = (crashed / "state.checkpoint").read_bytes()
     sm.apply(log.entries[12:20])  # applied to the queues, but the checkpoint below is older
     sm.close()
     (crashed / "state.checkpoint").write_bytes(saved)
 
-    again = BrokerStateMachine(crashed, cq_units_per_file=16)
+    again = BrokerStateMachine(crashed, cq_units_per_file=16, index_slots=8, index_entries=64)
     assert again.applied_index() == 12
     again.apply(log.entries[12:])
     again.close()
@@ -150,7 +156,7 @@ def test_deleted_topic_drops_its_queues(tmp_path: Path) -> None:
     log.add([encode_admin(CreateTopic("gone", 2))])
     log.add([msg("gone", 1), msg("gone", 2, queue=1)])
     log.add([encode_admin(DeleteTopic("gone"))])
-    sm = BrokerStateMachine(tmp_path / "s")
+    sm = BrokerStateMachine(tmp_path / "s", index_slots=8, index_entries=64)
     sm.apply(log.entries)
     assert "gone" not in sm.topics and sm.queue("gone", 0) is None
     assert not (tmp_path / "s" / "consumequeue" / "gone").exists()

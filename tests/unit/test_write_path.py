@@ -1,0 +1,89 @@
+"""The leader's write path on a one-node group: group commit, outcomes, idempotency."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from broker.commands import CreateTopic, encode_admin
+from broker.entry_batch import MessageTooLarge, max_message_bytes
+from broker.message_format import Message, encode_message
+from broker.state_machine import BrokerStateMachine, Outcome
+from broker.write_path import WritePath
+from dledger.applier import Applier
+from dledger.config import GroupConfig
+from dledger.local_group import free_port
+from dledger.replicated_log import ReplicatedLog
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[tuple[ReplicatedLog, BrokerStateMachine, Applier]]:
+    rlog = ReplicatedLog(GroupConfig(node="n1", peers={"n1": f"127.0.0.1:{free_port()}"},
+                                     data_dir=tmp_path / "log"))
+    machine = BrokerStateMachine(tmp_path / "store", index_slots=64, index_entries=4096)
+    applier = Applier(rlog, machine).start()
+    deadline = time.monotonic() + 10
+    while not rlog.is_leader:
+        assert time.monotonic() < deadline, "no leader"
+        time.sleep(0.02)
+    yield rlog, machine, applier
+    applier.stop()
+    rlog.close()
+    machine.close()
+
+
+def test_concurrent_sends_share_entries_and_get_their_own_outcomes(
+        node: tuple[ReplicatedLog, BrokerStateMachine, Applier]) -> None:
+    rlog, machine, applier = node
+
+    async def main() -> None:
+        path = WritePath(rlog, machine, applier, linger_ms=2)
+        (created,) = await path.send([encode_admin(CreateTopic("orders", 2))])
+        assert created.outcome == Outcome.DONE
+        first_index = rlog.committed_index
+        sends = [path.send([encode_message(Message("orders", f"m{i}".encode(), i % 2))])
+                 for i in range(200)]
+        results = await asyncio.gather(*sends)
+        stored = [r[0] for r in results]
+        assert all(a.outcome == Outcome.STORED for a in stored)
+        for q in (0, 1):
+            offsets = [a.queue_offset for a in stored if a.queue_id == q]
+            assert offsets == list(range(100)), "per-queue offsets follow send order, no gaps"
+        entries_used = rlog.committed_index - first_index
+        assert entries_used < 50, f"200 sends took {entries_used} entries: no group commit"
+
+    asyncio.run(main())
+
+
+def test_idempotent_retry_returns_the_original_offset(
+        node: tuple[ReplicatedLog, BrokerStateMachine, Applier]) -> None:
+    rlog, machine, applier = node
+
+    async def main() -> None:
+        path = WritePath(rlog, machine, applier)
+        await path.send([encode_admin(CreateTopic("t", 1))])
+        m = encode_message(Message("t", b"pay", 0, producer_id="p-1", sequence=0))
+        (first,) = await path.send([m])
+        (retry,) = await path.send([m])
+        assert first.outcome == Outcome.STORED
+        assert (retry.outcome, retry.queue_offset) == (Outcome.DUPLICATE, first.queue_offset)
+        assert machine.queue("t", 0).max_offset == 1
+
+    asyncio.run(main())
+
+
+def test_oversized_record_fails_alone(node: tuple[ReplicatedLog, BrokerStateMachine, Applier]) -> None:
+    rlog, machine, applier = node
+
+    async def main() -> None:
+        path = WritePath(rlog, machine, applier)
+        with pytest.raises(MessageTooLarge):
+            await path.send([b"x" * (max_message_bytes() + 1)])
+        (ok,) = await path.send([encode_admin(CreateTopic("fine", 1))])
+        assert ok.outcome == Outcome.DONE
+
+    asyncio.run(main())

@@ -30,7 +30,7 @@ from __future__ import annotations
 import shutil
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
@@ -98,6 +98,7 @@ class BrokerStateMachine:
         self._lock = threading.Lock()
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._results: OrderedDict[int, list[Applied]] = OrderedDict()
+        self.on_applied: list[Callable[[int], None]] = []  # run on the apply thread
         state = msgpack.unpackb(read_or_none(self._checkpoint_path) or msgpack.packb({}),
                                 strict_map_key=False)
         self._applied: int = state.get("applied", 0)
@@ -124,6 +125,8 @@ class BrokerStateMachine:
                     while len(self._results) > RECENT_RESULTS:
                         self._results.popitem(last=False)
         self._checkpoint()
+        for callback in self.on_applied:
+            callback(self._applied)
 
     def apply_gap(self, first_index: int) -> None:
         self._applied = first_index - 1

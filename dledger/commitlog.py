@@ -432,6 +432,13 @@ class CommitLog:
                     run = i
             return result
 
+    def read_at(self, position: int, size: int) -> bytes:
+        """``size`` raw bytes at ``position`` (a message inside an entry, found through a
+        ConsumeQueue). The caller must only ask for bytes of applied, hence committed,
+        entries. Raises ValueError outside the held range."""
+        with self._lock:
+            return self._files.read(position, size)
+
     def index_at_position(self, position: int) -> int | None:
         """The index of the entry whose record starts at ``position``, or None."""
         with self._lock:

@@ -1,0 +1,277 @@
+"""The broker's aiohttp server: one WebSocket of remoting frames per client, plus HTTP.
+
+    GET  /ws        binary WebSocket; every message is one ``broker.remoting`` frame
+    GET  /healthz   "ok" (the process serves)
+    GET  /status    JSON: Raft status and applied index of this replica
+
+Requests handled (``RequestCode``): SEND_MESSAGE (body: one encoded message),
+SEND_BATCH (body: msgpack list of encoded messages), PULL_MESSAGE (long poll),
+CREATE_TOPIC, GET_TOPICS, COMMIT_OFFSET, QUERY_OFFSET, HEARTBEAT. Writes go
+through the leader's ``WritePath``; a follower answers NOT_LEADER naming the
+leader. Reads (pull, offsets, topics) are served by any replica from applied --
+hence committed -- state only. A malformed frame gets MALFORMED_FRAME and the
+connection stays open; an unknown code gets REQUEST_CODE_NOT_SUPPORTED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+import msgpack
+from aiohttp import WSMsgType, web
+
+from broker.commands import CommitOffset, CreateTopic, Perm, encode_admin
+from broker.entry_batch import MessageTooLarge
+from broker.message_format import MessageFormatError, decode_message
+from broker.names import InvalidName, validate_group, validate_topic
+from broker.remoting import (
+    Frame,
+    FrameError,
+    RequestCode,
+    ResponseCode,
+    decode_frame,
+    ext_int,
+    ext_str,
+)
+from broker.state_machine import Applied, BrokerStateMachine, Outcome
+from broker.write_path import WritePath
+from dledger.applier import Applier
+from dledger.errors import NoLeader, NotLeader, OutcomeUnknown, ProposeError
+from dledger.replicated_log import ReplicatedLog
+
+__all__ = ["AppliedSignal", "BrokerServer"]
+
+log = logging.getLogger("broker.server")
+
+MAX_PULL = 256
+MAX_SUSPEND_MS = 30_000
+
+_OUTCOME_CODE = {
+    Outcome.STORED: ResponseCode.SUCCESS,
+    Outcome.DUPLICATE: ResponseCode.SUCCESS,
+    Outcome.DONE: ResponseCode.SUCCESS,
+    Outcome.TOPIC_NOT_EXIST: ResponseCode.TOPIC_NOT_EXIST,
+    Outcome.NO_PERMISSION: ResponseCode.NO_PERMISSION,
+    Outcome.INVALID: ResponseCode.INVALID_ARGUMENT,
+    Outcome.SEQUENCE_GAP: ResponseCode.SEQUENCE_GAP,
+}
+
+
+class AppliedSignal:
+    """Wakes long-polling pulls when the applier applied something (thread-safe notify)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._event = asyncio.Event()
+
+    def notify(self) -> None:
+        self._loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def wait(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._event.wait(), timeout)
+
+
+class BrokerServer:
+    def __init__(self, rlog: ReplicatedLog, machine: BrokerStateMachine, applier: Applier,
+                 signal: AppliedSignal, leader_address: Callable[[str], str | None]) -> None:
+        self.rlog = rlog
+        self.machine = machine
+        self.write = WritePath(rlog, machine, applier)
+        self.signal = signal
+        self.leader_address = leader_address
+        self._handlers: dict[int, Callable[[Frame], Awaitable[Frame]]] = {
+            RequestCode.SEND_MESSAGE: self._send,
+            RequestCode.SEND_BATCH: self._send_batch,
+            RequestCode.PULL_MESSAGE: self._pull,
+            RequestCode.CREATE_TOPIC: self._create_topic,
+            RequestCode.GET_TOPICS: self._topics,
+            RequestCode.COMMIT_OFFSET: self._commit_offset,
+            RequestCode.QUERY_OFFSET: self._query_offset,
+            RequestCode.HEARTBEAT: self._heartbeat,
+        }
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.add_routes([web.get("/ws", self._ws), web.get("/healthz", self._healthz),
+                        web.get("/status", self._status)])
+        return app
+
+    # -- HTTP ----------------------------------------------------------------------
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _status(self, request: web.Request) -> web.Response:
+        status = self.rlog.status()
+        status["applied_index"] = self.machine.applied_index()
+        return web.json_response(status)
+
+    async def _ws(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(max_msg_size=8 << 20)
+        await ws.prepare(request)
+        tasks: set[asyncio.Task[None]] = set()
+        async for msg in ws:
+            if msg.type != WSMsgType.BINARY:
+                if msg.type == WSMsgType.TEXT:
+                    await ws.send_bytes(Frame(ResponseCode.MALFORMED_FRAME, 0, 1,
+                                              "frames are binary WebSocket messages").encode())
+                continue
+            task = asyncio.create_task(self._serve_frame(ws, msg.data))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        for task in tasks:
+            task.cancel()
+        return ws
+
+    async def _serve_frame(self, ws: web.WebSocketResponse, data: bytes) -> None:
+        try:
+            frame = decode_frame(data)
+        except FrameError as e:
+            reply = e.response()
+            if reply is not None and not ws.closed:
+                await ws.send_bytes(reply.encode())
+            return
+        if frame.is_response:
+            return  # no server-to-client requests are outstanding yet
+        reply = await self.handle(frame)
+        if not frame.is_oneway and not ws.closed:
+            await ws.send_bytes(reply.encode())
+
+    async def handle(self, frame: Frame) -> Frame:
+        handler = self._handlers.get(frame.code)
+        if handler is None:
+            return frame.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                  remark=f"request code {frame.code} is not supported")
+        try:
+            return await handler(frame)
+        except FrameError as e:
+            return frame.response(e.code, remark=e.message)
+        except InvalidName as e:
+            return frame.response(ResponseCode.INVALID_NAME, remark=str(e))
+        except MessageTooLarge as e:
+            return frame.response(ResponseCode.MESSAGE_TOO_LARGE, remark=str(e))
+        except NotLeader as e:
+            address = self.leader_address(e.leader or "")
+            return frame.response(ResponseCode.NOT_LEADER, remark=str(e),
+                                  ext={"leader": e.leader, "leaderAddress": address})
+        except NoLeader as e:
+            return frame.response(ResponseCode.NO_LEADER, remark=str(e))
+        except OutcomeUnknown as e:
+            return frame.response(ResponseCode.OUTCOME_UNKNOWN, remark=str(e))
+        except ProposeError as e:
+            return frame.response(ResponseCode.SYSTEM_BUSY, remark=str(e))
+        except Exception:
+            log.exception("request %s failed", frame.code)
+            return frame.response(ResponseCode.SYSTEM_ERROR, remark="internal error; see the broker log")
+
+    # -- writes ----------------------------------------------------------------------
+    def _require_leader(self) -> None:
+        if not self.rlog.is_leader:
+            leader = self.rlog.leader
+            if leader is None:
+                raise NoLeader("the group has no leader right now; retry shortly")
+            raise NotLeader(leader, self.rlog.config.peers[leader])
+
+    def _check_message(self, record: bytes) -> None:
+        try:
+            m = decode_message(record)
+        except MessageFormatError as e:
+            raise FrameError(ResponseCode.INVALID_ARGUMENT, str(e)) from None
+        validate_topic(m.topic, system=False)
+        if m.topic not in self.machine.topics:
+            raise FrameError(ResponseCode.TOPIC_NOT_EXIST,
+                             f"topic {m.topic!r} does not exist; create it first (auto-create is off)")
+
+    async def _send(self, frame: Frame) -> Frame:
+        self._require_leader()
+        self._check_message(frame.body)
+        (applied,) = await self.write.send([frame.body])
+        return self._answer(frame, applied)
+
+    async def _send_batch(self, frame: Frame) -> Frame:
+        self._require_leader()
+        try:
+            records = msgpack.unpackb(frame.body, use_list=True)
+            if not isinstance(records, list) or not all(isinstance(r, bytes) for r in records):
+                raise ValueError("a list of encoded messages")
+        except Exception as e:
+            raise FrameError(ResponseCode.INVALID_ARGUMENT, f"batch body must be {e}") from None
+        for record in records:
+            self._check_message(record)
+        outcomes = await self.write.send(records)
+        rows = [[_OUTCOME_CODE[a.outcome], a.queue_id, a.queue_offset, a.reason] for a in outcomes]
+        return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(rows))
+
+    def _answer(self, frame: Frame, applied: Applied) -> Frame:
+        code = _OUTCOME_CODE[applied.outcome]
+        if code != ResponseCode.SUCCESS:
+            return frame.response(code, remark=applied.reason)
+        return frame.response(code, ext={
+            "queueId": applied.queue_id, "queueOffset": applied.queue_offset,
+            "duplicate": applied.outcome == Outcome.DUPLICATE})
+
+    async def _create_topic(self, frame: Frame) -> Frame:
+        self._require_leader()
+        topic = validate_topic(ext_str(frame, "topic"))
+        queues = ext_int(frame, "queues", 8, minimum=1, maximum=1024)
+        perm = ext_int(frame, "perm", int(Perm.READ_WRITE))
+        if perm not in (2, 4, 6):
+            raise FrameError(ResponseCode.INVALID_ARGUMENT, "perm must be 2 (write), 4 (read) or 6")
+        (applied,) = await self.write.send([encode_admin(CreateTopic(topic, queues, Perm(perm)))])
+        return self._answer(frame, applied)
+
+    async def _commit_offset(self, frame: Frame) -> Frame:
+        self._require_leader()
+        cmd = CommitOffset(validate_group(ext_str(frame, "group")),
+                           validate_topic(ext_str(frame, "topic"), system=True),
+                           ext_int(frame, "queueId", minimum=0), ext_int(frame, "offset", minimum=0))
+        (applied,) = await self.write.send([encode_admin(cmd)])
+        return self._answer(frame, applied)
+
+    # -- reads -----------------------------------------------------------------------
+    async def _topics(self, frame: Frame) -> Frame:
+        topics = {t: [c.queues, c.perm] for t, c in sorted(self.machine.topics.items())}
+        return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(topics))
+
+    async def _query_offset(self, frame: Frame) -> Frame:
+        offset = self.machine.committed_offset(ext_str(frame, "group"), ext_str(frame, "topic"),
+                                               ext_int(frame, "queueId", minimum=0))
+        return frame.response(ResponseCode.SUCCESS, ext={"offset": -1 if offset is None else offset})
+
+    async def _heartbeat(self, frame: Frame) -> Frame:
+        return frame.response(ResponseCode.SUCCESS)
+
+    async def _pull(self, frame: Frame) -> Frame:
+        topic = ext_str(frame, "topic")
+        queue_id = ext_int(frame, "queueId", minimum=0)
+        offset = ext_int(frame, "offset", minimum=0)
+        max_msgs = ext_int(frame, "maxMsgs", 32, minimum=1, maximum=MAX_PULL)
+        suspend_s = ext_int(frame, "suspendMs", 0, minimum=0, maximum=MAX_SUSPEND_MS) / 1000
+        if topic not in self.machine.topics:
+            raise FrameError(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + suspend_s
+        while True:
+            cq = self.machine.queue(topic, queue_id)
+            max_offset = cq.max_offset if cq is not None else 0
+            if offset < max_offset or loop.time() >= deadline:
+                break
+            await self.signal.wait(deadline - loop.time())
+        if cq is None or offset >= max_offset:
+            if offset > max_offset:
+                return frame.response(ResponseCode.PULL_OFFSET_MOVED, ext={"nextOffset": max_offset})
+            return frame.response(ResponseCode.PULL_NOT_FOUND, ext={"nextOffset": offset})
+        if offset < cq.min_offset:
+            return frame.response(ResponseCode.PULL_OFFSET_MOVED, ext={"nextOffset": cq.min_offset})
+        read = cq.read(offset, max_msgs)
+        rows = [[off, unit.position, self.rlog.commitlog.read_at(unit.position, unit.size)]
+                for off, unit in read.units]
+        return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(rows),
+                              ext={"nextOffset": read.next_offset, "maxOffset": max_offset})

@@ -1,0 +1,138 @@
+"""The broker server over a real WebSocket on 127.0.0.1, on a one-node group in process."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import aiohttp
+import msgpack
+import pytest
+from aiohttp import web
+
+from broker.message_format import Message, decode_message, encode_message
+from broker.remoting import Frame, RequestCode, ResponseCode, decode_frame
+from broker.server import AppliedSignal, BrokerServer
+from broker.state_machine import BrokerStateMachine
+from dledger.applier import Applier
+from dledger.config import GroupConfig
+from dledger.local_group import free_port
+from dledger.replicated_log import ReplicatedLog
+
+
+@pytest.fixture
+def parts(tmp_path: Path) -> Iterator[tuple[ReplicatedLog, BrokerStateMachine, Applier]]:
+    rlog = ReplicatedLog(GroupConfig(node="n1", peers={"n1": f"127.0.0.1:{free_port()}"},
+                                     data_dir=tmp_path / "log"))
+    machine = BrokerStateMachine(tmp_path / "store", index_slots=64, index_entries=4096)
+    applier = Applier(rlog, machine).start()
+    deadline = time.monotonic() + 10
+    while not rlog.is_leader:
+        assert time.monotonic() < deadline, "no leader"
+        time.sleep(0.02)
+    yield rlog, machine, applier
+    applier.stop()
+    rlog.close()
+    machine.close()
+
+
+class Client:
+    """A test client: one reader task matches responses to requests by opaque."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.ids = itertools.count(1)
+        self.waiting: dict[int, asyncio.Future[Frame]] = {}
+        self.reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        async for msg in self.ws:
+            frame = decode_frame(msg.data)
+            fut = self.waiting.pop(frame.opaque, None)
+            if fut is not None and not fut.done():
+                fut.set_result(frame)
+
+    async def call(self, code: int, ext: dict | None = None, body: bytes = b"") -> Frame:
+        return await self.raw(Frame.request(code, next(self.ids), ext, body).encode())
+
+    async def raw(self, data: bytes, opaque: int | None = None) -> Frame:
+        key = decode_frame(data).opaque if opaque is None else opaque
+        fut = self.waiting[key] = asyncio.get_running_loop().create_future()
+        await self.ws.send_bytes(data)
+        return await asyncio.wait_for(fut, 15)
+
+
+async def serve(parts: tuple[ReplicatedLog, BrokerStateMachine, Applier]) -> AsyncIterator[Client]:
+    rlog, machine, applier = parts
+    signal = AppliedSignal(asyncio.get_running_loop())
+    machine.on_applied.append(lambda _i: signal.notify())
+    server = BrokerServer(rlog, machine, applier, signal, lambda name: None)
+    runner = web.AppRunner(server.app())
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    async with aiohttp.ClientSession() as session, session.ws_connect(f"http://127.0.0.1:{port}/ws") as ws:
+        client = Client(ws)
+        yield client
+        client.reader.cancel()
+    await runner.cleanup()
+
+
+def run(parts, scenario) -> None:  # type: ignore[no-untyped-def]
+    async def main() -> None:
+        async for client in serve(parts):
+            await scenario(client)
+
+    asyncio.run(main())
+
+
+def test_send_then_pull_in_order(parts) -> None:  # type: ignore[no-untyped-def]
+    async def scenario(c: Client) -> None:
+        r = await c.call(RequestCode.CREATE_TOPIC, {"topic": "orders", "queues": 2})
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        pull = asyncio.create_task(c.call(RequestCode.PULL_MESSAGE, {
+            "topic": "orders", "queueId": 1, "offset": 0, "suspendMs": 10_000}))
+        sent = []
+        for i in range(10):
+            m = Message("orders", f"m{i}".encode(), 1, keys=(f"k{i}",))
+            r = await c.call(RequestCode.SEND_MESSAGE, body=encode_message(m))
+            assert (r.code, r.ext["queueOffset"]) == (ResponseCode.SUCCESS, i), r.remark
+            sent.append(m)
+        first = await pull  # the long poll woke up on the first stored message
+        assert first.code == ResponseCode.SUCCESS and first.ext["nextOffset"] >= 1
+        r = await c.call(RequestCode.PULL_MESSAGE, {"topic": "orders", "queueId": 1, "offset": 0,
+                                                   "maxMsgs": 32})
+        rows = msgpack.unpackb(r.body)
+        assert [row[0] for row in rows] == list(range(10))
+        assert [decode_message(row[2]) for row in rows] == sent
+        r = await c.call(RequestCode.PULL_MESSAGE, {"topic": "orders", "queueId": 1, "offset": 10})
+        assert r.code == ResponseCode.PULL_NOT_FOUND
+        r = await c.call(RequestCode.COMMIT_OFFSET, {"group": "billing", "topic": "orders",
+                                                     "queueId": 1, "offset": 10})
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        r = await c.call(RequestCode.QUERY_OFFSET, {"group": "billing", "topic": "orders", "queueId": 1})
+        assert r.ext["offset"] == 10
+
+    run(parts, scenario)
+
+
+def test_bad_input_gets_clear_errors_and_the_connection_survives(parts) -> None:  # type: ignore[no-untyped-def]
+    async def scenario(c: Client) -> None:
+        r = await c.call(RequestCode.CREATE_TOPIC, {"topic": "bad name"})
+        assert r.code == ResponseCode.INVALID_NAME and "position 3" in r.remark
+        r = await c.call(RequestCode.SEND_MESSAGE, body=encode_message(Message("nope", b"x")))
+        assert r.code == ResponseCode.TOPIC_NOT_EXIST and "auto-create is off" in r.remark
+        r = await c.call(RequestCode.SEND_MESSAGE, body=b"\x00garbage")
+        assert r.code == ResponseCode.INVALID_ARGUMENT
+        r = await c.call(999)
+        assert r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+        ok_frame = Frame.request(RequestCode.HEARTBEAT, 77).encode()
+        r = await c.raw(ok_frame + b"\xc1", opaque=77)  # trailing garbage: a malformed frame
+        assert r.code == ResponseCode.MALFORMED_FRAME
+        r = await c.call(RequestCode.HEARTBEAT)
+        assert r.code == ResponseCode.SUCCESS  # still connected
+
+    run(parts, scenario)

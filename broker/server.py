@@ -68,7 +68,8 @@ class AppliedSignal:
         self._event = asyncio.Event()
 
     def notify(self) -> None:
-        self._loop.call_soon_threadsafe(self._wake)
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
+            self._loop.call_soon_threadsafe(self._wake)
 
     def _wake(self) -> None:
         self._event.set()

@@ -27,6 +27,7 @@ again; a gap (sequence > last + 1) is refused.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import threading
 from collections import OrderedDict
@@ -54,6 +55,8 @@ from dledger.durable_file import atomic_write, read_or_none
 from dledger.entry_format import HEADER_SIZE, Entry, EntryKind
 
 __all__ = ["Applied", "BrokerStateMachine", "Outcome", "TopicConfig"]
+
+log = logging.getLogger("broker.state_machine")
 
 RECENT_RESULTS = 20_000  # entries whose outcomes stay available to the proposer
 RECENT_SEQUENCES = 256   # per producer and queue: sequences answered on a retry
@@ -126,7 +129,10 @@ class BrokerStateMachine:
                         self._results.popitem(last=False)
         self._checkpoint()
         for callback in self.on_applied:
-            callback(self._applied)
+            try:
+                callback(self._applied)
+            except Exception:  # a listener must never stop the apply thread
+                log.exception("on_applied listener failed")
 
     def apply_gap(self, first_index: int) -> None:
         self._applied = first_index - 1

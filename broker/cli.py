@@ -1,6 +1,7 @@
 """The ``raftmq`` command line.
 
     raftmq up [--dir DIR] [--nodes 3]     a local group in the foreground (scripts/run)
+    raftmq broker --config F              one broker replica (WebSocket server)
     raftmq log-node --config F --http A   one CommitLog replica (same as python -m dledger)
     raftmq log-status --http A            a replica's status as JSON
     raftmq bench-log ...                  CommitLog benchmark (scripts/bench-log)
@@ -84,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--nodes", type=int, default=3, help="replicas (default 3)")
     up.add_argument("--flush", choices=["sync", "async"], default="sync",
                     help="fsync before ack (sync, default) or every few ms (async)")
+    sub.add_parser("broker", help="run one broker replica (see raftmq broker --help)",
+                   add_help=False)
     sub.add_parser("log-node", help="run one CommitLog replica (see python -m dledger --help)",
                    add_help=False)
     st = sub.add_parser("log-status", help="print a replica's status")
@@ -92,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = parser.parse_known_args(argv)
     if args.cmd == "log-node":
         return _cmd_log_node(args, rest)
+    if args.cmd == "broker":
+        from broker.node import main as broker_main
+
+        return broker_main(rest)
     if args.cmd == "bench-log":
         return _cmd_bench_log(args, rest)
     if rest:

@@ -87,8 +87,13 @@ class LocalGroup:
     """A group of ``n`` log nodes under ``base`` (module docstring)."""
 
     def __init__(self, base: Path, n: int = 3, *, raft: dict[str, Any] | None = None,
-                 dial: dict[str, dict[str, str]] | None = None, log_level: str = "INFO") -> None:
+                 dial: dict[str, dict[str, str]] | None = None, log_level: str = "INFO",
+                 module: str = "dledger", broker: dict[str, Any] | None = None) -> None:
+        """``module`` is what each node runs: ``dledger`` (a log node) or ``broker``
+        (then ``broker`` holds extra [broker] settings)."""
         self.base = base
+        self.module = module
+        self.broker_options = broker or {}
         self.base.mkdir(parents=True, exist_ok=True)
         self.raft_options = raft or {}
         self.log_level = log_level
@@ -116,6 +121,11 @@ class LocalGroup:
         if dial:
             lines.append("dial = { " + ", ".join(f'{p} = "{a}"' for p, a in dial.items()) + " }")
         lines += ["", "[raft]"] + [f"{k} = {json.dumps(v)}" for k, v in self.raft_options.items()]
+        if self.module == "broker":  # the broker serves clients on the node's HTTP address
+            addresses = ", ".join(f'{p} = "{n.http}"' for p, n in self.nodes.items())
+            lines += ["", "[broker]", f'listen = "{self.nodes[name].http}"',
+                      f"addresses = {{ {addresses} }}"]
+            lines += [f"{k} = {json.dumps(v)}" for k, v in self.broker_options.items()]
         path = self.base / f"{name}.toml"
         path.write_text("\n".join(lines) + "\n")
         return path
@@ -132,8 +142,9 @@ class LocalGroup:
             raise RuntimeError(f"{name} is already running (pid {node.proc.pid})")  # type: ignore[union-attr]
         out = open(self.base / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
         node.proc = subprocess.Popen(
-            [sys.executable, "-m", "dledger", "--config", str(self.base / f"{name}.toml"),
-             "--http", node.http, "--log-level", self.log_level, *extra],
+            [sys.executable, "-m", self.module, "--config", str(self.base / f"{name}.toml"),
+             *(["--http", node.http] if self.module == "dledger" else []),
+             "--log-level", self.log_level, *extra],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
         return node

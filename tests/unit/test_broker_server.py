@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -14,13 +13,14 @@ import pytest
 from aiohttp import web
 
 from broker.message_format import Message, decode_message, encode_message
-from broker.remoting import Frame, RequestCode, ResponseCode, decode_frame
+from broker.remoting import Frame, RequestCode, ResponseCode
 from broker.server import AppliedSignal, BrokerServer
 from broker.state_machine import BrokerStateMachine
 from dledger.applier import Applier
 from dledger.config import GroupConfig
 from dledger.local_group import free_port
 from dledger.replicated_log import ReplicatedLog
+from tests.support.broker_client import FrameClient
 
 
 @pytest.fixture
@@ -39,33 +39,7 @@ def parts(tmp_path: Path) -> Iterator[tuple[ReplicatedLog, BrokerStateMachine, A
     machine.close()
 
 
-class Client:
-    """A test client: one reader task matches responses to requests by opaque."""
-
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        self.ws = ws
-        self.ids = itertools.count(1)
-        self.waiting: dict[int, asyncio.Future[Frame]] = {}
-        self.reader = asyncio.create_task(self._read())
-
-    async def _read(self) -> None:
-        async for msg in self.ws:
-            frame = decode_frame(msg.data)
-            fut = self.waiting.pop(frame.opaque, None)
-            if fut is not None and not fut.done():
-                fut.set_result(frame)
-
-    async def call(self, code: int, ext: dict | None = None, body: bytes = b"") -> Frame:
-        return await self.raw(Frame.request(code, next(self.ids), ext, body).encode())
-
-    async def raw(self, data: bytes, opaque: int | None = None) -> Frame:
-        key = decode_frame(data).opaque if opaque is None else opaque
-        fut = self.waiting[key] = asyncio.get_running_loop().create_future()
-        await self.ws.send_bytes(data)
-        return await asyncio.wait_for(fut, 15)
-
-
-async def serve(parts: tuple[ReplicatedLog, BrokerStateMachine, Applier]) -> AsyncIterator[Client]:
+async def serve(parts: tuple[ReplicatedLog, BrokerStateMachine, Applier]) -> AsyncIterator[FrameClient]:
     rlog, machine, applier = parts
     signal = AppliedSignal(asyncio.get_running_loop())
     machine.on_applied.append(lambda _i: signal.notify())
@@ -75,7 +49,7 @@ async def serve(parts: tuple[ReplicatedLog, BrokerStateMachine, Applier]) -> Asy
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     async with aiohttp.ClientSession() as session, session.ws_connect(f"http://127.0.0.1:{port}/ws") as ws:
-        client = Client(ws)
+        client = FrameClient(ws)
         yield client
         client.reader.cancel()
     await runner.cleanup()
@@ -90,7 +64,7 @@ def run(parts, scenario) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_send_then_pull_in_order(parts) -> None:  # type: ignore[no-untyped-def]
-    async def scenario(c: Client) -> None:
+    async def scenario(c: FrameClient) -> None:
         r = await c.call(RequestCode.CREATE_TOPIC, {"topic": "orders", "queues": 2})
         assert r.code == ResponseCode.SUCCESS, r.remark
         pull = asyncio.create_task(c.call(RequestCode.PULL_MESSAGE, {
@@ -120,7 +94,7 @@ def test_send_then_pull_in_order(parts) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_bad_input_gets_clear_errors_and_the_connection_survives(parts) -> None:  # type: ignore[no-untyped-def]
-    async def scenario(c: Client) -> None:
+    async def scenario(c: FrameClient) -> None:
         r = await c.call(RequestCode.CREATE_TOPIC, {"topic": "bad name"})
         assert r.code == ResponseCode.INVALID_NAME and "position 3" in r.remark
         r = await c.call(RequestCode.SEND_MESSAGE, body=encode_message(Message("nope", b"x")))

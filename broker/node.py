@@ -1,0 +1,100 @@
+"""A broker replica process: ReplicatedLog + apply step + WebSocket server.
+
+Usage: ``raftmq broker --config node.toml`` (or ``python -m broker``). The node's
+TOML is the group config (``dledger.config``) plus::
+
+    [broker]
+    listen = "127.0.0.1:10911"                  # clients' WebSocket and HTTP
+    addresses = { n1 = "127.0.0.1:10911", ... }  # every replica's listen address,
+                                                 # so NOT_LEADER can name where to go
+    index_slots = 5000000                        # IndexFile geometry (RocketMQ's defaults)
+    index_entries = 20000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from broker.index_file import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
+from broker.server import AppliedSignal, BrokerServer
+from broker.state_machine import BrokerStateMachine
+from dledger.applier import Applier
+from dledger.config import ConfigError, load_group_config
+from dledger.replicated_log import ReplicatedLog
+
+__all__ = ["main"]
+
+log = logging.getLogger("broker.node")
+
+
+def _broker_section(path: Path) -> dict[str, Any]:
+    doc = tomllib.loads(path.read_text())
+    section = doc.get("broker", {})
+    if not section.get("listen"):
+        raise ConfigError(f"{path}: [broker] listen = \"host:port\" is missing")
+    return section
+
+
+async def _serve(rlog: ReplicatedLog, machine: BrokerStateMachine, applier: Applier,
+                 listen: str, addresses: dict[str, str]) -> None:
+    sig = AppliedSignal(asyncio.get_running_loop())
+    machine.on_applied.append(lambda _index: sig.notify())
+    server = BrokerServer(rlog, machine, applier, sig, addresses.get)
+    runner = web.AppRunner(server.app(), access_log=None)
+    await runner.setup()
+    host, port = listen.rsplit(":", 1)
+    await web.TCPSite(runner, host, int(port)).start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for s in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(s, stop.set)
+    log.info("broker %s of group %s serving ws://%s/ws", rlog.config.node, rlog.config.group, listen)
+    await stop.wait()
+    await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="raftmq broker",
+                                     description="Run one broker replica of a RaftMQ group.")
+    parser.add_argument("--config", type=Path, required=True, help="node TOML file")
+    parser.add_argument("--insecure", action="store_true",
+                        help="allow a multi-node group without a cluster secret (tests only)")
+    parser.add_argument("--repair-log", action="store_true",
+                        help="cut the CommitLog at a corrupt record and re-fetch the rest")
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_group_config(args.config, insecure=args.insecure, repair_log=args.repair_log)
+        broker = _broker_section(args.config)
+        rlog = ReplicatedLog(config)
+    except (ConfigError, OSError, tomllib.TOMLDecodeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # CorruptLogError and friends: say it plainly
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    machine = BrokerStateMachine(
+        config.data_dir / "store",
+        index_slots=int(broker.get("index_slots", DEFAULT_SLOT_NUM)),
+        index_entries=int(broker.get("index_entries", DEFAULT_INDEX_NUM)))
+    applier = Applier(rlog, machine).start()
+    rlog.set_applied_floor(machine.applied_index)
+    try:
+        asyncio.run(_serve(rlog, machine, applier, broker["listen"],
+                           dict(broker.get("addresses", {}))))
+    finally:
+        applier.stop()
+        rlog.close()
+        machine.close()
+    return 0

@@ -1,0 +1,52 @@
+"""A bare test client of the broker's WebSocket protocol (the real client is client/).
+
+One reader task matches responses to requests by opaque, so calls may overlap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+import aiohttp
+
+from broker.remoting import Frame, decode_frame
+
+__all__ = ["FrameClient"]
+
+
+class FrameClient:
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.ids = itertools.count(1)
+        self.waiting: dict[int, asyncio.Future[Frame]] = {}
+        self.reader = asyncio.create_task(self._read())
+
+    @classmethod
+    async def connect(cls, session: aiohttp.ClientSession, address: str) -> FrameClient:
+        return cls(await session.ws_connect(f"http://{address}/ws", max_msg_size=16 << 20))
+
+    async def _read(self) -> None:
+        async for msg in self.ws:
+            frame = decode_frame(msg.data)
+            fut = self.waiting.pop(frame.opaque, None)
+            if fut is not None and not fut.done():
+                fut.set_result(frame)
+        for fut in self.waiting.values():
+            if not fut.done():
+                fut.set_exception(ConnectionError("connection closed"))
+
+    async def call(self, code: int, ext: dict[str, Any] | None = None, body: bytes = b"",
+                   timeout: float = 15.0) -> Frame:
+        return await self.raw(Frame.request(code, next(self.ids), ext, body).encode(), timeout=timeout)
+
+    async def raw(self, data: bytes, opaque: int | None = None, timeout: float = 15.0) -> Frame:
+        key = decode_frame(data).opaque if opaque is None else opaque
+        fut = self.waiting[key] = asyncio.get_running_loop().create_future()
+        await self.ws.send_bytes(data)
+        return await asyncio.wait_for(fut, timeout)
+
+    async def close(self) -> None:
+        self.reader.cancel()
+        await self.ws.close()

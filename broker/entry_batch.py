@@ -30,6 +30,7 @@ __all__ = [
     "locate_messages",
     "max_message_bytes",
     "pack_entries",
+    "read_stamp",
     "unpack_entry",
 ]
 
@@ -122,3 +123,18 @@ def locate_messages(payload: bytes) -> tuple[int, list[tuple[int, int]]]:
     if not isinstance(stamp, int) or unpacker.tell() != len(payload):
         raise ValueError("not an entry batch of version 1")
     return stamp, spans
+
+
+def read_stamp(prefix: bytes) -> int:
+    """The store time from the first bytes of a payload (16 are always enough)."""
+    unpacker = msgpack.Unpacker()
+    unpacker.feed(prefix)
+    try:
+        unpacker.read_array_header()
+        unpacker.unpack()
+        stamp = unpacker.unpack()
+    except (msgpack.OutOfData, msgpack.UnpackException) as e:
+        raise ValueError(f"not an entry batch: {e!r}") from None
+    if not isinstance(stamp, int):
+        raise ValueError("not an entry batch")
+    return stamp

@@ -24,7 +24,7 @@ import msgpack
 from aiohttp import WSMsgType, web
 
 from broker.commands import CommitOffset, CreateTopic, Perm, encode_admin
-from broker.entry_batch import MessageTooLarge
+from broker.entry_batch import MessageTooLarge, read_stamp
 from broker.message_format import MessageFormatError, decode_message
 from broker.names import InvalidName, validate_group, validate_topic
 from broker.remoting import (
@@ -39,6 +39,7 @@ from broker.remoting import (
 from broker.state_machine import Applied, BrokerStateMachine, Outcome
 from broker.write_path import WritePath
 from dledger.applier import Applier
+from dledger.entry_format import HEADER_SIZE
 from dledger.errors import NoLeader, NotLeader, OutcomeUnknown, ProposeError
 from dledger.replicated_log import ReplicatedLog
 
@@ -97,6 +98,9 @@ class BrokerServer:
             RequestCode.COMMIT_OFFSET: self._commit_offset,
             RequestCode.QUERY_OFFSET: self._query_offset,
             RequestCode.HEARTBEAT: self._heartbeat,
+            RequestCode.QUERY_MESSAGE: self._query_by_key,
+            RequestCode.VIEW_MESSAGE_BY_ID: self._view_by_id,
+            RequestCode.RESET_OFFSET: self._reset_offset,
         }
 
     def app(self) -> web.Application:
@@ -272,7 +276,78 @@ class BrokerServer:
         if offset < cq.min_offset:
             return frame.response(ResponseCode.PULL_OFFSET_MOVED, ext={"nextOffset": cq.min_offset})
         read = cq.read(offset, max_msgs)
-        rows = [[off, unit.position, self.rlog.commitlog.read_at(unit.position, unit.size)]
-                for off, unit in read.units]
+        rows = [[off, unit.position, self._store_time(unit.position),
+                 self.rlog.commitlog.read_at(unit.position, unit.size)] for off, unit in read.units]
         return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(rows),
                               ext={"nextOffset": read.next_offset, "maxOffset": max_offset})
+
+    # -- store time, queries ------------------------------------------------------------
+    def _record_end(self, position: int) -> int:
+        """Where the committed entry record holding ``position`` ends."""
+        found = self.rlog.commitlog.entry_containing(position)
+        if found is None:
+            raise FrameError(ResponseCode.QUERY_NOT_FOUND, f"position {position} is not retained")
+        index, start = found
+        return start + self.rlog.commitlog.record_size_of(index)
+
+    def _store_time(self, position: int) -> int:
+        found = self.rlog.commitlog.entry_containing(position)
+        if found is None:
+            return -1
+        index, start = found
+        size = self.rlog.commitlog.record_size_of(index) - HEADER_SIZE
+        return read_stamp(self.rlog.commitlog.read_at(start + HEADER_SIZE, min(16, size)))
+
+    def _message_at(self, position: int) -> tuple[bytes, int]:
+        """The message bytes starting at ``position`` and their store time."""
+        data = self.rlog.commitlog.read_at(position, self._record_end(position) - position)
+        unpacker = msgpack.Unpacker()
+        unpacker.feed(data)
+        unpacker.skip()
+        return data[:unpacker.tell()], self._store_time(position)
+
+    async def _query_by_key(self, frame: Frame) -> Frame:
+        key = ext_str(frame, "key")
+        begin = ext_int(frame, "beginMs", 0)
+        end = ext_int(frame, "endMs", 2**62)
+        limit = ext_int(frame, "maxResults", 32, minimum=1, maximum=256)
+        return self._query_rows(frame, key, begin, end, limit, by_id=False)
+
+    async def _view_by_id(self, frame: Frame) -> Frame:
+        return self._query_rows(frame, ext_str(frame, "msgId"), 0, 2**62, 1, by_id=True)
+
+    def _query_rows(self, frame: Frame, key: str, begin: int, end: int, limit: int,
+                    by_id: bool) -> Frame:
+        rows = []
+        for position in self.machine.query_key(key, begin, end, limit * 4):
+            data, stamp = self._message_at(position)
+            m = decode_message(data)
+            real = m.msg_id.hex() == key if by_id else key in m.keys
+            if real and begin <= stamp <= end:  # hash collisions and second-granular times
+                rows.append([position, stamp, data])
+            if len(rows) >= limit:
+                break
+        if not rows:
+            return frame.response(ResponseCode.QUERY_NOT_FOUND, remark=f"no message for {key!r}")
+        return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(rows))
+
+    async def _reset_offset(self, frame: Frame) -> Frame:
+        """Set a group's offsets on every queue of a topic to the first message stored at
+        or after ``timestamp`` (ms); binary search on store time per queue."""
+        self._require_leader()
+        group = validate_group(ext_str(frame, "group"))
+        topic = ext_str(frame, "topic")
+        ts = ext_int(frame, "timestamp", minimum=0)
+        config = self.machine.topics.get(topic)
+        if config is None:
+            raise FrameError(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
+        offsets = {}
+        for qid in range(config.queues):
+            cq = self.machine.queue(topic, qid)
+            offsets[qid] = 0 if cq is None else cq.bisect(lambda u: self._store_time(u.position), ts)
+        records = [encode_admin(CommitOffset(group, topic, q, o)) for q, o in offsets.items()]
+        outcomes = await self.write.send(records)
+        bad = [a for a in outcomes if a.outcome != Outcome.DONE]
+        if bad:
+            return frame.response(_OUTCOME_CODE[bad[0].outcome], remark=bad[0].reason)
+        return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(offsets))

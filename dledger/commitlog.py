@@ -75,7 +75,7 @@ import struct
 import threading
 import zlib
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -446,6 +446,17 @@ class CommitLog:
             if i < len(self._positions) and self._positions[i] == position:
                 return self._first + i
             return None
+
+    def entry_containing(self, position: int) -> tuple[int, int] | None:
+        """(index, record position) of the entry whose record holds ``position``, or None."""
+        with self._lock:
+            i = bisect_right(self._positions, position) - 1
+            if i < 0:
+                return None
+            start = self._positions[i]
+            if position >= start + record_size(self._lens[i]):
+                return None
+            return self._first + i, start
 
     def segments(self) -> list[SegmentInfo]:
         """The segment files (oldest first), for age/size retention decided by the caller."""

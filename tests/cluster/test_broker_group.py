@@ -52,7 +52,7 @@ async def pull_all(c: FrameClient, topic: str, queue: int) -> list[Message]:
         assert r.code == ResponseCode.SUCCESS, r.remark
         rows = msgpack.unpackb(r.body)
         assert [row[0] for row in rows] == list(range(len(out), len(out) + len(rows)))
-        out.extend(decode_message(row[2]) for row in rows)
+        out.extend(decode_message(row[3]) for row in rows)
 
 
 def same_tree(a: Path, b: Path) -> None:

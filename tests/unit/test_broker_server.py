@@ -81,7 +81,7 @@ def test_send_then_pull_in_order(parts) -> None:  # type: ignore[no-untyped-def]
                                                    "maxMsgs": 32})
         rows = msgpack.unpackb(r.body)
         assert [row[0] for row in rows] == list(range(10))
-        assert [decode_message(row[2]) for row in rows] == sent
+        assert [decode_message(row[3]) for row in rows] == sent
         r = await c.call(RequestCode.PULL_MESSAGE, {"topic": "orders", "queueId": 1, "offset": 10})
         assert r.code == ResponseCode.PULL_NOT_FOUND
         r = await c.call(RequestCode.COMMIT_OFFSET, {"group": "billing", "topic": "orders",
@@ -108,5 +108,38 @@ def test_bad_input_gets_clear_errors_and_the_connection_survives(parts) -> None:
         assert r.code == ResponseCode.MALFORMED_FRAME
         r = await c.call(RequestCode.HEARTBEAT)
         assert r.code == ResponseCode.SUCCESS  # still connected
+
+    run(parts, scenario)
+
+
+def test_query_by_key_and_id_and_reset_by_time(parts) -> None:  # type: ignore[no-untyped-def]
+    async def scenario(c: FrameClient) -> None:
+        await c.call(RequestCode.CREATE_TOPIC, {"topic": "q", "queues": 2})
+        early = [Message("q", f"e{i}".encode(), i % 2, keys=(f"order-{i}",)) for i in range(6)]
+        for m in early:
+            assert (await c.call(RequestCode.SEND_MESSAGE, body=encode_message(m))).code == 0
+        await asyncio.sleep(0.01)  # later messages get a later store time (ms)
+        cut = int(time.time() * 1000)
+        await asyncio.sleep(0.01)
+        late = [Message("q", f"l{i}".encode(), i % 2, keys=("late",)) for i in range(4)]
+        r = await c.call(RequestCode.SEND_BATCH, body=msgpack.packb([encode_message(m) for m in late]))
+        assert r.code == 0
+
+        r = await c.call(RequestCode.QUERY_MESSAGE, {"key": "order-4"})
+        ((_, stamp, data),) = msgpack.unpackb(r.body)
+        assert decode_message(data) == early[4] and stamp < cut
+        r = await c.call(RequestCode.QUERY_MESSAGE, {"key": "late", "maxResults": 10})
+        assert sorted(decode_message(row[2]).body for row in msgpack.unpackb(r.body)) == sorted(
+            m.body for m in late)
+        r = await c.call(RequestCode.VIEW_MESSAGE_BY_ID, {"msgId": early[2].msg_id.hex()})
+        assert decode_message(msgpack.unpackb(r.body)[0][2]) == early[2]
+        r = await c.call(RequestCode.QUERY_MESSAGE, {"key": "nope"})
+        assert r.code == ResponseCode.QUERY_NOT_FOUND
+
+        r = await c.call(RequestCode.RESET_OFFSET, {"group": "g", "topic": "q", "timestamp": cut})
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        assert msgpack.unpackb(r.body, strict_map_key=False) == {0: 3, 1: 3}
+        r = await c.call(RequestCode.QUERY_OFFSET, {"group": "g", "topic": "q", "queueId": 1})
+        assert r.ext["offset"] == 3
 
     run(parts, scenario)

@@ -3,6 +3,12 @@
     GET  /ws        binary WebSocket; every message is one ``broker.remoting`` frame
     GET  /healthz   "ok" (the process serves)
     GET  /status    JSON: Raft status and applied index of this replica
+    GET  /metrics   Prometheus text: role, term, indexes, send/pull counters, commit
+                    latency, consumer lag per group and queue
+    GET  /admin/topics                      topics with queues, permissions, max offsets
+    POST /admin/topics   {"topic","queues","perm"}   create or update (leader; 421 names it)
+    GET  /admin/groups/{group}/offsets      committed offset, max offset and lag per queue
+    GET  /admin/messages?key=K | ?msgId=ID  query stored messages (JSON, body in base64)
 
 Requests handled (``RequestCode``): SEND_MESSAGE (body: one encoded message),
 SEND_BATCH (body: msgpack list of encoded messages), PULL_MESSAGE (long poll),
@@ -16,6 +22,7 @@ connection stays open; an unknown code gets REQUEST_CODE_NOT_SUPPORTED.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
@@ -89,6 +96,8 @@ class BrokerServer:
         self.write = WritePath(rlog, machine, applier)
         self.signal = signal
         self.leader_address = leader_address
+        self.counters: dict[str, float] = {"sent": 0, "pulled": 0, "commit_seconds": 0.0,
+                                           "commits": 0}
         self._handlers: dict[int, Callable[[Frame], Awaitable[Frame]]] = {
             RequestCode.SEND_MESSAGE: self._send,
             RequestCode.SEND_BATCH: self._send_batch,
@@ -106,7 +115,11 @@ class BrokerServer:
     def app(self) -> web.Application:
         app = web.Application()
         app.add_routes([web.get("/ws", self._ws), web.get("/healthz", self._healthz),
-                        web.get("/status", self._status)])
+                        web.get("/status", self._status), web.get("/metrics", self._metrics),
+                        web.get("/admin/topics", self._admin_topics),
+                        web.post("/admin/topics", self._admin_create_topic),
+                        web.get("/admin/groups/{group}/offsets", self._admin_group),
+                        web.get("/admin/messages", self._admin_messages)])
         return app
 
     # -- HTTP ----------------------------------------------------------------------
@@ -150,6 +163,7 @@ class BrokerServer:
             await ws.send_bytes(reply.encode())
 
     async def handle(self, frame: Frame) -> Frame:
+        self.counters[f"requests_{frame.code}"] = self.counters.get(f"requests_{frame.code}", 0) + 1
         handler = self._handlers.get(frame.code)
         if handler is None:
             return frame.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
@@ -197,8 +211,16 @@ class BrokerServer:
     async def _send(self, frame: Frame) -> Frame:
         self._require_leader()
         self._check_message(frame.body)
-        (applied,) = await self.write.send([frame.body])
+        (applied,) = await self._timed_send([frame.body])
         return self._answer(frame, applied)
+
+    async def _timed_send(self, records: list[bytes]) -> list[Applied]:
+        started = asyncio.get_running_loop().time()
+        outcomes = await self.write.send(records)
+        self.counters["commit_seconds"] += asyncio.get_running_loop().time() - started
+        self.counters["commits"] += 1
+        self.counters["sent"] += sum(a.outcome == Outcome.STORED for a in outcomes)
+        return outcomes
 
     async def _send_batch(self, frame: Frame) -> Frame:
         self._require_leader()
@@ -210,7 +232,7 @@ class BrokerServer:
             raise FrameError(ResponseCode.INVALID_ARGUMENT, f"batch body must be {e}") from None
         for record in records:
             self._check_message(record)
-        outcomes = await self.write.send(records)
+        outcomes = await self._timed_send(records)
         rows = [[_OUTCOME_CODE[a.outcome], a.queue_id, a.queue_offset, a.reason] for a in outcomes]
         return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(rows))
 
@@ -276,6 +298,7 @@ class BrokerServer:
         if offset < cq.min_offset:
             return frame.response(ResponseCode.PULL_OFFSET_MOVED, ext={"nextOffset": cq.min_offset})
         read = cq.read(offset, max_msgs)
+        self.counters["pulled"] += len(read.units)
         rows = [[off, unit.position, self._store_time(unit.position),
                  self.rlog.commitlog.read_at(unit.position, unit.size)] for off, unit in read.units]
         return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(rows),
@@ -351,3 +374,86 @@ class BrokerServer:
         if bad:
             return frame.response(_OUTCOME_CODE[bad[0].outcome], remark=bad[0].reason)
         return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(offsets))
+
+    # -- HTTP: metrics and admin ----------------------------------------------------------
+    def _lag_rows(self, group: str) -> list[dict[str, object]]:
+        rows = []
+        for topic, by_queue in sorted(self.machine.offsets.get(group, {}).items()):
+            for qid, committed in sorted(by_queue.items()):
+                cq = self.machine.queue(topic, qid)
+                top = cq.max_offset if cq is not None else 0
+                rows.append({"topic": topic, "queue": qid, "committed": committed,
+                             "max_offset": top, "lag": max(0, top - committed)})
+        return rows
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        s = self.rlog.status()
+        labels = f'group="{s["group"]}",node="{s["node"]}"'
+        c = self.counters
+        lines = [
+            "# TYPE raftmq_is_leader gauge", f"raftmq_is_leader{{{labels}}} {int(s['role'] == 'leader')}",
+            "# TYPE raftmq_term gauge", f"raftmq_term{{{labels}}} {s['term']}",
+            "# TYPE raftmq_commit_index gauge", f"raftmq_commit_index{{{labels}}} {s['commit_index']}",
+            "# TYPE raftmq_applied_index gauge",
+            f"raftmq_applied_index{{{labels}}} {self.machine.applied_index()}",
+            "# TYPE raftmq_messages_sent_total counter",
+            f"raftmq_messages_sent_total{{{labels}}} {c['sent']}",
+            "# TYPE raftmq_messages_pulled_total counter",
+            f"raftmq_messages_pulled_total{{{labels}}} {c['pulled']}",
+            "# TYPE raftmq_commit_latency_seconds summary",
+            f"raftmq_commit_latency_seconds_sum{{{labels}}} {c['commit_seconds']:.6f}",
+            f"raftmq_commit_latency_seconds_count{{{labels}}} {c['commits']}",
+            "# TYPE raftmq_consumer_lag gauge",
+        ]
+        for group in sorted(self.machine.offsets):
+            for row in self._lag_rows(group):
+                lines.append(f'raftmq_consumer_lag{{{labels},consumer_group="{group}",'
+                             f'topic="{row["topic"]}",queue="{row["queue"]}"}} {row["lag"]}')
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    async def _admin_topics(self, request: web.Request) -> web.Response:
+        out = {}
+        for topic, cfg in sorted(self.machine.topics.items()):
+            queues = [self.machine.queue(topic, q) for q in range(cfg.queues)]
+            out[topic] = {"queues": cfg.queues, "perm": cfg.perm,
+                          "max_offsets": [q.max_offset if q else 0 for q in queues]}
+        return web.json_response(out)
+
+    async def _admin_create_topic(self, request: web.Request) -> web.Response:
+        try:
+            doc = await request.json()
+            ext = {"topic": doc["topic"], "queues": int(doc.get("queues", 8)),
+                   "perm": int(doc.get("perm", int(Perm.READ_WRITE)))}
+        except (ValueError, KeyError, TypeError):
+            return web.json_response({"error": "body must be JSON with topic, queues, perm"}, status=400)
+        reply = await self.handle(Frame.request(RequestCode.CREATE_TOPIC, 0, ext))
+        return self._http_reply(reply)
+
+    async def _admin_group(self, request: web.Request) -> web.Response:
+        return web.json_response({"group": request.match_info["group"],
+                                  "queues": self._lag_rows(request.match_info["group"])})
+
+    async def _admin_messages(self, request: web.Request) -> web.Response:
+        if "msgId" in request.query:
+            frame = Frame.request(RequestCode.VIEW_MESSAGE_BY_ID, 0, {"msgId": request.query["msgId"]})
+        elif "key" in request.query:
+            frame = Frame.request(RequestCode.QUERY_MESSAGE, 0, {"key": request.query["key"]})
+        else:
+            return web.json_response({"error": "give key=... or msgId=..."}, status=400)
+        reply = await self.handle(frame)
+        if reply.code != ResponseCode.SUCCESS:
+            return self._http_reply(reply)
+        out = []
+        for position, stamp, data in msgpack.unpackb(reply.body):
+            m = decode_message(data)
+            out.append({"position": position, "store_timestamp": stamp, "msg_id": m.msg_id.hex(),
+                        "topic": m.topic, "queue_id": m.queue_id, "tags": m.tags, "keys": list(m.keys),
+                        "properties": m.properties, "body_base64": base64.b64encode(m.body).decode()})
+        return web.json_response(out)
+
+    def _http_reply(self, reply: Frame) -> web.Response:
+        status = {ResponseCode.SUCCESS: 200, ResponseCode.NOT_LEADER: 421, ResponseCode.NO_LEADER: 503,
+                  ResponseCode.QUERY_NOT_FOUND: 404, ResponseCode.TOPIC_NOT_EXIST: 404,
+                  ResponseCode.OUTCOME_UNKNOWN: 409}.get(reply.code, 400)
+        body: dict[str, object] = {"code": reply.code, "message": reply.remark, **reply.ext}
+        return web.json_response(body, status=status)

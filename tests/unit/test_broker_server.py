@@ -10,6 +10,7 @@ from pathlib import Path
 import aiohttp
 import msgpack
 import pytest
+import yarl
 from aiohttp import web
 
 from broker.message_format import Message, decode_message, encode_message
@@ -50,6 +51,7 @@ async def serve(parts: tuple[ReplicatedLog, BrokerStateMachine, Applier]) -> Asy
     await web.TCPSite(runner, "127.0.0.1", port).start()
     async with aiohttp.ClientSession() as session, session.ws_connect(f"http://127.0.0.1:{port}/ws") as ws:
         client = FrameClient(ws)
+        client.base_url = yarl.URL(f"http://127.0.0.1:{port}")  # type: ignore[attr-defined]
         yield client
         client.reader.cancel()
     await runner.cleanup()
@@ -141,5 +143,34 @@ def test_query_by_key_and_id_and_reset_by_time(parts) -> None:  # type: ignore[n
         assert msgpack.unpackb(r.body, strict_map_key=False) == {0: 3, 1: 3}
         r = await c.call(RequestCode.QUERY_OFFSET, {"group": "g", "topic": "q", "queueId": 1})
         assert r.ext["offset"] == 3
+
+    run(parts, scenario)
+
+
+def test_metrics_and_admin_api(parts) -> None:  # type: ignore[no-untyped-def]
+    async def scenario(c: FrameClient) -> None:
+        base = c.base_url
+        async with aiohttp.ClientSession() as http:
+            async with http.post(base.with_path("/admin/topics"), json={"topic": "adm", "queues": 1}) as r:
+                assert r.status == 200, await r.text()
+            async with http.post(base.with_path("/admin/topics"), json={"topic": "bad name"}) as r:
+                assert r.status == 400 and "position 3" in (await r.json())["message"]
+            m = Message("adm", b"hello", 0, keys=("k1",))
+            assert (await c.call(RequestCode.SEND_MESSAGE, body=encode_message(m))).code == 0
+            await c.call(RequestCode.COMMIT_OFFSET,
+                         {"group": "g1", "topic": "adm", "queueId": 0, "offset": 0})
+            async with http.get(base.with_path("/admin/topics")) as r:
+                assert (await r.json())["adm"] == {"queues": 1, "perm": 6, "max_offsets": [1]}
+            async with http.get(base.with_path("/admin/groups/g1/offsets")) as r:
+                assert (await r.json())["queues"] == [
+                    {"topic": "adm", "queue": 0, "committed": 0, "max_offset": 1, "lag": 1}]
+            async with http.get(base.with_path("/admin/messages").with_query(key="k1")) as r:
+                (found,) = await r.json()
+                assert found["msg_id"] == m.msg_id.hex() and found["body_base64"] == "aGVsbG8="
+            async with http.get(base.with_path("/metrics")) as r:
+                text = await r.text()
+            assert 'raftmq_is_leader{group="g1",node="n1"} 1' in text
+            assert "raftmq_messages_sent_total" in text and 'consumer_group="g1"' in text
+            assert any(line.endswith(" 1") for line in text.splitlines() if "raftmq_consumer_lag{" in line)
 
     run(parts, scenario)

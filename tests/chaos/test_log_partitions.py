@@ -105,3 +105,33 @@ def test_isolated_follower_catches_up_after_heal(proxied: ProxiedGroup, toxi: To
     finally:
         load.stop()
     assert_replicas_agree(group, history)
+
+
+def test_isolated_leader_never_serves_its_uncommitted_tail(proxied: ProxiedGroup, toxi: Toxi) -> None:
+    """Guarantee 3: reads stop at the commit index, even on a node holding more entries."""
+    import threading
+
+    group = proxied.group
+    group.start()
+    old = group.wait_leader(timeout=30)
+    code, _ = group.propose(old, b"committed-before-the-cut")
+    assert code == 200
+    proxied.isolate(old)
+    answers: list[int] = []
+    stranded = threading.Thread(target=lambda: answers.append(
+        group.propose(old, b"stranded-on-the-old-leader", timeout=20)[0]))
+    stranded.start()
+    status = group.wait_status(old, lambda s: s["last_index"] > s["commit_index"], 5,
+                               "the isolated leader appending an entry it cannot commit")
+    bodies = [row[4] for row in group.all_entries(old)]
+    assert b"committed-before-the-cut" in bodies
+    assert b"stranded-on-the-old-leader" not in bodies, "served an uncommitted entry"
+    assert status["commit_index"] == max(row[0] for row in group.all_entries(old))
+    stranded.join(timeout=30)
+    assert answers and answers[0] != 200, "the isolated leader acknowledged a write"
+    toxi.reset()
+    new = group.wait_leader(timeout=20, among=[n for n in group.nodes if n != old])
+    group.wait_status(old, lambda s: s["leader"] is not None and s["commit_index"] >= group.status(
+        new)["commit_index"], 30, "the old leader rejoining")
+    for name in group.nodes:  # the stranded entry was replaced everywhere
+        assert b"stranded-on-the-old-leader" not in [row[4] for row in group.all_entries(name)]

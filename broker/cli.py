@@ -23,7 +23,8 @@ __all__ = ["main"]
 def _cmd_up(args: argparse.Namespace) -> int:
     from dledger.local_group import LocalGroup
 
-    group = LocalGroup(Path(args.dir), args.nodes, raft={"flush": args.flush})
+    group = LocalGroup(Path(args.dir) / args.kind, args.nodes, raft={"flush": args.flush},
+                       module="broker" if args.kind == "broker" else "dledger")
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -36,17 +37,26 @@ def _cmd_up(args: argparse.Namespace) -> int:
             print(f"  {name}: raft {node.raft}  http http://{node.http}  pid {node.proc.pid}  "
                   f"({role})")
         lead = group.nodes[leader].http
-        print("\nappend an entry (to the leader):\n"
-              f"  curl -s --data-binary 'hello' http://{lead}/propose\n"
-              "read committed entries (any node; msgpack):\n"
-              f"  curl -s 'http://{lead}/entries?from=1' | head -c 200\n"
-              "status:\n"
-              f"  raftmq log-status --http {lead}\n"
-              f"logs: {args.dir}/n*.log    Ctrl-C stops the group", flush=True)
+        if args.kind == "broker":
+            print("\nclients connect to ws://HOST:PORT/ws (remoting frames); admin over HTTP:\n"
+                  f"  curl -s -XPOST http://{lead}/admin/topics -d '{{\"topic\": \"orders\", "
+                  f"\"queues\": 8}}'\n"
+                  f"  curl -s http://{lead}/admin/topics\n"
+                  f"  curl -s http://{lead}/metrics\n"
+                  f"  raftmq log-status --http {lead}\n"
+                  f"logs: {group.base}/n*.log    Ctrl-C stops the group", flush=True)
+        else:
+            print("\nappend an entry (to the leader):\n"
+                  f"  curl -s --data-binary 'hello' http://{lead}/propose\n"
+                  "read committed entries (any node; msgpack):\n"
+                  f"  curl -s 'http://{lead}/entries?from=1' | head -c 200\n"
+                  "status:\n"
+                  f"  raftmq log-status --http {lead}\n"
+                  f"logs: {group.base}/n*.log    Ctrl-C stops the group", flush=True)
         while not stop.wait(1.0):
             for name, node in group.nodes.items():
                 if not node.alive:
-                    print(f"{name} exited; see {args.dir}/{name}.log", file=sys.stderr)
+                    print(f"{name} exited; see {group.base}/{name}.log", file=sys.stderr)
                     return 1
     finally:
         print("stopping ...", flush=True)
@@ -83,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     up = sub.add_parser("up", help="run a local group on 127.0.0.1 in the foreground")
     up.add_argument("--dir", default="run", help="data, configs and logs (default ./run)")
     up.add_argument("--nodes", type=int, default=3, help="replicas (default 3)")
+    up.add_argument("--kind", choices=["log", "broker"], default="log",
+                    help="log nodes (CommitLog only, HTTP /propose) or brokers (default: log)")
     up.add_argument("--flush", choices=["sync", "async"], default="sync",
                     help="fsync before ack (sync, default) or every few ms (async)")
     sub.add_parser("broker", help="run one broker replica (see raftmq broker --help)",

@@ -9,6 +9,7 @@ TOML is the group config (``dledger.config``) plus::
                                                  # so NOT_LEADER can name where to go
     index_slots = 5000000                        # IndexFile geometry (RocketMQ's defaults)
     index_entries = 20000000
+    namesrv = ["127.0.0.1:9876"]                 # name servers to register with (optional)
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 from broker.index_file import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
+from broker.namesrv import REGISTER_EVERY_S
 from broker.server import AppliedSignal, BrokerServer
 from broker.state_machine import BrokerStateMachine
 from dledger.applier import Applier
@@ -44,8 +47,39 @@ def _broker_section(path: Path) -> dict[str, Any]:
     return section
 
 
+async def _register_forever(rlog: ReplicatedLog, machine: BrokerStateMachine, listen: str,
+                            namesrvs: list[str]) -> None:
+    """Tell every name server who we are: every REGISTER_EVERY_S, and at once when the
+    role or the topics change."""
+    sent: dict[str, Any] | None = None
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+        next_at = 0.0
+        while True:
+            status = rlog.status()
+            body = {"group": rlog.config.group, "node": rlog.config.node, "role": status["role"],
+                    "term": status["term"], "address": listen,
+                    "topics": {t: [c.queues, c.perm] for t, c in sorted(machine.topics.items())}}
+            loop_time = asyncio.get_running_loop().time()
+            if body != sent or loop_time >= next_at:
+                delivered = True
+                for ns in namesrvs:
+                    try:
+                        async with session.post(f"http://{ns}/register", json=body) as resp:
+                            if resp.status != 200:
+                                delivered = False
+                                log.warning("name server %s refused registration: %s", ns,
+                                            await resp.text())
+                    except (aiohttp.ClientError, TimeoutError) as e:
+                        delivered = False
+                        log.warning("cannot register with name server %s: %s", ns, e)
+                # a failed registration is retried on the next poll, not 30 s later
+                sent = body if delivered else None
+                next_at = loop_time + REGISTER_EVERY_S
+            await asyncio.sleep(0.5)  # poll role and topics; registrations are rate-limited
+
+
 async def _serve(rlog: ReplicatedLog, machine: BrokerStateMachine, applier: Applier,
-                 listen: str, addresses: dict[str, str]) -> None:
+                 listen: str, addresses: dict[str, str], namesrvs: list[str]) -> None:
     sig = AppliedSignal(asyncio.get_running_loop())
     machine.on_applied.append(lambda _index: sig.notify())
     server = BrokerServer(rlog, machine, applier, sig, addresses.get)
@@ -53,12 +87,15 @@ async def _serve(rlog: ReplicatedLog, machine: BrokerStateMachine, applier: Appl
     await runner.setup()
     host, port = listen.rsplit(":", 1)
     await web.TCPSite(runner, host, int(port)).start()
+    registrar = asyncio.create_task(_register_forever(rlog, machine, listen, namesrvs)) if namesrvs else None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for s in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(s, stop.set)
     log.info("broker %s of group %s serving ws://%s/ws", rlog.config.node, rlog.config.group, listen)
     await stop.wait()
+    if registrar is not None:
+        registrar.cancel()
     await runner.cleanup()
 
 
@@ -92,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     rlog.set_applied_floor(machine.applied_index)
     try:
         asyncio.run(_serve(rlog, machine, applier, broker["listen"],
-                           dict(broker.get("addresses", {}))))
+                           dict(broker.get("addresses", {})), list(broker.get("namesrv", []))))
     finally:
         applier.stop()
         rlog.close()

@@ -88,12 +88,14 @@ class LocalGroup:
 
     def __init__(self, base: Path, n: int = 3, *, raft: dict[str, Any] | None = None,
                  dial: dict[str, dict[str, str]] | None = None, log_level: str = "INFO",
-                 module: str = "dledger", broker: dict[str, Any] | None = None) -> None:
+                 module: str = "dledger", broker: dict[str, Any] | None = None,
+                 group: str = "g1") -> None:
         """``module`` is what each node runs: ``dledger`` (a log node) or ``broker``
         (then ``broker`` holds extra [broker] settings)."""
         self.base = base
         self.module = module
         self.broker_options = broker or {}
+        self.group = group
         self.base.mkdir(parents=True, exist_ok=True)
         self.raft_options = raft or {}
         self.log_level = log_level
@@ -117,7 +119,7 @@ class LocalGroup:
         """(Re)write ``name``'s TOML; ``dial`` maps peers to proxy addresses."""
         peers = ", ".join(f'{p} = "{n.raft}"' for p, n in self.nodes.items())
         lines = ["[node]", f'name = "{name}"', f'data_dir = "{name}"', "",
-                 "[group]", 'name = "g1"', f"peers = {{ {peers} }}", 'secret_file = "secret"']
+                 "[group]", f'name = "{self.group}"', f"peers = {{ {peers} }}", 'secret_file = "secret"']
         if dial:
             lines.append("dial = { " + ", ".join(f'{p} = "{a}"' for p, a in dial.items()) + " }")
         lines += ["", "[raft]"] + [f"{k} = {json.dumps(v)}" for k, v in self.raft_options.items()]

@@ -3,6 +3,7 @@
     raftmq up [--dir DIR] [--nodes 3]     a local group in the foreground (scripts/run)
     raftmq broker --config F              one broker replica (WebSocket server)
     raftmq namesrv [--listen H:P]         a name server (topic routes)
+    raftmq cluster up|down|status --dir D a local cluster of background processes
     raftmq log-node --config F --http A   one CommitLog replica (same as python -m dledger)
     raftmq log-status --http A            a replica's status as JSON
     raftmq bench-log ...                  CommitLog benchmark (scripts/bench-log)
@@ -101,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("broker", help="run one broker replica (see raftmq broker --help)",
                    add_help=False)
     sub.add_parser("namesrv", help="run a name server (see raftmq namesrv --help)", add_help=False)
+    sub.add_parser("cluster", help="local cluster in the background: up|down|status (see --help)",
+                   add_help=False)
     sub.add_parser("log-node", help="run one CommitLog replica (see python -m dledger --help)",
                    add_help=False)
     st = sub.add_parser("log-status", help="print a replica's status")
@@ -113,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
         from broker.node import main as broker_main
 
         return broker_main(rest)
+    if args.cmd == "cluster":
+        from broker.cluster_cmd import main as cluster_main
+
+        return cluster_main(rest)
     if args.cmd == "namesrv":
         from broker.namesrv import main as namesrv_main
 

@@ -105,6 +105,12 @@ def test_bad_input_gets_clear_errors_and_the_connection_survives(parts) -> None:
         assert r.code == ResponseCode.INVALID_ARGUMENT
         r = await c.call(999)
         assert r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+        await c.call(RequestCode.CREATE_TOPIC, {"topic": "big"})
+        huge = encode_message(Message("big", b"x" * 100_000))
+        r = await c.call(RequestCode.SEND_MESSAGE, body=huge)
+        assert r.code == ResponseCode.MESSAGE_TOO_LARGE and "limit" in r.remark
+        r = await c.call(RequestCode.PULL_MESSAGE, {"topic": "big", "queueId": 0, "offset": 0})
+        assert r.code == ResponseCode.PULL_NOT_FOUND  # nothing was stored
         ok_frame = Frame.request(RequestCode.HEARTBEAT, 77).encode()
         r = await c.raw(ok_frame + b"\xc1", opaque=77)  # trailing garbage: a malformed frame
         assert r.code == ResponseCode.MALFORMED_FRAME

@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import logging
 import signal
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,8 @@ from broker.namesrv import REGISTER_EVERY_S
 from broker.server import AppliedSignal, BrokerServer
 from broker.state_machine import BrokerStateMachine
 from dledger.applier import Applier
-from dledger.config import ConfigError, load_group_config
+from dledger.config import ConfigError
+from dledger.replica_args import add_replica_arguments, open_replica
 from dledger.replicated_log import ReplicatedLog
 
 __all__ = ["main"]
@@ -102,25 +102,9 @@ async def _serve(rlog: ReplicatedLog, machine: BrokerStateMachine, applier: Appl
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="raftmq broker",
                                      description="Run one broker replica of a RaftMQ group.")
-    parser.add_argument("--config", type=Path, required=True, help="node TOML file")
-    parser.add_argument("--insecure", action="store_true",
-                        help="allow a multi-node group without a cluster secret (tests only)")
-    parser.add_argument("--repair-log", action="store_true",
-                        help="cut the CommitLog at a corrupt record and re-fetch the rest")
-    parser.add_argument("--log-level", default="INFO")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        config = load_group_config(args.config, insecure=args.insecure, repair_log=args.repair_log)
-        broker = _broker_section(args.config)
-        rlog = ReplicatedLog(config)
-    except (ConfigError, OSError, tomllib.TOMLDecodeError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:  # CorruptLogError and friends: say it plainly
-        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
+    add_replica_arguments(parser)
+    rlog, broker = open_replica(parser.parse_args(argv), _broker_section)
+    config = rlog.config
     machine = BrokerStateMachine(
         config.data_dir / "store",
         index_slots=int(broker.get("index_slots", DEFAULT_SLOT_NUM)),

@@ -22,16 +22,14 @@ import argparse
 import asyncio
 import logging
 import signal
-import sys
-from pathlib import Path
 
 import msgpack
 from aiohttp import web
 
 from dledger.applier import Applier
-from dledger.config import ConfigError, load_group_config
 from dledger.errors import EntryTooLarge, NoLeader, NotLeader, OutcomeUnknown, ProposeError
 from dledger.recording_machine import RecordingMachine
+from dledger.replica_args import add_replica_arguments, open_replica
 from dledger.replicated_log import ReplicatedLog
 
 __all__ = ["main"]
@@ -107,26 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m dledger",
         description="Run one replica of a RaftMQ CommitLog group with an HTTP control API.")
-    parser.add_argument("--config", type=Path, required=True, help="node TOML file")
     parser.add_argument("--http", required=True, help="HOST:PORT of the control API")
-    parser.add_argument("--insecure", action="store_true",
-                        help="allow a multi-node group without a cluster secret (tests only)")
-    parser.add_argument("--repair-log", action="store_true",
-                        help="cut the CommitLog at a corrupt record and re-fetch the rest")
-    parser.add_argument("--log-level", default="INFO")
+    add_replica_arguments(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        config = load_group_config(args.config, insecure=args.insecure,
-                                   repair_log=args.repair_log)
-        rlog = ReplicatedLog(config)
-    except (ConfigError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:  # CorruptLogError and friends: say it plainly
-        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
+    rlog, _ = open_replica(args)
+    config = rlog.config
     machine = RecordingMachine(config.data_dir / "applied.log")
     applier = Applier(rlog, machine).start()
     try:

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import aiohttp
 import msgpack
-import pytest
 import yarl
 from aiohttp import web
 
@@ -18,26 +16,9 @@ from broker.remoting import Frame, RequestCode, ResponseCode
 from broker.server import AppliedSignal, BrokerServer
 from broker.state_machine import BrokerStateMachine
 from dledger.applier import Applier
-from dledger.config import GroupConfig
 from dledger.local_group import free_port
 from dledger.replicated_log import ReplicatedLog
 from tests.support.broker_client import FrameClient
-
-
-@pytest.fixture
-def parts(tmp_path: Path) -> Iterator[tuple[ReplicatedLog, BrokerStateMachine, Applier]]:
-    rlog = ReplicatedLog(GroupConfig(node="n1", peers={"n1": f"127.0.0.1:{free_port()}"},
-                                     data_dir=tmp_path / "log"))
-    machine = BrokerStateMachine(tmp_path / "store", index_slots=64, index_entries=4096)
-    applier = Applier(rlog, machine).start()
-    deadline = time.monotonic() + 10
-    while not rlog.is_leader:
-        assert time.monotonic() < deadline, "no leader"
-        time.sleep(0.02)
-    yield rlog, machine, applier
-    applier.stop()
-    rlog.close()
-    machine.close()
 
 
 async def serve(parts: tuple[ReplicatedLog, BrokerStateMachine, Applier]) -> AsyncIterator[FrameClient]:
@@ -57,15 +38,15 @@ async def serve(parts: tuple[ReplicatedLog, BrokerStateMachine, Applier]) -> Asy
     await runner.cleanup()
 
 
-def run(parts, scenario) -> None:  # type: ignore[no-untyped-def]
+def run(one_node_broker, scenario) -> None:  # type: ignore[no-untyped-def]
     async def main() -> None:
-        async for client in serve(parts):
+        async for client in serve(one_node_broker):
             await scenario(client)
 
     asyncio.run(main())
 
 
-def test_send_then_pull_in_order(parts) -> None:  # type: ignore[no-untyped-def]
+def test_send_then_pull_in_order(one_node_broker) -> None:  # type: ignore[no-untyped-def]
     async def scenario(c: FrameClient) -> None:
         r = await c.call(RequestCode.CREATE_TOPIC, {"topic": "orders", "queues": 2})
         assert r.code == ResponseCode.SUCCESS, r.remark
@@ -92,10 +73,10 @@ def test_send_then_pull_in_order(parts) -> None:  # type: ignore[no-untyped-def]
         r = await c.call(RequestCode.QUERY_OFFSET, {"group": "billing", "topic": "orders", "queueId": 1})
         assert r.ext["offset"] == 10
 
-    run(parts, scenario)
+    run(one_node_broker, scenario)
 
 
-def test_bad_input_gets_clear_errors_and_the_connection_survives(parts) -> None:  # type: ignore[no-untyped-def]
+def test_bad_input_gets_clear_errors_and_the_connection_survives(one_node_broker) -> None:  # type: ignore[no-untyped-def]
     async def scenario(c: FrameClient) -> None:
         r = await c.call(RequestCode.CREATE_TOPIC, {"topic": "bad name"})
         assert r.code == ResponseCode.INVALID_NAME and "position 3" in r.remark
@@ -117,10 +98,10 @@ def test_bad_input_gets_clear_errors_and_the_connection_survives(parts) -> None:
         r = await c.call(RequestCode.HEARTBEAT)
         assert r.code == ResponseCode.SUCCESS  # still connected
 
-    run(parts, scenario)
+    run(one_node_broker, scenario)
 
 
-def test_query_by_key_and_id_and_reset_by_time(parts) -> None:  # type: ignore[no-untyped-def]
+def test_query_by_key_and_id_and_reset_by_time(one_node_broker) -> None:  # type: ignore[no-untyped-def]
     async def scenario(c: FrameClient) -> None:
         await c.call(RequestCode.CREATE_TOPIC, {"topic": "q", "queues": 2})
         early = [Message("q", f"e{i}".encode(), i % 2, keys=(f"order-{i}",)) for i in range(6)]
@@ -150,10 +131,10 @@ def test_query_by_key_and_id_and_reset_by_time(parts) -> None:  # type: ignore[n
         r = await c.call(RequestCode.QUERY_OFFSET, {"group": "g", "topic": "q", "queueId": 1})
         assert r.ext["offset"] == 3
 
-    run(parts, scenario)
+    run(one_node_broker, scenario)
 
 
-def test_metrics_and_admin_api(parts) -> None:  # type: ignore[no-untyped-def]
+def test_metrics_and_admin_api(one_node_broker) -> None:  # type: ignore[no-untyped-def]
     async def scenario(c: FrameClient) -> None:
         base = c.base_url
         async with aiohttp.ClientSession() as http:
@@ -179,4 +160,4 @@ def test_metrics_and_admin_api(parts) -> None:  # type: ignore[no-untyped-def]
             assert "raftmq_messages_sent_total" in text and 'consumer_group="g1"' in text
             assert any(line.endswith(" 1") for line in text.splitlines() if "raftmq_consumer_lag{" in line)
 
-    run(parts, scenario)
+    run(one_node_broker, scenario)

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -15,30 +12,12 @@ from broker.message_format import Message, encode_message
 from broker.state_machine import BrokerStateMachine, Outcome
 from broker.write_path import WritePath
 from dledger.applier import Applier
-from dledger.config import GroupConfig
-from dledger.local_group import free_port
 from dledger.replicated_log import ReplicatedLog
 
 
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[tuple[ReplicatedLog, BrokerStateMachine, Applier]]:
-    rlog = ReplicatedLog(GroupConfig(node="n1", peers={"n1": f"127.0.0.1:{free_port()}"},
-                                     data_dir=tmp_path / "log"))
-    machine = BrokerStateMachine(tmp_path / "store", index_slots=64, index_entries=4096)
-    applier = Applier(rlog, machine).start()
-    deadline = time.monotonic() + 10
-    while not rlog.is_leader:
-        assert time.monotonic() < deadline, "no leader"
-        time.sleep(0.02)
-    yield rlog, machine, applier
-    applier.stop()
-    rlog.close()
-    machine.close()
-
-
 def test_concurrent_sends_share_entries_and_get_their_own_outcomes(
-        node: tuple[ReplicatedLog, BrokerStateMachine, Applier]) -> None:
-    rlog, machine, applier = node
+        one_node_broker: tuple[ReplicatedLog, BrokerStateMachine, Applier]) -> None:
+    rlog, machine, applier = one_node_broker
 
     async def main() -> None:
         path = WritePath(rlog, machine, applier, linger_ms=2)
@@ -60,8 +39,8 @@ def test_concurrent_sends_share_entries_and_get_their_own_outcomes(
 
 
 def test_idempotent_retry_returns_the_original_offset(
-        node: tuple[ReplicatedLog, BrokerStateMachine, Applier]) -> None:
-    rlog, machine, applier = node
+        one_node_broker: tuple[ReplicatedLog, BrokerStateMachine, Applier]) -> None:
+    rlog, machine, applier = one_node_broker
 
     async def main() -> None:
         path = WritePath(rlog, machine, applier)
@@ -76,8 +55,9 @@ def test_idempotent_retry_returns_the_original_offset(
     asyncio.run(main())
 
 
-def test_oversized_record_fails_alone(node: tuple[ReplicatedLog, BrokerStateMachine, Applier]) -> None:
-    rlog, machine, applier = node
+def test_oversized_record_fails_alone(
+        one_node_broker: tuple[ReplicatedLog, BrokerStateMachine, Applier]) -> None:
+    rlog, machine, applier = one_node_broker
 
     async def main() -> None:
         path = WritePath(rlog, machine, applier)

@@ -1,0 +1,43 @@
+"""Command-line plumbing shared by every replica process (log node, broker)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from dledger.config import ConfigError, load_group_config
+from dledger.replicated_log import ReplicatedLog
+
+__all__ = ["add_replica_arguments", "open_replica"]
+
+T = TypeVar("T")
+
+
+def add_replica_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, required=True, help="node TOML file")
+    parser.add_argument("--insecure", action="store_true",
+                        help="allow a multi-node group without a cluster secret (tests only)")
+    parser.add_argument("--repair-log", action="store_true",
+                        help="cut the CommitLog at a corrupt record and re-fetch the rest")
+    parser.add_argument("--log-level", default="INFO")
+
+
+def open_replica(args: argparse.Namespace,
+                 read_extra: Callable[[Path], T] = lambda _path: None) -> tuple[ReplicatedLog, T]:
+    """Configure logging, load and check the config (and ``read_extra`` of the same file),
+    open the replica. Any problem is printed as one ``error:`` line and exits with 2."""
+    logging.basicConfig(level=args.log_level,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_group_config(args.config, insecure=args.insecure, repair_log=args.repair_log)
+        extra = read_extra(args.config)
+        return ReplicatedLog(config), extra
+    except (ConfigError, OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+    except Exception as e:  # CorruptLogError and friends: say it plainly
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+    raise SystemExit(2)

@@ -105,6 +105,7 @@ class BrokerStateMachine:
         state = msgpack.unpackb(read_or_none(self._checkpoint_path) or msgpack.packb({}),
                                 strict_map_key=False)
         self._applied: int = state.get("applied", 0)
+        self.last_store_ms: int = state.get("last_store_ms", 0)
         self.topics: dict[str, TopicConfig] = {
             t: TopicConfig(*v) for t, v in state.get("topics", {}).items()}
         self.offsets: dict[str, dict[str, dict[int, int]]] = state.get("offsets", {})
@@ -173,6 +174,7 @@ class BrokerStateMachine:
         except ValueError as e:
             return [Applied(Outcome.INVALID, reason=f"entry is not a batch: {e}")]
         base = entry.position + HEADER_SIZE
+        self.last_store_ms = max(self.last_store_ms, stamp)
         out = []
         for offset, length in spans:
             record = entry.body[offset:offset + length]
@@ -277,6 +279,7 @@ class BrokerStateMachine:
             mark = self.index.mark()
             state = {
                 "applied": self._applied,
+                "last_store_ms": self.last_store_ms,
                 "index_mark": None if mark is None else [mark[0], list(astuple(mark[1]))],
                 "topics": {t: [c.queues, c.perm] for t, c in sorted(self.topics.items())},
                 "queues": queues,

@@ -75,8 +75,9 @@ class WritePath:
             await self._write(batch)
 
     def _stamp(self) -> int:
-        # Store times never go backwards on one leader, even if its clock does.
-        self._last_stamp = max(self._last_stamp, self._clock_ms())
+        # Store times never go backwards, even if this leader's clock is behind the
+        # previous leader's: ConsumeQueue time search and IndexFile ranges rely on it.
+        self._last_stamp = max(self._last_stamp, self._clock_ms(), self._machine.last_store_ms)
         return self._last_stamp
 
     async def _write(self, batch: list[_Pending]) -> None:

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from broker.commands import CreateTopic, encode_admin
-from broker.entry_batch import MessageTooLarge, max_message_bytes
+from broker.entry_batch import MessageTooLarge, max_message_bytes, read_stamp
 from broker.message_format import Message, encode_message
 from broker.state_machine import BrokerStateMachine, Outcome
 from broker.write_path import WritePath
@@ -65,5 +65,20 @@ def test_oversized_record_fails_alone(
             await path.send([b"x" * (max_message_bytes() + 1)])
         (ok,) = await path.send([encode_admin(CreateTopic("fine", 1))])
         assert ok.outcome == Outcome.DONE
+
+    asyncio.run(main())
+
+
+def test_store_times_never_go_backwards_across_a_slow_clock(
+        one_node_broker: tuple[ReplicatedLog, BrokerStateMachine, Applier]) -> None:
+    rlog, machine, applier = one_node_broker
+
+    async def main() -> None:
+        fast = WritePath(rlog, machine, applier, clock_ms=lambda: 5_000_000_000_000)
+        await fast.send([encode_admin(CreateTopic("t", 1))])
+        slow = WritePath(rlog, machine, applier, clock_ms=lambda: 1_000)  # a new leader, behind
+        await slow.send([encode_admin(CreateTopic("u", 1))])
+        last = rlog.read(rlog.committed_index)[-1]
+        assert read_stamp(last.body) == 5_000_000_000_000
 
     asyncio.run(main())

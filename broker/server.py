@@ -96,6 +96,7 @@ class BrokerServer:
         self.write = WritePath(rlog, machine, applier)
         self.signal = signal
         self.leader_address = leader_address
+        self._stamps: dict[int, int] = {}  # entry record position -> store time (committed: immutable)
         self.counters: dict[str, float] = {"sent": 0, "pulled": 0, "commit_seconds": 0.0,
                                            "commits": 0}
         self._handlers: dict[int, Callable[[Frame], Awaitable[Frame]]] = {
@@ -314,12 +315,19 @@ class BrokerServer:
         return start + self.rlog.commitlog.record_size_of(index)
 
     def _store_time(self, position: int) -> int:
+        """The store time of the entry holding ``position`` (messages of one entry share it)."""
         found = self.rlog.commitlog.entry_containing(position)
         if found is None:
             return -1
         index, start = found
-        size = self.rlog.commitlog.record_size_of(index) - HEADER_SIZE
-        return read_stamp(self.rlog.commitlog.read_at(start + HEADER_SIZE, min(16, size)))
+        stamp = self._stamps.get(start)
+        if stamp is None:
+            size = self.rlog.commitlog.record_size_of(index) - HEADER_SIZE
+            stamp = read_stamp(self.rlog.commitlog.read_at(start + HEADER_SIZE, min(16, size)))
+            if len(self._stamps) >= 4096:
+                self._stamps.clear()
+            self._stamps[start] = stamp
+        return stamp
 
     def _message_at(self, position: int) -> tuple[bytes, int]:
         """The message bytes starting at ``position`` and their store time."""

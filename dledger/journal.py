@@ -370,9 +370,6 @@ class RaftJournal(Journal):
         self._persisted_commit = committed
         self._write_state()
 
-    def _status(self) -> dict[str, Any]:
-        return {"term": self._term, "voted_for": self._voted_for, "committed": self._committed,
-                "confirmed": self._confirmed, "raft_commit": self._raft_commit}
 
 
 def silence_false_truncation_alarm() -> None:

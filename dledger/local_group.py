@@ -217,7 +217,7 @@ class LocalGroup:
             out.extend(chunk)
 
     def wait_leader(self, timeout: float = 20.0, among: list[str] | None = None) -> str:
-        """The name of the node that reports itself leader (and is agreed on), within ``timeout``."""
+        """The name of the first live node that reports itself leader within ``timeout``."""
         deadline = time.monotonic() + timeout
         names = among or list(self.nodes)
         while time.monotonic() < deadline:

@@ -82,7 +82,7 @@ async def _serve(rlog: ReplicatedLog, machine: BrokerStateMachine, applier: Appl
                  listen: str, addresses: dict[str, str], namesrvs: list[str]) -> None:
     sig = AppliedSignal(asyncio.get_running_loop())
     machine.on_applied.append(lambda _index: sig.notify())
-    server = BrokerServer(rlog, machine, applier, sig, addresses.get)
+    server = BrokerServer(rlog, machine, applier, sig, addresses.get, addresses=addresses)
     runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()
     host, port = listen.rsplit(":", 1)

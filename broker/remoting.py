@@ -60,7 +60,9 @@ __all__ = [
     "ext_bool",
     "ext_bytes",
     "ext_int",
+    "ext_ints",
     "ext_str",
+    "ext_strs",
 ]
 
 VERSION = 1
@@ -341,6 +343,18 @@ def ext_bytes(frame: Frame, name: str, default: _D) -> bytes | _D: ...
 def ext_bytes(frame: Frame, name: str, default: Any = _REQUIRED) -> Any:
     """``ext[name]`` as bytes (msgpack bin; a str is not bytes)."""
     return _ext(frame, name, default, lambda v: isinstance(v, bytes), "bytes")
+
+
+def ext_ints(frame: Frame, name: str, default: Any = _REQUIRED) -> Any:
+    """``ext[name]`` as a tuple of ints (an ext list)."""
+    return _ext(frame, name, default, lambda v: isinstance(v, tuple) and all(_is_int(i) for i in v),
+                "a list of ints")
+
+
+def ext_strs(frame: Frame, name: str, default: Any = _REQUIRED) -> Any:
+    """``ext[name]`` as a tuple of strs (an ext list)."""
+    return _ext(frame, name, default, lambda v: isinstance(v, tuple) and all(isinstance(i, str) for i in v),
+                "a list of strs")
 
 
 def _ext(frame: Frame, name: str, default: Any, accept: Callable[[Any], bool], what: str) -> Any:

@@ -11,8 +11,11 @@
     GET  /admin/messages?key=K | ?msgId=ID  query stored messages (JSON, body in base64)
 
 Requests handled (``RequestCode``): SEND_MESSAGE (body: one encoded message),
-SEND_BATCH (body: msgpack list of encoded messages), PULL_MESSAGE (long poll),
-CREATE_TOPIC, GET_TOPICS, COMMIT_OFFSET, QUERY_OFFSET, HEARTBEAT. Writes go
+SEND_BATCH (body: msgpack list of encoded messages), PULL_MESSAGE (long poll,
+optional tag-hash filter), CREATE_TOPIC, GET_TOPICS, GET_ROUTE, COMMIT_OFFSET,
+QUERY_OFFSET, RESET_OFFSET, QUERY_MESSAGE, VIEW_MESSAGE_BY_ID, HEARTBEAT (consumer
+membership), UNREGISTER_CLIENT, GET_CONSUMER_LIST; the server sends
+NOTIFY_CONSUMER_IDS_CHANGED (oneway) to a group's members when it changes. Writes go
 through the leader's ``WritePath``; a follower answers NOT_LEADER naming the
 leader. Reads (pull, offsets, topics) are served by any replica from applied --
 hence committed -- state only. A malformed frame gets MALFORMED_FRAME and the
@@ -24,13 +27,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import contextvars
+import itertools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 import msgpack
 from aiohttp import WSMsgType, web
 
 from broker.commands import CommitOffset, CreateTopic, Perm, encode_admin
+from broker.consumer_registry import ConsumerRegistry
 from broker.entry_batch import MessageTooLarge, read_stamp
 from broker.message_format import MessageFormatError, decode_message
 from broker.names import InvalidName, validate_group, validate_topic
@@ -41,6 +47,7 @@ from broker.remoting import (
     ResponseCode,
     decode_frame,
     ext_int,
+    ext_ints,
     ext_str,
 )
 from broker.state_machine import Applied, BrokerStateMachine, Outcome
@@ -56,6 +63,12 @@ log = logging.getLogger("broker.server")
 
 MAX_PULL = 256
 MAX_SUSPEND_MS = 30_000
+#: Most ConsumeQueue units one filtered pull looks at before answering (an empty page).
+MAX_FILTER_SCAN = 4096
+
+#: The WebSocket the frame being handled arrived on (consumer membership is per connection).
+_connection: contextvars.ContextVar[web.WebSocketResponse | None] = contextvars.ContextVar(
+    "connection", default=None)
 
 _OUTCOME_CODE = {
     Outcome.STORED: ResponseCode.SUCCESS,
@@ -90,8 +103,12 @@ class AppliedSignal:
 
 class BrokerServer:
     def __init__(self, rlog: ReplicatedLog, machine: BrokerStateMachine, applier: Applier,
-                 signal: AppliedSignal, leader_address: Callable[[str], str | None]) -> None:
+                 signal: AppliedSignal, leader_address: Callable[[str], str | None], *,
+                 addresses: Mapping[str, str] | None = None) -> None:
         self.rlog = rlog
+        self.addresses = dict(addresses or {})
+        self.consumers = ConsumerRegistry()
+        self._server_opaques = itertools.count(1)
         self.machine = machine
         self.write = WritePath(rlog, machine, applier)
         self.signal = signal
@@ -111,6 +128,9 @@ class BrokerServer:
             RequestCode.QUERY_MESSAGE: self._query_by_key,
             RequestCode.VIEW_MESSAGE_BY_ID: self._view_by_id,
             RequestCode.RESET_OFFSET: self._reset_offset,
+            RequestCode.GET_ROUTE: self._route,
+            RequestCode.UNREGISTER_CLIENT: self._unregister,
+            RequestCode.GET_CONSUMER_LIST: self._consumer_list,
         }
 
     def app(self) -> web.Application:
@@ -136,6 +156,16 @@ class BrokerServer:
         ws = web.WebSocketResponse(max_msg_size=8 << 20)
         await ws.prepare(request)
         tasks: set[asyncio.Task[None]] = set()
+        _connection.set(ws)
+        try:
+            await self._read_frames(ws, tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await self._members_changed(self.consumers.drop_connection(ws))
+        return ws
+
+    async def _read_frames(self, ws: web.WebSocketResponse, tasks: set[asyncio.Task[None]]) -> None:
         async for msg in ws:
             if msg.type != WSMsgType.BINARY:
                 if msg.type == WSMsgType.TEXT:
@@ -145,9 +175,6 @@ class BrokerServer:
             task = asyncio.create_task(self._serve_frame(ws, msg.data))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
-        for task in tasks:
-            task.cancel()
-        return ws
 
     async def _serve_frame(self, ws: web.WebSocketResponse, data: bytes) -> None:
         try:
@@ -274,7 +301,60 @@ class BrokerServer:
         return frame.response(ResponseCode.SUCCESS, ext={"offset": -1 if offset is None else offset})
 
     async def _heartbeat(self, frame: Frame) -> Frame:
+        """ext clientId; body (optional): msgpack {consumer group: [topics]}."""
+        client_id = ext_str(frame, "clientId", "")
+        subscriptions: dict[str, list[str]] = {}
+        if frame.body:
+            try:
+                doc = msgpack.unpackb(frame.body)
+                if not (isinstance(doc, dict) and all(
+                        isinstance(g, str) and isinstance(t, list) and all(isinstance(x, str) for x in t)
+                        for g, t in doc.items())):
+                    raise ValueError
+            except Exception:
+                raise FrameError(ResponseCode.INVALID_ARGUMENT,
+                                 "heartbeat body must be a msgpack map {group: [topics]}") from None
+            if not client_id:
+                raise FrameError(ResponseCode.INVALID_ARGUMENT, "a consumer heartbeat needs clientId")
+            subscriptions = {validate_group(g): t for g, t in doc.items()}
+        ws = _connection.get()
+        if subscriptions and ws is not None:
+            await self._members_changed(self.consumers.heartbeat(ws, client_id, subscriptions))
         return frame.response(ResponseCode.SUCCESS)
+
+    async def _unregister(self, frame: Frame) -> Frame:
+        changed = self.consumers.unregister(ext_str(frame, "clientId"), ext_str(frame, "group", None))
+        await self._members_changed(changed)
+        return frame.response(ResponseCode.SUCCESS)
+
+    async def _consumer_list(self, frame: Frame) -> Frame:
+        clients = self.consumers.clients(validate_group(ext_str(frame, "group")))
+        return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(clients))
+
+    async def _members_changed(self, groups: set[str]) -> None:
+        """Tell the members of each group that its membership changed (oneway, best effort)."""
+        for group in sorted(groups):
+            for conn in self.consumers.connections(group):
+                if isinstance(conn, web.WebSocketResponse) and not conn.closed:
+                    note = Frame.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                                         next(self._server_opaques) % (2**32), {"group": group},
+                                         oneway=True)
+                    with contextlib.suppress(ConnectionError, RuntimeError):
+                        await conn.send_bytes(note.encode())
+
+    async def _route(self, frame: Frame) -> Frame:
+        """This group's part of a topic's route, in the name server's shape."""
+        topic = ext_str(frame, "topic")
+        config = self.machine.topics.get(topic)
+        if config is None:
+            raise FrameError(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
+        status = self.rlog.status()
+        leader = self.rlog.leader
+        doc = {"topic": topic, "groups": [{
+            "group": self.rlog.config.group, "queues": config.queues, "perm": int(config.perm),
+            "term": status["term"], "leader": self.addresses.get(leader) if leader else None,
+            "replicas": dict(sorted(self.addresses.items()))}]}
+        return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(doc))
 
     async def _pull(self, frame: Frame) -> Frame:
         topic = ext_str(frame, "topic")
@@ -282,6 +362,8 @@ class BrokerServer:
         offset = ext_int(frame, "offset", minimum=0)
         max_msgs = ext_int(frame, "maxMsgs", 32, minimum=1, maximum=MAX_PULL)
         suspend_s = ext_int(frame, "suspendMs", 0, minimum=0, maximum=MAX_SUSPEND_MS) / 1000
+        wanted = ext_ints(frame, "tagHashes", None)
+        wanted_set = None if wanted is None else frozenset(wanted)
         if topic not in self.machine.topics:
             raise FrameError(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
         loop = asyncio.get_running_loop()
@@ -298,12 +380,18 @@ class BrokerServer:
             return frame.response(ResponseCode.PULL_NOT_FOUND, ext={"nextOffset": offset})
         if offset < cq.min_offset:
             return frame.response(ResponseCode.PULL_OFFSET_MOVED, ext={"nextOffset": cq.min_offset})
-        read = cq.read(offset, max_msgs)
-        self.counters["pulled"] += len(read.units)
+        read = cq.read(offset, max_msgs if wanted_set is None else MAX_FILTER_SCAN)
+        units = read.units
+        next_offset = read.next_offset
+        if wanted_set is not None:
+            units = [(off, u) for off, u in units if u.tag_hash in wanted_set][:max_msgs]
+            if len(units) == max_msgs:
+                next_offset = units[-1][0] + 1
+        self.counters["pulled"] += len(units)
         rows = [[off, unit.position, self._store_time(unit.position),
-                 self.rlog.commitlog.read_at(unit.position, unit.size)] for off, unit in read.units]
+                 self.rlog.commitlog.read_at(unit.position, unit.size)] for off, unit in units]
         return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(rows),
-                              ext={"nextOffset": read.next_offset, "maxOffset": max_offset})
+                              ext={"nextOffset": next_offset, "maxOffset": max_offset})
 
     # -- store time, queries ------------------------------------------------------------
     def _record_end(self, position: int) -> int:

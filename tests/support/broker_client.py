@@ -21,6 +21,7 @@ class FrameClient:
         self.ws = ws
         self.ids = itertools.count(1)
         self.waiting: dict[int, asyncio.Future[Frame]] = {}
+        self.requests: asyncio.Queue[Frame] = asyncio.Queue()  # server-to-client requests
         self.reader = asyncio.create_task(self._read())
 
     @classmethod
@@ -30,6 +31,9 @@ class FrameClient:
     async def _read(self) -> None:
         async for msg in self.ws:
             frame = decode_frame(msg.data)
+            if not frame.is_response:
+                self.requests.put_nowait(frame)
+                continue
             fut = self.waiting.pop(frame.opaque, None)
             if fut is not None and not fut.done():
                 fut.set_result(frame)

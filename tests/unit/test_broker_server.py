@@ -161,3 +161,50 @@ def test_metrics_and_admin_api(one_node_broker) -> None:  # type: ignore[no-unty
             assert any(line.endswith(" 1") for line in text.splitlines() if "raftmq_consumer_lag{" in line)
 
     run(one_node_broker, scenario)
+
+
+def test_consumer_membership_route_and_tag_filtered_pull(one_node_broker) -> None:  # type: ignore[no-untyped-def]
+    async def scenario(c: FrameClient) -> None:
+        r = await c.call(RequestCode.CREATE_TOPIC, {"topic": "orders", "queues": 1})
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        r = await c.call(RequestCode.GET_ROUTE, {"topic": "orders"})
+        route = msgpack.unpackb(r.body)
+        assert route["topic"] == "orders" and route["groups"][0]["queues"] == 1
+        r = await c.call(RequestCode.GET_ROUTE, {"topic": "nope"})
+        assert r.code == ResponseCode.TOPIC_NOT_EXIST
+
+        # membership: two clients on two connections; closing one tells the other
+        async with aiohttp.ClientSession() as session:
+            other = await FrameClient.connect(session, c.base_url.authority)  # type: ignore[attr-defined]
+            for client, cid in ((c, "a"), (other, "b")):
+                r = await client.call(RequestCode.HEARTBEAT, {"clientId": cid},
+                                      body=msgpack.packb({"billing": ["orders"]}))
+                assert r.code == ResponseCode.SUCCESS, r.remark
+            r = await c.call(RequestCode.GET_CONSUMER_LIST, {"group": "billing"})
+            assert msgpack.unpackb(r.body) == ["a", "b"]
+            for _joined in ("a", "b"):  # every member hears of each join, a of its own too
+                note = await asyncio.wait_for(c.requests.get(), 5)
+                assert note.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED and note.is_oneway
+            await other.close()
+        note = await asyncio.wait_for(c.requests.get(), 5)  # b's connection closed
+        assert note.ext["group"] == "billing"
+        r = await c.call(RequestCode.GET_CONSUMER_LIST, {"group": "billing"})
+        assert msgpack.unpackb(r.body) == ["a"]
+        r = await c.call(RequestCode.HEARTBEAT, {"clientId": "a"}, body=b"\x01")
+        assert r.code == ResponseCode.INVALID_ARGUMENT
+
+        # the broker's tag-hash filter skips units of other tags; nextOffset moves past them
+        from broker.consume_queue import tag_hash
+        for i, tag in enumerate(["paid", "created", "paid", None, "paid"]):
+            r = await c.call(RequestCode.SEND_MESSAGE, body=encode_message(
+                Message("orders", f"m{i}".encode(), 0, tags=tag)))
+            assert r.code == ResponseCode.SUCCESS, r.remark
+        r = await c.call(RequestCode.PULL_MESSAGE, {"topic": "orders", "queueId": 0, "offset": 0,
+                                                   "maxMsgs": 2, "tagHashes": [tag_hash("paid")]})
+        rows = msgpack.unpackb(r.body)
+        assert [row[0] for row in rows] == [0, 2] and r.ext["nextOffset"] == 3
+        r = await c.call(RequestCode.PULL_MESSAGE, {"topic": "orders", "queueId": 0, "offset": 3,
+                                                   "maxMsgs": 2, "tagHashes": [tag_hash("paid")]})
+        assert [row[0] for row in msgpack.unpackb(r.body)] == [4] and r.ext["nextOffset"] == 5
+
+    run(one_node_broker, scenario)

@@ -1,0 +1,99 @@
+"""Which consumers of which groups are alive, as this replica hears their heartbeats.
+
+A consumer heartbeats every replica of every group it consumes from, so all
+replicas hold the same membership and a consumer may ask any of them for its
+group's members (``GET_CONSUMER_LIST``) when it rebalances. Membership is soft
+state, not in the log: a member leaves when its connection closes, when it
+unregisters, or when it missed heartbeats for ``expiry_s``.
+
+Each registration remembers its connection, so the server can tell the other
+members of a group at once when the membership changes
+(``NOTIFY_CONSUMER_IDS_CHANGED``) instead of leaving them to find out at their
+next periodic rebalance.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+__all__ = ["EXPIRY_S", "ConsumerRegistry", "Member"]
+
+#: A member that sent no heartbeat for this long is dropped (clients beat every 10 s).
+EXPIRY_S = 30.0
+
+
+@dataclass(slots=True)
+class Member:
+    client_id: str
+    topics: tuple[str, ...]
+    connection: Hashable
+    last_seen: float
+
+
+class ConsumerRegistry:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, expiry_s: float = EXPIRY_S) -> None:
+        self._clock = clock
+        self._expiry = expiry_s
+        self._groups: dict[str, dict[str, Member]] = {}
+
+    def heartbeat(self, connection: Hashable, client_id: str,
+                  subscriptions: Mapping[str, Sequence[str]]) -> set[str]:
+        """Record ``client_id`` as a member of each group in ``subscriptions`` (group ->
+        topics). Returns the groups whose member set changed."""
+        now = self._clock()
+        changed = self.expire()
+        for group, topics in subscriptions.items():
+            members = self._groups.setdefault(group, {})
+            known = members.get(client_id)
+            if known is None:
+                changed.add(group)
+            members[client_id] = Member(client_id, tuple(sorted(topics)), connection, now)
+        return changed
+
+    def unregister(self, client_id: str, group: str | None = None) -> set[str]:
+        """Drop ``client_id`` from ``group`` (every group if None)."""
+        changed = set()
+        for name, members in self._groups.items():
+            if (group is None or name == group) and members.pop(client_id, None) is not None:
+                changed.add(name)
+        self._prune()
+        return changed
+
+    def drop_connection(self, connection: Hashable) -> set[str]:
+        """Drop every member registered over ``connection`` (it closed)."""
+        changed = set()
+        for name, members in self._groups.items():
+            for cid in [c for c, m in members.items() if m.connection is connection]:
+                del members[cid]
+                changed.add(name)
+        self._prune()
+        return changed
+
+    def expire(self) -> set[str]:
+        """Drop members silent for longer than the expiry; returns the groups changed."""
+        horizon = self._clock() - self._expiry
+        changed = set()
+        for name, members in self._groups.items():
+            for cid in [c for c, m in members.items() if m.last_seen < horizon]:
+                del members[cid]
+                changed.add(name)
+        self._prune()
+        return changed
+
+    def clients(self, group: str) -> list[str]:
+        """The live members' client ids, sorted (every member computes the same allocation)."""
+        self.expire()
+        return sorted(self._groups.get(group, {}))
+
+    def connections(self, group: str) -> list[Hashable]:
+        return [m.connection for m in self._groups.get(group, {}).values()]
+
+    def groups(self) -> dict[str, list[Member]]:
+        self.expire()
+        return {g: sorted(m.values(), key=lambda x: x.client_id) for g, m in sorted(self._groups.items())}
+
+    def _prune(self) -> None:
+        for name in [g for g, m in self._groups.items() if not m]:
+            del self._groups[name]

@@ -90,6 +90,7 @@ class RequestCode(IntEnum):
     QUERY_MESSAGE = 13
     VIEW_MESSAGE_BY_ID = 14
     QUERY_BY_TIME = 15
+    SEARCH_OFFSET = 16  # a queue's min/max offsets, and the first offset stored at/after a time
     COMMIT_OFFSET = 20
     QUERY_OFFSET = 21
     RESET_OFFSET = 22

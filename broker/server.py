@@ -129,6 +129,7 @@ class BrokerServer:
             RequestCode.VIEW_MESSAGE_BY_ID: self._view_by_id,
             RequestCode.RESET_OFFSET: self._reset_offset,
             RequestCode.GET_ROUTE: self._route,
+            RequestCode.SEARCH_OFFSET: self._search_offset,
             RequestCode.UNREGISTER_CLIENT: self._unregister,
             RequestCode.GET_CONSUMER_LIST: self._consumer_list,
         }
@@ -449,6 +450,21 @@ class BrokerServer:
         if not rows:
             return frame.response(ResponseCode.QUERY_NOT_FOUND, remark=f"no message for {key!r}")
         return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(rows))
+
+    async def _search_offset(self, frame: Frame) -> Frame:
+        """ext topic, queueId, timestamp (ms, optional) -> minOffset, maxOffset and, with a
+        timestamp, ``offset``: the first message stored at or after it (maxOffset if none)."""
+        topic = ext_str(frame, "topic")
+        queue_id = ext_int(frame, "queueId", minimum=0)
+        ts = ext_int(frame, "timestamp", None, minimum=0)
+        if topic not in self.machine.topics:
+            raise FrameError(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
+        cq = self.machine.queue(topic, queue_id)
+        low, high = (0, 0) if cq is None else (cq.min_offset, cq.max_offset)
+        ext = {"minOffset": low, "maxOffset": high}
+        if ts is not None:
+            ext["offset"] = 0 if cq is None else cq.bisect(lambda u: self._store_time(u.position), ts)
+        return frame.response(ResponseCode.SUCCESS, ext=ext)
 
     async def _reset_offset(self, frame: Frame) -> Frame:
         """Set a group's offsets on every queue of a topic to the first message stored at

@@ -424,7 +424,7 @@ class SqlFilter:
         self.root = root
 
     def matches(self, properties: Mapping[str, str]) -> bool:
-        """Whether a message with these properties passes; never raises."""
+        """Whether a message with these properties passes; never raises (a non-str value is str()-ed)."""
         return self.root.test(properties)
 
     def __repr__(self) -> str:

@@ -1,1 +1,14 @@
-"""RaftMQ client package."""
+"""RaftMQ's Python client. Blocking API here; the asyncio API is ``client.aio``.
+
+    from client import Producer, PushConsumer, PullConsumer, Message, ConsumeStatus
+    p = Producer(namesrv="127.0.0.1:9876", group="orders-producer").start()
+    r = p.send(Message("orders", b"...", tags="paid", keys=["order-42"]), shard_key="order-42")
+"""
+
+from client.errors import ClientError
+from client.message import ConsumeStatus, Message, ReceivedMessage, SendResult, SendStatus
+from client.queues import MessageQueue
+from client.sync import Admin, Producer, PullConsumer, PushConsumer
+
+__all__ = ["Admin", "ClientError", "ConsumeStatus", "Message", "MessageQueue", "Producer", "PullConsumer",
+           "PushConsumer", "ReceivedMessage", "SendResult", "SendStatus"]

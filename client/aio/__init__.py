@@ -1,0 +1,10 @@
+"""The asyncio client (the blocking facade in ``client`` runs these on a background loop)."""
+
+from client.aio.admin import AsyncAdmin, QueueProgress
+from client.aio.core import ClientCore
+from client.aio.producer import AsyncProducer
+from client.aio.pull_consumer import AsyncPullConsumer, PullResult
+from client.aio.push_consumer import AsyncPushConsumer, ConsumeContext
+
+__all__ = ["AsyncAdmin", "AsyncProducer", "AsyncPullConsumer", "AsyncPushConsumer", "ClientCore",
+           "ConsumeContext", "PullResult", "QueueProgress"]

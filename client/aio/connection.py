@@ -1,0 +1,176 @@
+"""One WebSocket per broker address, carrying remoting frames both ways.
+
+``Connection.request`` sends a request and waits for the response with the same
+opaque; ``oneway`` sends without waiting. Requests the broker sends to us (e.g.
+NOTIFY_CONSUMER_IDS_CHANGED) go to the ``on_request`` callback. ``ConnectionPool``
+keeps one live connection per address and reconnects on the next use after a drop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import aiohttp
+
+from broker.remoting import DEFAULT_MAX_FRAME, Frame, FrameError, ResponseCode, decode_frame
+from client.errors import ConnectionLostError, RequestTimeoutError, broker_error
+
+__all__ = ["Connection", "ConnectionPool"]
+
+log = logging.getLogger("client.connection")
+
+CONNECT_TIMEOUT_S = 3.0
+
+
+class Connection:
+    def __init__(self, address: str, ws: aiohttp.ClientWebSocketResponse,
+                 on_request: Callable[[str, Frame], None] | None = None) -> None:
+        self.address = address
+        self._ws = ws
+        self._on_request = on_request
+        self._opaques = itertools.count(1)
+        self._waiting: dict[int, asyncio.Future[Frame]] = {}
+        self._reader = asyncio.create_task(self._read())
+
+    @property
+    def closed(self) -> bool:
+        return self._ws.closed or self._reader.done()
+
+    async def _read(self) -> None:
+        try:
+            async for msg in self._ws:
+                if msg.type != aiohttp.WSMsgType.BINARY:
+                    continue
+                try:
+                    frame = decode_frame(msg.data)
+                except FrameError as e:
+                    log.warning("%s sent an undecodable frame: %s", self.address, e)
+                    continue
+                if not frame.is_response:
+                    if self._on_request is not None:
+                        self._on_request(self.address, frame)
+                    continue
+                fut = self._waiting.pop(frame.opaque, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(frame)
+        except (aiohttp.ClientError, ConnectionError) as e:
+            log.debug("connection to %s failed: %s", self.address, e)
+        finally:
+            lost = ConnectionLostError(f"connection to broker {self.address} was lost")
+            for fut in self._waiting.values():
+                if not fut.done():
+                    fut.set_exception(lost)
+            self._waiting.clear()
+
+    async def call(self, code: int, ext: Mapping[str, Any] | None = None, body: bytes = b"",
+                   timeout: float = 10.0) -> Frame:
+        """Send a request and return the response frame (any code). Raises
+        ConnectionLostError or RequestTimeoutError."""
+        if self.closed:
+            raise ConnectionLostError(f"connection to broker {self.address} is closed")
+        opaque = next(self._opaques) % (2**32)
+        fut = self._waiting[opaque] = asyncio.get_running_loop().create_future()
+        try:
+            await self._ws.send_bytes(Frame.request(code, opaque, ext, body).encode())
+            return await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"broker {self.address} did not answer request {code} within {timeout:.1f} s") from None
+        except (aiohttp.ClientError, ConnectionError) as e:
+            raise ConnectionLostError(f"cannot send to broker {self.address}: {e}") from None
+        finally:
+            self._waiting.pop(opaque, None)
+
+    async def request(self, code: int, ext: Mapping[str, Any] | None = None, body: bytes = b"",
+                      timeout: float = 10.0, ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> Frame:
+        """``call``, raising the typed BrokerError unless the code is in ``ok``."""
+        reply = await self.call(code, ext, body, timeout)
+        if reply.code not in ok:
+            leader = reply.ext.get("leaderAddress")
+            raise broker_error(reply.code, reply.remark, self.address,
+                               leader if isinstance(leader, str) else None)
+        return reply
+
+    async def oneway(self, code: int, ext: Mapping[str, Any] | None = None, body: bytes = b"") -> None:
+        if self.closed:
+            raise ConnectionLostError(f"connection to broker {self.address} is closed")
+        frame = Frame.request(code, next(self._opaques) % (2**32), ext, body, oneway=True)
+        try:
+            await self._ws.send_bytes(frame.encode())
+        except (aiohttp.ClientError, ConnectionError) as e:
+            raise ConnectionLostError(f"cannot send to broker {self.address}: {e}") from None
+
+    async def close(self) -> None:
+        await self._ws.close()
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+
+
+class ConnectionPool:
+    def __init__(self, on_request: Callable[[str, Frame], None] | None = None) -> None:
+        self._session: aiohttp.ClientSession | None = None
+        self._conns: dict[str, Connection] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._on_request = on_request
+        self.on_connect: list[Callable[[str], None]] = []
+
+    async def get(self, address: str) -> Connection:
+        conn = self._conns.get(address)
+        if conn is not None and not conn.closed:
+            return conn
+        lock = self._locks.setdefault(address, asyncio.Lock())
+        async with lock:
+            conn = self._conns.get(address)
+            if conn is not None and not conn.closed:
+                return conn
+            if self._session is None:
+                self._session = aiohttp.ClientSession()
+            try:
+                ws = await asyncio.wait_for(self._session.ws_connect(
+                    f"http://{address}/ws", max_msg_size=2 * DEFAULT_MAX_FRAME, heartbeat=10.0),
+                    CONNECT_TIMEOUT_S)
+            except (aiohttp.ClientError, OSError, TimeoutError) as e:
+                raise ConnectionLostError(f"cannot connect to broker {address}: {e}") from None
+            conn = self._conns[address] = Connection(address, ws, self._on_request)
+        for cb in self.on_connect:
+            cb(address)
+        return conn
+
+    async def call(self, address: str, code: int, ext: Mapping[str, Any] | None = None,
+                   body: bytes = b"", timeout: float = 10.0) -> Frame:
+        return await (await self.get(address)).call(code, ext, body, timeout)
+
+    async def request(self, address: str, code: int, ext: Mapping[str, Any] | None = None,
+                      body: bytes = b"", timeout: float = 10.0,
+                      ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> Frame:
+        return await (await self.get(address)).request(code, ext, body, timeout, ok)
+
+    def live(self) -> list[Connection]:
+        return [c for c in self._conns.values() if not c.closed]
+
+    async def drop(self, address: str) -> None:
+        conn = self._conns.pop(address, None)
+        if conn is not None:
+            await conn.close()
+
+    async def close(self) -> None:
+        for conn in list(self._conns.values()):
+            with contextlib.suppress(Exception):
+                await conn.close()
+        self._conns.clear()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        return self._session
+

@@ -1,0 +1,136 @@
+"""What producers, consumers and the admin share: connections, routes, and the two ways
+of reaching a group -- writes to its leader, reads from the replica ``read_from`` asks for.
+
+``leader_request`` follows NOT_LEADER answers at once and retries NO_LEADER, lost
+connections, timeouts and unknown outcomes with backoff until its deadline. Every
+write the client makes is safe to repeat (idempotent sends carry producer id and
+sequence; offsets and topic configs are set, not added), so a retry after an unknown
+outcome never duplicates anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import mmh3
+
+from broker.remoting import Frame, RequestCode
+from client.aio.connection import ConnectionPool
+from client.aio.routes import RouteBook
+from client.backoff import Deadline, backoff_delays
+from client.errors import BrokerError, ClientError, NotLeaderError, RouteNotFoundError
+
+__all__ = ["READ_FROM", "ClientCore"]
+
+log = logging.getLogger("client")
+
+READ_FROM = ("follower", "leader", "any")
+
+
+class ClientCore:
+    def __init__(self, namesrv: str | Sequence[str] | None = None, servers: Sequence[str] | None = None,
+                 *, client_id: str | None = None, request_timeout: float = 5.0,
+                 route_refresh_s: float = 30.0) -> None:
+        ns = [namesrv] if isinstance(namesrv, str) else list(namesrv or [])
+        self.client_id = client_id or f"{socket.gethostname()}@{os.getpid()}@{os.urandom(3).hex()}"
+        self.pool = ConnectionPool(on_request=self._on_request)
+        self.routes = RouteBook(self.pool, ns, list(servers or []), route_refresh_s)
+        self.request_timeout = request_timeout
+        self.on_notify: list[Callable[[str], None]] = []
+
+    def _on_request(self, address: str, frame: Frame) -> None:
+        if frame.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+            group = frame.ext.get("group")
+            for cb in self.on_notify:
+                cb(group if isinstance(group, str) else "")
+
+    async def leader_request(self, group: str, code: int, ext: Mapping[str, Any] | None = None,
+                             body: bytes = b"", *, deadline: Deadline, topic: str | None = None) -> Frame:
+        """Send a write to ``group``'s leader, following redirects and retrying retriable
+        failures until ``deadline``. Raises the last error when the deadline passes."""
+        delays = backoff_delays(first=0.05, cap=0.5)
+        last: ClientError | None = None
+        tried: list[str] = []
+        while True:
+            candidates = self.routes.leader_candidates(group)
+            if not candidates:
+                if topic is None:
+                    raise RouteNotFoundError(f"no replica of group {group!r} is known")
+                await self.routes.route(topic, refresh=True)
+                candidates = self.routes.leader_candidates(group)
+            # rotate through replicas when the known leader keeps failing
+            address = next((a for a in candidates if a not in tried), None)
+            if address is None:
+                tried.clear()
+                address = candidates[0]
+            try:
+                timeout = max(0.05, min(self.request_timeout, deadline.remaining()))
+                return await self.pool.request(address, code, ext, body, timeout=timeout)
+            except NotLeaderError as e:
+                last = e
+                if e.leader and e.leader != address:
+                    self.routes.set_leader(group, e.leader)
+                    tried.clear()
+                    if not deadline.expired():
+                        continue
+                else:
+                    tried.append(address)
+            except BrokerError as e:
+                if not e.retriable:
+                    raise
+                last = e
+                tried.append(address)
+            except ClientError as e:
+                if not e.retriable:
+                    raise
+                last = e
+                tried.append(address)
+                if self.routes.leader(group) == address:
+                    self.routes.set_leader(group, None)
+            if deadline.expired():
+                assert last is not None
+                raise last
+            await asyncio.sleep(min(next(delays), deadline.remaining()))
+
+    def read_replicas(self, group: str, read_from: str, affinity: str = "") -> list[str]:
+        """Replicas to read from, best first: followers (spread by ``affinity``), the
+        leader, or any; the others follow as fallbacks ("leader" only ever reads the leader
+        when it is known, and any replica otherwise)."""
+        replicas = self.routes.replicas(group)
+        leader = self.routes.leader(group)
+        followers = [a for a in replicas if a != leader]
+        if followers and affinity:
+            k = mmh3.hash(affinity, signed=False) % len(followers)
+            followers = followers[k:] + followers[:k]
+        if read_from == "leader":
+            return [leader] if leader else replicas
+        if read_from == "follower":
+            return followers + ([leader] if leader else [])
+        both = followers + ([leader] if leader else [])
+        if both and affinity:
+            k = mmh3.hash(affinity + "#any", signed=False) % len(both)
+            both = both[k:] + both[:k]
+        return both
+
+    async def read_request(self, group: str, code: int, ext: Mapping[str, Any] | None = None,
+                           body: bytes = b"", *, read_from: str = "follower", affinity: str = "",
+                           timeout: float | None = None, ok: tuple[int, ...] = (0,)) -> Frame:
+        """A read from a replica chosen by ``read_from``, trying the next one on a failure."""
+        last: ClientError | None = None
+        for address in self.read_replicas(group, read_from, affinity):
+            try:
+                return await self.pool.request(address, code, ext, body,
+                                               timeout=timeout or self.request_timeout, ok=ok)
+            except ClientError as e:
+                if not e.retriable:
+                    raise
+                last = e
+        raise last or RouteNotFoundError(f"no replica of group {group!r} is known")
+
+    async def close(self) -> None:
+        await self.pool.close()

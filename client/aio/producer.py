@@ -1,0 +1,325 @@
+"""The producer: ordered, idempotent sends with one request in flight per queue.
+
+    send(msg, shard_key) ─▶ queue (shard_queue(key) or round robin) ─▶ QueueSender
+    QueueSender: pending ─▶ batch (≤ 1,024 msgs / 1 MiB) ─▶ SEND_BATCH to the group's leader
+                 each message carries (producer id, sequence): the broker stores sequence
+                 last+1, answers a resend of a stored one with its original offset, refuses gaps
+
+One batch per queue is in flight at a time, so the broker never sees a gap it
+would have to refuse, and messages queued meanwhile ride in the next batch
+(pipelining by batching). A batch that fails with a retriable error (NOT_LEADER,
+NO_LEADER, lost connection, timeout, unknown outcome) is resent *unchanged* --
+same producer id and sequences -- to the new leader until ``send_timeout``: a
+message is stored once, in order, whatever happened to the first attempt.
+
+When a batch ends without an answer (deadline) or a message in it is refused
+(e.g. its topic was deleted), the queue starts a new *epoch*: a fresh producer id
+whose sequences begin at 0, so later messages are not refused as gaps.
+
+Unordered sends (no shard key) go round robin over writable queues and, when a
+group keeps failing, are retried (``retries``, default 2) on a queue of another
+group -- at-least-once if the first attempt's outcome was unknown, as in RocketMQ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import msgpack
+
+from broker.names import InvalidName, validate_topic
+from broker.remoting import RequestCode, ResponseCode
+from client.aio.core import ClientCore
+from client.aio.routes import PERM_WRITE
+from client.backoff import Deadline
+from client.errors import (
+    ClientClosedError,
+    ClientError,
+    InvalidNameError,
+    MessageTooLargeError,
+    broker_error,
+)
+from client.message import Message, SendResult, SendStatus, encode_for_send, new_msg_id
+from client.queues import MessageQueue, shard_queue
+
+__all__ = ["MAX_MESSAGE_BYTES", "AsyncProducer"]
+
+log = logging.getLogger("client.producer")
+
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+BATCH_MAX_MESSAGES = 1024
+BATCH_MAX_BYTES = 1024 * 1024
+
+
+@dataclass(slots=True)
+class _Item:
+    message: Message
+    future: asyncio.Future[SendResult]
+    deadline: Deadline
+    msg_id: bytes = field(default_factory=new_msg_id)
+    born_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    record: bytes | None = None  # encoded with (producer id, sequence) once, resent unchanged
+
+
+class QueueSender:
+    """Sends one queue's messages in order, one batch in flight."""
+
+    def __init__(self, core: ClientCore, queue: MessageQueue, producer_base: str) -> None:
+        self.core = core
+        self.queue = queue
+        self._base = producer_base
+        self._epoch = 0
+        self._next_seq = 0
+        self._pending: deque[_Item] = deque()
+        self._wake = asyncio.Event()
+        self._task = asyncio.create_task(self._run())
+        self._closing = False
+
+    @property
+    def producer_id(self) -> str:
+        return f"{self._base}.{self._epoch}"
+
+    def submit(self, items: Sequence[_Item]) -> None:
+        self._pending.extend(items)
+        self._wake.set()
+
+    def idle(self) -> bool:
+        return not self._pending and self._wake.is_set() is False
+
+    async def _run(self) -> None:
+        while True:
+            if not self._pending:
+                if self._closing:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            batch = self._take()
+            try:
+                await self._send(batch)
+            except Exception as e:  # never let one batch kill the queue's sender
+                log.exception("send to %s failed", self.queue)
+                self._fail(batch, e if isinstance(e, ClientError) else ClientError(str(e)))
+
+    def _take(self) -> list[_Item]:
+        batch: list[_Item] = []
+        size = 0
+        while self._pending and len(batch) < BATCH_MAX_MESSAGES:
+            item = self._pending[0]
+            if item.future.done():  # cancelled by its caller before it was sent
+                self._pending.popleft()
+                continue
+            if item.record is None:
+                item.record = encode_for_send(item.message, self.queue.queue_id, item.msg_id, item.born_ms,
+                                              self.producer_id, self._next_seq)
+                self._next_seq += 1
+            if batch and size + len(item.record) > BATCH_MAX_BYTES:
+                break
+            batch.append(self._pending.popleft())
+            size += len(item.record)
+        return batch
+
+    def _new_epoch(self, resend: Sequence[_Item] = ()) -> None:
+        """Start a fresh producer id; re-encode messages that were refused as gaps (never stored)."""
+        self._epoch += 1
+        self._next_seq = 0
+        self._pending.extendleft(reversed(resend))
+        for item in self._pending:  # none of these was sent with its old sequence
+            item.record = None
+
+    def _fail(self, batch: Sequence[_Item], error: BaseException) -> None:
+        for item in batch:
+            if not item.future.done():
+                item.future.set_exception(error)
+        self._new_epoch()
+
+    async def _send(self, batch: list[_Item]) -> None:
+        body = msgpack.packb([item.record for item in batch])
+        deadline = min((i.deadline for i in batch), key=lambda d: d.remaining())
+        try:
+            reply = await self.core.leader_request(self.queue.group, RequestCode.SEND_BATCH, body=body,
+                                                   deadline=deadline, topic=self.queue.topic)
+        except ClientError as e:
+            self._fail(batch, e)
+            return
+        rows = msgpack.unpackb(reply.body)
+        refused_as_gap: list[_Item] = []
+        broken = False
+        for item, (code, _queue_id, offset, reason) in zip(batch, rows, strict=True):
+            if code == ResponseCode.SUCCESS:
+                if not item.future.done():
+                    item.future.set_result(SendResult(
+                        SendStatus.SEND_OK, item.msg_id.hex(), self.queue, offset,
+                        duplicate=bool(reason) and "already stored" in reason))
+            elif code == ResponseCode.SEQUENCE_GAP and broken:
+                refused_as_gap.append(item)  # only because an earlier one was refused
+            else:
+                broken = True
+                if not item.future.done():
+                    item.future.set_exception(broker_error(code, reason, self.queue.group))
+        if broken:
+            self._new_epoch(refused_as_gap)
+
+    async def close(self, timeout: float) -> None:
+        self._closing = True
+        self._wake.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), timeout)
+        except TimeoutError:
+            self._task.cancel()
+        for item in self._pending:
+            if not item.future.done():
+                item.future.set_exception(ClientClosedError("the producer shut down before sending"))
+
+
+class AsyncProducer:
+    def __init__(self, namesrv: str | Sequence[str] | None = None, group: str = "DEFAULT_PRODUCER", *,
+                 servers: Sequence[str] | None = None, send_timeout: float = 10.0, retries: int = 2,
+                 max_message_bytes: int = MAX_MESSAGE_BYTES, core: ClientCore | None = None) -> None:
+        self.group = group
+        self.core = core or ClientCore(namesrv, servers)
+        self._own_core = core is None
+        self.send_timeout = send_timeout
+        self.retries = retries
+        self.max_message_bytes = max_message_bytes
+        self._base = f"{group}/{os.urandom(6).hex()}"
+        self._senders: dict[MessageQueue, QueueSender] = {}
+        self._rr = itertools.count()
+        self._avoid: dict[str, float] = {}  # group -> until (monotonic): recently failing groups
+        self._oneway: set[asyncio.Future[SendResult]] = set()
+        self._closed = False
+
+    async def start(self) -> AsyncProducer:
+        return self
+
+    async def __aenter__(self) -> AsyncProducer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    # -- public API -----------------------------------------------------------------
+    async def send(self, message: Message, shard_key: str | None = None) -> SendResult:
+        """Send one message and wait until a majority stored it (SEND_OK). With a
+        ``shard_key``, messages of the same key are stored in send order, exactly once."""
+        (result,) = await self.send_batch([message], shard_key)
+        return result
+
+    async def send_batch(self, messages: Sequence[Message], shard_key: str | None = None) -> list[SendResult]:
+        """Send messages of one topic to one queue, in order; returns their results."""
+        if not messages:
+            return []
+        topic = self._check(messages)
+        if shard_key is not None:
+            queue = shard_queue(shard_key, await self._writable(topic))
+            return await self._submit(queue, messages)
+        last: ClientError | None = None
+        tried_groups: set[str] = set()
+        for _attempt in range(self.retries + 1):
+            queue = self._round_robin(await self._writable(topic), tried_groups)
+            try:
+                return await self._submit(queue, messages)
+            except ClientError as e:
+                if not e.retriable:
+                    raise
+                last = e
+                tried_groups.add(queue.group)
+                self._avoid[queue.group] = time.monotonic() + 30.0
+        assert last is not None
+        raise last
+
+    def send_async(self, message: Message,
+                   callback: Callable[[SendResult | None, BaseException | None], None],
+                   shard_key: str | None = None) -> asyncio.Task[SendResult]:
+        """Send in the background; ``callback(result, None)`` or ``callback(None, error)``."""
+        task = asyncio.create_task(self.send(message, shard_key))
+
+        def done(t: asyncio.Task[SendResult]) -> None:
+            if t.cancelled():
+                callback(None, ClientClosedError("the send was cancelled"))
+            elif t.exception() is not None:
+                callback(None, t.exception())
+            else:
+                callback(t.result(), None)
+
+        task.add_done_callback(done)
+        return task
+
+    async def send_oneway(self, message: Message, shard_key: str | None = None) -> None:
+        """Queue the message and return at once; failures are only logged."""
+        task: asyncio.Future[SendResult] = asyncio.ensure_future(self.send(message, shard_key))
+        self._oneway.add(task)
+        task.add_done_callback(self._oneway_done)
+
+    def _oneway_done(self, task: asyncio.Future[SendResult]) -> None:
+        self._oneway.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("oneway send failed: %s", task.exception())
+
+    async def shutdown(self, timeout: float = 10.0) -> None:
+        """Send what is queued (up to ``timeout``), then close the connections."""
+        self._closed = True
+        if self._oneway:
+            await asyncio.wait(list(self._oneway), timeout=timeout)
+        for sender in self._senders.values():
+            await sender.close(timeout)
+        if self._own_core:
+            await self.core.close()
+
+    # -- internals ----------------------------------------------------------------------
+    def _check(self, messages: Sequence[Message]) -> str:
+        if self._closed:
+            raise ClientClosedError("the producer was shut down")
+        topic = messages[0].topic
+        try:
+            validate_topic(topic)
+        except InvalidName as e:
+            raise InvalidNameError(ResponseCode.INVALID_NAME, str(e)) from None
+        for m in messages:
+            if m.topic != topic:
+                raise ValueError("a batch must be of one topic")
+            if not isinstance(m.body, bytes | bytearray | memoryview):
+                raise TypeError(f"a message body must be bytes, not {type(m.body).__name__}")
+            if len(m.body) > self.max_message_bytes:
+                raise MessageTooLargeError(
+                    ResponseCode.MESSAGE_TOO_LARGE,
+                    f"body of {len(m.body)} bytes exceeds max_message_bytes={self.max_message_bytes}")
+        return topic
+
+    async def _writable(self, topic: str) -> list[MessageQueue]:
+        route = await self.core.routes.route(topic)
+        queues = route.queues(PERM_WRITE)
+        if not queues:
+            route = await self.core.routes.route(topic, refresh=True)
+            queues = route.queues(PERM_WRITE)
+        if not queues:
+            raise broker_error(ResponseCode.NO_PERMISSION, f"topic {topic!r} has no writable queue")
+        return queues
+
+    def _round_robin(self, queues: list[MessageQueue], tried_groups: set[str]) -> MessageQueue:
+        now = time.monotonic()
+        good = [q for q in queues if q.group not in tried_groups and self._avoid.get(q.group, 0) < now]
+        pool = good or [q for q in queues if q.group not in tried_groups] or queues
+        return pool[next(self._rr) % len(pool)]
+
+    async def _submit(self, queue: MessageQueue, messages: Sequence[Message]) -> list[SendResult]:
+        sender = self._senders.get(queue)
+        if sender is None:
+            sender = self._senders[queue] = QueueSender(self.core, queue, self._base)
+        loop = asyncio.get_running_loop()
+        deadline = Deadline(self.send_timeout)
+        items = [_Item(Message(m.topic, bytes(m.body), m.tags, tuple(m.keys), dict(m.properties)),
+                       loop.create_future(), deadline) for m in messages]
+        sender.submit(items)
+        outcomes = await asyncio.gather(*(i.future for i in items), return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return list(outcomes)  # type: ignore[arg-type]

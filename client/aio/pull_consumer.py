@@ -1,0 +1,203 @@
+"""Pulling messages from a queue, and the pull consumer built on it.
+
+``fetch`` is the one pull primitive (the push consumer uses it too): a long poll on
+a replica chosen by ``read_from`` -- followers by default, so consumers do not load
+the leader and keep reading while the group elects one. A replica only ever
+returns what it applied, hence committed. Replicas apply at slightly different
+times, so an answer "your offset is beyond my queue" from a lagging replica means
+*not yet*, never *go back*: the offset only moves forward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import msgpack
+
+from broker.remoting import RequestCode, ResponseCode
+from client.aio.core import READ_FROM, ClientCore
+from client.aio.routes import PERM_READ
+from client.backoff import Deadline
+from client.errors import ClientError
+from client.message import ReceivedMessage, decode_received
+from client.queues import MessageQueue
+from client.tag_filter import TagSelector, parse_tags
+
+__all__ = ["AsyncPullConsumer", "PullResult", "fetch", "queue_offsets"]
+
+_PULL_OK = (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_OFFSET_MOVED,
+            ResponseCode.PULL_RETRY_IMMEDIATELY)
+
+
+@dataclass(frozen=True, slots=True)
+class PullResult:
+    messages: list[ReceivedMessage]   # those the selector matched, in queue order
+    next_offset: int                  # where the next pull starts (past filtered-out ones too)
+    max_offset: int | None            # the replica's queue end, when it said
+
+
+async def fetch(core: ClientCore, queue: MessageQueue, offset: int, *, max_msgs: int = 32,
+                suspend_s: float = 0.0, selector: TagSelector | None = None,
+                read_from: str = "follower") -> PullResult:
+    ext: dict[str, object] = {"topic": queue.topic, "queueId": queue.queue_id, "offset": offset,
+                              "maxMsgs": max_msgs, "suspendMs": int(suspend_s * 1000)}
+    hashes = selector.hashes() if selector is not None else None
+    if hashes is not None:
+        ext["tagHashes"] = hashes
+    reply = await core.read_request(queue.group, RequestCode.PULL_MESSAGE, ext, read_from=read_from,
+                                    affinity=str(queue), timeout=suspend_s + core.request_timeout,
+                                    ok=_PULL_OK)
+    max_offset = reply.ext.get("maxOffset")
+    next_offset = reply.ext.get("nextOffset", offset)
+    assert isinstance(next_offset, int)
+    if reply.code == ResponseCode.PULL_OFFSET_MOVED and next_offset < offset:
+        next_offset = offset  # a lagging replica: not yet there; never move back
+    if reply.code != ResponseCode.SUCCESS:
+        return PullResult([], max(next_offset, offset), max_offset if isinstance(max_offset, int) else None)
+    messages = []
+    for off, position, stamp, data in msgpack.unpackb(reply.body):
+        m = decode_received(data, queue, off, position, stamp)
+        if selector is None or selector.matches(m.tags):
+            messages.append(m)
+    return PullResult(messages, next_offset, max_offset if isinstance(max_offset, int) else None)
+
+
+async def queue_offsets(core: ClientCore, queue: MessageQueue, timestamp_ms: int | None = None,
+                        read_from: str = "any") -> tuple[int, int, int | None]:
+    """(min offset, max offset, first offset stored at/after ``timestamp_ms``)."""
+    ext: dict[str, object] = {"topic": queue.topic, "queueId": queue.queue_id}
+    if timestamp_ms is not None:
+        ext["timestamp"] = timestamp_ms
+    reply = await core.read_request(queue.group, RequestCode.SEARCH_OFFSET, ext, read_from=read_from,
+                                    affinity=str(queue))
+    at = reply.ext.get("offset")
+    return int(reply.ext["minOffset"]), int(reply.ext["maxOffset"]), at if isinstance(at, int) else None
+
+
+async def committed_offset(core: ClientCore, group: str, queue: MessageQueue) -> int | None:
+    """The group's committed offset of ``queue`` (the leader's view when it can be reached)."""
+    reply = await core.read_request(queue.group, RequestCode.QUERY_OFFSET,
+                                    {"group": group, "topic": queue.topic, "queueId": queue.queue_id},
+                                    read_from="leader")
+    offset = reply.ext.get("offset")
+    return offset if isinstance(offset, int) and offset >= 0 else None
+
+
+async def commit_offset(core: ClientCore, group: str, queue: MessageQueue, offset: int,
+                        timeout: float = 5.0) -> None:
+    await core.leader_request(queue.group, RequestCode.COMMIT_OFFSET,
+                              {"group": group, "topic": queue.topic, "queueId": queue.queue_id,
+                               "offset": offset}, deadline=Deadline(timeout), topic=queue.topic)
+
+
+class AsyncPullConsumer:
+    """Explicit assignment, seek and commit: you decide which queues and offsets.
+
+    ``poll`` long-polls the assigned queues in turn from the position of each; ``commit``
+    stores positions as the group's offsets (through the log: every replica agrees).
+    """
+
+    def __init__(self, namesrv: str | Sequence[str] | None = None, group: str = "DEFAULT_CONSUMER", *,
+                 servers: Sequence[str] | None = None, read_from: str = "follower",
+                 selector: str | None = None, core: ClientCore | None = None) -> None:
+        if read_from not in READ_FROM:
+            raise ValueError(f"read_from must be one of {READ_FROM}, got {read_from!r}")
+        self.group = group
+        self.read_from = read_from
+        self.selector = parse_tags(selector)
+        self.core = core or ClientCore(namesrv, servers)
+        self._own_core = core is None
+        self._positions: dict[MessageQueue, int] = {}
+        self._turn = 0
+
+    async def start(self) -> AsyncPullConsumer:
+        return self
+
+    async def __aenter__(self) -> AsyncPullConsumer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def queues(self, topic: str) -> list[MessageQueue]:
+        return (await self.core.routes.route(topic)).queues(PERM_READ)
+
+    async def assign(self, queues: Sequence[MessageQueue], from_where: str | int = "committed") -> None:
+        """Take these queues; start each at the group's committed offset (else the first
+        message), or at "first", "last", or a store timestamp in ms."""
+        self._positions = {}
+        for q in queues:
+            self._positions[q] = await self._start_offset(q, from_where)
+
+    async def _start_offset(self, q: MessageQueue, from_where: str | int) -> int:
+        if from_where == "committed":
+            committed = await committed_offset(self.core, self.group, q)
+            if committed is not None:
+                return committed
+            from_where = "first"
+        low, high, at = await queue_offsets(self.core, q, from_where if isinstance(from_where, int) else None)
+        if from_where == "first":
+            return low
+        if from_where == "last":
+            return high
+        if isinstance(from_where, int):
+            return at if at is not None else high
+        raise ValueError("from_where must be 'committed', 'first', 'last' or a timestamp in ms, "
+                         f"got {from_where!r}")
+
+    def assignment(self) -> dict[MessageQueue, int]:
+        return dict(self._positions)
+
+    def seek(self, queue: MessageQueue, offset: int) -> None:
+        if queue not in self._positions:
+            raise KeyError(f"{queue} is not assigned")
+        self._positions[queue] = offset
+
+    async def seek_to(self, queue: MessageQueue, where: str | int) -> None:
+        self.seek(queue, await self._start_offset(queue, where))
+
+    async def pull(self, queue: MessageQueue, offset: int, max_msgs: int = 32,
+                   timeout: float = 0.0) -> PullResult:
+        """One pull at an explicit offset (no position kept)."""
+        return await fetch(self.core, queue, offset, max_msgs=max_msgs, suspend_s=timeout,
+                           selector=self.selector, read_from=self.read_from)
+
+    async def poll(self, max_msgs: int = 32, timeout: float = 1.0) -> list[ReceivedMessage]:
+        """Messages from the next assigned queue that has some, advancing its position;
+        [] if none arrived within ``timeout``."""
+        if not self._positions:
+            raise ClientError("assign queues first")
+        queues = sorted(self._positions)
+        deadline = Deadline(timeout)
+        while True:
+            for i in range(len(queues)):
+                q = queues[(self._turn + i) % len(queues)]
+                result = await fetch(self.core, q, self._positions[q], max_msgs=max_msgs,
+                                     selector=self.selector, read_from=self.read_from)
+                self._positions[q] = result.next_offset
+                if result.messages:
+                    self._turn = (self._turn + i + 1) % len(queues)
+                    return result.messages
+            if deadline.expired():
+                return []
+            # nothing anywhere: long-poll the next queue for the rest of the time
+            q = queues[self._turn % len(queues)]
+            self._turn += 1
+            result = await fetch(self.core, q, self._positions[q], max_msgs=max_msgs,
+                                 suspend_s=min(deadline.remaining(), 0.5), selector=self.selector,
+                                 read_from=self.read_from)
+            self._positions[q] = result.next_offset
+            if result.messages:
+                return result.messages
+
+    async def commit(self, offsets: dict[MessageQueue, int] | None = None) -> None:
+        """Store offsets (default: the current positions) as the group's committed offsets."""
+        for q, off in (offsets or self._positions).items():
+            await commit_offset(self.core, self.group, q, off)
+
+    async def close(self) -> None:
+        if self._own_core:
+            await self.core.close()
+
+

@@ -1,0 +1,371 @@
+"""The push consumer: queues assigned by rebalancing, a pull loop per queue, a listener.
+
+    rebalance (every 20 s, at start, on a membership notice)
+        members = GET_CONSUMER_LIST(group); queues = route(topic)
+        mine = allocate(me, members, queues)      (clustering; broadcasting takes all)
+    per assigned queue:
+        pull loop ──fetch (long poll, follower by default)──▶ ProcessQueue ──▶ listener
+                       flow control: ≤ 1,000 messages / 100 MiB cached per queue
+        concurrent: messages go to a thread pool (consume_threads) as they arrive
+        orderly:    one message at a time per queue, in queue order; SUSPEND or a failure
+                    retries the same message after ``suspend_s`` (1 s)
+    offsets: the lowest offset not yet consumed per queue is committed every 5 s, when a
+    queue is taken away, and at shutdown (clustering: through the log, so every replica
+    and every member agrees; broadcasting: a local file per instance).
+
+Delivery is at-least-once: a message consumed but not yet committed when a member
+dies or a queue moves is delivered again to the next owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from broker.remoting import RequestCode
+from client.aio.core import READ_FROM, ClientCore
+from client.aio.pull_consumer import commit_offset, committed_offset, fetch, queue_offsets
+from client.aio.routes import PERM_READ
+from client.errors import ClientError
+from client.message import ConsumeStatus, ReceivedMessage
+from client.queues import MessageQueue
+from client.rebalance import STRATEGIES
+from client.tag_filter import parse_tags
+
+__all__ = ["AsyncPushConsumer", "ConsumeContext", "Listener"]
+
+log = logging.getLogger("client.consumer")
+
+
+@dataclass(slots=True)
+class ConsumeContext:
+    queue: MessageQueue
+    attempt: int = 0  # orderly: how many times this message was tried before
+
+
+Listener = Callable[[list[ReceivedMessage], ConsumeContext], ConsumeStatus]
+
+
+@dataclass(slots=True)
+class _ProcessQueue:
+    """One assigned queue: messages pulled and not yet consumed, in offset order."""
+
+    queue: MessageQueue
+    next_offset: int
+    pending: dict[int, ReceivedMessage] = field(default_factory=dict)
+    bytes: int = 0
+    committed: int | None = None
+    dropped: bool = False
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def commit_point(self) -> int:
+        """Every offset below this one was consumed."""
+        return next(iter(self.pending)) if self.pending else self.next_offset
+
+    def done(self, offset: int) -> None:
+        m = self.pending.pop(offset, None)
+        if m is not None:
+            self.bytes -= len(m.body)
+
+
+class AsyncPushConsumer:
+    def __init__(self, namesrv: str | Sequence[str] | None = None, group: str = "DEFAULT_CONSUMER",
+                 topic: str = "", selector: str | None = "*", *, servers: Sequence[str] | None = None,
+                 orderly: bool = False, from_where: str | int = "last", model: str = "clustering",
+                 read_from: str = "follower", allocate: str = "averagely",
+                 rebalance_interval: float = 20.0, commit_interval: float = 5.0,
+                 heartbeat_interval: float = 10.0, pull_batch: int = 32, consume_threads: int = 20,
+                 max_cached_messages: int = 1000, max_cached_bytes: int = 100 << 20,
+                 suspend_s: float = 1.0, long_poll_s: float = 15.0, instance_name: str = "DEFAULT",
+                 offset_store_dir: str | os.PathLike[str] | None = None,
+                 core: ClientCore | None = None) -> None:
+        if not topic:
+            raise ValueError("give the topic to consume: topic='orders'")
+        if model not in ("clustering", "broadcasting"):
+            raise ValueError(f"model must be 'clustering' or 'broadcasting', got {model!r}")
+        if read_from not in READ_FROM:
+            raise ValueError(f"read_from must be one of {READ_FROM}, got {read_from!r}")
+        if allocate not in STRATEGIES:
+            raise ValueError(f"allocate must be one of {sorted(STRATEGIES)}, got {allocate!r}")
+        if not (from_where in ("first", "last") or isinstance(from_where, int)):
+            raise ValueError(f"from_where must be 'first', 'last' or a timestamp in ms, got {from_where!r}")
+        self.group, self.topic = group, topic
+        self.selector = parse_tags(selector)
+        self.orderly, self.from_where, self.model = orderly, from_where, model
+        self.read_from, self.allocate = read_from, STRATEGIES[allocate]
+        self.rebalance_interval, self.commit_interval = rebalance_interval, commit_interval
+        self.heartbeat_interval, self.pull_batch = heartbeat_interval, pull_batch
+        self.max_cached_messages, self.max_cached_bytes = max_cached_messages, max_cached_bytes
+        self.suspend_s, self.long_poll_s = suspend_s, long_poll_s
+        self.core = core or ClientCore(namesrv, servers)
+        self._own_core = core is None
+        self._listener: Listener | None = None
+        self._pool = ThreadPoolExecutor(consume_threads, thread_name_prefix=f"consume-{group}")
+        self._slots = asyncio.Semaphore(consume_threads)
+        self._queues: dict[MessageQueue, _ProcessQueue] = {}
+        self._background: list[asyncio.Task[None]] = []
+        self._rebalance_now = asyncio.Event()
+        self._stopping = False
+        store = Path(offset_store_dir or Path.home() / ".raftmq" / "offsets")
+        self._local_offsets = store / group / f"{instance_name}.json"
+        self.core.on_notify.append(self._on_notify)
+
+    def register(self, listener: Listener) -> None:
+        """``listener(messages, context) -> ConsumeStatus``; runs on the consume thread pool."""
+        self._listener = listener
+
+    @property
+    def client_id(self) -> str:
+        return self.core.client_id
+
+    def assignment(self) -> list[MessageQueue]:
+        return sorted(q for q, pq in self._queues.items() if not pq.dropped)
+
+    async def start(self) -> AsyncPushConsumer:
+        if self._listener is None:
+            raise ClientError("register a listener before start()")
+        await self.core.routes.route(self.topic)
+        if self.model == "clustering":
+            await self._heartbeat_once()
+        await self._rebalance()
+        self._background = [asyncio.create_task(self._every(self.rebalance_interval, self._rebalance,
+                                                            self._rebalance_now)),
+                            asyncio.create_task(self._every(self.commit_interval, self._commit_all))]
+        if self.model == "clustering":
+            self._background.append(asyncio.create_task(self._every(self.heartbeat_interval,
+                                                                    self._heartbeat_once)))
+        return self
+
+    async def shutdown(self) -> None:
+        """Stop pulling, let running listeners finish, commit offsets, unregister."""
+        self._stopping = True
+        for t in self._background:
+            t.cancel()
+        for t in self._background:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        for pq in list(self._queues.values()):
+            await self._drop(pq)
+        await self._commit_all()
+        if self.model == "clustering":
+            await self._unregister()
+        self._pool.shutdown(wait=True)
+        if self._own_core:
+            await self.core.close()
+
+    # -- periodic work ---------------------------------------------------------------
+    async def _every(self, seconds: float, work: Callable[[], Any],
+                     wake: asyncio.Event | None = None) -> None:
+        while True:
+            if wake is None:
+                await asyncio.sleep(seconds)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), seconds)
+                wake.clear()
+            try:
+                await work()
+            except ClientError as e:
+                log.warning("%s: %s", getattr(work, "__name__", "periodic work"), e)
+            except Exception:
+                log.exception("periodic work failed")
+
+    def _on_notify(self, group: str) -> None:
+        if group == self.group:
+            self._rebalance_now.set()
+
+    async def _heartbeat_once(self) -> None:
+        route = await self.core.routes.route(self.topic)
+        body = msgpack.packb({self.group: [self.topic]})
+        for g in route.groups:
+            for address in g.addresses:
+                with contextlib.suppress(ClientError):
+                    await self.core.pool.call(address, RequestCode.HEARTBEAT,
+                                              {"clientId": self.client_id}, body, timeout=3)
+
+    async def _unregister(self) -> None:
+        route = await self.core.routes.route(self.topic)
+        for g in route.groups:
+            for address in g.addresses:
+                with contextlib.suppress(ClientError):
+                    await self.core.pool.call(address, RequestCode.UNREGISTER_CLIENT,
+                                              {"clientId": self.client_id, "group": self.group}, timeout=3)
+
+    async def _members(self, groups: Sequence[str]) -> list[str]:
+        members: set[str] = {self.client_id}
+        for g in groups:
+            with contextlib.suppress(ClientError):
+                reply = await self.core.read_request(g, RequestCode.GET_CONSUMER_LIST, {"group": self.group},
+                                                     read_from="leader", timeout=3)
+                members.update(msgpack.unpackb(reply.body))
+                break
+        return sorted(members)
+
+    async def _rebalance(self) -> None:
+        if self._stopping:
+            return
+        route = await self.core.routes.route(self.topic, refresh=True)
+        queues = route.queues(PERM_READ)
+        if self.model == "broadcasting":
+            mine = set(queues)
+        else:
+            members = await self._members([g.group for g in route.groups])
+            mine = set(self.allocate(self.client_id, members, queues))
+        for q in [q for q in self._queues if q not in mine]:
+            log.info("%s: %s is no longer ours", self.client_id, q)
+            await self._drop(self._queues[q])
+        for q in sorted(mine - set(self._queues)):
+            try:
+                offset = await self._start_offset(q)
+            except ClientError as e:
+                log.warning("cannot start %s yet: %s", q, e)
+                continue
+            pq = self._queues[q] = _ProcessQueue(q, offset, committed=None)
+            pq.tasks.append(asyncio.create_task(self._pull_loop(pq)))
+            if self.orderly:
+                pq.tasks.append(asyncio.create_task(self._orderly_loop(pq)))
+            log.info("%s: consuming %s from offset %d", self.client_id, q, offset)
+
+    async def _start_offset(self, q: MessageQueue) -> int:
+        if self.model == "broadcasting":
+            stored = self._read_local().get(str(q))
+            if stored is not None:
+                return int(stored)
+        else:
+            committed = await committed_offset(self.core, self.group, q)
+            if committed is not None:
+                return committed
+        ts = self.from_where if isinstance(self.from_where, int) else None
+        low, high, at = await queue_offsets(self.core, q, ts)
+        if self.from_where == "first":
+            return low
+        if ts is not None and at is not None:
+            return at
+        return high
+
+    async def _drop(self, pq: _ProcessQueue) -> None:
+        pq.dropped = True
+        pq.ready.set()
+        for t in pq.tasks:
+            t.cancel()
+        for t in pq.tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        await self._commit(pq)
+        self._queues.pop(pq.queue, None)
+
+    # -- pulling and consuming ---------------------------------------------------------
+    async def _pull_loop(self, pq: _ProcessQueue) -> None:
+        failures = 0
+        while not pq.dropped:
+            if len(pq.pending) >= self.max_cached_messages or pq.bytes >= self.max_cached_bytes:
+                await asyncio.sleep(0.05)  # flow control: the listener is behind
+                continue
+            try:
+                result = await fetch(self.core, pq.queue, pq.next_offset, max_msgs=self.pull_batch,
+                                     suspend_s=self.long_poll_s, selector=self.selector,
+                                     read_from=self.read_from)
+                failures = 0
+            except ClientError as e:
+                failures += 1
+                log.debug("pull %s failed: %s", pq.queue, e)
+                await asyncio.sleep(min(0.1 * failures, 1.0))
+                continue
+            if pq.dropped:
+                return
+            for m in result.messages:
+                pq.pending[m.queue_offset] = m
+                pq.bytes += len(m.body)
+                if not self.orderly:
+                    pq.tasks.append(asyncio.create_task(self._consume_one(pq, m)))
+            pq.next_offset = max(pq.next_offset, result.next_offset)
+            pq.ready.set()
+            if len(pq.tasks) > 64:
+                pq.tasks = [t for t in pq.tasks if not t.done()]
+
+    async def _call_listener(self, pq: _ProcessQueue, m: ReceivedMessage, attempt: int) -> ConsumeStatus:
+        assert self._listener is not None
+        loop = asyncio.get_running_loop()
+        try:
+            status = await loop.run_in_executor(self._pool, self._listener, [m],
+                                                ConsumeContext(pq.queue, attempt))
+        except Exception:
+            log.exception("listener failed on %s offset %d", pq.queue, m.queue_offset)
+            return ConsumeStatus.RECONSUME_LATER
+        if not isinstance(status, ConsumeStatus):
+            log.error("listener returned %r, not a ConsumeStatus; treating it as RECONSUME_LATER", status)
+            return ConsumeStatus.RECONSUME_LATER
+        return status
+
+    async def _consume_one(self, pq: _ProcessQueue, m: ReceivedMessage) -> None:
+        """Concurrent mode: consume until SUCCESS (later: the retry topic takes over)."""
+        async with self._slots:
+            attempt = 0
+            while not pq.dropped:
+                if await self._call_listener(pq, m, attempt) == ConsumeStatus.SUCCESS:
+                    pq.done(m.queue_offset)
+                    return
+                attempt += 1
+                await asyncio.sleep(self.suspend_s)
+
+    async def _orderly_loop(self, pq: _ProcessQueue) -> None:
+        """Orderly mode: one message at a time, in queue order; a failure blocks the queue."""
+        while not pq.dropped:
+            if not pq.pending:
+                pq.ready.clear()
+                await pq.ready.wait()
+                continue
+            offset = next(iter(pq.pending))
+            m = pq.pending[offset]
+            attempt = 0
+            while not pq.dropped:
+                status = await self._call_listener(pq, m, attempt)
+                if status == ConsumeStatus.SUCCESS:
+                    pq.done(offset)
+                    break
+                attempt += 1
+                await asyncio.sleep(self.suspend_s)
+
+    # -- offsets ---------------------------------------------------------------------
+    async def _commit(self, pq: _ProcessQueue) -> None:
+        point = pq.commit_point()
+        if point == pq.committed:
+            return
+        if self.model == "broadcasting":
+            offsets = self._read_local()
+            offsets[str(pq.queue)] = point
+            self._write_local(offsets)
+        else:
+            try:
+                await commit_offset(self.core, self.group, pq.queue, point)
+            except ClientError as e:
+                log.warning("commit of %s at %d failed (kept for the next round): %s", pq.queue, point, e)
+                return
+        pq.committed = point
+
+    async def _commit_all(self) -> None:
+        for pq in list(self._queues.values()):
+            await self._commit(pq)
+
+    def _read_local(self) -> dict[str, int]:
+        try:
+            return dict(json.loads(self._local_offsets.read_text()))
+        except FileNotFoundError:
+            return {}
+
+    def _write_local(self, offsets: dict[str, int]) -> None:
+        self._local_offsets.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._local_offsets.with_suffix(".tmp")
+        tmp.write_text(json.dumps(offsets, sort_keys=True))
+        os.replace(tmp, self._local_offsets)

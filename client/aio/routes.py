@@ -1,0 +1,201 @@
+"""Where a topic's queues live and who leads each group.
+
+Routes come from the name servers (``GET /route/{topic}``) or, for a single group
+without a name server, from the nodes themselves (``GET_ROUTE``; every node answers
+with its group's replicas and the leader it knows). Both have one shape::
+
+    {"topic": T, "groups": [{"group", "queues", "perm", "leader", "replicas": {node: address}}]}
+
+Routes are refreshed every ``refresh_s`` (30 s) and at once when a request fails;
+a NOT_LEADER answer moves the group's leader at once (``set_leader``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import aiohttp
+import msgpack
+
+from broker.remoting import RequestCode, ResponseCode
+from client.aio.connection import ConnectionPool
+from client.errors import ClientError, RouteNotFoundError, TopicNotExistError
+from client.queues import MessageQueue
+
+__all__ = ["GroupRoute", "RouteBook", "TopicRoute"]
+
+PERM_WRITE = 2
+PERM_READ = 4
+
+
+@dataclass(slots=True)
+class GroupRoute:
+    group: str
+    queues: int
+    perm: int
+    leader: str | None
+    replicas: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def addresses(self) -> list[str]:
+        return sorted(self.replicas.values())
+
+    def followers(self) -> list[str]:
+        return [a for a in self.addresses if a != self.leader]
+
+
+@dataclass(slots=True)
+class TopicRoute:
+    topic: str
+    groups: list[GroupRoute]
+    fetched_at: float = field(default_factory=time.monotonic)
+
+    def queues(self, perm: int = 0) -> list[MessageQueue]:
+        return sorted(MessageQueue(self.topic, g.group, q) for g in self.groups
+                      if g.perm & perm == perm for q in range(g.queues))
+
+    def group(self, name: str) -> GroupRoute:
+        for g in self.groups:
+            if g.group == name:
+                return g
+        raise RouteNotFoundError(f"topic {self.topic!r} has no group {name!r} in its route")
+
+
+def _parse(doc: object) -> TopicRoute:
+    if not isinstance(doc, dict) or not isinstance(doc.get("groups"), list):
+        raise ValueError("not a route")
+    groups = [GroupRoute(g["group"], int(g["queues"]), int(g["perm"]), g.get("leader"),
+                         dict(g.get("replicas") or {})) for g in doc["groups"]]
+    return TopicRoute(str(doc["topic"]), groups)
+
+
+class RouteBook:
+    def __init__(self, pool: ConnectionPool, namesrv: Sequence[str] = (), servers: Sequence[str] = (),
+                 refresh_s: float = 30.0) -> None:
+        if not namesrv and not servers:
+            raise ValueError("give namesrv=['host:port'] or servers=['host:port', ...] (one group's nodes)")
+        self._pool = pool
+        self._namesrv = list(namesrv)
+        self._servers = list(servers)
+        self._refresh_s = refresh_s
+        self._routes: dict[str, TopicRoute] = {}
+        self._leaders: dict[str, str | None] = {}  # group -> leader address (newest knowledge)
+        self._replicas: dict[str, list[str]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def route(self, topic: str, refresh: bool = False) -> TopicRoute:
+        cached = self._routes.get(topic)
+        if cached is not None and not refresh and time.monotonic() - cached.fetched_at < self._refresh_s:
+            return cached
+        lock = self._locks.setdefault(topic, asyncio.Lock())
+        async with lock:
+            cached = self._routes.get(topic)
+            if cached is not None and time.monotonic() - cached.fetched_at < 0.2:
+                return cached  # refreshed by a concurrent caller just now
+            try:
+                fresh = await (self._from_namesrv(topic) if self._namesrv else self._from_servers(topic))
+            except RouteNotFoundError:
+                if cached is not None and not refresh:
+                    return cached
+                raise
+            for g in fresh.groups:
+                self._replicas[g.group] = g.addresses
+                if g.leader:
+                    self._leaders[g.group] = g.leader
+                else:
+                    g.leader = self._leaders.get(g.group)
+            self._routes[topic] = fresh
+            return fresh
+
+    async def _from_namesrv(self, topic: str) -> TopicRoute:
+        errors, missing = [], 0
+        for ns in self._namesrv:
+            try:
+                async with self._pool.session.get(f"http://{ns}/route/{topic}",
+                                                  timeout=aiohttp.ClientTimeout(total=3)) as resp:
+                    if resp.status == 404:
+                        errors.append(f"{ns}: no group serves topic {topic!r}")
+                        missing += 1
+                        continue
+                    resp.raise_for_status()
+                    return _parse(await resp.json())
+            except (aiohttp.ClientError, TimeoutError, ValueError, KeyError) as e:
+                errors.append(f"{ns}: {e}")
+        if missing == len(self._namesrv):
+            raise TopicNotExistError(ResponseCode.TOPIC_NOT_EXIST,
+                                     f"no group serves topic {topic!r}; create it with `raftmq topic "
+                                     "create` (auto-create is off)")
+        raise RouteNotFoundError(f"no route for topic {topic!r} ({'; '.join(errors)}); create the topic "
+                                 "with `raftmq topic create` and check the name servers are up")
+
+    async def _from_servers(self, topic: str) -> TopicRoute:
+        errors, best, best_term, missing = [], None, -1, 0
+        for address in self._servers:
+            try:
+                reply = await self._pool.call(address, RequestCode.GET_ROUTE, {"topic": topic}, timeout=3)
+            except ClientError as e:
+                errors.append(str(e))
+                continue
+            if reply.code != ResponseCode.SUCCESS:
+                errors.append(f"{address}: {reply.remark}")
+                missing += reply.code == ResponseCode.TOPIC_NOT_EXIST
+                continue
+            doc = msgpack.unpackb(reply.body)
+            term = doc["groups"][0].get("term", 0)
+            if term > best_term or (term == best_term and best is not None and doc["groups"][0]["leader"]):
+                best, best_term = doc, term
+        if best is None and missing:
+            raise TopicNotExistError(ResponseCode.TOPIC_NOT_EXIST,
+                                     f"topic {topic!r} does not exist; create it with "
+                                     "`raftmq topic create` (auto-create is off)")
+        if best is None:
+            raise RouteNotFoundError(f"no route for topic {topic!r}: {'; '.join(errors)}")
+        return _parse(best)
+
+    @property
+    def uses_namesrv(self) -> bool:
+        return bool(self._namesrv)
+
+    def leader(self, group: str) -> str | None:
+        return self._leaders.get(group)
+
+    def set_leader(self, group: str, address: str | None) -> None:
+        self._leaders[group] = address
+        for r in self._routes.values():
+            for g in r.groups:
+                if g.group == group:
+                    g.leader = address
+
+    def replicas(self, group: str) -> list[str]:
+        return list(self._replicas.get(group, self._servers))
+
+    def leader_candidates(self, group: str) -> list[str]:
+        """The known leader first, then the other replicas (a follower names the leader)."""
+        leader = self._leaders.get(group)
+        rest = [a for a in self.replicas(group) if a != leader]
+        return ([leader] if leader else []) + rest
+
+    def register_group(self, group: str, addresses: Sequence[str]) -> None:
+        self._replicas[group] = sorted(addresses)
+
+    def forget(self, topic: str) -> None:
+        with contextlib.suppress(KeyError):
+            del self._routes[topic]
+
+    async def groups(self) -> dict[str, list[str]]:
+        """Every group known to the name servers (or the static servers' group): name -> addresses."""
+        if not self._namesrv:
+            return {g: list(a) for g, a in self._replicas.items()} or {"": list(self._servers)}
+        for ns in self._namesrv:
+            try:
+                async with self._pool.session.get(f"http://{ns}/cluster",
+                                                  timeout=aiohttp.ClientTimeout(total=3)) as resp:
+                    doc = await resp.json()
+                    return {g: sorted(n["address"] for n in nodes.values()) for g, nodes in doc.items()}
+            except (aiohttp.ClientError, TimeoutError, ValueError) as e:
+                last = e
+        raise RouteNotFoundError(f"no name server answered: {last}")

@@ -1,0 +1,113 @@
+"""What users send and receive, and how it maps to the broker's stored message.
+
+Bodies larger than ``COMPRESS_OVER`` bytes are zlib-compressed by the producer
+(flag bit ``FLAG_COMPRESSED``) and decompressed transparently on receipt.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import socket
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from broker.message_format import Message as StoredMessage
+from broker.message_format import decode_message, encode_message
+from client.queues import MessageQueue
+
+__all__ = [
+    "COMPRESS_OVER",
+    "FLAG_COMPRESSED",
+    "ConsumeStatus",
+    "Message",
+    "ReceivedMessage",
+    "SendResult",
+    "SendStatus",
+    "decode_received",
+    "encode_for_send",
+]
+
+COMPRESS_OVER = 4 * 1024
+FLAG_COMPRESSED = 1
+_HOST = socket.gethostname()
+
+
+@dataclass(slots=True)
+class Message:
+    """A message to send. ``keys`` are indexed (query by key); ``tags`` filter consumers."""
+
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: Sequence[str] = ()
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+
+class SendStatus(enum.Enum):
+    SEND_OK = "SEND_OK"
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    status: SendStatus
+    msg_id: str
+    queue: MessageQueue
+    queue_offset: int
+    duplicate: bool = False  # an idempotent retry found the message already stored
+
+    @property
+    def queue_id(self) -> int:
+        return self.queue.queue_id
+
+
+class ConsumeStatus(enum.Enum):
+    SUCCESS = "SUCCESS"
+    RECONSUME_LATER = "RECONSUME_LATER"
+    SUSPEND = "SUSPEND"  # orderly: stop this queue for a while, then retry the same message
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedMessage:
+    topic: str
+    body: bytes
+    tags: str | None
+    keys: tuple[str, ...]
+    properties: Mapping[str, str]
+    msg_id: str
+    queue: MessageQueue
+    queue_offset: int
+    commit_log_offset: int
+    store_timestamp: int
+    born_timestamp: int
+    born_host: str
+    reconsume_times: int
+
+    @property
+    def queue_id(self) -> int:
+        return self.queue.queue_id
+
+
+def encode_for_send(m: Message, queue_id: int, msg_id: bytes, born_ms: int,
+                    producer_id: str | None = None, sequence: int | None = None) -> bytes:
+    body, flag = m.body, 0
+    if len(body) > COMPRESS_OVER:
+        packed = zlib.compress(body, 1)
+        if len(packed) < len(body):
+            body, flag = packed, FLAG_COMPRESSED
+    return encode_message(StoredMessage(
+        m.topic, body, queue_id, m.tags or None, tuple(m.keys), dict(m.properties), msg_id, flag,
+        born_ms, _HOST, producer_id, sequence))
+
+
+def decode_received(data: bytes, queue: MessageQueue, queue_offset: int, position: int,
+                    store_ms: int) -> ReceivedMessage:
+    s: StoredMessage = decode_message(data)
+    body = zlib.decompress(s.body) if s.flag & FLAG_COMPRESSED else s.body
+    return ReceivedMessage(s.topic, body, s.tags, s.keys, s.properties, s.msg_id.hex(), queue,
+                           queue_offset, position, store_ms, s.born_ts_ms, s.born_host, s.reconsume)
+
+
+def new_msg_id() -> bytes:
+    return os.urandom(16)

@@ -1,0 +1,196 @@
+"""The blocking facade: each object runs its asyncio twin on a private background loop.
+
+Calls block the caller until the loop answers (bounded by the call's own timeouts);
+listeners of a push consumer run on its consume thread pool, as in the async client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from client.aio.admin import AsyncAdmin, QueueProgress
+from client.aio.producer import AsyncProducer
+from client.aio.pull_consumer import AsyncPullConsumer, PullResult
+from client.aio.push_consumer import AsyncPushConsumer, Listener
+from client.message import Message, ReceivedMessage, SendResult
+from client.queues import MessageQueue
+
+__all__ = ["Admin", "Producer", "PullConsumer", "PushConsumer"]
+
+T = TypeVar("T")
+
+
+class _Loop:
+    """A private event loop on a daemon thread."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Awaitable[T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)  # type: ignore[arg-type]
+
+    def make(self, factory: Callable[[], T]) -> T:
+        async def build() -> T:
+            return factory()
+        return self.run(build())
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+class Producer:
+    """``Producer(namesrv="127.0.0.1:9876", group="orders-producer").start()``; see AsyncProducer."""
+
+    def __init__(self, namesrv: str | Sequence[str] | None = None, group: str = "DEFAULT_PRODUCER",
+                 **options: Any) -> None:
+        self._loop = _Loop(f"producer-{group}")
+        self._p = self._loop.make(lambda: AsyncProducer(namesrv, group, **options))
+
+    def start(self) -> Producer:
+        self._loop.run(self._p.start())
+        return self
+
+    def send(self, message: Message, shard_key: str | None = None) -> SendResult:
+        return self._loop.run(self._p.send(message, shard_key))
+
+    def send_batch(self, messages: Sequence[Message], shard_key: str | None = None) -> list[SendResult]:
+        return self._loop.run(self._p.send_batch(messages, shard_key))
+
+    def send_async(self, message: Message,
+                   callback: Callable[[SendResult | None, BaseException | None], None],
+                   shard_key: str | None = None) -> None:
+        """Returns at once; ``callback`` runs on the producer's loop thread when the send ends."""
+        self._loop.loop.call_soon_threadsafe(self._p.send_async, message, callback, shard_key)
+
+    def send_oneway(self, message: Message, shard_key: str | None = None) -> None:
+        self._loop.run(self._p.send_oneway(message, shard_key))
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        try:
+            self._loop.run(self._p.shutdown(timeout), timeout + 5)
+        finally:
+            self._loop.stop()
+
+    def __enter__(self) -> Producer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+class PushConsumer:
+    """``PushConsumer(namesrv=..., group=..., topic=..., selector="a || b", orderly=True)``."""
+
+    def __init__(self, namesrv: str | Sequence[str] | None = None, group: str = "DEFAULT_CONSUMER",
+                 topic: str = "", selector: str | None = "*", **options: Any) -> None:
+        self._loop = _Loop(f"consumer-{group}")
+        self._c = self._loop.make(lambda: AsyncPushConsumer(namesrv, group, topic, selector, **options))
+
+    def register(self, listener: Listener) -> None:
+        self._c.register(listener)
+
+    def start(self) -> PushConsumer:
+        self._loop.run(self._c.start())
+        return self
+
+    @property
+    def client_id(self) -> str:
+        return self._c.client_id
+
+    def assignment(self) -> list[MessageQueue]:
+        return self._loop.run(_call(self._c.assignment))
+
+    def shutdown(self) -> None:
+        try:
+            self._loop.run(self._c.shutdown(), 60)
+        finally:
+            self._loop.stop()
+
+
+class PullConsumer:
+    def __init__(self, namesrv: str | Sequence[str] | None = None, group: str = "DEFAULT_CONSUMER",
+                 **options: Any) -> None:
+        self._loop = _Loop(f"pull-{group}")
+        self._c = self._loop.make(lambda: AsyncPullConsumer(namesrv, group, **options))
+
+    def start(self) -> PullConsumer:
+        return self
+
+    def queues(self, topic: str) -> list[MessageQueue]:
+        return self._loop.run(self._c.queues(topic))
+
+    def assign(self, queues: Sequence[MessageQueue], from_where: str | int = "committed") -> None:
+        self._loop.run(self._c.assign(queues, from_where))
+
+    def assignment(self) -> dict[MessageQueue, int]:
+        return self._c.assignment()
+
+    def seek(self, queue: MessageQueue, offset: int) -> None:
+        self._loop.run(_call(self._c.seek, queue, offset))
+
+    def seek_to(self, queue: MessageQueue, where: str | int) -> None:
+        self._loop.run(self._c.seek_to(queue, where))
+
+    def pull(self, queue: MessageQueue, offset: int, max_msgs: int = 32, timeout: float = 0.0) -> PullResult:
+        return self._loop.run(self._c.pull(queue, offset, max_msgs, timeout))
+
+    def poll(self, max_msgs: int = 32, timeout: float = 1.0) -> list[ReceivedMessage]:
+        return self._loop.run(self._c.poll(max_msgs, timeout))
+
+    def commit(self, offsets: dict[MessageQueue, int] | None = None) -> None:
+        self._loop.run(self._c.commit(offsets))
+
+    def shutdown(self) -> None:
+        try:
+            self._loop.run(self._c.close(), 10)
+        finally:
+            self._loop.stop()
+
+    close = shutdown
+
+
+class Admin:
+    def __init__(self, namesrv: str | Sequence[str] | None = None, **options: Any) -> None:
+        self._loop = _Loop("admin")
+        self._a = self._loop.make(lambda: AsyncAdmin(namesrv, **options))
+
+    def create_topic(self, topic: str, queues: int = 8, perm: int = 6,
+                     groups: Sequence[str] | None = None) -> list[str]:
+        return self._loop.run(self._a.create_topic(topic, queues, perm, groups))
+
+    def topics(self) -> dict[str, dict[str, list[int]]]:
+        return self._loop.run(self._a.topics())
+
+    def progress(self, group: str, topic: str) -> list[QueueProgress]:
+        return self._loop.run(self._a.progress(group, topic))
+
+    def reset_offsets(self, group: str, topic: str, timestamp_ms: int) -> dict[MessageQueue, int]:
+        return self._loop.run(self._a.reset_offsets(group, topic, timestamp_ms))
+
+    def message_by_id(self, topic: str, msg_id: str) -> ReceivedMessage | None:
+        return self._loop.run(self._a.message_by_id(topic, msg_id))
+
+    def messages_by_key(self, topic: str, key: str, begin_ms: int = 0, end_ms: int = 2**62,
+                        max_results: int = 32) -> list[ReceivedMessage]:
+        return self._loop.run(self._a.messages_by_key(topic, key, begin_ms, end_ms, max_results))
+
+    def message_at(self, queue: MessageQueue, offset: int) -> ReceivedMessage | None:
+        return self._loop.run(self._a.message_at(queue, offset))
+
+    def close(self) -> None:
+        try:
+            self._loop.run(self._a.close(), 10)
+        finally:
+            self._loop.stop()
+
+
+async def _call(fn: Callable[..., T], *args: Any) -> T:
+    return fn(*args)

@@ -1,0 +1,165 @@
+"""The client against a one-node broker served in process (a background loop thread)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from aiohttp import web
+
+from broker.server import AppliedSignal, BrokerServer
+from client import Admin, ConsumeStatus, Message, Producer, PullConsumer, PushConsumer
+from client.aio import AsyncProducer, AsyncPullConsumer
+from client.errors import InvalidNameError, MessageTooLargeError, TopicNotExistError
+from dledger.local_group import free_port
+
+
+@pytest.fixture
+def broker(one_node_broker) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    rlog, machine, applier = one_node_broker
+    loop = asyncio.new_event_loop()
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    runner_box: list[web.AppRunner] = []
+
+    async def up() -> None:
+        signal = AppliedSignal(asyncio.get_running_loop())
+        machine.on_applied.append(lambda _i: signal.notify())
+        server = BrokerServer(rlog, machine, applier, signal, lambda n: address,
+                              addresses={rlog.config.node: address})
+        runner = web.AppRunner(server.app())
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        runner_box.append(runner)
+
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(up(), loop).result(10)
+    try:
+        yield address
+    finally:
+        asyncio.run_coroutine_threadsafe(runner_box[0].cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+
+
+def wait_until(predicate, timeout: float = 15.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_ordered_sends_pull_back_in_order_and_compressed_bodies_round_trip(broker: str) -> None:
+    admin = Admin(servers=[broker])
+    try:
+        admin.create_topic("orders", queues=4)
+        with Producer(servers=[broker], group="p") as p:
+            sent = {}
+            for i in range(200):
+                key = f"k{i % 5}"
+                body = (b"x" * 10_000 + str(i).encode()) if i % 50 == 0 else f"{key}:{i}".encode()
+                r = p.send(Message("orders", body, tags="paid", keys=[f"order-{i}"]), shard_key=key)
+                sent.setdefault(key, []).append((r.queue, r.queue_offset, body))
+            # one shard key -> one queue, offsets strictly increasing with send order
+            for rows in sent.values():
+                assert len({q for q, _, _ in rows}) == 1
+                assert [o for _, o, _ in rows] == sorted(o for _, o, _ in rows)
+        c = PullConsumer(servers=[broker], group="reader", read_from="any")
+        try:
+            for rows in sent.values():
+                q = rows[0][0]
+                got = c.pull(q, rows[0][1], max_msgs=256).messages
+                mine = [m for m in got if m.queue_offset in {o for _, o, _ in rows}]
+                assert [m.body for m in mine] == [b for _, _, b in rows]
+        finally:
+            c.shutdown()
+        found = admin.messages_by_key("orders", "order-50")
+        assert len(found) == 1 and found[0].body.startswith(b"x" * 100)
+        by_id = admin.message_by_id("orders", found[0].msg_id)
+        assert by_id is not None and by_id.body == found[0].body
+    finally:
+        admin.close()
+
+
+def test_bad_input_raises_typed_errors(broker: str) -> None:
+    admin = Admin(servers=[broker])
+    admin.create_topic("t1", queues=1)
+    admin.close()
+    with Producer(servers=[broker], max_message_bytes=1000) as p:
+        with pytest.raises(MessageTooLargeError):
+            p.send(Message("t1", b"x" * 1001))
+        with pytest.raises(InvalidNameError):
+            p.send(Message("bad topic!", b"x"))
+        with pytest.raises(TopicNotExistError) as e:
+            p.send(Message("nope", b"x"))
+        assert not e.value.retriable
+        # the queue keeps working after refusals
+        assert p.send(Message("t1", b"fine"), shard_key="a").queue_offset == 0
+
+
+def test_idempotent_resend_is_answered_not_stored(broker: str) -> None:
+    async def main() -> None:
+        p = AsyncProducer(servers=[broker], group="p")
+        from client.aio import AsyncAdmin
+        async with AsyncAdmin(servers=[broker]) as admin:
+            await admin.create_topic("idem", queues=1)
+        r1 = await p.send(Message("idem", b"one"), shard_key="s")
+        sender = next(iter(p._senders.values()))
+        # replay the exact request as a retry after a lost answer would
+        from client.aio.producer import _Item
+        from client.backoff import Deadline
+        item = _Item(Message("idem", b"one"), asyncio.get_running_loop().create_future(), Deadline(5))
+        from client.message import encode_for_send
+        item.record = encode_for_send(item.message, 0, bytes.fromhex(r1.msg_id), 0, sender.producer_id, 0)
+        await sender._send([item])
+        again = await item.future
+        assert again.duplicate and again.queue_offset == r1.queue_offset
+        r2 = await p.send(Message("idem", b"two"), shard_key="s")
+        assert r2.queue_offset == 1  # nothing was stored twice
+        await p.shutdown()
+
+    asyncio.run(main())
+
+
+def test_push_consumer_orderly_and_tag_filter(broker: str) -> None:
+    admin = Admin(servers=[broker])
+    admin.create_topic("events", queues=2)
+    admin.close()
+    got: list[tuple[str, bytes]] = []
+    lock = threading.Lock()
+
+    def listener(msgs, ctx):  # type: ignore[no-untyped-def]
+        with lock:
+            got.extend((m.tags or "", m.body) for m in msgs)
+        return ConsumeStatus.SUCCESS
+
+    c = PushConsumer(servers=[broker], group="billing", topic="events", selector="paid || created",
+                     orderly=True, from_where="first", commit_interval=0.2, long_poll_s=1.0)
+    c.register(listener)
+    c.start()
+    try:
+        with Producer(servers=[broker]) as p:
+            for i in range(30):
+                tag = ["paid", "created", "refunded"][i % 3]
+                p.send(Message("events", f"{i}".encode(), tags=tag), shard_key="one-key")
+        wait_until(lambda: len(got) == 20, what="20 matching messages")
+        assert [int(b) for _, b in got] == [i for i in range(30) if i % 3 != 2]
+        assert {t for t, _ in got} == {"paid", "created"}
+    finally:
+        c.shutdown()
+    # offsets were committed at shutdown: past the last message, filtered ones included
+    pc = AsyncPullConsumer(servers=[broker], group="billing")
+
+    async def committed() -> list[int | None]:
+        from client.aio.pull_consumer import committed_offset
+        qs = await pc.queues("events")
+        out = [await committed_offset(pc.core, "billing", q) for q in qs]
+        await pc.close()
+        return out
+
+    offsets = asyncio.run(committed())
+    assert sorted(o or 0 for o in offsets) == [0, 30]

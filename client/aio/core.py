@@ -99,16 +99,15 @@ class ClientCore:
 
     def read_replicas(self, group: str, read_from: str, affinity: str = "") -> list[str]:
         """Replicas to read from, best first: followers (spread by ``affinity``), the
-        leader, or any; the others follow as fallbacks ("leader" only ever reads the leader
-        when it is known, and any replica otherwise)."""
+        leader, or any; the others follow as fallbacks."""
         replicas = self.routes.replicas(group)
         leader = self.routes.leader(group)
         followers = [a for a in replicas if a != leader]
         if followers and affinity:
             k = mmh3.hash(affinity, signed=False) % len(followers)
             followers = followers[k:] + followers[:k]
-        if read_from == "leader":
-            return [leader] if leader else replicas
+        if read_from == "leader":  # the leader, then followers (their state is committed too)
+            return ([leader] if leader else []) + followers
         if read_from == "follower":
             return followers + ([leader] if leader else [])
         both = followers + ([leader] if leader else [])

@@ -1,12 +1,17 @@
 """The ``raftmq`` command line.
 
-    raftmq up [--dir DIR] [--nodes 3]     a local group in the foreground (scripts/run)
+    raftmq up [--dir DIR] [--nodes 3]     a local cluster in the foreground (scripts/run):
+                                          a name server + one broker group (--kind log: log nodes)
     raftmq broker --config F              one broker replica (WebSocket server)
     raftmq namesrv [--listen H:P]         a name server (topic routes)
     raftmq cluster up|down|status --dir D a local cluster of background processes
     raftmq log-node --config F --http A   one CommitLog replica (same as python -m dledger)
     raftmq log-status --http A            a replica's status as JSON
     raftmq bench-log ...                  CommitLog benchmark (scripts/bench-log)
+    raftmq topic create|list              topics (client commands: see client/cli.py)
+    raftmq send | consume | query         messages
+    raftmq group progress|reset           consumer groups
+    raftmq bench produce|consume          client benchmarks
 """
 
 from __future__ import annotations
@@ -23,38 +28,28 @@ __all__ = ["main"]
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
+    if args.kind == "broker":
+        return _up_brokers(args)
     from dledger.local_group import LocalGroup
 
-    group = LocalGroup(Path(args.dir) / args.kind, args.nodes, raft={"flush": args.flush},
-                       module="broker" if args.kind == "broker" else "dledger")
-    stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    group = LocalGroup(Path(args.dir) / args.kind, args.nodes, raft={"flush": args.flush})
+    stop = _stop_on_signals()
     try:
         group.start()
-        print(f"starting {args.nodes} nodes under {args.dir} ...", flush=True)
+        print(f"starting {args.nodes} log nodes under {args.dir} ...", flush=True)
         leader = group.wait_leader(timeout=30)
         for name, node in group.nodes.items():
             role = "leader" if name == leader else "follower"
             print(f"  {name}: raft {node.raft}  http http://{node.http}  pid {node.proc.pid}  "
                   f"({role})")
         lead = group.nodes[leader].http
-        if args.kind == "broker":
-            print("\nclients connect to ws://HOST:PORT/ws (remoting frames); admin over HTTP:\n"
-                  f"  curl -s -XPOST http://{lead}/admin/topics -d '{{\"topic\": \"orders\", "
-                  f"\"queues\": 8}}'\n"
-                  f"  curl -s http://{lead}/admin/topics\n"
-                  f"  curl -s http://{lead}/metrics\n"
-                  f"  raftmq log-status --http {lead}\n"
-                  f"logs: {group.base}/n*.log    Ctrl-C stops the group", flush=True)
-        else:
-            print("\nappend an entry (to the leader):\n"
-                  f"  curl -s --data-binary 'hello' http://{lead}/propose\n"
-                  "read committed entries (any node; msgpack):\n"
-                  f"  curl -s 'http://{lead}/entries?from=1' | head -c 200\n"
-                  "status:\n"
-                  f"  raftmq log-status --http {lead}\n"
-                  f"logs: {group.base}/n*.log    Ctrl-C stops the group", flush=True)
+        print("\nappend an entry (to the leader):\n"
+              f"  curl -s --data-binary 'hello' http://{lead}/propose\n"
+              "read committed entries (any node; msgpack):\n"
+              f"  curl -s 'http://{lead}/entries?from=1' | head -c 200\n"
+              "status:\n"
+              f"  raftmq log-status --http {lead}\n"
+              f"logs: {group.base}/n*.log    Ctrl-C stops the group", flush=True)
         while not stop.wait(1.0):
             for name, node in group.nodes.items():
                 if not node.alive:
@@ -63,6 +58,47 @@ def _cmd_up(args: argparse.Namespace) -> int:
     finally:
         print("stopping ...", flush=True)
         group.stop()
+    return 0
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    return stop
+
+
+def _up_brokers(args: argparse.Namespace) -> int:
+    """A name server and one broker group in the foreground (``raftmq cluster`` underneath)."""
+    from broker import cluster_cmd
+
+    where = ["--dir", args.dir, "--nodes", str(args.nodes)]
+    stop = _stop_on_signals()
+    try:
+        if cluster_cmd.main(["up", *where]) != 0:
+            return 1
+        d = args.dir
+        print(f"""
+try it (from this directory the commands find the cluster through {d}/cluster.json;
+elsewhere add --dir {d}):
+  raftmq topic create orders --queues 8
+  raftmq send orders 'hello' --tags paid --keys order-42 --shard-key order-42
+  raftmq consume orders --group billing --from first --idle 2
+  raftmq query orders --key order-42
+  raftmq group progress billing orders
+  raftmq cluster status --dir {d}
+from Python:
+  from client import Producer, Message
+  p = Producer(namesrv="{cluster_cmd.namesrv_address(d)}").start()
+logs: {d}/namesrv.log, {d}/g1/n*.log    Ctrl-C stops the cluster""", flush=True)
+        while not stop.wait(1.0):
+            dead = cluster_cmd.dead_processes(d)
+            if dead:
+                print(f"exited: {', '.join(dead)}; see the logs under {d}", file=sys.stderr)
+                return 1
+    finally:
+        print("stopping ...", flush=True)
+        cluster_cmd.main(["down", "--dir", args.dir])
     return 0
 
 
@@ -92,13 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="raftmq", description="RaftMQ: a RocketMQ-model broker on a Raft CommitLog.")
     sub = parser.add_subparsers(dest="cmd", required=True)
-    up = sub.add_parser("up", help="run a local group on 127.0.0.1 in the foreground")
+    up = sub.add_parser("up", help="run a local cluster on 127.0.0.1 in the foreground")
     up.add_argument("--dir", default="run", help="data, configs and logs (default ./run)")
     up.add_argument("--nodes", type=int, default=3, help="replicas (default 3)")
-    up.add_argument("--kind", choices=["log", "broker"], default="log",
-                    help="log nodes (CommitLog only, HTTP /propose) or brokers (default: log)")
+    up.add_argument("--kind", choices=["log", "broker"], default="broker",
+                    help="brokers with a name server (default) or bare log nodes (CommitLog only)")
     up.add_argument("--flush", choices=["sync", "async"], default="sync",
-                    help="fsync before ack (sync, default) or every few ms (async)")
+                    help="log nodes: fsync before ack (sync, default) or every few ms (async)")
     sub.add_parser("broker", help="run one broker replica (see raftmq broker --help)",
                    add_help=False)
     sub.add_parser("namesrv", help="run a name server (see raftmq namesrv --help)", add_help=False)
@@ -109,7 +145,20 @@ def main(argv: list[str] | None = None) -> int:
     st = sub.add_parser("log-status", help="print a replica's status")
     st.add_argument("--http", required=True, help="HOST:PORT of the replica's control API")
     sub.add_parser("bench-log", help="benchmark a local group (see --help)", add_help=False)
+    sub.add_parser("bench", help="client benchmarks: produce|consume (see raftmq bench --help)",
+                   add_help=False)
+    from client.cli import CLIENT_COMMANDS, add_client_commands, run_client_command
+
+    add_client_commands(sub)
     args, rest = parser.parse_known_args(argv)
+    if args.cmd == "bench":
+        from client.bench import main as bench_main
+
+        return bench_main(rest)
+    if args.cmd in CLIENT_COMMANDS:
+        if rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        return run_client_command(args)
     if args.cmd == "log-node":
         return _cmd_log_node(args, rest)
     if args.cmd == "broker":

@@ -21,10 +21,15 @@ from typing import Any
 
 from dledger.local_group import LocalGroup, free_port
 
-__all__ = ["main"]
+__all__ = ["dead_processes", "main", "namesrv_address"]
 
 
 def _pid_alive(pid: int) -> bool:
+    try:  # our own child that exited is a zombie until reaped: reap it
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    except ChildProcessError:
+        pass
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -67,6 +72,19 @@ def _up(args: argparse.Namespace) -> int:
         print(f"  {name}: leader {leader} at {group.nodes[leader].http}", flush=True)
     print(f"cluster up; state in {state_path}; stop it with `raftmq cluster down --dir {root}`")
     return 0
+
+
+def namesrv_address(root: str | Path) -> str:
+    return str(json.loads((Path(root) / "cluster.json").read_text())["namesrv"]["address"])
+
+
+def dead_processes(root: str | Path) -> list[str]:
+    """Names of the cluster's processes that are no longer running."""
+    state = json.loads((Path(root) / "cluster.json").read_text())
+    dead = [] if _pid_alive(state["namesrv"]["pid"]) else ["namesrv"]
+    for group, nodes in state["groups"].items():
+        dead += [f"{group}/{n}" for n, info in nodes.items() if not _pid_alive(info["pid"])]
+    return dead
 
 
 def _pids(state: dict[str, Any]) -> list[int]:

@@ -105,6 +105,8 @@ def decode_received(data: bytes, queue: MessageQueue, queue_offset: int, positio
                     store_ms: int) -> ReceivedMessage:
     s: StoredMessage = decode_message(data)
     body = zlib.decompress(s.body) if s.flag & FLAG_COMPRESSED else s.body
+    if queue.queue_id != s.queue_id:  # a query knows the group, the stored bytes the queue
+        queue = MessageQueue(queue.topic, queue.group, s.queue_id)
     return ReceivedMessage(s.topic, body, s.tags, s.keys, s.properties, s.msg_id.hex(), queue,
                            queue_offset, position, store_ms, s.born_ts_ms, s.born_host, s.reconsume)
 

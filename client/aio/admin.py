@@ -131,7 +131,7 @@ class AsyncAdmin:
                 raise
             for position, stamp, data in msgpack.unpackb(reply.body):
                 m = decode_received(data, MessageQueue(topic, g.group, 0), -1, position, stamp)
-                found.append(m)
+                found.append(m)  # the stored bytes name the queue; not the offset (-1: unknown)
         found.sort(key=lambda m: (m.store_timestamp, m.commit_log_offset))
         return found[:limit]
 

@@ -1,0 +1,239 @@
+"""``raftmq bench produce|consume``: client throughput and latency against a cluster.
+
+    raftmq bench produce --local --size 256 --batch 64 --inflight 32 --duration 20
+    raftmq bench produce --local --size 256 --rate 1000 --duration 20      # latency at a fixed rate
+    raftmq bench consume --local --messages 200000 --size 256              # loads, then reads
+
+``--local`` starts a name server and a 3-node group in a temporary directory (flush
+policy sync) and stops them afterwards; otherwise give --namesrv/--servers/--dir.
+A progress line is printed every second; the result is printed as a table, or as
+JSON with ``--json``. Latency is per send call (a batch counts once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from client.aio import AsyncAdmin, AsyncProducer
+from client.aio.core import ClientCore
+from client.aio.pull_consumer import fetch, queue_offsets
+from client.aio.routes import PERM_READ
+from client.cli import _where
+from client.errors import ClientError
+from client.message import Message
+
+__all__ = ["main"]
+
+
+def _percentile(sorted_values: list[float], p: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    k = min(len(sorted_values) - 1, max(0, round(p / 100 * (len(sorted_values) - 1))))
+    return sorted_values[k]
+
+
+class _Progress:
+    def __init__(self, label: str, quiet: bool) -> None:
+        self.label, self.quiet = label, quiet
+        self.count = 0
+        self.bytes = 0
+        self.errors = 0
+        self.started = time.monotonic()
+        self._last = (self.started, 0)
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            now = time.monotonic()
+            rate = (self.count - self._last[1]) / (now - self._last[0])
+            self._last = (now, self.count)
+            if not self.quiet:
+                print(f"  {self.label}: {now - self.started:5.1f} s  {self.count:>10,} msgs  "
+                      f"{rate:>10,.0f} msgs/s  errors {self.errors}", file=sys.stderr, flush=True)
+
+
+async def _produce(args: argparse.Namespace, where: dict[str, Any]) -> dict[str, Any]:
+    body = os.urandom(args.size // 2).hex().encode()[: args.size].ljust(args.size, b"x")
+    latencies: list[float] = []
+    progress = _Progress("produce", args.json)
+    keys = [f"shard-{i}" for i in range(args.shard_keys)] if args.shard_keys else [None]
+    stop_at = time.monotonic() + args.duration
+    async with AsyncProducer(**where, group="bench-producer", send_timeout=30) as p:
+        await p.send(Message(args.topic, b"warm-up"))
+
+        async def one(worker: int) -> None:
+            i = worker
+            while time.monotonic() < stop_at:
+                key = keys[i % len(keys)]
+                i += args.inflight
+                batch = [Message(args.topic, body)] * args.batch
+                t0 = time.monotonic()
+                try:
+                    await p.send_batch(batch, shard_key=key)
+                except ClientError:
+                    progress.errors += 1
+                    continue
+                latencies.append(time.monotonic() - t0)
+                progress.count += len(batch)
+                progress.bytes += len(batch) * args.size
+
+        async def paced() -> None:
+            interval = 1.0 / args.rate
+            next_at = time.monotonic()
+            pending: set[asyncio.Task[None]] = set()
+
+            async def send_one(n: int) -> None:
+                t0 = time.monotonic()
+                try:
+                    await p.send(Message(args.topic, body), shard_key=keys[n % len(keys)])
+                except ClientError:
+                    progress.errors += 1
+                    return
+                latencies.append(time.monotonic() - t0)
+                progress.count += 1
+                progress.bytes += args.size
+
+            n = 0
+            while time.monotonic() < stop_at:
+                if len(pending) < args.inflight:
+                    t = asyncio.create_task(send_one(n))
+                    pending.add(t)
+                    t.add_done_callback(pending.discard)
+                    n += 1
+                next_at += interval
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            if pending:
+                await asyncio.wait(pending, timeout=30)
+
+        ticker = asyncio.create_task(progress.run())
+        started = time.monotonic()
+        if args.rate:
+            await paced()
+        else:
+            await asyncio.gather(*(one(w) for w in range(args.inflight)))
+        elapsed = time.monotonic() - started
+        ticker.cancel()
+    latencies.sort()
+    return {"mode": "produce", "size": args.size, "batch": args.batch, "inflight": args.inflight,
+            "rate": args.rate, "shard_keys": args.shard_keys, "seconds": round(elapsed, 2),
+            "messages": progress.count, "errors": progress.errors,
+            "msgs_per_s": round(progress.count / elapsed),
+            "mb_per_s": round(progress.bytes / elapsed / 1e6, 2),
+            "latency_ms": {f"p{p}": round(_percentile(latencies, p) * 1000, 2) for p in (50, 99, 99.9)}}
+
+
+async def _consume(args: argparse.Namespace, where: dict[str, Any]) -> dict[str, Any]:
+    if args.messages:
+        load = argparse.Namespace(**{**vars(args), "duration": 3600.0, "json": True})
+        print(f"  loading {args.messages:,} messages of {args.size} B ...", file=sys.stderr, flush=True)
+        await _load(load, where, args.messages)
+    core = ClientCore(where.get("namesrv"), where.get("servers"))
+    progress = _Progress("consume", args.json)
+    try:
+        route = await core.routes.route(args.topic)
+        queues = route.queues(PERM_READ)
+        ends = {q: (await queue_offsets(core, q))[1] for q in queues}
+        total = sum(ends.values())
+        ticker = asyncio.create_task(progress.run())
+        started = time.monotonic()
+
+        async def drain(q: Any) -> None:
+            offset = 0
+            while offset < ends[q]:
+                r = await fetch(core, q, offset, max_msgs=256, read_from=args.read_from)
+                offset = r.next_offset
+                progress.count += len(r.messages)
+                progress.bytes += sum(len(m.body) for m in r.messages)
+
+        await asyncio.gather(*(drain(q) for q in queues))
+        elapsed = time.monotonic() - started
+        ticker.cancel()
+    finally:
+        await core.close()
+    return {"mode": "consume", "read_from": args.read_from, "messages": progress.count, "expected": total,
+            "seconds": round(elapsed, 2), "msgs_per_s": round(progress.count / elapsed),
+            "mb_per_s": round(progress.bytes / elapsed / 1e6, 2)}
+
+
+async def _load(args: argparse.Namespace, where: dict[str, Any], count: int) -> None:
+    body = b"x" * args.size
+    async with AsyncProducer(**where, group="bench-loader", send_timeout=30) as p:
+        per_worker = count // 16
+
+        async def worker(w: int) -> None:
+            left = per_worker + (count % 16 if w == 0 else 0)
+            while left > 0:
+                n = min(256, left)
+                await p.send_batch([Message(args.topic, body)] * n, shard_key=f"load-{w}")
+                left -= n
+
+        await asyncio.gather(*(worker(w) for w in range(16)))
+
+
+@contextlib.contextmanager
+def _local_cluster() -> Iterator[dict[str, Any]]:
+    from broker import cluster_cmd
+
+    with tempfile.TemporaryDirectory(prefix="raftmq-bench-") as d:
+        if cluster_cmd.main(["up", "--dir", d]) != 0:
+            raise SystemExit("error: the local cluster did not start")
+        try:
+            yield {"namesrv": [cluster_cmd.namesrv_address(d)]}
+        finally:
+            cluster_cmd.main(["down", "--dir", d])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="raftmq bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", choices=["produce", "consume"])
+    parser.add_argument("--topic", default="bench", help="topic (created with 8 queues if missing)")
+    parser.add_argument("--size", type=int, default=256, help="message body bytes (default 256)")
+    parser.add_argument("--batch", type=int, default=1, help="messages per send call (default 1)")
+    parser.add_argument("--inflight", type=int, default=32, help="concurrent send calls (default 32)")
+    parser.add_argument("--shard-keys", type=int, default=0,
+                        help="spread sends over this many shard keys (default 0: round robin)")
+    parser.add_argument("--rate", type=float, default=0.0,
+                        help="produce single messages at this rate per second (latency mode)")
+    parser.add_argument("--duration", type=float, default=20.0, help="seconds to produce (default 20)")
+    parser.add_argument("--messages", type=int, default=0, help="consume: load this many first")
+    parser.add_argument("--read-from", default="follower", choices=["follower", "leader", "any"])
+    parser.add_argument("--local", action="store_true", help="start a local cluster for the run")
+    parser.add_argument("--namesrv", action="append")
+    parser.add_argument("--servers")
+    parser.add_argument("--dir")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = parser.parse_args(argv)
+
+    async def run(where: dict[str, Any]) -> dict[str, Any]:
+        async with AsyncAdmin(**where) as admin:
+            topics = await admin.topics()
+            if args.topic not in topics:
+                await admin.create_topic(args.topic, 8)
+        return await (_produce(args, where) if args.mode == "produce" else _consume(args, where))
+
+    try:
+        if args.local:
+            with _local_cluster() as where:
+                result = asyncio.run(run(where))
+        else:
+            result = asyncio.run(run(_where(args)))
+    except ClientError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    result["machine"] = f"{os.cpu_count()} cpus"
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for k, v in result.items():
+            print(f"{k:>12}: {v}")
+    return 0

@@ -1,0 +1,275 @@
+"""Client commands of ``raftmq``: topics, send, consume, query, consumer groups.
+
+Where the cluster is: ``--namesrv HOST:PORT`` (repeatable), ``--servers A,B,C`` (one
+group's nodes, no name server), or ``--dir DIR`` (a cluster started by ``scripts/run``
+or ``raftmq cluster up``: its ``cluster.json`` names the name server). Without any,
+``$RAFTMQ_NAMESRV`` and then ``./run/cluster.json`` are tried.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from client.aio import AsyncAdmin, AsyncProducer, AsyncPullConsumer
+from client.errors import ClientError
+from client.message import Message, ReceivedMessage
+
+__all__ = ["CLIENT_COMMANDS", "add_client_commands", "run_client_command"]
+
+DEFAULT_RUN_DIR = "run"
+
+
+def _where(args: argparse.Namespace) -> dict[str, Any]:
+    if args.servers:
+        return {"servers": [s.strip() for s in args.servers.split(",") if s.strip()]}
+    if args.namesrv:
+        return {"namesrv": args.namesrv}
+    candidates = [Path(args.dir)] if args.dir else []
+    if os.environ.get("RAFTMQ_NAMESRV"):
+        return {"namesrv": os.environ["RAFTMQ_NAMESRV"].split(",")}
+    candidates.append(Path(DEFAULT_RUN_DIR))
+    for d in candidates:
+        state = d / "cluster.json"
+        if state.exists():
+            doc = json.loads(state.read_text())
+            if "namesrv" in doc:
+                return {"namesrv": [doc["namesrv"]["address"]]}
+    raise SystemExit("error: where is the cluster? give --namesrv HOST:PORT, --servers A,B,C or --dir DIR "
+                     "(the directory of scripts/run or `raftmq cluster up`), or set RAFTMQ_NAMESRV")
+
+
+def _time_ms(text: str) -> int:
+    """Milliseconds since the epoch, or an ISO-8601 time (local time if no zone)."""
+    if text.isdigit():
+        return int(text)
+    try:
+        return int(datetime.fromisoformat(text).timestamp() * 1000)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither milliseconds since the epoch nor an ISO time like "
+            "2026-11-23T10:00") from None
+
+
+def _show(m: ReceivedMessage, as_json: bool) -> str:
+    if as_json:
+        try:
+            body: dict[str, str] = {"body": m.body.decode()}
+        except UnicodeDecodeError:
+            body = {"body_base64": base64.b64encode(m.body).decode()}
+        return json.dumps({"msg_id": m.msg_id, "topic": m.topic, "group": m.queue.group,
+                           "queue_id": m.queue_id, "queue_offset": m.queue_offset, "tags": m.tags,
+                           "keys": list(m.keys), "properties": dict(m.properties),
+                           "store_timestamp": m.store_timestamp, "born_timestamp": m.born_timestamp,
+                           **body})
+    stamp = datetime.fromtimestamp(m.store_timestamp / 1000).isoformat(timespec="milliseconds")
+    body_text = m.body.decode(errors="replace")
+    if len(body_text) > 200:
+        body_text = body_text[:200] + f"... ({len(m.body)} bytes)"
+    where = f"{m.queue}@{m.queue_offset}" if m.queue_offset >= 0 else str(m.queue)
+    return f"{where} {stamp} id={m.msg_id} tags={m.tags} keys={list(m.keys)} {body_text}"
+
+
+async def _topic(args: argparse.Namespace) -> int:
+    async with AsyncAdmin(**_where(args)) as admin:
+        if args.action == "create":
+            groups = args.groups.split(",") if args.groups else None
+            made = await admin.create_topic(args.name, args.queues, args.perm, groups)
+            print(f"topic {args.name}: {args.queues} queues on {', '.join(g or 'the group' for g in made)}")
+        else:
+            topics = await admin.topics()
+            if args.json:
+                print(json.dumps(topics, indent=2))
+            for name, by_group in topics.items():
+                spread = ", ".join(f"{g}: {q} queues perm {p}" for g, (q, p) in sorted(by_group.items()))
+                print(f"{name:30} {spread}")
+    return 0
+
+
+async def _send(args: argparse.Namespace) -> int:
+    if args.body is not None:
+        bodies = [args.body.encode()] * args.count
+    elif args.file:
+        bodies = [Path(args.file).read_bytes()] * args.count
+    else:
+        bodies = [line.rstrip(b"\n") for line in sys.stdin.buffer]
+    keys = [k for k in (args.keys or "").split(",") if k]
+    props = dict(p.split("=", 1) for p in args.property or [])
+    failures = 0
+    async with AsyncProducer(**_where(args), group=args.group) as p:
+        for body in bodies:
+            try:
+                r = await p.send(Message(args.topic, body, args.tags, keys, props), shard_key=args.shard_key)
+            except ClientError as e:
+                failures += 1
+                print(f"FAILED: {e}", file=sys.stderr)
+                continue
+            if args.json:
+                print(json.dumps({"status": r.status.value, "msg_id": r.msg_id, "group": r.queue.group,
+                                  "queue_id": r.queue_id, "queue_offset": r.queue_offset}))
+            else:
+                print(f"{r.status.value} id={r.msg_id} queue={r.queue} offset={r.queue_offset}")
+    return 1 if failures else 0
+
+
+async def _consume(args: argparse.Namespace) -> int:
+    where = _where(args)
+    c = AsyncPullConsumer(**where, group=args.group, read_from=args.read_from, selector=args.selector)
+    shown = 0
+    try:
+        queues = await c.queues(args.topic)
+        named = args.from_ in ("first", "last", "committed")
+        start: str | int = args.from_ if named else _time_ms(args.from_)
+        await c.assign(queues, start)
+        idle_since = time.monotonic()
+        while args.max is None or shown < args.max:
+            msgs = await c.poll(max_msgs=32, timeout=1.0)
+            if not msgs:
+                if args.idle is not None and time.monotonic() - idle_since >= args.idle:
+                    break
+                continue
+            idle_since = time.monotonic()
+            for m in msgs:
+                print(_show(m, args.json), flush=True)
+                shown += 1
+                if args.max is not None and shown >= args.max:
+                    break
+            if args.commit:
+                await c.commit()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if args.commit:
+            await c.commit()
+        await c.close()
+    print(f"{shown} messages", file=sys.stderr)
+    return 0
+
+
+async def _query(args: argparse.Namespace) -> int:
+    async with AsyncAdmin(**_where(args)) as admin:
+        if args.id:
+            m = await admin.message_by_id(args.topic, args.id)
+            found = [m] if m else []
+        else:
+            found = await admin.messages_by_key(args.topic, args.key, args.begin or 0, args.end or 2**62,
+                                                args.max)
+    for m in found:
+        print(_show(m, args.json))
+    if not found:
+        print("no message found", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _group(args: argparse.Namespace) -> int:
+    async with AsyncAdmin(**_where(args)) as admin:
+        if args.action == "progress":
+            rows = await admin.progress(args.group, args.topic)
+            if args.json:
+                print(json.dumps([{"queue": str(r.queue), "committed": r.committed,
+                                   "max_offset": r.max_offset, "lag": r.lag} for r in rows], indent=2))
+                return 0
+            print(f"{'queue':30} {'committed':>10} {'max':>10} {'lag':>10}")
+            for r in rows:
+                print(f"{r.queue!s:30} {r.committed if r.committed is not None else '-':>10} "
+                      f"{r.max_offset:>10} {r.lag:>10}")
+            print(f"total lag {sum(r.lag for r in rows)}")
+        else:
+            offsets = await admin.reset_offsets(args.group, args.topic, _time_ms(args.to))
+            for q, off in sorted(offsets.items()):
+                print(f"{q!s:30} -> {off}")
+    return 0
+
+
+def add_client_commands(sub: Any) -> None:
+    def where(p: argparse.ArgumentParser) -> None:
+        g = p.add_argument_group("cluster")
+        g.add_argument("--namesrv", action="append", metavar="HOST:PORT", help="a name server (repeatable)")
+        g.add_argument("--servers", metavar="A,B,C", help="one group's broker addresses (no name server)")
+        g.add_argument("--dir", help="a local cluster's directory (its cluster.json names the name server)")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    t = sub.add_parser("topic", help="create or list topics",
+                       description="Create (or update) a topic on every group, or list topics.")
+    t.add_argument("action", choices=["create", "list"])
+    t.add_argument("name", nargs="?", help="topic name (create)")
+    t.add_argument("--queues", type=int, default=8, help="queues per group (default 8)")
+    t.add_argument("--perm", type=int, default=6, choices=[2, 4, 6], help="2 write, 4 read, 6 both (default)")
+    t.add_argument("--groups", help="only these groups, comma-separated (default: all)")
+    where(t)
+
+    s = sub.add_parser("send", help="send messages",
+                       description="Send BODY (or --file, or one message per stdin line); prints each "
+                                   "SEND_OK with its id, queue and offset.")
+    s.add_argument("topic")
+    s.add_argument("body", nargs="?", help="message body text (default: read lines from stdin)")
+    s.add_argument("--file", help="send this file's bytes as the body")
+    s.add_argument("--count", type=int, default=1, help="send BODY/--file this many times")
+    s.add_argument("--tags", help="the message tag (consumers filter on it)")
+    s.add_argument("--keys", help="comma-separated keys (query by key)")
+    s.add_argument("--property", action="append", metavar="K=V", help="a user property (repeatable)")
+    s.add_argument("--shard-key", help="messages with one shard key keep their order")
+    s.add_argument("--group", default="raftmq-cli", help="producer group")
+    where(s)
+
+    c = sub.add_parser("consume", help="print messages of a topic",
+                       description="Pull a topic's queues and print messages (Ctrl-C stops).")
+    c.add_argument("topic")
+    c.add_argument("--group", default="raftmq-cli", help="consumer group (offsets)")
+    c.add_argument("--from", dest="from_", default="committed", metavar="WHERE",
+                   help="committed (default; else first), first, last, or a time (ms or ISO)")
+    c.add_argument("--selector", default="*", help='tags, e.g. "paid || created" (default *)')
+    c.add_argument("--max", type=int, help="stop after this many messages")
+    c.add_argument("--idle", type=float, help="stop after this many seconds without a message")
+    c.add_argument("--commit", action="store_true", help="commit the group's offsets as we go")
+    c.add_argument("--read-from", default="follower", choices=["follower", "leader", "any"])
+    where(c)
+
+    q = sub.add_parser("query", help="find messages by id or key",
+                       description="Look up messages by message id, or by key within a time range.")
+    q.add_argument("topic")
+    how = q.add_mutually_exclusive_group(required=True)
+    how.add_argument("--id", help="message id (hex)")
+    how.add_argument("--key", help="message key")
+    q.add_argument("--begin", type=_time_ms, help="from this store time (ms or ISO)")
+    q.add_argument("--end", type=_time_ms, help="until this store time (ms or ISO)")
+    q.add_argument("--max", type=int, default=32, help="most results (default 32)")
+    where(q)
+
+    g = sub.add_parser("group", help="consumer group progress and offset reset",
+                       description="progress: committed offset, max offset and lag per queue; "
+                                   "reset: move the group's offsets to a time.")
+    g.add_argument("action", choices=["progress", "reset"])
+    g.add_argument("group")
+    g.add_argument("topic")
+    g.add_argument("--to", help="reset: a time (ms since the epoch or ISO)")
+    where(g)
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
+    "topic": _topic, "send": _send, "consume": _consume, "query": _query, "group": _group}
+CLIENT_COMMANDS = frozenset(_COMMANDS)
+
+
+def run_client_command(args: argparse.Namespace) -> int:
+    if args.cmd == "topic" and args.action == "create" and not args.name:
+        raise SystemExit("error: topic create needs a NAME")
+    if args.cmd == "group" and args.action == "reset" and not args.to:
+        raise SystemExit("error: group reset needs --to TIME")
+    try:
+        return asyncio.run(_COMMANDS[args.cmd](args))
+    except ClientError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

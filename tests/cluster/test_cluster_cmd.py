@@ -71,3 +71,35 @@ def client_commands(d: str) -> None:
     assert nothing.returncode == 1 and "no message found" in nothing.stderr
     missing = raftmq("send", "nope", "x", "--dir", d)
     assert missing.returncode == 1 and "create it" in missing.stderr
+
+
+def test_up_in_the_foreground_prints_how_to_use_it_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    """What `scripts/run` runs: the cluster in the foreground until SIGINT."""
+    import signal
+    import time
+
+    d = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "up", "--dir", str(d)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pids: list[int] = []
+    try:
+        lines: list[str] = []
+        deadline = time.monotonic() + 90
+        while not any("Ctrl-C stops" in line for line in lines):
+            assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
+            lines.append(proc.stdout.readline())  # type: ignore[union-attr]
+        text = "".join(lines)
+        assert "raftmq send orders" in text and "raftmq consume orders" in text
+        state = json.loads((d / "cluster.json").read_text())
+        pids = [state["namesrv"]["pid"]] + [n["pid"] for g in state["groups"].values() for n in g.values()]
+        assert all(alive(p) for p in pids)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+        assert not any(alive(p) for p in pids)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for p in pids:
+            if alive(p):
+                os.kill(p, signal.SIGKILL)

@@ -2,15 +2,22 @@
 
 Every record is a msgpack array whose first element says what it is. A stored
 message (``broker.message_format``, which starts with its version ``1``) is a
-record as it is, so the ConsumeQueue can point at its bytes; every other kind is
-an admin or state command::
+record as it is, so the ConsumeQueue can point at its bytes; a fragment carries
+a slice of a message too large for one entry; every other kind is an admin or
+state command::
 
     kind  record                                                     effect at apply
     ----  ---------------------------------------------------------  ------------------------------
        1  message (see message_format)                               stored in a queue
+      20  [20, chain_id, number, total, slice] (see broker.fragments) one piece of a message too
+                                                                     large for one entry; stored
+                                                                     when its chain is complete
      100  [100, topic, queues, perm]                                 create or update a topic
      101  [101, topic]                                               delete a topic
      110  [110, group, topic, queue_id, offset]                      commit a consumer offset
+
+Kinds 1..19 are kept for message format versions. A fragment is always the only
+record of its entry.
 
 Only the leader creates records (after validating the request); the apply step
 re-validates everything, because a record is committed before it is applied and
@@ -38,6 +45,7 @@ __all__ = [
 
 class RecordKind(enum.IntEnum):
     MESSAGE = 1
+    FRAGMENT = 20
     CREATE_TOPIC = 100
     DELETE_TOPIC = 101
     COMMIT_OFFSET = 110

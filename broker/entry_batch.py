@@ -9,10 +9,13 @@ Layout (msgpack array)::
 
     [ version = 1, store_timestamp_ms, [ message_bytes, ... ] ]
 
-``message_bytes`` are the broker's encoded messages, opaque here. A packed entry
-never exceeds ``MAX_ENTRY_BYTES`` (which keeps pysyncobj away from its broken
-chunked transmission); a single message that cannot fit raises
-``MessageTooLarge`` -- larger messages are split by the broker before packing.
+``message_bytes`` are the batch's records, opaque here: encoded messages, admin
+commands, or a fragment (``broker.commands`` tells them apart by their first
+element). A packed entry never exceeds ``MAX_ENTRY_BYTES`` (which keeps pysyncobj
+away from its broken chunked transmission); a single record that cannot fit raises
+``MessageTooLarge``. A message larger than ``max_message_bytes()`` is not packed:
+the WritePath splits it into a chain of fragments (``broker.fragments``), each
+packed alone in its own entry with this same layout.
 """
 
 from __future__ import annotations

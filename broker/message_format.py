@@ -19,6 +19,11 @@ consumer's pull is a read of exactly those bytes::
       reconsume     int          times re-delivered through the retry topic
       body          bin ]
 
+A message larger than one Raft entry can hold is stored as a chain of fragments
+(``broker.fragments``); its bytes are the same, only spread over consecutive
+entries. The broker accepts encoded messages up to ``MAX_MESSAGE_BYTES``
+(configurable per broker, ``[broker] max_message_bytes``).
+
 What the broker assigns at apply time -- queue offset, store time (the
 leader's, from the batch), CommitLog position -- is not written into these
 bytes; it comes from the ConsumeQueue unit and the entry.
@@ -32,10 +37,21 @@ from typing import Any
 
 import msgpack
 
-__all__ = ["Message", "MessageFormatError", "decode_message", "encode_message", "new_msg_id"]
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "Message",
+    "MessageFormatError",
+    "decode_message",
+    "encode_message",
+    "new_msg_id",
+    "peek_msg_id",
+]
 
 VERSION = 1
 _FIELDS = 14
+#: The largest encoded message a broker accepts by default (4 MiB).
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+_PEEK = 32  # array header 1-3, version 1, bin(16) header 2 + 16
 
 
 class MessageFormatError(ValueError):
@@ -96,6 +112,20 @@ def decode_message(data: bytes | memoryview) -> Message:
     _check(isinstance(body, bytes), "body is bytes")
     return Message(topic, body, queue_id, tags, keys, props, msg_id, flag, born, host, pid, seq,
                    reconsume)
+
+
+def peek_msg_id(data: bytes) -> bytes | None:
+    """The message id from the first bytes of an encoded message, without decoding the
+    rest (a large body is not copied); None if the bytes do not start like a message."""
+    unpacker = msgpack.Unpacker(raw=False)
+    unpacker.feed(data[:_PEEK])
+    try:
+        if unpacker.read_array_header() != _FIELDS or unpacker.unpack() != VERSION:
+            return None
+        msg_id = unpacker.unpack()
+    except Exception:
+        return None
+    return msg_id if isinstance(msg_id, bytes) and len(msg_id) == 16 else None
 
 
 def _check(ok: Any, what: str) -> None:

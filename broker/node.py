@@ -10,6 +10,10 @@ TOML is the group config (``dledger.config``) plus::
     index_slots = 5000000                        # IndexFile geometry (RocketMQ's defaults)
     index_entries = 20000000
     namesrv = ["127.0.0.1:9876"]                 # name servers to register with (optional)
+    max_message_bytes = 4194304                  # largest encoded message accepted (default
+                                                 # 4 MiB, at most 64 MiB); a larger one gets
+                                                 # MESSAGE_TOO_LARGE. Clients must accept
+                                                 # frames of this size plus 64 KiB to pull it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import aiohttp
 from aiohttp import web
 
 from broker.index_file import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
+from broker.message_format import MAX_MESSAGE_BYTES
 from broker.namesrv import REGISTER_EVERY_S
 from broker.server import AppliedSignal, BrokerServer
 from broker.state_machine import BrokerStateMachine
@@ -38,12 +43,20 @@ __all__ = ["main"]
 
 log = logging.getLogger("broker.node")
 
+#: Upper bound of ``[broker] max_message_bytes``: a request frame and a message being
+#: reassembled from its fragments are held in memory whole.
+MAX_MESSAGE_BYTES_LIMIT = 64 * 1024 * 1024
+
 
 def _broker_section(path: Path) -> dict[str, Any]:
     doc = tomllib.loads(path.read_text())
     section = doc.get("broker", {})
     if not section.get("listen"):
         raise ConfigError(f"{path}: [broker] listen = \"host:port\" is missing")
+    limit = section.get("max_message_bytes", MAX_MESSAGE_BYTES)
+    if type(limit) is not int or not 1 <= limit <= MAX_MESSAGE_BYTES_LIMIT:
+        raise ConfigError(f"{path}: [broker] max_message_bytes must be an integer in "
+                          f"1..{MAX_MESSAGE_BYTES_LIMIT}, not {limit!r}")
     return section
 
 
@@ -79,10 +92,12 @@ async def _register_forever(rlog: ReplicatedLog, machine: BrokerStateMachine, li
 
 
 async def _serve(rlog: ReplicatedLog, machine: BrokerStateMachine, applier: Applier,
-                 listen: str, addresses: dict[str, str], namesrvs: list[str]) -> None:
+                 listen: str, addresses: dict[str, str], namesrvs: list[str],
+                 max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
     sig = AppliedSignal(asyncio.get_running_loop())
     machine.on_applied.append(lambda _index: sig.notify())
-    server = BrokerServer(rlog, machine, applier, sig, addresses.get, addresses=addresses)
+    server = BrokerServer(rlog, machine, applier, sig, addresses.get, addresses=addresses,
+                          max_message_bytes=max_message_bytes)
     runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()
     host, port = listen.rsplit(":", 1)
@@ -110,10 +125,11 @@ def main(argv: list[str] | None = None) -> int:
         index_slots=int(broker.get("index_slots", DEFAULT_SLOT_NUM)),
         index_entries=int(broker.get("index_entries", DEFAULT_INDEX_NUM)))
     applier = Applier(rlog, machine).start()
-    rlog.set_applied_floor(machine.applied_index)
+    rlog.set_applied_floor(machine.checkpoint_index)  # a restart re-applies from there
     try:
         asyncio.run(_serve(rlog, machine, applier, broker["listen"],
-                           dict(broker.get("addresses", {})), list(broker.get("namesrv", []))))
+                           dict(broker.get("addresses", {})), list(broker.get("namesrv", [])),
+                           broker.get("max_message_bytes", MAX_MESSAGE_BYTES)))
     finally:
         applier.stop()
         rlog.close()

@@ -17,7 +17,11 @@ QUERY_OFFSET, RESET_OFFSET, QUERY_MESSAGE, VIEW_MESSAGE_BY_ID, HEARTBEAT (consum
 membership), UNREGISTER_CLIENT, GET_CONSUMER_LIST; the server sends
 NOTIFY_CONSUMER_IDS_CHANGED (oneway) to a group's members when it changes. Writes go
 through the leader's ``WritePath``; a follower answers NOT_LEADER naming the
-leader. Reads (pull, offsets, topics) are served by any replica from applied --
+leader. A message may be up to ``max_message_bytes`` encoded (4 MiB by default;
+larger ones get MESSAGE_TOO_LARGE and nothing is stored); one that does not fit in
+a Raft entry is stored as a chain of fragments (``broker.fragments``) and read
+back whole. A pull answers at most ``PULL_BODY_BYTES`` of rows, but always at
+least one message. Reads (pull, offsets, topics) are served by any replica from applied --
 hence committed -- state only. A malformed frame gets MALFORMED_FRAME and the
 connection stays open; an unknown code gets REQUEST_CODE_NOT_SUPPORTED.
 """
@@ -38,9 +42,11 @@ from aiohttp import WSMsgType, web
 from broker.commands import CommitOffset, CreateTopic, Perm, encode_admin
 from broker.consumer_registry import ConsumerRegistry
 from broker.entry_batch import MessageTooLarge, read_stamp
-from broker.message_format import MessageFormatError, decode_message
+from broker.fragments import MessageGone, read_message, read_message_at
+from broker.message_format import MAX_MESSAGE_BYTES, MessageFormatError, decode_message
 from broker.names import InvalidName, validate_group, validate_topic
 from broker.remoting import (
+    DEFAULT_MAX_FRAME,
     Frame,
     FrameError,
     RequestCode,
@@ -65,6 +71,13 @@ MAX_PULL = 256
 MAX_SUSPEND_MS = 30_000
 #: Most ConsumeQueue units one filtered pull looks at before answering (an empty page).
 MAX_FILTER_SCAN = 4096
+#: A pull stops adding rows past this many body bytes (it always returns one message):
+#: with the largest default message, the response frame stays within DEFAULT_MAX_FRAME,
+#: which is what clients accept by default.
+PULL_BODY_BYTES = 4 * 1024 * 1024
+_ROW_OVERHEAD = 40  # msgpack of [offset, position, stamp, bin header]
+#: A frame's bytes beyond its body (header fields, ext).
+FRAME_SLACK = 64 * 1024
 
 #: The WebSocket the frame being handled arrived on (consumer membership is per connection).
 _connection: contextvars.ContextVar[web.WebSocketResponse | None] = contextvars.ContextVar(
@@ -78,6 +91,8 @@ _OUTCOME_CODE = {
     Outcome.NO_PERMISSION: ResponseCode.NO_PERMISSION,
     Outcome.INVALID: ResponseCode.INVALID_ARGUMENT,
     Outcome.SEQUENCE_GAP: ResponseCode.SEQUENCE_GAP,
+    Outcome.ABANDONED: ResponseCode.SYSTEM_BUSY,  # not stored; a retry may succeed
+    Outcome.FRAGMENT: ResponseCode.SYSTEM_ERROR,  # never a caller's outcome
 }
 
 
@@ -104,13 +119,19 @@ class AppliedSignal:
 class BrokerServer:
     def __init__(self, rlog: ReplicatedLog, machine: BrokerStateMachine, applier: Applier,
                  signal: AppliedSignal, leader_address: Callable[[str], str | None], *,
-                 addresses: Mapping[str, str] | None = None) -> None:
+                 addresses: Mapping[str, str] | None = None,
+                 max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
+        if max_message_bytes < 1:
+            raise ValueError("max_message_bytes must be positive")
+        self.max_message_bytes = max_message_bytes
+        #: Largest request frame accepted: one message of the limit and the frame around it.
+        self.max_frame_bytes = max(DEFAULT_MAX_FRAME, max_message_bytes + FRAME_SLACK)
         self.rlog = rlog
         self.addresses = dict(addresses or {})
         self.consumers = ConsumerRegistry()
         self._server_opaques = itertools.count(1)
         self.machine = machine
-        self.write = WritePath(rlog, machine, applier)
+        self.write = WritePath(rlog, machine, applier, max_message_bytes=max_message_bytes)
         self.signal = signal
         self.leader_address = leader_address
         self._stamps: dict[int, int] = {}  # entry record position -> store time (committed: immutable)
@@ -154,7 +175,8 @@ class BrokerServer:
         return web.json_response(status)
 
     async def _ws(self, request: web.Request) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse(max_msg_size=8 << 20)
+        # twice the frame limit: a somewhat larger frame still gets a MESSAGE_TOO_LARGE answer
+        ws = web.WebSocketResponse(max_msg_size=2 * self.max_frame_bytes)
         await ws.prepare(request)
         tasks: set[asyncio.Task[None]] = set()
         _connection.set(ws)
@@ -179,7 +201,7 @@ class BrokerServer:
 
     async def _serve_frame(self, ws: web.WebSocketResponse, data: bytes) -> None:
         try:
-            frame = decode_frame(data)
+            frame = decode_frame(data, self.max_frame_bytes)
         except FrameError as e:
             reply = e.response()
             if reply is not None and not ws.closed:
@@ -228,6 +250,9 @@ class BrokerServer:
             raise NotLeader(leader, self.rlog.config.peers[leader])
 
     def _check_message(self, record: bytes) -> None:
+        if len(record) > self.max_message_bytes:
+            raise MessageTooLarge(f"message of {len(record)} bytes exceeds this broker's "
+                                  f"{self.max_message_bytes}-byte limit (max_message_bytes)")
         try:
             m = decode_message(record)
         except MessageFormatError as e:
@@ -259,7 +284,7 @@ class BrokerServer:
                 raise ValueError("a list of encoded messages")
         except Exception as e:
             raise FrameError(ResponseCode.INVALID_ARGUMENT, f"batch body must be {e}") from None
-        for record in records:
+        for record in records:  # all checked before anything is proposed
             self._check_message(record)
         outcomes = await self._timed_send(records)
         rows = [[_OUTCOME_CODE[a.outcome], a.queue_id, a.queue_offset, a.reason] for a in outcomes]
@@ -388,23 +413,23 @@ class BrokerServer:
             units = [(off, u) for off, u in units if u.tag_hash in wanted_set][:max_msgs]
             if len(units) == max_msgs:
                 next_offset = units[-1][0] + 1
-        self.counters["pulled"] += len(units)
-        rows = [[off, unit.position, self._store_time(unit.position),
-                 self.rlog.commitlog.read_at(unit.position, unit.size)] for off, unit in units]
+        rows: list[list[object]] = []
+        size = 0
+        for off, unit in units:
+            if rows and size + unit.size + _ROW_OVERHEAD > PULL_BODY_BYTES:
+                next_offset = off  # the rest on the next pull
+                break
+            rows.append([off, unit.position, self._store_time(unit.position),
+                         read_message(self.rlog.commitlog, unit.position, unit.size)])
+            size += unit.size + _ROW_OVERHEAD
+        self.counters["pulled"] += len(rows)
         return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(rows),
                               ext={"nextOffset": next_offset, "maxOffset": max_offset})
 
     # -- store time, queries ------------------------------------------------------------
-    def _record_end(self, position: int) -> int:
-        """Where the committed entry record holding ``position`` ends."""
-        found = self.rlog.commitlog.entry_containing(position)
-        if found is None:
-            raise FrameError(ResponseCode.QUERY_NOT_FOUND, f"position {position} is not retained")
-        index, start = found
-        return start + self.rlog.commitlog.record_size_of(index)
-
     def _store_time(self, position: int) -> int:
-        """The store time of the entry holding ``position`` (messages of one entry share it)."""
+        """The store time of the entry holding ``position`` (messages of one entry share it;
+        a chained message's position is in its first fragment's entry, whose stamp it has)."""
         found = self.rlog.commitlog.entry_containing(position)
         if found is None:
             return -1
@@ -419,12 +444,12 @@ class BrokerServer:
         return stamp
 
     def _message_at(self, position: int) -> tuple[bytes, int]:
-        """The message bytes starting at ``position`` and their store time."""
-        data = self.rlog.commitlog.read_at(position, self._record_end(position) - position)
-        unpacker = msgpack.Unpacker()
-        unpacker.feed(data)
-        unpacker.skip()
-        return data[:unpacker.tell()], self._store_time(position)
+        """The message bytes starting at ``position`` (whole, if chained) and their store time."""
+        try:
+            data = read_message_at(self.rlog.commitlog, position)
+        except MessageGone:
+            raise FrameError(ResponseCode.QUERY_NOT_FOUND, f"position {position} is not retained") from None
+        return data, self._store_time(position)
 
     async def _query_by_key(self, frame: Frame) -> Frame:
         key = ext_str(frame, "key")

@@ -19,6 +19,13 @@ offsets and the index is rolled back to its mark (undoing anything applied
 after the checkpoint), and the applier re-applies from ``applied + 1``:
 replaying yields the same bytes.
 
+Messages too large for one entry arrive as a chain of fragments in consecutive
+entries (``broker.fragments``): they are collected in log order and the message
+is applied when its last fragment is; any other entry in between abandons the
+chain. While a chain is pending, the checkpoint records the applied index as
+the entry before its first fragment (``checkpoint_index``), so a restart
+re-applies the chain from its start: nothing else changes state in between.
+
 Idempotent producer: a message carrying (producer_id, sequence) is stored only
 if sequence == last + 1 for that producer and queue; a retry of a stored one
 (sequence <= last) is answered with its original queue offset and not stored
@@ -32,7 +39,7 @@ import shutil
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +56,7 @@ from broker.commands import (
 )
 from broker.consume_queue import ConsumeQueue, tag_hash
 from broker.entry_batch import locate_messages
+from broker.fragments import parse_fragment
 from broker.index_file import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM, IndexHeader, IndexService
 from broker.message_format import MessageFormatError, decode_message
 from dledger.durable_file import atomic_write, read_or_none
@@ -70,6 +78,8 @@ class Outcome:
     NO_PERMISSION = "no_permission"
     INVALID = "invalid"
     SEQUENCE_GAP = "sequence_gap"
+    FRAGMENT = "fragment"    # a fragment before the last of its chain: nothing yet
+    ABANDONED = "abandoned"  # a fragment that does not continue a chain: nothing stored
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +91,20 @@ class Applied:
     queue_offset: int = -1
     position: int = -1
     reason: str = ""
+
+
+@dataclass(slots=True)
+class _Chain:
+    """The fragments of a large message applied so far (see ``broker.fragments``)."""
+
+    chain_id: bytes
+    total: int
+    first_index: int
+    position: int  # the message's CommitLog position: slice 0's first byte
+    stamp: int     # the message's store time: fragment 0's entry
+    next_number: int = 0
+    received: int = 0
+    parts: list[bytes] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +129,7 @@ class BrokerStateMachine:
         state = msgpack.unpackb(read_or_none(self._checkpoint_path) or msgpack.packb({}),
                                 strict_map_key=False)
         self._applied: int = state.get("applied", 0)
+        self._chain: _Chain | None = None  # never in a checkpoint: replay re-derives it
         self.last_store_ms: int = state.get("last_store_ms", 0)
         self.topics: dict[str, TopicConfig] = {
             t: TopicConfig(*v) for t, v in state.get("topics", {}).items()}
@@ -119,9 +144,22 @@ class BrokerStateMachine:
     def applied_index(self) -> int:
         return self._applied
 
+    def checkpoint_index(self) -> int:
+        """The applied index the checkpoint records: a restart re-applies what follows.
+
+        Below ``applied_index()`` while a chain of fragments is pending (it is
+        re-applied from its first fragment); retention must keep those entries.
+        """
+        chain = self._chain
+        return self._applied if chain is None else min(self._applied, chain.first_index - 1)
+
     def apply(self, entries: Sequence[Entry]) -> None:
         for entry in entries:
-            results = self._apply_entry(entry) if entry.kind == EntryKind.DATA else []
+            if entry.kind == EntryKind.DATA:
+                results = self._apply_entry(entry)
+            else:
+                self._chain = None  # e.g. a new leader's no-op between two fragments
+                results = []
             with self._lock:
                 self._applied = entry.index
                 if results:
@@ -136,6 +174,7 @@ class BrokerStateMachine:
                 log.exception("on_applied listener failed")
 
     def apply_gap(self, first_index: int) -> None:
+        self._chain = None
         self._applied = first_index - 1
         self._checkpoint()
 
@@ -172,17 +211,58 @@ class BrokerStateMachine:
         try:
             stamp, spans = locate_messages(entry.body)
         except ValueError as e:
+            self._chain = None
             return [Applied(Outcome.INVALID, reason=f"entry is not a batch: {e}")]
         base = entry.position + HEADER_SIZE
         self.last_store_ms = max(self.last_store_ms, stamp)
+        if len(spans) == 1:
+            offset, length = spans[0]
+            record = entry.body[offset:offset + length]
+            if record_kind(record) == RecordKind.FRAGMENT:
+                return [self._apply_fragment(record, base + offset, stamp, entry.index)]
+        self._chain = None  # any other entry abandons a pending chain
         out = []
         for offset, length in spans:
             record = entry.body[offset:offset + length]
-            if record_kind(record) == RecordKind.MESSAGE:
+            kind = record_kind(record)
+            if kind == RecordKind.MESSAGE:
                 out.append(self._apply_message(record, base + offset, stamp))
+            elif kind == RecordKind.FRAGMENT:
+                out.append(Applied(Outcome.INVALID,
+                                   reason="a fragment must be the only record of its entry"))
             else:
                 out.append(self._apply_admin(record))
         return out
+
+    def _apply_fragment(self, record: bytes, position: int, stamp: int, index: int) -> Applied:
+        """One fragment of a chain (``position``: its record's); see ``broker.fragments``."""
+        try:
+            fragment = parse_fragment(record)
+        except ValueError as e:
+            self._chain = None
+            return Applied(Outcome.INVALID, reason=str(e))
+        chain = self._chain
+        if fragment.number == 0:
+            chain = self._chain = _Chain(fragment.chain_id, fragment.total, index,
+                                         position + fragment.offset, stamp)
+        elif chain is None or (chain.chain_id, chain.total, chain.next_number) != (
+                fragment.chain_id, fragment.total, fragment.number):
+            self._chain = None
+            return Applied(Outcome.ABANDONED, reason=(
+                f"fragment {fragment.number} of message {fragment.chain_id.hex()} does not follow "
+                "its previous fragment (another entry came between them, e.g. a leader change); "
+                "nothing was stored: send the message again"))
+        chain.parts.append(fragment.data)
+        chain.received += len(fragment.data)
+        chain.next_number += 1
+        if chain.received < chain.total:
+            return Applied(Outcome.FRAGMENT, reason=f"{chain.received} of {chain.total} bytes")
+        self._chain = None
+        if chain.received > chain.total:
+            return Applied(Outcome.INVALID, reason=(
+                f"the fragments of message {chain.chain_id.hex()} hold {chain.received} bytes, "
+                f"more than its {chain.total}"))
+        return self._apply_message(b"".join(chain.parts), chain.position, chain.stamp)
 
     def _apply_message(self, record: bytes, position: int, store_ts_ms: int) -> Applied:
         try:
@@ -278,7 +358,7 @@ class BrokerStateMachine:
             self.index.flush()
             mark = self.index.mark()
             state = {
-                "applied": self._applied,
+                "applied": self.checkpoint_index(),
                 "last_store_ms": self.last_store_ms,
                 "index_mark": None if mark is None else [mark[0], list(astuple(mark[1]))],
                 "topics": {t: [c.queues, c.perm] for t, c in sorted(self.topics.items())},

@@ -1,8 +1,17 @@
 """The leader's write path: records in, outcomes out, many records per Raft entry.
 
     send(records) ──▶ accumulator ──(linger ms or a full entry)──▶ pack_entries(now)
+                                                   large messages: chain_payloads(now)
                                                                      │ propose (one entry each)
     outcomes ◀── machine.results(index) ◀── applier applied index ◀──┘ committed
+
+A message whose encoded bytes do not fit one entry (``entry_batch.max_message_bytes``)
+is split into a chain of fragments (``broker.fragments``), proposed as consecutive
+entries in its place among the batch's records; its caller gets one outcome, the
+result of the last fragment's entry. Batches are written one at a time (the next
+waits until the previous one's outcomes are known) and the entries of one batch
+are proposed back to back, so no other entry from this leader lands between the
+fragments of a chain. There must be one WritePath per ReplicatedLog.
 
 Records are validated by the caller (names, sizes, topic existence is re-checked
 at apply). Concurrent senders share entries (group commit: one fsync and one
@@ -10,8 +19,10 @@ replication round for many records); each caller gets the ``Applied`` outcomes
 of its own records, in order. The store timestamp is the leader's clock at
 packing time and travels in the entry, so every replica applies the same value.
 
-Errors: ``dledger`` propose errors (NotLeader, NoLeader, OutcomeUnknown, ...)
-reach every caller whose records were in the failed entry. A timeout while
+Errors: ``MessageTooLarge`` at once (nothing sent) for a message over
+``max_message_bytes`` or another record over the entry limit. ``dledger`` propose
+errors (NotLeader, NoLeader, OutcomeUnknown, ...) reach every caller whose records
+were in the failed entry (or chain). A timeout while
 waiting is ``OutcomeUnknown`` (the entry may still commit).
 
 Runs on one asyncio loop; ``send`` must be called from that loop.
@@ -24,7 +35,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from broker.commands import RecordKind, record_kind
 from broker.entry_batch import MessageTooLarge, max_message_bytes, pack_entries
+from broker.fragments import chain_payloads
+from broker.message_format import MAX_MESSAGE_BYTES, peek_msg_id
 from broker.state_machine import Applied, BrokerStateMachine
 from dledger.applier import Applier
 from dledger.errors import OutcomeUnknown
@@ -42,7 +56,11 @@ class _Pending:
 class WritePath:
     def __init__(self, rlog: ReplicatedLog, machine: BrokerStateMachine, applier: Applier, *,
                  linger_ms: float = 1.0, timeout_s: float = 10.0,
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
+        if max_message_bytes < 1:
+            raise ValueError("max_message_bytes must be positive")
+        self._max_message = max_message_bytes
         self._rlog = rlog
         self._machine = machine
         self._applier = applier
@@ -56,11 +74,15 @@ class WritePath:
     async def send(self, records: Sequence[bytes]) -> list[Applied]:
         """Replicate ``records`` and return their outcomes once applied on this node.
 
-        Raises ``MessageTooLarge`` (nothing sent) for a record that cannot fit in an entry.
+        Raises ``MessageTooLarge`` (nothing sent) for a message over ``max_message_bytes``
+        or another record that cannot fit in an entry.
         """
         limit = max_message_bytes()
         for r in records:
-            if len(r) > limit:
+            if len(r) > self._max_message:
+                raise MessageTooLarge(
+                    f"message of {len(r)} bytes exceeds the {self._max_message}-byte limit")
+            if len(r) > limit and record_kind(r) != RecordKind.MESSAGE:
                 raise MessageTooLarge(f"record of {len(r)} bytes exceeds the {limit}-byte entry limit")
         pending = _Pending(list(records))
         self._queue.append(pending)
@@ -83,12 +105,14 @@ class WritePath:
     async def _write(self, batch: list[_Pending]) -> None:
         records = [r for p in batch for r in p.records]
         try:
-            payloads = pack_entries(records, self._stamp())
+            plan = self._plan(records, self._stamp())
             outcomes: list[Applied] = []
-            futures = [asyncio.wrap_future(self._rlog.propose(p)) for p in payloads]
-            for fut in futures:
+            # all proposed before the first await: the entries are back to back
+            futures = [(asyncio.wrap_future(self._rlog.propose(p)), answers) for p, answers in plan]
+            for fut, answers in futures:
                 appended = await asyncio.wait_for(fut, self._timeout)
-                outcomes.extend(await self._results_of(appended.index))
+                if answers:
+                    outcomes.extend(await self._results_of(appended.index))
         except Exception as e:  # every caller in this batch learns the same error
             if isinstance(e, TimeoutError):
                 e = OutcomeUnknown("timed out waiting for the entry to commit")
@@ -101,6 +125,25 @@ class WritePath:
             if not p.future.done():
                 p.future.set_result(outcomes[start:start + len(p.records)])
             start += len(p.records)
+
+    @staticmethod
+    def _plan(records: list[bytes], stamp: int) -> list[tuple[bytes, bool]]:
+        """The entry payloads for ``records`` in order, each with whether its apply
+        results answer records (every entry but a chain's non-last fragments)."""
+        plan: list[tuple[bytes, bool]] = []
+        run: list[bytes] = []
+        limit = max_message_bytes()
+        for record in records:
+            if len(record) <= limit:
+                run.append(record)
+                continue
+            plan.extend((p, True) for p in pack_entries(run, stamp))
+            run = []
+            # an id that is not readable gives zeros: the apply step refuses the message
+            chain = chain_payloads(record, peek_msg_id(record) or bytes(16), stamp)
+            plan.extend((p, i == len(chain) - 1) for i, p in enumerate(chain))
+        plan.extend((p, True) for p in pack_entries(run, stamp))
+        return plan
 
     async def _results_of(self, index: int) -> list[Applied]:
         loop = asyncio.get_running_loop()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import msgpack
@@ -33,8 +33,9 @@ class QueueProgress:
 
 class AsyncAdmin:
     def __init__(self, namesrv: str | Sequence[str] | None = None, *, servers: Sequence[str] | None = None,
-                 timeout: float = 10.0, core: ClientCore | None = None) -> None:
-        self.core = core or ClientCore(namesrv, servers)
+                 timeout: float = 10.0, address_map: Mapping[str, str] | None = None,
+                 core: ClientCore | None = None) -> None:
+        self.core = core or ClientCore(namesrv, servers, address_map=address_map)
         self._own_core = core is None
         self.timeout = timeout
 

@@ -35,11 +35,11 @@ READ_FROM = ("follower", "leader", "any")
 class ClientCore:
     def __init__(self, namesrv: str | Sequence[str] | None = None, servers: Sequence[str] | None = None,
                  *, client_id: str | None = None, request_timeout: float = 5.0,
-                 route_refresh_s: float = 30.0) -> None:
+                 route_refresh_s: float = 30.0, address_map: Mapping[str, str] | None = None) -> None:
         ns = [namesrv] if isinstance(namesrv, str) else list(namesrv or [])
         self.client_id = client_id or f"{socket.gethostname()}@{os.getpid()}@{os.urandom(3).hex()}"
         self.pool = ConnectionPool(on_request=self._on_request)
-        self.routes = RouteBook(self.pool, ns, list(servers or []), route_refresh_s)
+        self.routes = RouteBook(self.pool, ns, list(servers or []), route_refresh_s, address_map)
         self.request_timeout = request_timeout
         self.on_notify: list[Callable[[str], None]] = []
 

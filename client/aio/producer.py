@@ -28,8 +28,9 @@ import itertools
 import logging
 import os
 import time
+import zlib
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgpack
@@ -46,14 +47,15 @@ from client.errors import (
     MessageTooLargeError,
     broker_error,
 )
-from client.message import Message, SendResult, SendStatus, encode_for_send, new_msg_id
+from client.message import COMPRESS_OVER, Message, SendResult, SendStatus, encode_for_send, new_msg_id
 from client.queues import MessageQueue, shard_queue
 
 __all__ = ["MAX_MESSAGE_BYTES", "AsyncProducer"]
 
 log = logging.getLogger("client.producer")
 
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # the broker's default limit of an encoded message
+_ENVELOPE = 128  # the encoded message's fixed fields, generously (ids, times, host, sequence)
 BATCH_MAX_MESSAGES = 1024
 BATCH_MAX_BYTES = 1024 * 1024
 
@@ -182,9 +184,10 @@ class QueueSender:
 class AsyncProducer:
     def __init__(self, namesrv: str | Sequence[str] | None = None, group: str = "DEFAULT_PRODUCER", *,
                  servers: Sequence[str] | None = None, send_timeout: float = 10.0, retries: int = 2,
-                 max_message_bytes: int = MAX_MESSAGE_BYTES, core: ClientCore | None = None) -> None:
+                 max_message_bytes: int = MAX_MESSAGE_BYTES, address_map: Mapping[str, str] | None = None,
+                 core: ClientCore | None = None) -> None:
         self.group = group
-        self.core = core or ClientCore(namesrv, servers)
+        self.core = core or ClientCore(namesrv, servers, address_map=address_map)
         self._own_core = core is None
         self.send_timeout = send_timeout
         self.retries = retries
@@ -287,10 +290,15 @@ class AsyncProducer:
                 raise ValueError("a batch must be of one topic")
             if not isinstance(m.body, bytes | bytearray | memoryview):
                 raise TypeError(f"a message body must be bytes, not {type(m.body).__name__}")
-            if len(m.body) > self.max_message_bytes:
+            # the broker limits the encoded message; bodies over 4 KiB are compressed first
+            size = len(m.body) if len(m.body) <= COMPRESS_OVER else len(zlib.compress(m.body, 1))
+            size += _ENVELOPE + len(m.topic) + sum(len(k) + 2 for k in m.keys) + sum(
+                len(k) + len(v) + 4 for k, v in m.properties.items()) + len(m.tags or "")
+            if size > self.max_message_bytes:
                 raise MessageTooLargeError(
                     ResponseCode.MESSAGE_TOO_LARGE,
-                    f"body of {len(m.body)} bytes exceeds max_message_bytes={self.max_message_bytes}")
+                    f"message of about {size} bytes (encoded, compressed) exceeds max_message_bytes="
+                    f"{self.max_message_bytes}; split it or store the payload elsewhere")
         return topic
 
     async def _writable(self, topic: str) -> list[MessageQueue]:

@@ -10,7 +10,7 @@ times, so an answer "your offset is beyond my queue" from a lagging replica mean
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import msgpack
@@ -100,13 +100,14 @@ class AsyncPullConsumer:
 
     def __init__(self, namesrv: str | Sequence[str] | None = None, group: str = "DEFAULT_CONSUMER", *,
                  servers: Sequence[str] | None = None, read_from: str = "follower",
-                 selector: str | None = None, core: ClientCore | None = None) -> None:
+                 selector: str | None = None, address_map: Mapping[str, str] | None = None,
+                 core: ClientCore | None = None) -> None:
         if read_from not in READ_FROM:
             raise ValueError(f"read_from must be one of {READ_FROM}, got {read_from!r}")
         self.group = group
         self.read_from = read_from
         self.selector = parse_tags(selector)
-        self.core = core or ClientCore(namesrv, servers)
+        self.core = core or ClientCore(namesrv, servers, address_map=address_map)
         self._own_core = core is None
         self._positions: dict[MessageQueue, int] = {}
         self._turn = 0

@@ -24,7 +24,7 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,6 +89,7 @@ class AsyncPushConsumer:
                  max_cached_messages: int = 1000, max_cached_bytes: int = 100 << 20,
                  suspend_s: float = 1.0, long_poll_s: float = 15.0, instance_name: str = "DEFAULT",
                  offset_store_dir: str | os.PathLike[str] | None = None,
+                 address_map: Mapping[str, str] | None = None,
                  core: ClientCore | None = None) -> None:
         if not topic:
             raise ValueError("give the topic to consume: topic='orders'")
@@ -108,7 +109,7 @@ class AsyncPushConsumer:
         self.heartbeat_interval, self.pull_batch = heartbeat_interval, pull_batch
         self.max_cached_messages, self.max_cached_bytes = max_cached_messages, max_cached_bytes
         self.suspend_s, self.long_poll_s = suspend_s, long_poll_s
-        self.core = core or ClientCore(namesrv, servers)
+        self.core = core or ClientCore(namesrv, servers, address_map=address_map)
         self._own_core = core is None
         self._listener: Listener | None = None
         self._pool = ThreadPoolExecutor(consume_threads, thread_name_prefix=f"consume-{group}")

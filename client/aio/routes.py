@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -75,7 +75,7 @@ def _parse(doc: object) -> TopicRoute:
 
 class RouteBook:
     def __init__(self, pool: ConnectionPool, namesrv: Sequence[str] = (), servers: Sequence[str] = (),
-                 refresh_s: float = 30.0) -> None:
+                 refresh_s: float = 30.0, address_map: Mapping[str, str] | None = None) -> None:
         if not namesrv and not servers:
             raise ValueError("give namesrv=['host:port'] or servers=['host:port', ...] (one group's nodes)")
         self._pool = pool
@@ -86,6 +86,9 @@ class RouteBook:
         self._leaders: dict[str, str | None] = {}  # group -> leader address (newest knowledge)
         self._replicas: dict[str, list[str]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        # broker address as registered -> address to dial (a proxy, a NAT); tests route
+        # every client link through Toxiproxy with it
+        self._map = dict(address_map or {})
 
     async def route(self, topic: str, refresh: bool = False) -> TopicRoute:
         cached = self._routes.get(topic)
@@ -103,6 +106,8 @@ class RouteBook:
                     return cached
                 raise
             for g in fresh.groups:
+                g.replicas = {n: self._map.get(a, a) for n, a in g.replicas.items()}
+                g.leader = self._map.get(g.leader, g.leader) if g.leader else None
                 self._replicas[g.group] = g.addresses
                 if g.leader:
                     self._leaders[g.group] = g.leader
@@ -164,6 +169,7 @@ class RouteBook:
         return self._leaders.get(group)
 
     def set_leader(self, group: str, address: str | None) -> None:
+        address = self._map.get(address, address) if address else None
         self._leaders[group] = address
         for r in self._routes.values():
             for g in r.groups:
@@ -180,7 +186,7 @@ class RouteBook:
         return ([leader] if leader else []) + rest
 
     def register_group(self, group: str, addresses: Sequence[str]) -> None:
-        self._replicas[group] = sorted(addresses)
+        self._replicas[group] = sorted(self._map.get(a, a) for a in addresses)
 
     def forget(self, topic: str) -> None:
         with contextlib.suppress(KeyError):

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import msgpack
 import yarl
 from aiohttp import web
 
-from broker.message_format import Message, decode_message, encode_message
+from broker.message_format import MAX_MESSAGE_BYTES, Message, decode_message, encode_message
 from broker.remoting import Frame, RequestCode, ResponseCode
 from broker.server import AppliedSignal, BrokerServer
 from broker.state_machine import BrokerStateMachine
@@ -21,16 +22,18 @@ from dledger.replicated_log import ReplicatedLog
 from tests.support.broker_client import FrameClient
 
 
-async def serve(parts: tuple[ReplicatedLog, BrokerStateMachine, Applier]) -> AsyncIterator[FrameClient]:
+async def serve(parts: tuple[ReplicatedLog, BrokerStateMachine, Applier],
+                **server_kw: Any) -> AsyncIterator[FrameClient]:
     rlog, machine, applier = parts
     signal = AppliedSignal(asyncio.get_running_loop())
     machine.on_applied.append(lambda _i: signal.notify())
-    server = BrokerServer(rlog, machine, applier, signal, lambda name: None)
+    server = BrokerServer(rlog, machine, applier, signal, lambda name: None, **server_kw)
     runner = web.AppRunner(server.app())
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
-    async with aiohttp.ClientSession() as session, session.ws_connect(f"http://127.0.0.1:{port}/ws") as ws:
+    async with aiohttp.ClientSession() as session, session.ws_connect(
+            f"http://127.0.0.1:{port}/ws", max_msg_size=16 << 20) as ws:
         client = FrameClient(ws)
         client.base_url = yarl.URL(f"http://127.0.0.1:{port}")  # type: ignore[attr-defined]
         yield client
@@ -38,9 +41,9 @@ async def serve(parts: tuple[ReplicatedLog, BrokerStateMachine, Applier]) -> Asy
     await runner.cleanup()
 
 
-def run(one_node_broker, scenario) -> None:  # type: ignore[no-untyped-def]
+def run(one_node_broker, scenario, **server_kw) -> None:  # type: ignore[no-untyped-def]
     async def main() -> None:
-        async for client in serve(one_node_broker):
+        async for client in serve(one_node_broker, **server_kw):
             await scenario(client)
 
     asyncio.run(main())
@@ -87,7 +90,7 @@ def test_bad_input_gets_clear_errors_and_the_connection_survives(one_node_broker
         r = await c.call(999)
         assert r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
         await c.call(RequestCode.CREATE_TOPIC, {"topic": "big"})
-        huge = encode_message(Message("big", b"x" * 100_000))
+        huge = encode_message(Message("big", b"x" * MAX_MESSAGE_BYTES))
         r = await c.call(RequestCode.SEND_MESSAGE, body=huge)
         assert r.code == ResponseCode.MESSAGE_TOO_LARGE and "limit" in r.remark
         r = await c.call(RequestCode.PULL_MESSAGE, {"topic": "big", "queueId": 0, "offset": 0})

@@ -163,3 +163,23 @@ def test_push_consumer_orderly_and_tag_filter(broker: str) -> None:
 
     offsets = asyncio.run(committed())
     assert sorted(o or 0 for o in offsets) == [0, 30]
+
+
+def test_a_3_mib_message_round_trips_and_an_oversized_one_is_refused_before_sending(broker: str) -> None:
+    import os
+
+    admin = Admin(servers=[broker])
+    admin.create_topic("big", queues=1)
+    admin.close()
+    body = os.urandom(3 << 20)  # incompressible
+    with Producer(servers=[broker]) as p:
+        r = p.send(Message("big", body, keys=["large"]), shard_key="s")
+        with pytest.raises(MessageTooLargeError, match="exceeds max_message_bytes"):
+            p.send(Message("big", os.urandom(4 << 20)))
+        assert p.send(Message("big", b"after"), shard_key="s").queue_offset == r.queue_offset + 1
+    c = PullConsumer(servers=[broker], read_from="any")
+    try:
+        got = c.pull(r.queue, r.queue_offset, max_msgs=8).messages
+        assert got[0].body == body and got[1].body == b"after"
+    finally:
+        c.shutdown()

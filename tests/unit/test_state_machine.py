@@ -14,10 +14,20 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.commands import CommitOffset, CreateTopic, DeleteTopic, Perm, encode_admin
-from broker.entry_batch import pack_entries
-from broker.message_format import Message, encode_message
+from broker.commands import (
+    CommitOffset,
+    CreateTopic,
+    DeleteTopic,
+    Perm,
+    RecordKind,
+    encode_admin,
+    record_kind,
+)
+from broker.entry_batch import pack_entries, unpack_entry
+from broker.fragments import chain_payloads, encode_fragments, read_message, read_message_at
+from broker.message_format import Message, decode_message, encode_message
 from broker.state_machine import BrokerStateMachine, Outcome
+from dledger.commitlog import CommitLog
 from dledger.entry_format import Entry, EntryKind, record_size
 
 
@@ -30,10 +40,20 @@ class Log:
 
     def add(self, records: list[bytes], stamp: int = 1_700_000_000_000) -> Entry:
         (payload,) = pack_entries(records, stamp)
+        return self.add_payload(payload)
+
+    def add_payload(self, payload: bytes) -> Entry:
         entry = Entry(len(self.entries) + 1, 1, EntryKind.DATA, payload, self.position)
         self.position += record_size(len(payload))
         self.entries.append(entry)
         return entry
+
+    def add_chain(self, message: bytes, stamp: int = 1_700_000_000_000, slice_bytes: int = 100,
+                  upto: int | None = None) -> list[Entry]:
+        """A large message's fragments (small slices: many fragments, small files); with
+        ``upto``, only that many of them (a chain cut short)."""
+        payloads = chain_payloads(message, message[4:20], stamp, slice_bytes)
+        return [self.add_payload(p) for p in payloads[:upto]]
 
     def noop(self) -> None:
         self.entries.append(Entry(len(self.entries) + 1, 1, EntryKind.NOOP, b"", self.position))
@@ -197,3 +217,210 @@ def test_apply_is_deterministic_for_any_records(batches: list[list[bytes]], chun
             assert sm.applied_index() == len(log.entries)
             sm.close()
         files_equal(root / "a", root / "b")
+
+
+
+# -- messages in chains of fragments --------------------------------------------------------
+
+def big(topic: str, i: int, queue: int = 0, size: int = 1000, **kw: object) -> bytes:
+    body = bytes((i * 7 + k) % 251 for k in range(size))
+    return encode_message(Message(topic, body, queue, tags="big", keys=(f"big-{i}",),
+                                  msg_id=(10_000 + i).to_bytes(16, "big"), **kw))  # type: ignore[arg-type]
+
+
+def on_disk(log: Log, directory: Path) -> CommitLog:
+    """The log's entries in a real CommitLog, at the same positions."""
+    commitlog = CommitLog(directory)
+    for e in log.entries:
+        assert commitlog.append(e.index, e.term, e.kind, e.body) == e.position
+    return commitlog
+
+
+def chain_workload() -> tuple[Log, list[bytes]]:
+    """Whole messages and chains mixed; one chain cut short by a no-op (a failover),
+    then resent whole. Returns the log and the messages stored, in log order."""
+    log = Log()
+    log.noop()
+    log.add([encode_admin(CreateTopic("orders", 2))])
+    stored = []
+    for n in range(6):
+        small = [msg("orders", n * 3 + k, queue=k % 2) for k in range(3)]
+        log.add(small, stamp=1_700_000_000_000 + n)
+        large = big("orders", n, queue=n % 2, size=300 + 170 * n, producer_id="p",
+                    sequence=n // 2)  # per queue: 0, 1, 2
+        if n == 2:
+            log.add_chain(large, stamp=1_700_000_000_100, upto=3)
+            log.noop()
+        log.add_chain(large, stamp=1_700_000_000_100 + n)
+        stored += [*small, large]
+    return log, stored
+
+
+def test_a_chain_is_stored_when_complete_at_its_first_fragment(tmp_path: Path) -> None:
+    log = Log()
+    log.add([encode_admin(CreateTopic("t", 1))])
+    large = big("t", 1, size=950)
+    chain = log.add_chain(large, stamp=1_700_000_000_555)
+    after = log.add([msg("t", 2)], stamp=1_700_000_000_999)
+    assert len(chain) > 5
+    sm = BrokerStateMachine(tmp_path / "s", index_slots=8, index_entries=64)
+    sm.apply(log.entries[:4])
+    assert sm.queue("t", 0) is None  # pending: nothing stored yet
+    assert (sm.applied_index(), sm.checkpoint_index()) == (4, 1)
+    assert sm.results(chain[1].index)[0].outcome == Outcome.FRAGMENT
+    sm.apply(log.entries[4:])
+    (done,) = sm.results(chain[-1].index)
+    assert (done.outcome, done.queue_offset) == (Outcome.STORED, 0)
+    assert sm.results(after.index)[0].queue_offset == 1
+    unit = sm.queue("t", 0).get(0)
+    assert unit.size == len(large) and done.position == unit.position
+    assert chain[0].position < unit.position < chain[1].position  # slice 0 of the first entry
+    commitlog = on_disk(log, tmp_path / "log")
+    assert read_message(commitlog, unit.position, unit.size) == large
+    assert read_message_at(commitlog, unit.position) == large
+    second = sm.queue("t", 0).get(1)
+    assert read_message(commitlog, second.position, second.size) == msg("t", 2)
+    assert read_message_at(commitlog, second.position) == msg("t", 2)
+    commitlog.close()
+    # the store time is fragment 0's entry's stamp
+    assert sm.query_key("big-1", 1_700_000_000_000, 1_700_000_000_600, 4) == [unit.position]
+    assert sm.query_key("big-1", 1_700_000_001_000, 1_700_000_002_000, 4) == []
+    assert sm.checkpoint_index() == sm.applied_index() == after.index
+    sm.close()
+
+
+def test_an_interrupted_chain_is_abandoned_and_the_retry_stored_once(tmp_path: Path) -> None:
+    log = Log()
+    log.add([encode_admin(CreateTopic("t", 1))])
+    large = big("t", 1, size=700, producer_id="p", sequence=0)
+    cut = log.add_chain(large, upto=4)
+    between = log.add([msg("t", 2)])  # another entry between fragments 3 and 4
+    stray = log.add_payload(chain_payloads(large, large[4:20], 1, 100)[4])  # continues nothing
+    retry = log.add_chain(large)     # the producer's retry, same sequence
+    again = log.add_chain(large)     # and a retry of the stored one
+    sm = BrokerStateMachine(tmp_path / "s", index_slots=8, index_entries=64)
+    for e in log.entries:
+        sm.apply([e])
+    assert [sm.results(e.index)[0].outcome for e in cut] == [Outcome.FRAGMENT] * 4
+    assert sm.results(between.index)[0].queue_offset == 0  # the message after them is fine
+    assert sm.results(stray.index)[0].outcome == Outcome.ABANDONED
+    stored = sm.results(retry[-1].index)[0]
+    assert (stored.outcome, stored.queue_offset) == (Outcome.STORED, 1)  # sequence 0 was free
+    duplicate = sm.results(again[-1].index)[0]
+    assert (duplicate.outcome, duplicate.queue_offset) == (Outcome.DUPLICATE, 1)
+    assert sm.queue("t", 0).max_offset == 2
+    commitlog = on_disk(log, tmp_path / "log")
+    unit = sm.queue("t", 0).get(1)
+    assert read_message(commitlog, unit.position, unit.size) == large
+    commitlog.close()
+    sm.close()
+
+
+def test_bad_chains_store_nothing(tmp_path: Path) -> None:
+    log = Log()
+    log.add([encode_admin(CreateTopic("t", 1))])
+    large = big("t", 1, size=300)
+    records = encode_fragments(large, large[4:20], 100)
+    shared = log.add([records[0], msg("t", 2)])  # a fragment must be alone in its entry
+    log.add_payload(chain_payloads(large, large[4:20], 1, 100)[0])
+    wrong_total = log.add_payload(pack_entries([encode_fragments(large + b"x", large[4:20], 100)[1]],
+                                               1)[0])
+    garbage = log.add_chain(b"\x93not a message at all", slice_bytes=8)
+    missing = log.add_chain(big("missing", 2, size=300))
+    sm = BrokerStateMachine(tmp_path / "s", index_slots=8, index_entries=64)
+    sm.apply(log.entries)
+    assert [r.outcome for r in sm.results(shared.index)] == [Outcome.INVALID, Outcome.STORED]
+    assert sm.results(wrong_total.index)[0].outcome == Outcome.ABANDONED
+    assert sm.results(garbage[-1].index)[0].outcome == Outcome.INVALID
+    assert sm.results(missing[-1].index)[0].outcome == Outcome.TOPIC_NOT_EXIST
+    assert sm.queue("t", 0).max_offset == 1 and sm.checkpoint_index() == sm.applied_index()
+    sm.close()
+
+
+def test_chains_in_any_apply_batching_give_identical_files(tmp_path: Path) -> None:
+    log, stored = chain_workload()
+    for name, step in (("one", 1), ("all", len(log.entries)), ("five", 5), ("seven", 7)):
+        sm = BrokerStateMachine(tmp_path / name, cq_units_per_file=4, index_slots=8, index_entries=16)
+        for i in range(0, len(log.entries), step):
+            sm.apply(log.entries[i:i + step])
+        sm.close()
+        if name != "one":
+            files_equal(tmp_path / "one", tmp_path / name)
+    sm = BrokerStateMachine(tmp_path / "one", cq_units_per_file=4, index_slots=8, index_entries=16)
+    commitlog = on_disk(log, tmp_path / "log")
+    for q in (0, 1):
+        cq = sm.queue("orders", q)
+        got = [read_message(commitlog, u.position, u.size) for u in map(cq.get, range(cq.max_offset))]
+        assert got == [m for m in stored if decode_message(m).queue_id == q]
+    commitlog.close()
+    sm.close()
+
+
+def test_replay_with_the_checkpoint_inside_a_chain_gives_the_same_bytes(tmp_path: Path) -> None:
+    log, _ = chain_workload()
+    full = BrokerStateMachine(tmp_path / "full", cq_units_per_file=4, index_slots=8, index_entries=16)
+    full.apply(log.entries)
+    full.close()
+    fragments = [e.index for e in log.entries if e.kind == EntryKind.DATA
+                 and record_kind(unpack_entry(e.body).messages[0]) == RecordKind.FRAGMENT]
+    cut_short = next(e.index for e in log.entries if e.kind == EntryKind.NOOP and e.index > 1)
+    # crash points: in the first chain, in the one a no-op cut short, in a later one, at the end
+    for cut in (fragments[2], cut_short - 1, fragments[-3], len(log.entries)):
+        crashed = tmp_path / f"crashed-{cut}"
+        sm = BrokerStateMachine(crashed, cq_units_per_file=4, index_slots=8, index_entries=16)
+        sm.apply(log.entries[:cut])
+        saved = (crashed / "state.checkpoint").read_bytes()
+        resume = sm.checkpoint_index()
+        sm.apply(log.entries[cut:cut + 9])  # applied past the checkpoint below
+        sm.close()
+        (crashed / "state.checkpoint").write_bytes(saved)
+        again = BrokerStateMachine(crashed, cq_units_per_file=4, index_slots=8, index_entries=16)
+        assert again.applied_index() == resume
+        assert (resume < cut) == (cut != len(log.entries))  # inside a chain: re-applied from its start
+        again.apply(log.entries[resume:])
+        again.close()
+        files_equal(tmp_path / "full", crashed)
+
+
+item = st.one_of(
+    st.lists(record, min_size=1, max_size=4).map(lambda rs: ("batch", rs)),
+    st.builds(lambda i, q, size, upto: ("chain", big("orders", i, queue=q, size=size), upto),
+              st.integers(0, 20), st.integers(0, 3), st.integers(1, 600),
+              st.one_of(st.none(), st.integers(1, 5))),
+    st.just(("noop",)),
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(item, max_size=10), st.integers(1, 6), st.integers(0, 40))
+def test_chains_apply_deterministically_and_replay(items: list[tuple], step: int, crash: int) -> None:  # type: ignore[type-arg]
+    """Chains (some cut short), batches and no-ops: any batching and any crash point
+    give identical files."""
+    log = Log()
+    log.add([encode_admin(CreateTopic("orders", 4))])
+    for it in items:
+        if it[0] == "batch":
+            log.add(it[1])
+        elif it[0] == "chain":
+            log.add_chain(it[1], slice_bytes=64, upto=it[2])
+        else:
+            log.noop()
+    crash = min(crash, len(log.entries))
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for name, k in (("a", len(log.entries)), ("b", step)):
+            sm = BrokerStateMachine(root / name, cq_units_per_file=8, index_slots=8, index_entries=32)
+            for i in range(0, len(log.entries), k):
+                sm.apply(log.entries[i:i + k])
+            sm.close()
+        files_equal(root / "a", root / "b")
+        sm = BrokerStateMachine(root / "c", cq_units_per_file=8, index_slots=8, index_entries=32)
+        sm.apply(log.entries[:crash])
+        saved = (root / "c" / "state.checkpoint").read_bytes()
+        sm.apply(log.entries[crash:])
+        sm.close()
+        (root / "c" / "state.checkpoint").write_bytes(saved)
+        sm = BrokerStateMachine(root / "c", cq_units_per_file=8, index_slots=8, index_entries=32)
+        sm.apply(log.entries[sm.applied_index():])
+        sm.close()
+        files_equal(root / "a", root / "c")

@@ -6,9 +6,10 @@ import asyncio
 
 import pytest
 
-from broker.commands import CreateTopic, encode_admin
-from broker.entry_batch import MessageTooLarge, max_message_bytes, read_stamp
-from broker.message_format import Message, encode_message
+from broker.commands import CreateTopic, RecordKind, encode_admin, record_kind
+from broker.entry_batch import MessageTooLarge, max_message_bytes, read_stamp, unpack_entry
+from broker.fragments import parse_fragment, read_message
+from broker.message_format import Message, decode_message, encode_message
 from broker.state_machine import BrokerStateMachine, Outcome
 from broker.write_path import WritePath
 from dledger.applier import Applier
@@ -80,5 +81,47 @@ def test_store_times_never_go_backwards_across_a_slow_clock(
         await slow.send([encode_admin(CreateTopic("u", 1))])
         last = rlog.read(rlog.committed_index)[-1]
         assert read_stamp(last.body) == 5_000_000_000_000
+
+    asyncio.run(main())
+
+
+def test_large_messages_go_in_chains_among_small_ones_in_order(
+        one_node_broker: tuple[ReplicatedLog, BrokerStateMachine, Applier]) -> None:
+    rlog, machine, applier = one_node_broker
+
+    async def main() -> None:
+        path = WritePath(rlog, machine, applier, linger_ms=5, max_message_bytes=300_000)
+        await path.send([encode_admin(CreateTopic("t", 1))])
+        first = rlog.committed_index + 1
+        sizes = [10, 200_000, 10, 70_000, 10, 10]
+        sends = [path.send([encode_message(Message("t", bytes([i]) * n, 0, keys=(f"k{i}",)))])
+                 for i, n in enumerate(sizes)]
+        results = await asyncio.gather(*sends)
+        assert [r[0].outcome for r in results] == [Outcome.STORED] * len(sizes)
+        assert [r[0].queue_offset for r in results] == list(range(len(sizes)))
+        # each chain's fragments are consecutive entries, alone in them, the message in its place
+        order, chain = [], b""
+        for entry in rlog.read(first, 16 << 20):
+            records = unpack_entry(entry.body).messages
+            if record_kind(records[0]) != RecordKind.FRAGMENT:
+                assert chain == b""
+                order += [decode_message(r).body[0] for r in records]
+                continue
+            (record,) = records
+            fragment = parse_fragment(record)
+            assert (fragment.number == 0) == (chain == b"")
+            chain += fragment.data
+            if len(chain) == fragment.total:
+                order.append(decode_message(chain).body[0])
+                chain = b""
+        assert order == list(range(len(sizes)))
+        cq = machine.queue("t", 0)
+        for off, n in enumerate(sizes):
+            unit = cq.get(off)
+            data = read_message(rlog.commitlog, unit.position, unit.size)
+            assert decode_message(data).body == bytes([off]) * n
+        with pytest.raises(MessageTooLarge, match="300001 bytes exceeds the 300000-byte limit"):
+            await path.send([b"x" * 300_001])
+        assert machine.queue("t", 0).max_offset == len(sizes)
 
     asyncio.run(main())

@@ -166,12 +166,15 @@ class BrokerStateMachine:
                     self._results[entry.index] = results
                     while len(self._results) > RECENT_RESULTS:
                         self._results.popitem(last=False)
-        self._checkpoint()
+        # Listeners first: results and pulls need only the in-memory state, and what
+        # was applied is durable in the log already. The checkpoint's fsyncs then
+        # overlap the next commit (a crash before it only means a longer replay).
         for callback in self.on_applied:
             try:
                 callback(self._applied)
             except Exception:  # a listener must never stop the apply thread
                 log.exception("on_applied listener failed")
+        self._checkpoint()
 
     def apply_gap(self, first_index: int) -> None:
         self._chain = None

@@ -8,10 +8,14 @@
 A message whose encoded bytes do not fit one entry (``entry_batch.max_message_bytes``)
 is split into a chain of fragments (``broker.fragments``), proposed as consecutive
 entries in its place among the batch's records; its caller gets one outcome, the
-result of the last fragment's entry. Batches are written one at a time (the next
-waits until the previous one's outcomes are known) and the entries of one batch
-are proposed back to back, so no other entry from this leader lands between the
-fragments of a chain. There must be one WritePath per ReplicatedLog.
+result of the last fragment's entry. The entries of one batch are proposed back to
+back, in one step of the event loop, so no other entry from this leader lands
+between the fragments of a chain. There must be one WritePath per ReplicatedLog.
+
+Batches are pipelined: a batch is proposed as soon as it is packed, while earlier
+ones are still replicating (at most ``MAX_IN_FLIGHT`` batches), and Raft keeps them
+in proposal order. Callers wait for their entry's apply on the event loop (the
+apply thread wakes them through ``on_applied``), not on threads.
 
 Records are validated by the caller (names, sizes, topic existence is re-checked
 at apply). Concurrent senders share entries (group commit: one fsync and one
@@ -31,9 +35,13 @@ Runs on one asyncio loop; ``send`` must be called from that loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import heapq
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from broker.commands import RecordKind, record_kind
 from broker.entry_batch import MessageTooLarge, max_message_bytes, pack_entries
@@ -44,7 +52,10 @@ from dledger.applier import Applier
 from dledger.errors import OutcomeUnknown
 from dledger.replicated_log import ReplicatedLog
 
-__all__ = ["WritePath"]
+__all__ = ["MAX_IN_FLIGHT", "WritePath"]
+
+#: Batches proposed and not yet answered, at most (back-pressure on senders beyond).
+MAX_IN_FLIGHT = 64
 
 
 @dataclass
@@ -70,6 +81,25 @@ class WritePath:
         self._queue: list[_Pending] = []
         self._flusher: asyncio.Task[None] | None = None
         self._last_stamp = 0
+        self._in_flight: asyncio.Semaphore | None = None
+        self._writes: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []  # heap by index
+        self._tie = itertools.count()
+        machine.on_applied.append(self._on_applied)
+
+    def _on_applied(self, index: int) -> None:
+        """Apply thread: wake the callers waiting for entries up to ``index``."""
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(self._release, index)
+
+    def _release(self, index: int) -> None:
+        while self._waiters and self._waiters[0][0] <= index:
+            fut = heapq.heappop(self._waiters)[2]
+            if not fut.done():
+                fut.set_result(None)
 
     async def send(self, records: Sequence[bytes]) -> list[Applied]:
         """Replicate ``records`` and return their outcomes once applied on this node.
@@ -84,6 +114,9 @@ class WritePath:
                     f"message of {len(r)} bytes exceeds the {self._max_message}-byte limit")
             if len(r) > limit and record_kind(r) != RecordKind.MESSAGE:
                 raise MessageTooLarge(f"record of {len(r)} bytes exceeds the {limit}-byte entry limit")
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+            self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         pending = _Pending(list(records))
         self._queue.append(pending)
         if self._flusher is None or self._flusher.done():
@@ -92,9 +125,20 @@ class WritePath:
 
     async def _flush_soon(self) -> None:
         await asyncio.sleep(self._linger)
+        assert self._in_flight is not None
         while self._queue:
+            await self._in_flight.acquire()
             batch, self._queue = self._queue, []
-            await self._write(batch)
+            # _write proposes before its first await; tasks start in creation order,
+            # so entries are proposed in batch order
+            task = asyncio.get_running_loop().create_task(self._write(batch))
+            self._writes.add(task)
+            task.add_done_callback(self._write_done)
+
+    def _write_done(self, task: asyncio.Task[None]) -> None:
+        self._writes.discard(task)
+        assert self._in_flight is not None
+        self._in_flight.release()
 
     def _stamp(self) -> int:
         # Store times never go backwards, even if this leader's clock is behind the
@@ -104,6 +148,7 @@ class WritePath:
 
     async def _write(self, batch: list[_Pending]) -> None:
         records = [r for p in batch for r in p.records]
+        futures: list[tuple[asyncio.Future[Any], bool]] = []
         try:
             plan = self._plan(records, self._stamp())
             outcomes: list[Applied] = []
@@ -114,6 +159,8 @@ class WritePath:
                 if answers:
                     outcomes.extend(await self._results_of(appended.index))
         except Exception as e:  # every caller in this batch learns the same error
+            for fut, _ in futures:
+                fut.add_done_callback(_retrieve)  # later entries' errors are the same news
             if isinstance(e, TimeoutError):
                 e = OutcomeUnknown("timed out waiting for the entry to commit")
             for p in batch:
@@ -146,9 +193,20 @@ class WritePath:
         return plan
 
     async def _results_of(self, index: int) -> list[Applied]:
-        loop = asyncio.get_running_loop()
-        applied = await loop.run_in_executor(None, self._applier.wait_applied, index, self._timeout)
-        results = self._machine.results(index) if applied else None
+        if self._machine.applied_index() < index:
+            fut = asyncio.get_running_loop().create_future()
+            heapq.heappush(self._waiters, (index, next(self._tie), fut))
+            self._release(self._machine.applied_index())  # applied meanwhile?
+            try:
+                await asyncio.wait_for(fut, self._timeout)
+            except TimeoutError:
+                raise OutcomeUnknown(f"entry {index} committed but was not applied in time") from None
+        results = self._machine.results(index)
         if results is None:
             raise OutcomeUnknown(f"entry {index} committed but its outcome is not available")
         return results
+
+
+def _retrieve(fut: asyncio.Future[object]) -> None:
+    if not fut.cancelled():
+        fut.exception()

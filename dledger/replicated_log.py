@@ -188,6 +188,7 @@ class ReplicatedLog:
             password=c.secret or None,
             bindAddress=c.address,
             autoTickPeriod=0.01,
+            appendEntriesUseBatch=False,  # send at once (and wake the tick thread) on propose
             appendEntriesPeriod=c.heartbeat_ms / 1000,
             appendEntriesBatchSizeBytes=APPEND_BATCH_BYTES,
             raftMinTimeout=lo / 1000,

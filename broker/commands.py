@@ -15,6 +15,8 @@ state command::
      100  [100, topic, queues, perm]                                 create or update a topic
      101  [101, topic]                                               delete a topic
      110  [110, group, topic, queue_id, offset]                      commit a consumer offset
+     121  [121, half_position]                                       roll back a transaction half
+     122  [122, half_position, at_ms]                                a check-back was sent at at_ms
 
 Kinds 1..19 are kept for message format versions. A fragment is always the only
 record of its entry.
@@ -32,11 +34,13 @@ from dataclasses import dataclass
 import msgpack
 
 __all__ = [
+    "CheckHalf",
     "CommitOffset",
     "CreateTopic",
     "DeleteTopic",
     "Perm",
     "RecordKind",
+    "RollbackHalf",
     "decode_admin",
     "encode_admin",
     "record_kind",
@@ -49,6 +53,8 @@ class RecordKind(enum.IntEnum):
     CREATE_TOPIC = 100
     DELETE_TOPIC = 101
     COMMIT_OFFSET = 110
+    ROLLBACK_HALF = 121
+    CHECK_HALF = 122
 
 
 class Perm(enum.IntFlag):
@@ -79,7 +85,18 @@ class CommitOffset:
     offset: int
 
 
-AdminRecord = CreateTopic | DeleteTopic | CommitOffset
+@dataclass(frozen=True, slots=True)
+class RollbackHalf:
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class CheckHalf:
+    position: int
+    at_ms: int
+
+
+AdminRecord = CreateTopic | DeleteTopic | CommitOffset | RollbackHalf | CheckHalf
 
 
 def record_kind(record: bytes) -> int | None:
@@ -103,6 +120,10 @@ def encode_admin(record: AdminRecord) -> bytes:
         row = [RecordKind.CREATE_TOPIC, record.topic, record.queues, int(record.perm)]
     elif isinstance(record, DeleteTopic):
         row = [RecordKind.DELETE_TOPIC, record.topic]
+    elif isinstance(record, RollbackHalf):
+        row = [RecordKind.ROLLBACK_HALF, record.position]
+    elif isinstance(record, CheckHalf):
+        row = [RecordKind.CHECK_HALF, record.position, record.at_ms]
     else:
         row = [RecordKind.COMMIT_OFFSET, record.group, record.topic, record.queue_id, record.offset]
     return msgpack.packb(row, use_bin_type=True)
@@ -136,6 +157,16 @@ def decode_admin(record: bytes) -> AdminRecord:
                     and isinstance(queue_id, int) and isinstance(offset, int) and offset >= 0):
                 raise ValueError("bad commit-offset record")
             return CommitOffset(group, topic, queue_id, offset)
+        if kind == RecordKind.ROLLBACK_HALF:
+            (position,) = args
+            if not (isinstance(position, int) and position >= 0):
+                raise ValueError("bad rollback record")
+            return RollbackHalf(position)
+        if kind == RecordKind.CHECK_HALF:
+            position, at_ms = args
+            if not (isinstance(position, int) and position >= 0 and isinstance(at_ms, int)):
+                raise ValueError("bad check record")
+            return CheckHalf(position, at_ms)
     except (TypeError, ValueError) as e:
         raise ValueError(f"malformed record of kind {kind}: {e}") from None
     raise ValueError(f"unknown record kind {kind!r}")

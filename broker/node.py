@@ -14,6 +14,10 @@ TOML is the group config (``dledger.config``) plus::
                                                  # 4 MiB, at most 64 MiB); a larger one gets
                                                  # MESSAGE_TOO_LARGE. Clients must accept
                                                  # frames of this size plus 64 KiB to pull it.
+    delay_levels = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+                                                 # delayed messages' levels (DELAY=1..N)
+    retry_delays = "10s 30s 1m ... 2h"           # consumer retries: delay before retry k
+                                                 # (the last one repeats); RocketMQ's 16 steps
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import tomllib
 from pathlib import Path
@@ -29,6 +34,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from broker.deferred import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from broker.index_file import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
 from broker.message_format import MAX_MESSAGE_BYTES
 from broker.namesrv import REGISTER_EVERY_S
@@ -47,6 +53,13 @@ log = logging.getLogger("broker.node")
 #: reassembled from its fragments are held in memory whole.
 MAX_MESSAGE_BYTES_LIMIT = 64 * 1024 * 1024
 
+#: TEST ONLY. ``RAFTMQ_TEST_UNSAFE_ACK=1`` in a broker's environment builds the
+#: deliberately BROKEN broker of the chaos suite's self-test: sends are acknowledged
+#: before a majority commits them (``WritePath.unsafe_ack_before_commit``), so
+#: acknowledged messages are lost on failover. Read from the environment only -- no
+#: config file, flag or request can set it. Never set it outside that test.
+UNSAFE_ACK_ENV = "RAFTMQ_TEST_UNSAFE_ACK"
+
 
 def _broker_section(path: Path) -> dict[str, Any]:
     doc = tomllib.loads(path.read_text())
@@ -57,6 +70,11 @@ def _broker_section(path: Path) -> dict[str, Any]:
     if type(limit) is not int or not 1 <= limit <= MAX_MESSAGE_BYTES_LIMIT:
         raise ConfigError(f"{path}: [broker] max_message_bytes must be an integer in "
                           f"1..{MAX_MESSAGE_BYTES_LIMIT}, not {limit!r}")
+    for key in ("delay_levels", "retry_delays"):
+        try:
+            parse_delay_levels(str(section.get(key, DEFAULT_DELAY_LEVELS)))
+        except ValueError as e:
+            raise ConfigError(f"{path}: [broker] {key}: {e}") from None
     return section
 
 
@@ -93,11 +111,14 @@ async def _register_forever(rlog: ReplicatedLog, machine: BrokerStateMachine, li
 
 async def _serve(rlog: ReplicatedLog, machine: BrokerStateMachine, applier: Applier,
                  listen: str, addresses: dict[str, str], namesrvs: list[str],
-                 max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
+                 **options: Any) -> None:
     sig = AppliedSignal(asyncio.get_running_loop())
     machine.on_applied.append(lambda _index: sig.notify())
-    server = BrokerServer(rlog, machine, applier, sig, addresses.get, addresses=addresses,
-                          max_message_bytes=max_message_bytes)
+    server = BrokerServer(rlog, machine, applier, sig, addresses.get, addresses=addresses, **options)
+    if os.environ.get(UNSAFE_ACK_ENV) == "1":
+        log.critical("%s=1: TEST-ONLY BROKEN BUILD -- sends are acknowledged before a majority "
+                     "commits them and acknowledged messages WILL be lost on failover", UNSAFE_ACK_ENV)
+        server.write.unsafe_ack_before_commit = True
     runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()
     host, port = listen.rsplit(":", 1)
@@ -129,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         asyncio.run(_serve(rlog, machine, applier, broker["listen"],
                            dict(broker.get("addresses", {})), list(broker.get("namesrv", [])),
-                           broker.get("max_message_bytes", MAX_MESSAGE_BYTES)))
+                           max_message_bytes=broker.get("max_message_bytes", MAX_MESSAGE_BYTES),
+                           **{k: broker[k] for k in ("delay_levels", "retry_delays") if k in broker}))
     finally:
         applier.stop()
         rlog.close()

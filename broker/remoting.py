@@ -97,6 +97,7 @@ class RequestCode(IntEnum):
     HEARTBEAT = 30
     UNREGISTER_CLIENT = 31
     GET_CONSUMER_LIST = 32
+    CONSUMER_SEND_MSG_BACK = 33  # a failed consumption: retry the message later (or dead-letter it)
     GET_ROUTE = 40
     CREATE_TOPIC = 50
     DELETE_TOPIC = 51

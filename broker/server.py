@@ -34,16 +34,18 @@ import contextlib
 import contextvars
 import itertools
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 import msgpack
 from aiohttp import WSMsgType, web
 
 from broker.commands import CommitOffset, CreateTopic, Perm, encode_admin
 from broker.consumer_registry import ConsumerRegistry
+from broker.deferred import DEFAULT_DELAY_LEVELS, RETRY_DELAYS
+from broker.deferred_service import DEFAULT_MAX_RECONSUME, DeferredService
 from broker.entry_batch import MessageTooLarge, read_stamp
 from broker.fragments import MessageGone, read_message, read_message_at
-from broker.message_format import MAX_MESSAGE_BYTES, MessageFormatError, decode_message
+from broker.message_format import MAX_MESSAGE_BYTES, MessageFormatError, decode_message, encode_message
 from broker.names import InvalidName, validate_group, validate_topic
 from broker.remoting import (
     DEFAULT_MAX_FRAME,
@@ -52,10 +54,12 @@ from broker.remoting import (
     RequestCode,
     ResponseCode,
     decode_frame,
+    ext_bool,
     ext_int,
     ext_ints,
     ext_str,
 )
+from broker.sql_filter import FilterSyntaxError, SqlFilter, compile_filter
 from broker.state_machine import Applied, BrokerStateMachine, Outcome
 from broker.write_path import WritePath
 from dledger.applier import Applier
@@ -120,7 +124,8 @@ class BrokerServer:
     def __init__(self, rlog: ReplicatedLog, machine: BrokerStateMachine, applier: Applier,
                  signal: AppliedSignal, leader_address: Callable[[str], str | None], *,
                  addresses: Mapping[str, str] | None = None,
-                 max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
+                 max_message_bytes: int = MAX_MESSAGE_BYTES, delay_levels: str = DEFAULT_DELAY_LEVELS,
+                 retry_delays: str = RETRY_DELAYS) -> None:
         if max_message_bytes < 1:
             raise ValueError("max_message_bytes must be positive")
         self.max_message_bytes = max_message_bytes
@@ -132,6 +137,10 @@ class BrokerServer:
         self._server_opaques = itertools.count(1)
         self.machine = machine
         self.write = WritePath(rlog, machine, applier, max_message_bytes=max_message_bytes)
+        self.producers = ConsumerRegistry()  # producer groups' connections (transaction checks)
+        self.deferred = DeferredService(rlog, machine, self.write, self.producers,
+                                        delay_levels=delay_levels, retry_delays=retry_delays)
+        self._filters: dict[str, SqlFilter] = {}
         self.signal = signal
         self.leader_address = leader_address
         self._stamps: dict[int, int] = {}  # entry record position -> store time (committed: immutable)
@@ -153,6 +162,8 @@ class BrokerServer:
             RequestCode.SEARCH_OFFSET: self._search_offset,
             RequestCode.UNREGISTER_CLIENT: self._unregister,
             RequestCode.GET_CONSUMER_LIST: self._consumer_list,
+            RequestCode.CONSUMER_SEND_MSG_BACK: self._send_back,
+            RequestCode.END_TRANSACTION: self._end_transaction,
         }
 
     def app(self) -> web.Application:
@@ -163,7 +174,16 @@ class BrokerServer:
                         web.post("/admin/topics", self._admin_create_topic),
                         web.get("/admin/groups/{group}/offsets", self._admin_group),
                         web.get("/admin/messages", self._admin_messages)])
+        app.cleanup_ctx.append(self._background)
         return app
+
+    async def _background(self, app: web.Application) -> AsyncIterator[None]:
+        """The leader's deferred-message loop runs while the server does."""
+        task = asyncio.create_task(self.deferred.run())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
     # -- HTTP ----------------------------------------------------------------------
     async def _healthz(self, request: web.Request) -> web.Response:
@@ -186,6 +206,7 @@ class BrokerServer:
             for task in tasks:
                 task.cancel()
             await self._members_changed(self.consumers.drop_connection(ws))
+            self.producers.drop_connection(ws)
         return ws
 
     async def _read_frames(self, ws: web.WebSocketResponse, tasks: set[asyncio.Task[None]]) -> None:
@@ -249,7 +270,8 @@ class BrokerServer:
                 raise NoLeader("the group has no leader right now; retry shortly")
             raise NotLeader(leader, self.rlog.config.peers[leader])
 
-    def _check_message(self, record: bytes) -> None:
+    def _check_message(self, record: bytes) -> bytes:
+        """The record as it will be stored (delays become a delivery time); raises for bad ones."""
         if len(record) > self.max_message_bytes:
             raise MessageTooLarge(f"message of {len(record)} bytes exceeds this broker's "
                                   f"{self.max_message_bytes}-byte limit (max_message_bytes)")
@@ -261,11 +283,13 @@ class BrokerServer:
         if m.topic not in self.machine.topics:
             raise FrameError(ResponseCode.TOPIC_NOT_EXIST,
                              f"topic {m.topic!r} does not exist; create it first (auto-create is off)")
+        prepared = self.deferred.prepare(m)
+        return record if prepared is m else encode_message(prepared)
 
     async def _send(self, frame: Frame) -> Frame:
         self._require_leader()
-        self._check_message(frame.body)
-        (applied,) = await self._timed_send([frame.body])
+        record = self._check_message(frame.body)
+        (applied,) = await self._timed_send([record])
         return self._answer(frame, applied)
 
     async def _timed_send(self, records: list[bytes]) -> list[Applied]:
@@ -284,10 +308,10 @@ class BrokerServer:
                 raise ValueError("a list of encoded messages")
         except Exception as e:
             raise FrameError(ResponseCode.INVALID_ARGUMENT, f"batch body must be {e}") from None
-        for record in records:  # all checked before anything is proposed
-            self._check_message(record)
+        records = [self._check_message(r) for r in records]  # all checked before anything is proposed
         outcomes = await self._timed_send(records)
-        rows = [[_OUTCOME_CODE[a.outcome], a.queue_id, a.queue_offset, a.reason] for a in outcomes]
+        rows = [[_OUTCOME_CODE[a.outcome], a.queue_id, a.queue_offset, a.reason, a.position]
+                for a in outcomes]
         return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(rows))
 
     def _answer(self, frame: Frame, applied: Applied) -> Frame:
@@ -295,7 +319,7 @@ class BrokerServer:
         if code != ResponseCode.SUCCESS:
             return frame.response(code, remark=applied.reason)
         return frame.response(code, ext={
-            "queueId": applied.queue_id, "queueOffset": applied.queue_offset,
+            "queueId": applied.queue_id, "queueOffset": applied.queue_offset, "position": applied.position,
             "duplicate": applied.outcome == Outcome.DUPLICATE})
 
     async def _create_topic(self, frame: Frame) -> Frame:
@@ -344,6 +368,9 @@ class BrokerServer:
                 raise FrameError(ResponseCode.INVALID_ARGUMENT, "a consumer heartbeat needs clientId")
             subscriptions = {validate_group(g): t for g, t in doc.items()}
         ws = _connection.get()
+        producer_group = ext_str(frame, "producerGroup", None)
+        if producer_group and ws is not None:
+            self.producers.heartbeat(ws, client_id or str(id(ws)), {validate_group(producer_group): []})
         if subscriptions and ws is not None:
             await self._members_changed(self.consumers.heartbeat(ws, client_id, subscriptions))
         return frame.response(ResponseCode.SUCCESS)
@@ -368,6 +395,48 @@ class BrokerServer:
                     with contextlib.suppress(ConnectionError, RuntimeError):
                         await conn.send_bytes(note.encode())
 
+    async def _send_back(self, frame: Frame) -> Frame:
+        """A consumer could not consume the message at ``position``: store a retry copy in
+        %RETRY%group (delayed by the retry schedule) or, past ``maxReconsumeTimes``, in
+        %DLQ%group."""
+        self._require_leader()
+        group = validate_group(ext_str(frame, "group"))
+        position = ext_int(frame, "position", minimum=0)
+        max_times = ext_int(frame, "maxReconsumeTimes", DEFAULT_MAX_RECONSUME, minimum=0, maximum=10_000)
+        try:
+            stored = decode_message(read_message_at(self.rlog.commitlog, position))
+        except (MessageGone, MessageFormatError, ValueError) as e:
+            raise FrameError(ResponseCode.INVALID_ARGUMENT,
+                             f"no message at position {position}: {e}") from None
+        copy = self.deferred.retry_copy(stored, group, max_times)
+        (applied,) = await self.write.send([encode_message(copy)])
+        reply = self._answer(frame, applied)
+        if reply.code != ResponseCode.SUCCESS:
+            return reply
+        return frame.response(ResponseCode.SUCCESS, ext={**reply.ext, "topic": copy.topic,
+                                                         "reconsumeTimes": copy.reconsume})
+
+    async def _end_transaction(self, frame: Frame) -> Frame:
+        """Commit (make the half message visible in its topic) or roll back a transaction."""
+        self._require_leader()
+        position = ext_int(frame, "position", minimum=0)
+        outcome = await self.deferred.end_transaction(position, ext_bool(frame, "commit"))
+        return frame.response(ResponseCode.SUCCESS, ext={"outcome": outcome})
+
+    def _sql_filter(self, expression: str | None) -> SqlFilter | None:
+        if expression is None:
+            return None
+        found = self._filters.get(expression)
+        if found is None:
+            try:
+                found = compile_filter(expression)
+            except FilterSyntaxError as e:
+                raise FrameError(ResponseCode.SUBSCRIPTION_INVALID, str(e)) from None
+            if len(self._filters) > 1024:
+                self._filters.clear()
+            self._filters[expression] = found
+        return found
+
     async def _route(self, frame: Frame) -> Frame:
         """This group's part of a topic's route, in the name server's shape."""
         topic = ext_str(frame, "topic")
@@ -390,6 +459,7 @@ class BrokerServer:
         suspend_s = ext_int(frame, "suspendMs", 0, minimum=0, maximum=MAX_SUSPEND_MS) / 1000
         wanted = ext_ints(frame, "tagHashes", None)
         wanted_set = None if wanted is None else frozenset(wanted)
+        sql = self._sql_filter(ext_str(frame, "sql", None))
         if topic not in self.machine.topics:
             raise FrameError(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
         loop = asyncio.get_running_loop()
@@ -406,22 +476,26 @@ class BrokerServer:
             return frame.response(ResponseCode.PULL_NOT_FOUND, ext={"nextOffset": offset})
         if offset < cq.min_offset:
             return frame.response(ResponseCode.PULL_OFFSET_MOVED, ext={"nextOffset": cq.min_offset})
-        read = cq.read(offset, max_msgs if wanted_set is None else MAX_FILTER_SCAN)
+        filtered = wanted_set is not None or sql is not None
+        read = cq.read(offset, MAX_FILTER_SCAN if filtered else max_msgs)
         units = read.units
         next_offset = read.next_offset
         if wanted_set is not None:
-            units = [(off, u) for off, u in units if u.tag_hash in wanted_set][:max_msgs]
-            if len(units) == max_msgs:
-                next_offset = units[-1][0] + 1
+            units = [(off, u) for off, u in units if u.tag_hash in wanted_set]
         rows: list[list[object]] = []
         size = 0
         for off, unit in units:
             if rows and size + unit.size + _ROW_OVERHEAD > PULL_BODY_BYTES:
                 next_offset = off  # the rest on the next pull
                 break
-            rows.append([off, unit.position, self._store_time(unit.position),
-                         read_message(self.rlog.commitlog, unit.position, unit.size)])
+            data = read_message(self.rlog.commitlog, unit.position, unit.size)
+            if sql is not None and not sql.matches(_properties(data)):
+                continue
+            rows.append([off, unit.position, self._store_time(unit.position), data])
             size += unit.size + _ROW_OVERHEAD
+            if len(rows) == max_msgs and filtered:
+                next_offset = off + 1
+                break
         self.counters["pulled"] += len(rows)
         return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(rows),
                               ext={"nextOffset": next_offset, "maxOffset": max_offset})
@@ -594,3 +668,10 @@ class BrokerServer:
                   ResponseCode.OUTCOME_UNKNOWN: 409}.get(reply.code, 400)
         body: dict[str, object] = {"code": reply.code, "message": reply.remark, **reply.ext}
         return web.json_response(body, status=status)
+
+
+def _properties(data: bytes) -> dict[str, str]:
+    try:
+        return decode_message(data).properties
+    except MessageFormatError:
+        return {}

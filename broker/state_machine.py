@@ -46,19 +46,32 @@ from typing import Any
 import msgpack
 
 from broker.commands import (
+    CheckHalf,
     CommitOffset,
     CreateTopic,
     DeleteTopic,
     Perm,
     RecordKind,
+    RollbackHalf,
     decode_admin,
     record_kind,
 )
 from broker.consume_queue import ConsumeQueue, tag_hash
+from broker.deferred import (
+    PROP_DELAY,
+    PROP_DELIVER_AT,
+    PROP_PGROUP,
+    PROP_SCHEDULED_FROM,
+    PROP_TRAN,
+    PROP_TRANSACTION_OF,
+    Halves,
+    Timers,
+)
 from broker.entry_batch import locate_messages
 from broker.fragments import parse_fragment
 from broker.index_file import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM, IndexHeader, IndexService
-from broker.message_format import MessageFormatError, decode_message
+from broker.message_format import Message, MessageFormatError, decode_message
+from broker.names import DLQ_PREFIX, RETRY_PREFIX, SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 from dledger.durable_file import atomic_write, read_or_none
 from dledger.entry_format import HEADER_SIZE, Entry, EntryKind
 
@@ -135,6 +148,8 @@ class BrokerStateMachine:
             t: TopicConfig(*v) for t, v in state.get("topics", {}).items()}
         self.offsets: dict[str, dict[str, dict[int, int]]] = state.get("offsets", {})
         self._producers: dict[str, list[Any]] = state.get("producers", {})
+        self.timers = Timers(state.get("timers"))
+        self.halves = Halves(state.get("halves"))
         self._restore_queues(state.get("queues", {}))
         self.index = IndexService(store / "index", index_slots, index_entries)
         mark = state.get("index_mark")
@@ -273,11 +288,17 @@ class BrokerStateMachine:
         except MessageFormatError as e:
             return Applied(Outcome.INVALID, reason=str(e))
         topic = self.topics.get(m.topic)
+        if topic is None and m.topic.startswith((RETRY_PREFIX, DLQ_PREFIX)):
+            # a group's retry and dead-letter topics are made on first use (one queue)
+            topic = self.topics[m.topic] = TopicConfig(1, int(Perm.READ_WRITE))
         if topic is None:
+            self._drop_hold(m)
             return Applied(Outcome.TOPIC_NOT_EXIST, reason=f"topic {m.topic!r} does not exist")
         if not topic.perm & Perm.WRITE:
+            self._drop_hold(m)
             return Applied(Outcome.NO_PERMISSION, reason=f"topic {m.topic!r} is not writable")
         if not 0 <= m.queue_id < topic.queues:
+            self._drop_hold(m)
             return Applied(Outcome.INVALID, reason=f"queue {m.queue_id} is not in 0..{topic.queues - 1}")
         key = f"{m.producer_id}\x00{m.topic}\x00{m.queue_id}"
         if m.producer_id is not None:
@@ -289,14 +310,52 @@ class BrokerStateMachine:
             if m.sequence > last_seq + 1:
                 return Applied(Outcome.SEQUENCE_GAP, m.queue_id,
                                reason=f"sequence {m.sequence} after {last_seq}: a gap")
-        cq = self._open_queue(m.topic, m.queue_id)
+        where = self._deferral(m, position, len(record), store_ts_ms)
+        if isinstance(where, Applied):
+            return where
+        store_topic, store_queue = where
+        cq = self._open_queue(store_topic, store_queue)
         queue_offset = cq.max_offset
         cq.append(queue_offset, position, len(record), tag_hash(m.tags))
         self.index.put_keys([*m.keys, m.msg_id.hex()], position, store_ts_ms)
         if m.producer_id is not None:
             recent = ([*recent, [m.sequence, queue_offset]])[-RECENT_SEQUENCES:]
             self._producers[key] = [m.sequence, recent]
-        return Applied(Outcome.STORED, m.queue_id, queue_offset, position)
+        return Applied(Outcome.STORED, store_queue, queue_offset, position)
+
+    def _drop_hold(self, m: Message) -> None:
+        """A released copy that cannot be stored (its topic went away): the hold goes too,
+        or the leader would release it again forever."""
+        released = m.properties.get(PROP_SCHEDULED_FROM, "")
+        if released.isdigit():
+            self.timers.release(int(released))
+        committed = m.properties.get(PROP_TRANSACTION_OF, "")
+        if committed.isdigit():
+            self.halves.resolve(int(committed))
+
+    def _deferral(self, m: Message, position: int, size: int, stamp: int) -> tuple[str, int] | Applied:
+        """Where a valid message is stored: its own queue, or held (delay, transaction half).
+        A released copy whose hold is gone was delivered already: it is not stored again."""
+        props = m.properties
+        released = props.get(PROP_SCHEDULED_FROM)
+        if released is not None:
+            if not (released.isdigit() and self.timers.release(int(released))):
+                return Applied(Outcome.DUPLICATE, m.queue_id, reason="this delayed message was delivered")
+            return m.topic, m.queue_id
+        committed = props.get(PROP_TRANSACTION_OF)
+        if committed is not None:
+            if not (committed.isdigit() and self.halves.resolve(int(committed))):
+                return Applied(Outcome.DUPLICATE, m.queue_id, reason="this transaction was resolved")
+            return m.topic, m.queue_id
+        if props.get(PROP_TRAN) == "true":
+            self.halves.hold(position, size, stamp, props.get(PROP_PGROUP, ""))
+            return TRANS_HALF_TOPIC, 0
+        due = props.get(PROP_DELIVER_AT, "")
+        if due.isdigit() and int(due) > stamp:
+            self.timers.hold(position, size, int(due))
+            level = props.get(PROP_DELAY, "")
+            return SCHEDULE_TOPIC, int(level) if level.isdigit() and int(level) < 1024 else 0
+        return m.topic, m.queue_id
 
     def _apply_admin(self, record: bytes) -> Applied:
         try:
@@ -315,6 +374,11 @@ class BrokerStateMachine:
                     return Applied(Outcome.TOPIC_NOT_EXIST, reason=f"no topic {cmd.topic!r}")
                 self.offsets.setdefault(cmd.group, {}).setdefault(cmd.topic, {})[cmd.queue_id] = (
                     cmd.offset)
+            elif isinstance(cmd, RollbackHalf):
+                if not self.halves.resolve(cmd.position):
+                    return Applied(Outcome.DUPLICATE, reason="the transaction was already resolved")
+            elif isinstance(cmd, CheckHalf) and not self.halves.checked(cmd.position, cmd.at_ms):
+                return Applied(Outcome.DUPLICATE, reason="the transaction was already resolved")
         return Applied(Outcome.DONE)
 
     # -- queues and checkpoint -----------------------------------------------------
@@ -368,5 +432,7 @@ class BrokerStateMachine:
                 "queues": queues,
                 "offsets": self.offsets,
                 "producers": self._producers,
+                "timers": self.timers.state(),
+                "halves": self.halves.state(),
             }
         atomic_write(self._checkpoint_path, msgpack.packb(state, use_bin_type=True))

@@ -5,10 +5,12 @@
     r = p.send(Message("orders", b"...", tags="paid", keys=["order-42"]), shard_key="order-42")
 """
 
+from client.aio.transaction import LocalTransactionState, TransactionResult
 from client.errors import ClientError
 from client.message import ConsumeStatus, Message, ReceivedMessage, SendResult, SendStatus
 from client.queues import MessageQueue
-from client.sync import Admin, Producer, PullConsumer, PushConsumer
+from client.sync import Admin, Producer, PullConsumer, PushConsumer, TransactionProducer
 
-__all__ = ["Admin", "ClientError", "ConsumeStatus", "Message", "MessageQueue", "Producer", "PullConsumer",
-           "PushConsumer", "ReceivedMessage", "SendResult", "SendStatus"]
+__all__ = ["Admin", "ClientError", "ConsumeStatus", "LocalTransactionState", "Message", "MessageQueue",
+           "Producer", "PullConsumer", "PushConsumer", "ReceivedMessage", "SendResult", "SendStatus",
+           "TransactionProducer", "TransactionResult"]

@@ -36,13 +36,27 @@ _HOST = socket.gethostname()
 
 @dataclass(slots=True)
 class Message:
-    """A message to send. ``keys`` are indexed (query by key); ``tags`` filter consumers."""
+    """A message to send. ``keys`` are indexed (query by key); ``tags`` filter consumers.
+
+    ``delay_level`` (1..18 by default: 1s 5s 10s 30s 1m ... 2h) or ``deliver_at_ms`` (an
+    absolute time at most 3 days ahead) hold the message on the broker until then.
+    """
 
     topic: str
     body: bytes
     tags: str | None = None
     keys: Sequence[str] = ()
     properties: Mapping[str, str] = field(default_factory=dict)
+    delay_level: int | None = None
+    deliver_at_ms: int | None = None
+
+    def wire_properties(self) -> dict[str, str]:
+        props = dict(self.properties)
+        if self.delay_level is not None:
+            props["DELAY"] = str(self.delay_level)
+        if self.deliver_at_ms is not None:
+            props["TIMER_DELIVER_MS"] = str(self.deliver_at_ms)
+        return props
 
 
 class SendStatus(enum.Enum):
@@ -56,6 +70,7 @@ class SendResult:
     queue: MessageQueue
     queue_offset: int
     duplicate: bool = False  # an idempotent retry found the message already stored
+    position: int = -1       # its CommitLog position (a transaction's half is named by it)
 
     @property
     def queue_id(self) -> int:
@@ -97,7 +112,7 @@ def encode_for_send(m: Message, queue_id: int, msg_id: bytes, born_ms: int,
         if len(packed) < len(body):
             body, flag = packed, FLAG_COMPRESSED
     return encode_message(StoredMessage(
-        m.topic, body, queue_id, m.tags or None, tuple(m.keys), dict(m.properties), msg_id, flag,
+        m.topic, body, queue_id, m.tags or None, tuple(m.keys), m.wire_properties(), msg_id, flag,
         born_ms, _HOST, producer_id, sequence))
 
 
@@ -107,8 +122,10 @@ def decode_received(data: bytes, queue: MessageQueue, queue_offset: int, positio
     body = zlib.decompress(s.body) if s.flag & FLAG_COMPRESSED else s.body
     if queue.queue_id != s.queue_id:  # a query knows the group, the stored bytes the queue
         queue = MessageQueue(queue.topic, queue.group, s.queue_id)
-    return ReceivedMessage(s.topic, body, s.tags, s.keys, s.properties, s.msg_id.hex(), queue,
-                           queue_offset, position, store_ms, s.born_ts_ms, s.born_host, s.reconsume)
+    # a retried message shows its original topic (it arrives through %RETRY%group)
+    return ReceivedMessage(s.properties.get("RETRY_TOPIC", s.topic), body, s.tags, s.keys, s.properties,
+                           s.msg_id.hex(), queue, queue_offset, position, store_ms, s.born_ts_ms,
+                           s.born_host, s.reconsume)
 
 
 def new_msg_id() -> bytes:

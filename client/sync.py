@@ -18,7 +18,7 @@ from client.aio.push_consumer import AsyncPushConsumer, Listener
 from client.message import Message, ReceivedMessage, SendResult
 from client.queues import MessageQueue
 
-__all__ = ["Admin", "Producer", "PullConsumer", "PushConsumer"]
+__all__ = ["Admin", "Producer", "PullConsumer", "PushConsumer", "TransactionProducer"]
 
 T = TypeVar("T")
 
@@ -194,3 +194,20 @@ class Admin:
 
 async def _call(fn: Callable[..., T], *args: Any) -> T:
     return fn(*args)
+
+
+class TransactionProducer(Producer):
+    """``TransactionProducer(namesrv=..., group=..., listener=obj)`` where ``obj`` has
+    ``execute_local_transaction(message, arg)`` and ``check_local_transaction(message)``
+    returning ``LocalTransactionState``; see ``client.aio.transaction``."""
+
+    def __init__(self, namesrv: str | Sequence[str] | None = None, group: str = "DEFAULT_TX_PRODUCER",
+                 **options: Any) -> None:
+        from client.aio.transaction import AsyncTransactionProducer
+
+        self._loop = _Loop(f"tx-producer-{group}")
+        self._p = self._loop.make(lambda: AsyncTransactionProducer(namesrv, group, **options))
+
+    def send_in_transaction(self, message: Message, arg: Any = None,
+                            shard_key: str | None = None) -> Any:
+        return self._loop.run(self._p.send_in_transaction(message, arg, shard_key))  # type: ignore[attr-defined]

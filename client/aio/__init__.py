@@ -5,6 +5,8 @@ from client.aio.core import ClientCore
 from client.aio.producer import AsyncProducer
 from client.aio.pull_consumer import AsyncPullConsumer, PullResult
 from client.aio.push_consumer import AsyncPushConsumer, ConsumeContext
+from client.aio.transaction import AsyncTransactionProducer, LocalTransactionState, TransactionListener
 
-__all__ = ["AsyncAdmin", "AsyncProducer", "AsyncPullConsumer", "AsyncPushConsumer", "ClientCore",
-           "ConsumeContext", "PullResult", "QueueProgress"]
+__all__ = ["AsyncAdmin", "AsyncProducer", "AsyncPullConsumer", "AsyncPushConsumer",
+           "AsyncTransactionProducer", "ClientCore", "ConsumeContext", "LocalTransactionState", "PullResult",
+           "QueueProgress", "TransactionListener"]

@@ -42,9 +42,12 @@ class ClientCore:
         self.routes = RouteBook(self.pool, ns, list(servers or []), route_refresh_s, address_map)
         self.request_timeout = request_timeout
         self.on_notify: list[Callable[[str], None]] = []
+        self.on_check_transaction: Callable[[str, Frame], None] | None = None
 
     def _on_request(self, address: str, frame: Frame) -> None:
-        if frame.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+        if frame.code == RequestCode.CHECK_TRANSACTION and self.on_check_transaction is not None:
+            self.on_check_transaction(address, frame)
+        elif frame.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
             group = frame.ext.get("group")
             for cb in self.on_notify:
                 cb(group if isinstance(group, str) else "")

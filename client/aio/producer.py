@@ -154,12 +154,14 @@ class QueueSender:
         rows = msgpack.unpackb(reply.body)
         refused_as_gap: list[_Item] = []
         broken = False
-        for item, (code, _queue_id, offset, reason) in zip(batch, rows, strict=True):
+        for item, row in zip(batch, rows, strict=True):
+            code, offset, reason = row[0], row[2], row[3]
             if code == ResponseCode.SUCCESS:
                 if not item.future.done():
                     item.future.set_result(SendResult(
                         SendStatus.SEND_OK, item.msg_id.hex(), self.queue, offset,
-                        duplicate=bool(reason) and "already stored" in reason))
+                        duplicate=bool(reason) and "already" in reason,
+                        position=row[4] if len(row) > 4 else -1))
             elif code == ResponseCode.SEQUENCE_GAP and broken:
                 refused_as_gap.append(item)  # only because an earlier one was refused
             else:
@@ -323,7 +325,8 @@ class AsyncProducer:
             sender = self._senders[queue] = QueueSender(self.core, queue, self._base)
         loop = asyncio.get_running_loop()
         deadline = Deadline(self.send_timeout)
-        items = [_Item(Message(m.topic, bytes(m.body), m.tags, tuple(m.keys), dict(m.properties)),
+        items = [_Item(Message(m.topic, bytes(m.body), m.tags, tuple(m.keys), dict(m.properties),
+                               m.delay_level, m.deliver_at_ms),
                        loop.create_future(), deadline) for m in messages]
         sender.submit(items)
         outcomes = await asyncio.gather(*(i.future for i in items), return_exceptions=True)

@@ -39,12 +39,14 @@ class PullResult:
 
 async def fetch(core: ClientCore, queue: MessageQueue, offset: int, *, max_msgs: int = 32,
                 suspend_s: float = 0.0, selector: TagSelector | None = None,
-                read_from: str = "follower") -> PullResult:
+                read_from: str = "follower", sql: str | None = None) -> PullResult:
     ext: dict[str, object] = {"topic": queue.topic, "queueId": queue.queue_id, "offset": offset,
                               "maxMsgs": max_msgs, "suspendMs": int(suspend_s * 1000)}
     hashes = selector.hashes() if selector is not None else None
     if hashes is not None:
         ext["tagHashes"] = hashes
+    if sql is not None:
+        ext["sql"] = sql  # SQL92 on properties, evaluated by the broker
     reply = await core.read_request(queue.group, RequestCode.PULL_MESSAGE, ext, read_from=read_from,
                                     affinity=str(queue), timeout=suspend_s + core.request_timeout,
                                     ok=_PULL_OK)

@@ -32,15 +32,18 @@ from typing import Any
 
 import msgpack
 
+from broker.names import retry_topic
 from broker.remoting import RequestCode
+from broker.sql_filter import FilterSyntaxError, compile_filter
 from client.aio.core import READ_FROM, ClientCore
 from client.aio.pull_consumer import commit_offset, committed_offset, fetch, queue_offsets
-from client.aio.routes import PERM_READ
-from client.errors import ClientError
+from client.aio.routes import PERM_READ, TopicRoute
+from client.backoff import Deadline
+from client.errors import ClientError, RouteNotFoundError, TopicNotExistError
 from client.message import ConsumeStatus, ReceivedMessage
 from client.queues import MessageQueue
 from client.rebalance import STRATEGIES
-from client.tag_filter import parse_tags
+from client.tag_filter import SubscriptionError, parse_tags
 
 __all__ = ["AsyncPushConsumer", "ConsumeContext", "Listener"]
 
@@ -88,6 +91,7 @@ class AsyncPushConsumer:
                  heartbeat_interval: float = 10.0, pull_batch: int = 32, consume_threads: int = 20,
                  max_cached_messages: int = 1000, max_cached_bytes: int = 100 << 20,
                  suspend_s: float = 1.0, long_poll_s: float = 15.0, instance_name: str = "DEFAULT",
+                 sql: str | None = None, max_reconsume_times: int = 16,
                  offset_store_dir: str | os.PathLike[str] | None = None,
                  address_map: Mapping[str, str] | None = None,
                  core: ClientCore | None = None) -> None:
@@ -103,6 +107,15 @@ class AsyncPushConsumer:
             raise ValueError(f"from_where must be 'first', 'last' or a timestamp in ms, got {from_where!r}")
         self.group, self.topic = group, topic
         self.selector = parse_tags(selector)
+        self.sql = sql
+        if sql is not None:
+            try:
+                compile_filter(sql)
+            except FilterSyntaxError as e:
+                raise SubscriptionError(str(e)) from None
+        self.max_reconsume_times = max_reconsume_times
+        # clustering consumers also consume their group's retry topic (failed messages come back)
+        self.topics = [topic] + ([retry_topic(group)] if model == "clustering" else [])
         self.orderly, self.from_where, self.model = orderly, from_where, model
         self.read_from, self.allocate = read_from, STRATEGIES[allocate]
         self.rebalance_interval, self.commit_interval = rebalance_interval, commit_interval
@@ -186,9 +199,17 @@ class AsyncPushConsumer:
         if group == self.group:
             self._rebalance_now.set()
 
+    async def _routes(self) -> list[TopicRoute]:
+        """Routes of the topic and of the retry topic once it exists."""
+        routes = [await self.core.routes.route(self.topic, refresh=True)]
+        for extra in self.topics[1:]:
+            with contextlib.suppress(TopicNotExistError, RouteNotFoundError):
+                routes.append(await self.core.routes.route(extra, refresh=True))
+        return routes
+
     async def _heartbeat_once(self) -> None:
         route = await self.core.routes.route(self.topic)
-        body = msgpack.packb({self.group: [self.topic]})
+        body = msgpack.packb({self.group: self.topics})
         for g in route.groups:
             for address in g.addresses:
                 with contextlib.suppress(ClientError):
@@ -216,12 +237,12 @@ class AsyncPushConsumer:
     async def _rebalance(self) -> None:
         if self._stopping:
             return
-        route = await self.core.routes.route(self.topic, refresh=True)
-        queues = route.queues(PERM_READ)
+        routes = await self._routes()
+        queues = [q for r in routes for q in r.queues(PERM_READ)]
         if self.model == "broadcasting":
             mine = set(queues)
         else:
-            members = await self._members([g.group for g in route.groups])
+            members = await self._members([g.group for g in routes[0].groups])
             mine = set(self.allocate(self.client_id, members, queues))
         for q in [q for q in self._queues if q not in mine]:
             log.info("%s: %s is no longer ours", self.client_id, q)
@@ -274,9 +295,10 @@ class AsyncPushConsumer:
                 await asyncio.sleep(0.05)  # flow control: the listener is behind
                 continue
             try:
+                main = pq.queue.topic == self.topic  # the retry topic takes everything
                 result = await fetch(self.core, pq.queue, pq.next_offset, max_msgs=self.pull_batch,
-                                     suspend_s=self.long_poll_s, selector=self.selector,
-                                     read_from=self.read_from)
+                                     suspend_s=self.long_poll_s, selector=self.selector if main else None,
+                                     read_from=self.read_from, sql=self.sql if main else None)
                 failures = 0
             except ClientError as e:
                 failures += 1
@@ -310,15 +332,32 @@ class AsyncPushConsumer:
         return status
 
     async def _consume_one(self, pq: _ProcessQueue, m: ReceivedMessage) -> None:
-        """Concurrent mode: consume until SUCCESS (later: the retry topic takes over)."""
+        """Concurrent mode: a failed message goes back to the broker, which redelivers it
+        through the group's retry topic on the retry schedule (dead-letters it after
+        ``max_reconsume_times``); if that fails, it is retried here after ``suspend_s``."""
         async with self._slots:
             attempt = 0
             while not pq.dropped:
                 if await self._call_listener(pq, m, attempt) == ConsumeStatus.SUCCESS:
                     pq.done(m.queue_offset)
                     return
+                if self.model == "clustering" and await self._send_back(m):
+                    pq.done(m.queue_offset)
+                    return
                 attempt += 1
                 await asyncio.sleep(self.suspend_s)
+
+    async def _send_back(self, m: ReceivedMessage) -> bool:
+        try:
+            await self.core.leader_request(
+                m.queue.group, RequestCode.CONSUMER_SEND_MSG_BACK,
+                {"group": self.group, "position": m.commit_log_offset,
+                 "maxReconsumeTimes": self.max_reconsume_times},
+                deadline=Deadline(5.0), topic=m.queue.topic)
+            return True
+        except ClientError as e:
+            log.warning("could not send %s back for a retry (retrying here): %s", m.msg_id, e)
+            return False
 
     async def _orderly_loop(self, pq: _ProcessQueue) -> None:
         """Orderly mode: one message at a time, in queue order; a failure blocks the queue."""

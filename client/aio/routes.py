@@ -185,6 +185,9 @@ class RouteBook:
         rest = [a for a in self.replicas(group) if a != leader]
         return ([leader] if leader else []) + rest
 
+    def known_groups(self) -> list[str]:
+        return sorted(self._replicas)
+
     def register_group(self, group: str, addresses: Sequence[str]) -> None:
         self._replicas[group] = sorted(self._map.get(a, a) for a in addresses)
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
+from broker.server import AppliedSignal, BrokerServer
 from broker.state_machine import BrokerStateMachine
 from dledger.applier import Applier
 from dledger.config import GroupConfig
@@ -32,3 +36,35 @@ def one_node_broker(tmp_path: Path) -> Iterator[tuple[ReplicatedLog, BrokerState
         applier.stop()
         rlog.close()
         machine.close()
+
+
+@pytest.fixture
+def broker(one_node_broker, request) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    """A BrokerServer on 127.0.0.1 (its own loop thread) over ``one_node_broker``; a test
+    module may set ``BROKER_OPTIONS`` (BrokerServer keyword arguments)."""
+    rlog, machine, applier = one_node_broker
+    options = getattr(request.module, "BROKER_OPTIONS", {})
+    loop = asyncio.new_event_loop()
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    runner_box: list[web.AppRunner] = []
+
+    async def up() -> None:
+        signal = AppliedSignal(asyncio.get_running_loop())
+        machine.on_applied.append(lambda _i: signal.notify())
+        server = BrokerServer(rlog, machine, applier, signal, lambda n: address,
+                              addresses={rlog.config.node: address}, **options)
+        runner = web.AppRunner(server.app())
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        runner_box.append(runner)
+
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(up(), loop).result(10)
+    try:
+        yield address
+    finally:
+        asyncio.run_coroutine_threadsafe(runner_box[0].cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)

@@ -5,45 +5,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
-from aiohttp import web
 
-from broker.server import AppliedSignal, BrokerServer
 from client import Admin, ConsumeStatus, Message, Producer, PullConsumer, PushConsumer
 from client.aio import AsyncProducer, AsyncPullConsumer
 from client.errors import InvalidNameError, MessageTooLargeError, TopicNotExistError
-from dledger.local_group import free_port
-
-
-@pytest.fixture
-def broker(one_node_broker) -> Iterator[str]:  # type: ignore[no-untyped-def]
-    rlog, machine, applier = one_node_broker
-    loop = asyncio.new_event_loop()
-    port = free_port()
-    address = f"127.0.0.1:{port}"
-    runner_box: list[web.AppRunner] = []
-
-    async def up() -> None:
-        signal = AppliedSignal(asyncio.get_running_loop())
-        machine.on_applied.append(lambda _i: signal.notify())
-        server = BrokerServer(rlog, machine, applier, signal, lambda n: address,
-                              addresses={rlog.config.node: address})
-        runner = web.AppRunner(server.app())
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        runner_box.append(runner)
-
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    asyncio.run_coroutine_threadsafe(up(), loop).result(10)
-    try:
-        yield address
-    finally:
-        asyncio.run_coroutine_threadsafe(runner_box[0].cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
 
 
 def wait_until(predicate, timeout: float = 15.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]

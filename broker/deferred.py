@@ -1,0 +1,153 @@
+"""Messages whose delivery is deferred: delayed (and retried) messages, transaction halves.
+
+Both are replicated state of the apply step, so a new leader continues exactly where
+the old one stopped: nothing is skipped, nothing delivered twice.
+
+Reserved message properties (a client may not set ``__`` properties; the server
+refuses them, so only the leader writes them):
+
+    DELAY                 level 1..N asked by the producer (the leader turns it into
+    TIMER_DELIVER_MS      / an absolute time, up to 3 days ahead)
+    __DELIVER_AT_MS       set by the leader: hold the message until this time
+    __SCHEDULED_FROM      on a delivered copy: the CommitLog position of the held message
+    TRAN_MSG, PGROUP      a transaction half message and its producer group
+    __TRANSACTION_OF      on a committed copy: the position of the half message
+    RETRY_TOPIC           a retried message's original topic (shown to consumers as its topic)
+
+Delayed: a message with ``__DELIVER_AT_MS`` later than its store time is stored in
+``SCHEDULE_TOPIC_XXXX`` (queue = level - 1; the last queue for absolute times) and
+held in ``Timers`` by position. The leader's scheduler proposes a copy carrying
+``__SCHEDULED_FROM``; applying the copy releases the hold -- a second copy (two
+leaders, a retried proposal) finds no hold and is not stored.
+
+Transactions: a half message is stored in ``RMQ_SYS_TRANS_HALF_TOPIC`` and held in
+``Halves``. Commit proposes a copy carrying ``__TRANSACTION_OF`` (stored only while
+the half is held); rollback and each check-back are records (see broker.commands).
+After ``MAX_CHECKS`` unanswered checks the leader rolls back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = [
+    "DEFAULT_DELAY_LEVELS",
+    "MAX_CHECKS",
+    "MAX_TIMER_AHEAD_MS",
+    "RETRY_DELAYS",
+    "TRANSACTION_TIMEOUT_MS",
+    "Halves",
+    "Held",
+    "Timers",
+    "parse_delay_levels",
+    "retry_delay_ms",
+]
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+#: The retry schedule of reconsume times 1..16 (RocketMQ's delay levels 3..18); then 2 h.
+RETRY_DELAYS = "10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+MAX_TIMER_AHEAD_MS = 3 * 24 * 3600 * 1000
+TRANSACTION_TIMEOUT_MS = 6_000
+MAX_CHECKS = 15
+
+PROP_DELAY = "DELAY"
+PROP_TIMER = "TIMER_DELIVER_MS"
+PROP_DELIVER_AT = "__DELIVER_AT_MS"
+PROP_SCHEDULED_FROM = "__SCHEDULED_FROM"
+PROP_TRAN = "TRAN_MSG"
+PROP_PGROUP = "PGROUP"
+PROP_TRANSACTION_OF = "__TRANSACTION_OF"
+PROP_RETRY_TOPIC = "RETRY_TOPIC"
+
+_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(text: str) -> list[int]:
+    """``"1s 5s 100ms 2h"`` -> milliseconds per level; ValueError names a bad item."""
+    out = []
+    for item in text.split():
+        unit = "ms" if item.endswith("ms") else item[-1:]
+        number = item[: -len(unit)] if unit in _UNITS else ""
+        if not number.isdigit() or int(number) <= 0:
+            raise ValueError(f"delay level {item!r} is not like 500ms, 10s, 5m, 2h or 1d")
+        out.append(int(number) * _UNITS[unit])
+    if not out:
+        raise ValueError("at least one delay level is needed")
+    return out
+
+
+def retry_delay_ms(reconsume_times: int, schedule: list[int]) -> int:
+    """Delay before the ``reconsume_times``-th redelivery (1-based); the last step repeats."""
+    return schedule[min(max(reconsume_times, 1), len(schedule)) - 1]
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    position: int
+    size: int
+    due_ms: int          # timers: deliver at; halves: next check at
+    checks: int = 0      # halves: check-backs sent
+    group: str = ""      # halves: producer group
+
+
+class Timers:
+    """Delayed messages held until their time, by CommitLog position (replicated state)."""
+
+    def __init__(self, state: Mapping[int, list[int]] | None = None) -> None:
+        self._held: dict[int, Held] = {int(p): Held(int(p), v[0], v[1]) for p, v in (state or {}).items()}
+
+    def hold(self, position: int, size: int, due_ms: int) -> None:
+        self._held[position] = Held(position, size, due_ms)
+
+    def release(self, position: int) -> bool:
+        return self._held.pop(position, None) is not None
+
+    def due(self, now_ms: int, limit: int) -> list[Held]:
+        ready = sorted((h for h in self._held.values() if h.due_ms <= now_ms),
+                       key=lambda h: (h.due_ms, h.position))
+        return ready[:limit]
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def __contains__(self, position: int) -> bool:
+        return position in self._held
+
+    def state(self) -> dict[int, list[int]]:
+        return {p: [h.size, h.due_ms] for p, h in sorted(self._held.items())}
+
+
+class Halves:
+    """Transaction half messages awaiting commit or rollback (replicated state)."""
+
+    def __init__(self, state: Mapping[int, list[object]] | None = None) -> None:
+        self._held: dict[int, Held] = {}
+        for p, v in (state or {}).items():
+            size, due, checks, group = v
+            self._held[int(p)] = Held(int(p), int(size), int(due), int(checks), str(group))  # type: ignore[call-overload]
+
+    def hold(self, position: int, size: int, stored_ms: int, group: str) -> None:
+        self._held[position] = Held(position, size, stored_ms + TRANSACTION_TIMEOUT_MS, 0, group)
+
+    def resolve(self, position: int) -> bool:
+        return self._held.pop(position, None) is not None
+
+    def checked(self, position: int, at_ms: int) -> bool:
+        h = self._held.get(position)
+        if h is None:
+            return False
+        self._held[position] = Held(h.position, h.size, at_ms + TRANSACTION_TIMEOUT_MS, h.checks + 1, h.group)
+        return True
+
+    def get(self, position: int) -> Held | None:
+        return self._held.get(position)
+
+    def due(self, now_ms: int) -> list[Held]:
+        return sorted((h for h in self._held.values() if h.due_ms <= now_ms), key=lambda h: h.position)
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def state(self) -> dict[int, list[object]]:
+        return {p: [h.size, h.due_ms, h.checks, h.group] for p, h in sorted(self._held.items())}

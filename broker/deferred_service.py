@@ -1,0 +1,192 @@
+"""The leader's side of deferred messages: turning requests into held messages, and
+releasing them when due (see ``broker.deferred`` for the replicated state).
+
+    send with DELAY / TIMER_DELIVER_MS ─▶ prepare(): __DELIVER_AT_MS = leader's now + delay
+    CONSUMER_SEND_MSG_BACK ─▶ retry_copy(): %RETRY%group, reconsume + 1, delayed by the
+                              retry schedule; %DLQ%group after the group's max
+    END_TRANSACTION ─▶ committed_copy() (stored while the half is held) | RollbackHalf
+    every TICK_S, on the leader only:
+        Timers.due(now)  ─▶ a copy of each message with __SCHEDULED_FROM ─▶ its topic
+        Halves.due(now)  ─▶ CHECK_TRANSACTION to a live producer of the group + CheckHalf;
+                            RollbackHalf after MAX_CHECKS checks
+
+Every step is a proposal through the WritePath and its effect happens at apply, so a
+leader change in the middle loses nothing and duplicates nothing (a second copy of a
+released message finds no hold and is not stored).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from aiohttp import web
+
+from broker.commands import CheckHalf, RollbackHalf, encode_admin
+from broker.consumer_registry import ConsumerRegistry
+from broker.deferred import (
+    DEFAULT_DELAY_LEVELS,
+    MAX_CHECKS,
+    MAX_TIMER_AHEAD_MS,
+    PROP_DELAY,
+    PROP_DELIVER_AT,
+    PROP_PGROUP,
+    PROP_RETRY_TOPIC,
+    PROP_SCHEDULED_FROM,
+    PROP_TIMER,
+    PROP_TRAN,
+    PROP_TRANSACTION_OF,
+    RETRY_DELAYS,
+    parse_delay_levels,
+    retry_delay_ms,
+)
+from broker.fragments import MessageGone, read_message
+from broker.message_format import Message, decode_message, encode_message
+from broker.names import dlq_topic, retry_topic
+from broker.remoting import Frame, FrameError, RequestCode, ResponseCode
+from broker.state_machine import BrokerStateMachine
+from broker.write_path import WritePath
+from dledger.replicated_log import ReplicatedLog
+
+__all__ = ["DEFAULT_MAX_RECONSUME", "TICK_S", "DeferredService"]
+
+log = logging.getLogger("broker.deferred")
+
+TICK_S = 0.1
+DEFAULT_MAX_RECONSUME = 16
+_INTERNAL = (PROP_DELIVER_AT, PROP_SCHEDULED_FROM, PROP_TRANSACTION_OF)
+
+
+def _without(props: dict[str, str], *names: str) -> dict[str, str]:
+    return {k: v for k, v in props.items() if k not in names}
+
+
+class DeferredService:
+    def __init__(self, rlog: ReplicatedLog, machine: BrokerStateMachine, write: WritePath,
+                 producers: ConsumerRegistry, *, delay_levels: str = DEFAULT_DELAY_LEVELS,
+                 retry_delays: str = RETRY_DELAYS,
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+        self.rlog, self.machine, self.write, self.producers = rlog, machine, write, producers
+        self.levels = parse_delay_levels(delay_levels)
+        self.retry_schedule = parse_delay_levels(retry_delays)
+        self.clock_ms = clock_ms
+        self._opaques = 0
+
+    # -- requests --------------------------------------------------------------------
+    def prepare(self, m: Message) -> Message:
+        """A producer's message as the leader stores it: delays become a delivery time.
+        Raises FrameError for reserved properties or a bad delay."""
+        bad = [k for k in m.properties if k.startswith("__")]
+        if bad:
+            raise FrameError(ResponseCode.INVALID_ARGUMENT,
+                             f"properties starting with '__' are reserved for the broker: {bad}")
+        level, timer = m.properties.get(PROP_DELAY), m.properties.get(PROP_TIMER)
+        if level is None and timer is None:
+            return m
+        now = self.clock_ms()
+        if level is not None:
+            if not (level.isdigit() and 1 <= int(level) <= len(self.levels)):
+                raise FrameError(ResponseCode.INVALID_ARGUMENT,
+                                 f"DELAY must be a level 1..{len(self.levels)}, got {level!r}")
+            at = now + self.levels[int(level) - 1]
+        else:
+            assert timer is not None
+            if not timer.isdigit() or int(timer) > now + MAX_TIMER_AHEAD_MS:
+                raise FrameError(ResponseCode.INVALID_ARGUMENT,
+                                 f"TIMER_DELIVER_MS must be a time in ms at most 3 days ahead, got {timer!r}")
+            at = int(timer)
+        return Message(**{**_fields(m), "properties": {**m.properties, PROP_DELIVER_AT: str(at)}})
+
+    def retry_copy(self, stored: Message, group: str, max_reconsume: int) -> Message:
+        """The message a failed consumption sends back: retried later, or dead-lettered."""
+        times = stored.reconsume + 1
+        origin = stored.properties.get(PROP_RETRY_TOPIC, stored.topic)
+        props = {**_without(stored.properties, *_INTERNAL, PROP_DELAY, PROP_TIMER), PROP_RETRY_TOPIC: origin}
+        if times > max_reconsume:
+            return Message(**{**_fields(stored), "topic": dlq_topic(group), "queue_id": 0,
+                              "properties": props, "reconsume": times,
+                              "producer_id": None, "sequence": None})
+        at = self.clock_ms() + retry_delay_ms(times, self.retry_schedule)
+        props[PROP_DELIVER_AT] = str(at)
+        return Message(**{**_fields(stored), "topic": retry_topic(group), "queue_id": 0,
+                          "properties": props, "reconsume": times, "producer_id": None, "sequence": None})
+
+    @staticmethod
+    def committed_copy(half: Message, position: int) -> Message:
+        props = {**_without(half.properties, PROP_TRAN, PROP_PGROUP), PROP_TRANSACTION_OF: str(position)}
+        return Message(**{**_fields(half), "properties": props, "producer_id": None, "sequence": None})
+
+    async def end_transaction(self, position: int, commit: bool) -> str:
+        """Commit or roll back the half at ``position``; the answer says what happened."""
+        held = self.machine.halves.get(position)
+        if held is None:
+            return "already resolved"
+        if commit:
+            half = decode_message(read_message(self.rlog.commitlog, position, held.size))
+            (applied,) = await self.write.send([encode_message(self.committed_copy(half, position))])
+        else:
+            (applied,) = await self.write.send([encode_admin(RollbackHalf(position))])
+        return applied.outcome
+
+    # -- the leader's loop -----------------------------------------------------------------
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            if not self.rlog.is_leader:
+                continue
+            try:
+                await self._deliver_due()
+                await self._check_halves()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # not leader any more, timeouts: the next tick retries
+                log.debug("deferred work: %s", e)
+
+    async def _deliver_due(self) -> None:
+        due = self.machine.timers.due(self.clock_ms(), 256)
+        if not due:
+            return
+        copies = []
+        for held in due:
+            try:
+                m = decode_message(read_message(self.rlog.commitlog, held.position, held.size))
+            except MessageGone:
+                log.error("delayed message at %d is no longer retained; dropping it", held.position)
+                m = Message("", b"")
+            props = {**_without(m.properties, PROP_DELIVER_AT), PROP_SCHEDULED_FROM: str(held.position)}
+            copies.append(encode_message(Message(**{**_fields(m), "properties": props,
+                                                    "producer_id": None, "sequence": None})))
+        await self.write.send(copies)
+
+    async def _check_halves(self) -> None:
+        now = self.clock_ms()
+        for held in self.machine.halves.due(now)[:64]:
+            if held.checks >= MAX_CHECKS:
+                log.info("transaction half at %d: no outcome after %d checks; rolling back",
+                         held.position, held.checks)
+                await self.write.send([encode_admin(RollbackHalf(held.position))])
+                continue
+            asked = await self._ask_producer(held.group, held.position, held.size)
+            log.info("transaction half at %d: check %d sent to %s", held.position, held.checks + 1,
+                     asked or "no live producer")
+            await self.write.send([encode_admin(CheckHalf(held.position, now))])
+
+    async def _ask_producer(self, group: str, position: int, size: int) -> str | None:
+        """Send CHECK_TRANSACTION (oneway) to one live producer of ``group``."""
+        for conn in self.producers.connections(group):
+            if isinstance(conn, web.WebSocketResponse) and not conn.closed:
+                data = read_message(self.rlog.commitlog, position, size)
+                self._opaques = (self._opaques + 1) % (2**32)
+                frame = Frame.request(RequestCode.CHECK_TRANSACTION, self._opaques,
+                                      {"position": position, "group": group}, data, oneway=True)
+                with contextlib.suppress(ConnectionError, RuntimeError):
+                    await conn.send_bytes(frame.encode())
+                    return group
+        return None
+
+
+def _fields(m: Message) -> dict[str, object]:
+    return {f: getattr(m, f) for f in Message.__dataclass_fields__}

@@ -1,0 +1,210 @@
+"""Delayed, retried, dead-lettered and transactional messages, and SQL92 subscriptions,
+against a one-node broker in process (short delay levels so the tests are fast)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+import pytest
+
+from client import (
+    Admin,
+    ConsumeStatus,
+    LocalTransactionState,
+    Message,
+    Producer,
+    PullConsumer,
+    PushConsumer,
+    TransactionProducer,
+)
+from client.tag_filter import SubscriptionError
+
+BROKER_OPTIONS = {"delay_levels": "300ms 600ms 1s", "retry_delays": "200ms 300ms"}
+
+
+def create_topic(broker: str, topic: str) -> None:
+    admin = Admin(servers=[broker])
+    try:
+        admin.create_topic(topic, queues=1)
+    finally:
+        admin.close()
+
+
+def wait_until(predicate, timeout: float = 15.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def collect(broker: str, topic: str, group: str, listener=None, **options):  # type: ignore[no-untyped-def]
+    got: list = []
+    lock = threading.Lock()
+
+    def default(msgs, ctx):  # type: ignore[no-untyped-def]
+        with lock:
+            got.extend(msgs)
+        return ConsumeStatus.SUCCESS
+
+    c = PushConsumer(servers=[broker], group=group, topic=topic, from_where="first", long_poll_s=0.5,
+                     rebalance_interval=1.0, commit_interval=0.2, suspend_s=0.1, **options)
+    c.register(listener or default)
+    c.start()
+    return c, got
+
+
+def test_a_delayed_message_is_held_until_its_level_then_delivered_once(broker: str) -> None:
+    create_topic(broker, "t")
+    c, got = collect(broker, "t", "g")
+    try:
+        with Producer(servers=[broker]) as p:
+            sent_at = time.time()
+            p.send(Message("t", b"later", delay_level=3), shard_key="k")  # 1 s
+            p.send(Message("t", b"at-once"), shard_key="k")
+            p.send(Message("t", b"timer", deliver_at_ms=int((sent_at + 0.6) * 1000)), shard_key="k")
+        wait_until(lambda: len(got) >= 3, what="three deliveries")
+        by_body = {m.body: m for m in got}
+        assert got[0].body == b"at-once"
+        delay = by_body[b"later"].store_timestamp / 1000 - sent_at
+        assert 0.9 <= delay <= 2.5, delay
+        timer = by_body[b"timer"].store_timestamp / 1000 - sent_at
+        assert 0.5 <= timer <= 2.0, timer
+        time.sleep(0.5)  # nothing more arrives (no second copy)
+        assert sorted(m.body for m in got) == [b"at-once", b"later", b"timer"]
+    finally:
+        c.shutdown()
+
+
+def test_bad_delays_and_reserved_properties_are_refused(broker: str) -> None:
+    create_topic(broker, "t2")
+    from client.errors import InvalidArgumentError
+    with Producer(servers=[broker]) as p:
+        with pytest.raises(InvalidArgumentError, match=r"DELAY must be a level 1\.\.3"):
+            p.send(Message("t2", b"x", delay_level=4))
+        with pytest.raises(InvalidArgumentError, match="3 days"):
+            p.send(Message("t2", b"x", deliver_at_ms=int(time.time() * 1000) + 4 * 86_400_000))
+        with pytest.raises(InvalidArgumentError, match="reserved"):
+            p.send(Message("t2", b"x", properties={"__SCHEDULED_FROM": "0"}))
+
+
+def test_failed_messages_are_retried_on_schedule_then_dead_lettered(broker: str) -> None:
+    create_topic(broker, "jobs")
+    attempts: list[tuple[int, float]] = []
+
+    def failing(msgs, ctx):  # type: ignore[no-untyped-def]
+        attempts.extend((m.reconsume_times, time.time()) for m in msgs)
+        assert all(m.topic == "jobs" for m in msgs)  # retried copies show their original topic
+        return ConsumeStatus.RECONSUME_LATER
+
+    c, _ = collect(broker, "jobs", "workers", failing, max_reconsume_times=3)
+    try:
+        with Producer(servers=[broker]) as p:
+            r = p.send(Message("jobs", b"poison", keys=["poison-1"]))
+        wait_until(lambda: len(attempts) >= 4, what="4 attempts (1 + 3 retries)")
+        assert [a[0] for a in attempts[:4]] == [0, 1, 2, 3]
+        gaps = [b[1] - a[1] for a, b in itertools.pairwise(attempts[:4])]
+        assert all(g >= 0.15 for g in gaps), gaps  # the retry schedule, not a hot loop
+        dlq = PullConsumer(servers=[broker], group="inspect", read_from="any")
+        try:
+            def dead() -> list:  # type: ignore[type-arg]
+                qs = dlq.queues("%DLQ%workers")
+                return dlq.pull(qs[0], 0).messages
+            wait_until(lambda: _safe(dead), what="the message in %DLQ%workers")
+            (m,) = dead()
+            assert m.msg_id == r.msg_id and m.body == b"poison" and m.reconsume_times == 4
+        finally:
+            dlq.shutdown()
+        time.sleep(0.5)
+        assert len(attempts) == 4  # nothing after the dead letter
+    finally:
+        c.shutdown()
+
+
+def _safe(fn) -> object:  # type: ignore[no-untyped-def]
+    try:
+        return fn()
+    except Exception:
+        return None
+
+
+class Ledger:
+    """A local 'database' the transaction listener writes to."""
+
+    def __init__(self, check_answer: LocalTransactionState) -> None:
+        self.check_answer = check_answer
+        self.checked: list[str] = []
+
+    def execute_local_transaction(self, message: Message, arg: object) -> LocalTransactionState:
+        return {"commit": LocalTransactionState.COMMIT, "rollback": LocalTransactionState.ROLLBACK}.get(
+            str(arg), LocalTransactionState.UNKNOWN)
+
+    def check_local_transaction(self, message) -> LocalTransactionState:  # type: ignore[no-untyped-def]
+        self.checked.append(message.body.decode())
+        return self.check_answer
+
+
+def test_transactions_commit_rollback_and_check_back(broker: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import broker.deferred as deferred
+
+    monkeypatch.setattr(deferred, "TRANSACTION_TIMEOUT_MS", 300)
+    create_topic(broker, "pay")
+    c, got = collect(broker, "pay", "billing")
+    ledger = Ledger(LocalTransactionState.COMMIT)
+    tp = TransactionProducer(servers=[broker], group="pay-tx", listener=ledger)
+    tp.start()
+    try:
+        tp.send_in_transaction(Message("pay", b"committed"), "commit")
+        tp.send_in_transaction(Message("pay", b"rolled-back"), "rollback")
+        tp.send_in_transaction(Message("pay", b"checked"), "unknown")  # the broker asks back
+        wait_until(lambda: sorted(m.body for m in got) == [b"checked", b"committed"],
+                   what="the committed and the checked-back messages")
+        assert set(ledger.checked) == {"checked"}  # asked back (again if the answer is slow)
+        time.sleep(0.6)
+        assert sorted(m.body for m in got) == [b"checked", b"committed"]
+    finally:
+        tp.shutdown()
+        c.shutdown()
+
+
+def test_an_open_transaction_is_rolled_back_after_15_checks(broker: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import broker.deferred as deferred
+
+    monkeypatch.setattr(deferred, "TRANSACTION_TIMEOUT_MS", 20)
+    create_topic(broker, "pay2")
+    ledger = Ledger(LocalTransactionState.UNKNOWN)
+    tp = TransactionProducer(servers=[broker], group="pay2-tx", listener=ledger)
+    tp.start()
+    try:
+        tp.send_in_transaction(Message("pay2", b"undecided"), "unknown")
+        wait_until(lambda: len(ledger.checked) >= 15, what="15 check-backs")
+        time.sleep(0.5)
+        assert len(ledger.checked) == 15
+    finally:
+        tp.shutdown()
+    pc = PullConsumer(servers=[broker], read_from="any")
+    try:
+        q = pc.queues("pay2")[0]
+        assert pc.pull(q, 0).messages == []  # rolled back: never visible
+    finally:
+        pc.shutdown()
+
+
+def test_sql92_subscriptions_select_on_properties(broker: str) -> None:
+    create_topic(broker, "ev")
+    with pytest.raises(SubscriptionError, match="position"):
+        PushConsumer(servers=[broker], group="s", topic="ev", sql="region = 'eu' AND")
+    c, got = collect(broker, "ev", "sql", sql="region = 'eu' AND (amount > 100 OR vip IS NOT NULL)")
+    try:
+        with Producer(servers=[broker]) as p:
+            rows = [({"region": "eu", "amount": "150"}, True), ({"region": "eu", "amount": "50"}, False),
+                    ({"region": "us", "amount": "500"}, False), ({"region": "eu", "vip": "1"}, True),
+                    ({"amount": "1000"}, False)]
+            for i, (props, _) in enumerate(rows):
+                p.send(Message("ev", str(i).encode(), properties=props), shard_key="k")
+        wait_until(lambda: len(got) >= 2, what="the matching messages")
+        time.sleep(0.5)
+        assert sorted(int(m.body) for m in got) == [i for i, (_, ok) in enumerate(rows) if ok]
+    finally:
+        c.shutdown()

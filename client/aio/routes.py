@@ -185,6 +185,10 @@ class RouteBook:
         rest = [a for a in self.replicas(group) if a != leader]
         return ([leader] if leader else []) + rest
 
+    def static_servers(self) -> list[str]:
+        """The nodes given as ``servers`` (mapped), when there is no name server."""
+        return [self._map.get(a, a) for a in self._servers]
+
     def known_groups(self) -> list[str]:
         return sorted(self._replicas)
 

@@ -140,6 +140,7 @@ class AsyncTransactionProducer(AsyncProducer):
 
     async def _beat_all(self) -> None:
         addresses = {a for g in self.core.routes.known_groups() for a in self.core.routes.replicas(g)}
+        addresses.update(self.core.routes.static_servers())
         for address in sorted(addresses):
             with contextlib.suppress(ClientError):
                 conn = await self.core.pool.get(address)
@@ -147,6 +148,15 @@ class AsyncTransactionProducer(AsyncProducer):
                                                         "producerGroup": self.group}, timeout=3)
 
     async def _heartbeat_forever(self) -> None:
+        """Beat every replica of every group (a check-back may come from any group this
+        producer's transactions went to, and from whichever replica leads it)."""
+        beats = 0
         while True:
+            if beats % 5 == 0:  # learn groups that appeared (name server mode)
+                with contextlib.suppress(ClientError):
+                    for group, addresses in (await self.core.routes.groups()).items():
+                        if group:
+                            self.core.routes.register_group(group, addresses)
             await self._beat_all()
+            beats += 1
             await asyncio.sleep(HEARTBEAT_S)

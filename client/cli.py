@@ -191,6 +191,47 @@ async def _group(args: argparse.Namespace) -> int:
     return 0
 
 
+_INTERNAL_PROPS = ("RETRY_TOPIC", "DELAY", "TIMER_DELIVER_MS")
+
+
+async def _dlq(args: argparse.Namespace) -> int:
+    """List or re-send a consumer group's dead letters (``%DLQ%group``)."""
+    where = _where(args)
+    dlq = f"%DLQ%{args.group}"
+    progress_group = f"{args.group}-dlq-resend"
+    c = AsyncPullConsumer(**where, group=progress_group, read_from="any")
+    moved = 0
+    try:
+        try:
+            queues = await c.queues(dlq)
+        except ClientError:
+            print(f"group {args.group} has no dead letters ({dlq} does not exist)", file=sys.stderr)
+            return 0
+        await c.assign(queues, "committed" if args.action == "resend" else "first")
+        async with AsyncProducer(**where, group="raftmq-dlq") as p:
+            while args.max is None or moved < args.max:
+                msgs = await c.poll(max_msgs=32, timeout=1.0)
+                if not msgs:
+                    break
+                for m in msgs:
+                    if args.action == "list":
+                        print(_show(m, args.json))
+                    else:
+                        origin = m.properties.get("RETRY_TOPIC", m.topic)
+                        target = args.topic or origin
+                        props = {k: v for k, v in m.properties.items() if k not in _INTERNAL_PROPS}
+                        r = await p.send(Message(target, m.body, m.tags, list(m.keys), props))
+                        print(f"resent {m.msg_id} -> {r.queue}@{r.queue_offset} (new id {r.msg_id})")
+                        await c.commit({m.queue: m.queue_offset + 1})
+                    moved += 1
+                    if args.max is not None and moved >= args.max:
+                        break
+    finally:
+        await c.close()
+    print(f"{moved} dead letters {'listed' if args.action == 'list' else 'resent'}", file=sys.stderr)
+    return 0
+
+
 def add_client_commands(sub: Any) -> None:
     def where(p: argparse.ArgumentParser) -> None:
         g = p.add_argument_group("cluster")
@@ -255,9 +296,19 @@ def add_client_commands(sub: Any) -> None:
     g.add_argument("--to", help="reset: a time (ms since the epoch or ISO)")
     where(g)
 
+    d = sub.add_parser("dlq", help="list or re-send a consumer group's dead letters",
+                       description="Dead letters are messages a group failed to consume more than its "
+                                   "max reconsume times (%%DLQ%%GROUP). resend sends each to its "
+                                   "original topic (or --topic) and remembers progress.")
+    d.add_argument("action", choices=["list", "resend"])
+    d.add_argument("group", help="the consumer group whose dead letters to handle")
+    d.add_argument("--topic", help="resend: to this topic instead of the original one")
+    d.add_argument("--max", type=int, help="at most this many messages")
+    where(d)
+
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
-    "topic": _topic, "send": _send, "consume": _consume, "query": _query, "group": _group}
+    "topic": _topic, "send": _send, "consume": _consume, "query": _query, "group": _group, "dlq": _dlq}
 CLIENT_COMMANDS = frozenset(_COMMANDS)
 
 

@@ -120,6 +120,24 @@ def test_failed_messages_are_retried_on_schedule_then_dead_lettered(broker: str)
         assert len(attempts) == 4  # nothing after the dead letter
     finally:
         c.shutdown()
+    # `raftmq dlq resend` puts it back on its original topic, once
+    import subprocess
+    import sys
+    def raftmq(*args: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "broker.cli", *args, "--servers", broker],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stderr
+
+    assert "1 dead letters listed" in raftmq("dlq", "list", "workers")
+    assert "1 dead letters resent" in raftmq("dlq", "resend", "workers")
+    assert "0 dead letters resent" in raftmq("dlq", "resend", "workers")  # progress is remembered
+    pc = PullConsumer(servers=[broker], read_from="any")
+    try:
+        again = pc.pull(pc.queues("jobs")[0], 0).messages
+        assert [m.body for m in again] == [b"poison", b"poison"]  # the original and the resent copy
+    finally:
+        pc.shutdown()
 
 
 def _safe(fn) -> object:  # type: ignore[no-untyped-def]

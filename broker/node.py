@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         index_slots=int(broker.get("index_slots", DEFAULT_SLOT_NUM)),
         index_entries=int(broker.get("index_entries", DEFAULT_INDEX_NUM)))
     applier = Applier(rlog, machine).start()
-    rlog.set_applied_floor(machine.checkpoint_index)  # a restart re-applies from there
+    rlog.set_applied_floor(machine.durable_index)  # a restart re-applies from there
     try:
         asyncio.run(_serve(rlog, machine, applier, broker["listen"],
                            dict(broker.get("addresses", {})), list(broker.get("namesrv", [])),

@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import astuple, dataclass, field
@@ -81,6 +82,7 @@ log = logging.getLogger("broker.state_machine")
 
 RECENT_RESULTS = 20_000  # entries whose outcomes stay available to the proposer
 RECENT_SEQUENCES = 256   # per producer and queue: sequences answered on a retry
+CHECKPOINT_EVERY_S = 0.1  # at most this often (its fsyncs are the apply step's main cost)
 
 
 class Outcome:
@@ -142,6 +144,9 @@ class BrokerStateMachine:
         state = msgpack.unpackb(read_or_none(self._checkpoint_path) or msgpack.packb({}),
                                 strict_map_key=False)
         self._applied: int = state.get("applied", 0)
+        self._checkpointed_at = 0.0
+        self._durable = self._applied
+        self._dirty = False
         self._chain: _Chain | None = None  # never in a checkpoint: replay re-derives it
         self.last_store_ms: int = state.get("last_store_ms", 0)
         self.topics: dict[str, TopicConfig] = {
@@ -168,6 +173,16 @@ class BrokerStateMachine:
         chain = self._chain
         return self._applied if chain is None else min(self._applied, chain.first_index - 1)
 
+    def idle(self) -> None:
+        """Nothing to apply for a while: write the checkpoint if it is behind."""
+        if self._durable != self.checkpoint_index() or self._dirty:
+            self._checkpoint()
+
+    def durable_index(self) -> int:
+        """What the last written checkpoint records: a restart replays from after it, so
+        retention must keep every entry after it."""
+        return self._durable
+
     def apply(self, entries: Sequence[Entry]) -> None:
         for entry in entries:
             if entry.kind == EntryKind.DATA:
@@ -183,13 +198,16 @@ class BrokerStateMachine:
                         self._results.popitem(last=False)
         # Listeners first: results and pulls need only the in-memory state, and what
         # was applied is durable in the log already. The checkpoint's fsyncs then
-        # overlap the next commit (a crash before it only means a longer replay).
+        # overlap the next commit, at most every CHECKPOINT_EVERY_S (a crash before it
+        # only means a longer replay: the files are cut back to the checkpoint).
         for callback in self.on_applied:
             try:
                 callback(self._applied)
             except Exception:  # a listener must never stop the apply thread
                 log.exception("on_applied listener failed")
-        self._checkpoint()
+        self._dirty = True
+        if time.monotonic() - self._checkpointed_at >= CHECKPOINT_EVERY_S:
+            self._checkpoint()
 
     def apply_gap(self, first_index: int) -> None:
         self._chain = None
@@ -218,6 +236,7 @@ class BrokerStateMachine:
         return self.index.query(key, begin_ms, end_ms, max_results)
 
     def close(self) -> None:
+        self._checkpoint()
         with self._lock:
             for cq in self._queues.values():
                 cq.close()
@@ -417,22 +436,28 @@ class BrokerStateMachine:
         return self._store / "state.checkpoint"
 
     def _checkpoint(self) -> None:
+        """Apply thread only (the one writer), so the state is read without the lock:
+        readers on other threads are never blocked by the fsyncs."""
+        self._checkpointed_at = time.monotonic()
+        self._dirty = False
         with self._lock:
-            queues: dict[str, dict[int, int]] = {}
-            for (topic, qid), cq in sorted(self._queues.items()):
-                cq.flush()
-                queues.setdefault(topic, {})[qid] = cq.max_offset
-            self.index.flush()
-            mark = self.index.mark()
-            state = {
-                "applied": self.checkpoint_index(),
-                "last_store_ms": self.last_store_ms,
-                "index_mark": None if mark is None else [mark[0], list(astuple(mark[1]))],
-                "topics": {t: [c.queues, c.perm] for t, c in sorted(self.topics.items())},
-                "queues": queues,
-                "offsets": self.offsets,
-                "producers": self._producers,
-                "timers": self.timers.state(),
-                "halves": self.halves.state(),
-            }
+            open_queues = sorted(self._queues.items())
+        queues: dict[str, dict[int, int]] = {}
+        for (topic, qid), cq in open_queues:
+            cq.flush()
+            queues.setdefault(topic, {})[qid] = cq.max_offset
+        self.index.flush()
+        mark = self.index.mark()
+        state = {
+            "applied": self.checkpoint_index(),
+            "last_store_ms": self.last_store_ms,
+            "index_mark": None if mark is None else [mark[0], list(astuple(mark[1]))],
+            "topics": {t: [c.queues, c.perm] for t, c in sorted(self.topics.items())},
+            "queues": queues,
+            "offsets": self.offsets,
+            "producers": self._producers,
+            "timers": self.timers.state(),
+            "halves": self.halves.state(),
+        }
         atomic_write(self._checkpoint_path, msgpack.packb(state, use_bin_type=True))
+        self._durable = state["applied"]

@@ -37,6 +37,9 @@ class StateMachine(Protocol):
         """Entries before ``first_index`` were deleted by retention before this node
         got them; record the gap durably and continue at ``first_index``."""
 
+    # Optional: ``idle()`` is called when nothing was committed for 0.2 s (a machine
+    # that checkpoints lazily persists then).
+
 
 class Applier:
     """A thread applying ``rlog``'s committed entries to ``machine``."""
@@ -66,6 +69,9 @@ class Applier:
         while not self._stop.is_set():
             nxt = self._machine.applied_index() + 1
             if not self._rlog.wait_committed(nxt, 0.2):
+                idle = getattr(self._machine, "idle", None)
+                if idle is not None:  # optional: a machine that batches its own persistence
+                    idle()
                 continue
             try:
                 entries = self._rlog.read(nxt, self._batch_bytes)

@@ -86,7 +86,8 @@ def test_broker_group_end_to_end(brokers: LocalGroup) -> None:
                 r = await lead.call(RequestCode.SEND_BATCH,
                                     body=msgpack.packb([encode_message(m) for m in batch]))
                 assert r.code == ResponseCode.SUCCESS, r.remark
-                for m, (code, qid, qoff, _reason) in zip(batch, msgpack.unpackb(r.body), strict=True):
+                rows = msgpack.unpackb(r.body)
+                for m, (code, qid, qoff, _reason, _pos) in zip(batch, rows, strict=True):
                     assert (code, qid, qoff) == (0, m.queue_id, len(sent[qid]))
                     sent[qid].append(m)
             wait_applied(brokers, list(brokers.nodes))

@@ -150,3 +150,31 @@ def test_a_3_mib_message_round_trips_and_an_oversized_one_is_refused_before_send
         assert got[0].body == body and got[1].body == b"after"
     finally:
         c.shutdown()
+
+
+def test_broadcasting_consumers_each_get_every_message_and_keep_offsets_locally(broker: str,
+                                                                               tmp_path) -> None:  # type: ignore[no-untyped-def]
+    admin = Admin(servers=[broker])
+    admin.create_topic("news", queues=2)
+    admin.close()
+    with Producer(servers=[broker]) as p:
+        for i in range(10):
+            p.send(Message("news", f"{i}".encode()), shard_key=f"k{i}")
+    seen: dict[str, list[int]] = {"a": [], "b": []}
+    consumers = []
+    for name in seen:
+        c = PushConsumer(servers=[broker], group="readers", topic="news", model="broadcasting",
+                         from_where="first", instance_name=name, offset_store_dir=tmp_path,
+                         long_poll_s=0.5, commit_interval=0.2)
+        c.register(lambda msgs, ctx, name=name: seen[name].extend(int(m.body) for m in msgs)  # type: ignore[misc]
+                   or ConsumeStatus.SUCCESS)
+        consumers.append(c.start())
+    try:
+        wait_until(lambda: all(len(v) == 10 for v in seen.values()), what="both consumers")
+        assert all(sorted(v) == list(range(10)) for v in seen.values())
+    finally:
+        for c in consumers:
+            c.shutdown()
+    import json
+    stored = json.loads((tmp_path / "readers" / "a.json").read_text())
+    assert sum(stored.values()) == 10  # next offsets of both queues

@@ -5,6 +5,7 @@
     GET  /status    JSON: Raft status and applied index of this replica
     GET  /metrics   Prometheus text: role, term, indexes, send/pull counters, commit
                     latency, consumer lag per group and queue
+    GET  /admin/cluster                     this group: replicas, leader, Raft status, consumers
     GET  /admin/topics                      topics with queues, permissions, max offsets
     POST /admin/topics   {"topic","queues","perm"}   create or update (leader; 421 names it)
     GET  /admin/groups/{group}/offsets      committed offset, max offset and lag per queue
@@ -39,7 +40,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 import msgpack
 from aiohttp import WSMsgType, web
 
-from broker.commands import CommitOffset, CreateTopic, Perm, encode_admin
+from broker.commands import CommitOffset, CreateTopic, DeleteTopic, Perm, encode_admin
 from broker.consumer_registry import ConsumerRegistry
 from broker.deferred import DEFAULT_DELAY_LEVELS, RETRY_DELAYS
 from broker.deferred_service import DEFAULT_MAX_RECONSUME, DeferredService
@@ -151,6 +152,7 @@ class BrokerServer:
             RequestCode.SEND_BATCH: self._send_batch,
             RequestCode.PULL_MESSAGE: self._pull,
             RequestCode.CREATE_TOPIC: self._create_topic,
+            RequestCode.DELETE_TOPIC: self._delete_topic,
             RequestCode.GET_TOPICS: self._topics,
             RequestCode.COMMIT_OFFSET: self._commit_offset,
             RequestCode.QUERY_OFFSET: self._query_offset,
@@ -172,6 +174,7 @@ class BrokerServer:
                         web.get("/status", self._status), web.get("/metrics", self._metrics),
                         web.get("/admin/topics", self._admin_topics),
                         web.post("/admin/topics", self._admin_create_topic),
+                        web.get("/admin/cluster", self._admin_cluster),
                         web.get("/admin/groups/{group}/offsets", self._admin_group),
                         web.get("/admin/messages", self._admin_messages)])
         app.cleanup_ctx.append(self._background)
@@ -330,6 +333,14 @@ class BrokerServer:
         if perm not in (2, 4, 6):
             raise FrameError(ResponseCode.INVALID_ARGUMENT, "perm must be 2 (write), 4 (read) or 6")
         (applied,) = await self.write.send([encode_admin(CreateTopic(topic, queues, Perm(perm)))])
+        return self._answer(frame, applied)
+
+    async def _delete_topic(self, frame: Frame) -> Frame:
+        """Delete a topic: its queues and consumer offsets go; its messages stay in the
+        CommitLog until retention removes their segments."""
+        self._require_leader()
+        topic = validate_topic(ext_str(frame, "topic"))
+        (applied,) = await self.write.send([encode_admin(DeleteTopic(topic))])
         return self._answer(frame, applied)
 
     async def _commit_offset(self, frame: Frame) -> Frame:
@@ -629,6 +640,18 @@ class BrokerServer:
             out[topic] = {"queues": cfg.queues, "perm": cfg.perm,
                           "max_offsets": [q.max_offset if q else 0 for q in queues]}
         return web.json_response(out)
+
+    async def _admin_cluster(self, request: web.Request) -> web.Response:
+        """This group as this replica sees it: replicas, leader, Raft status, consumers."""
+        status = self.rlog.status()
+        leader = self.rlog.leader
+        return web.json_response({
+            "group": self.rlog.config.group, "node": self.rlog.config.node,
+            "leader": leader, "leader_address": self.addresses.get(leader) if leader else None,
+            "replicas": self.addresses, "status": {**status, "applied_index": self.machine.applied_index()},
+            "consumers": {g: [m.client_id for m in members]
+                          for g, members in self.consumers.groups().items()},
+            "held": {"delayed": len(self.machine.timers), "transaction_halves": len(self.machine.halves)}})
 
     async def _admin_create_topic(self, request: web.Request) -> web.Response:
         try:

@@ -85,6 +85,9 @@ async def _topic(args: argparse.Namespace) -> int:
             groups = args.groups.split(",") if args.groups else None
             made = await admin.create_topic(args.name, args.queues, args.perm, groups)
             print(f"topic {args.name}: {args.queues} queues on {', '.join(g or 'the group' for g in made)}")
+        elif args.action == "delete":
+            gone = await admin.delete_topic(args.name, args.groups.split(",") if args.groups else None)
+            print(f"topic {args.name} deleted on {', '.join(g or 'the group' for g in gone)}")
         else:
             topics = await admin.topics()
             if args.json:
@@ -240,9 +243,10 @@ def add_client_commands(sub: Any) -> None:
         g.add_argument("--dir", help="a local cluster's directory (its cluster.json names the name server)")
         p.add_argument("--json", action="store_true", help="machine-readable output")
 
-    t = sub.add_parser("topic", help="create or list topics",
-                       description="Create (or update) a topic on every group, or list topics.")
-    t.add_argument("action", choices=["create", "list"])
+    t = sub.add_parser("topic", help="create, list or delete topics",
+                       description="Create (or update) a topic on every group, list topics, or delete "
+                                   "one (its queues and offsets; messages go with retention).")
+    t.add_argument("action", choices=["create", "list", "delete"])
     t.add_argument("name", nargs="?", help="topic name (create)")
     t.add_argument("--queues", type=int, default=8, help="queues per group (default 8)")
     t.add_argument("--perm", type=int, default=6, choices=[2, 4, 6], help="2 write, 4 read, 6 both (default)")
@@ -313,8 +317,8 @@ CLIENT_COMMANDS = frozenset(_COMMANDS)
 
 
 def run_client_command(args: argparse.Namespace) -> int:
-    if args.cmd == "topic" and args.action == "create" and not args.name:
-        raise SystemExit("error: topic create needs a NAME")
+    if args.cmd == "topic" and args.action in ("create", "delete") and not args.name:
+        raise SystemExit(f"error: topic {args.action} needs a NAME")
     if args.cmd == "group" and args.action == "reset" and not args.to:
         raise SystemExit("error: group reset needs --to TIME")
     try:

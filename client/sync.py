@@ -166,6 +166,9 @@ class Admin:
                      groups: Sequence[str] | None = None) -> list[str]:
         return self._loop.run(self._a.create_topic(topic, queues, perm, groups))
 
+    def delete_topic(self, topic: str, groups: Sequence[str] | None = None) -> list[str]:
+        return self._loop.run(self._a.delete_topic(topic, groups))
+
     def topics(self) -> dict[str, dict[str, list[int]]]:
         return self._loop.run(self._a.topics())
 

@@ -52,7 +52,8 @@ class AsyncAdmin:
     async def _groups(self, groups: Sequence[str] | None) -> list[str]:
         known = await self.core.routes.groups()
         for g, addresses in known.items():
-            self.core.routes.register_group(g, addresses)
+            if g:  # "": the static servers' group before its name is known
+                self.core.routes.register_group(g, addresses)
         chosen = list(groups) if groups else sorted(known)
         missing = [g for g in chosen if g not in known]
         if missing:
@@ -87,6 +88,15 @@ class AsyncAdmin:
                 raise ClientError(f"topic {topic!r} was created but the name servers do not list it on "
                                   f"{sorted(groups)} after {self.timeout:.0f} s; are the brokers registered?")
             await asyncio.sleep(0.1)
+
+    async def delete_topic(self, topic: str, groups: Sequence[str] | None = None) -> list[str]:
+        """Delete the topic on each group (default: every group). Returns the groups."""
+        chosen = await self._groups(groups)
+        for g in chosen:
+            await self.core.leader_request(g, RequestCode.DELETE_TOPIC, {"topic": topic},
+                                           deadline=Deadline(self.timeout))
+        self.core.routes.forget(topic)
+        return chosen
 
     async def topics(self) -> dict[str, dict[str, list[int]]]:
         """topic -> {group: [queues, perm]}."""

@@ -201,8 +201,9 @@ class RouteBook:
 
     async def groups(self) -> dict[str, list[str]]:
         """Every group known to the name servers (or the static servers' group): name -> addresses."""
-        if not self._namesrv:
-            return {g: list(a) for g, a in self._replicas.items()} or {"": list(self._servers)}
+        if not self._namesrv:  # one group: its name once a route named it
+            named = {g: list(a) for g, a in self._replicas.items() if g}
+            return named or {"": self.static_servers()}
         for ns in self._namesrv:
             try:
                 async with self._pool.session.get(f"http://{ns}/cluster",

@@ -55,6 +55,9 @@ def test_ordered_sends_pull_back_in_order_and_compressed_bodies_round_trip(broke
 def test_bad_input_raises_typed_errors(broker: str) -> None:
     admin = Admin(servers=[broker])
     admin.create_topic("t1", queues=1)
+    admin.create_topic("gone", queues=1)
+    admin.delete_topic("gone")
+    assert "gone" not in admin.topics() and "t1" in admin.topics()
     admin.close()
     with Producer(servers=[broker], max_message_bytes=1000) as p:
         with pytest.raises(MessageTooLargeError):

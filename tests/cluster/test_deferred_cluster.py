@@ -81,7 +81,7 @@ def test_a_delayed_message_is_delivered_once_and_on_time_after_a_failover(broker
 
     def listener(msgs, ctx):  # type: ignore[no-untyped-def]
         with lock:
-            got.extend((m.body, time.time()) for m in msgs)
+            got.extend((m.body, m.store_timestamp / 1000) for m in msgs)  # when it was released
         return ConsumeStatus.SUCCESS
 
     c = consumer(brokers, "later", "g", listener)
@@ -94,7 +94,8 @@ def test_a_delayed_message_is_delivered_once_and_on_time_after_a_failover(broker
         time.sleep(1.5)  # a second copy would arrive now
         assert [b for b, _ in got] == [b"in-3s"]
         late = got[0][1] - sent_at
-        assert 2.0 <= late <= 6.0, f"delivered {late:.1f} s after sending (3 s delay, failover included)"
+        print(f"released {late:.2f} s after sending (3 s delay, a failover in between)")
+        assert 2.0 <= late <= 4.0, f"released {late:.2f} s after sending: not within 3 s +- 1 s"
     finally:
         c.shutdown()
 

@@ -142,6 +142,7 @@ class BrokerServer:
         self.deferred = DeferredService(rlog, machine, self.write, self.producers,
                                         delay_levels=delay_levels, retry_delays=retry_delays)
         self._filters: dict[str, SqlFilter] = {}
+        self._sockets: set[web.WebSocketResponse] = set()
         self.signal = signal
         self.leader_address = leader_address
         self._stamps: dict[int, int] = {}  # entry record position -> store time (committed: immutable)
@@ -180,6 +181,12 @@ class BrokerServer:
         app.cleanup_ctx.append(self._background)
         return app
 
+    async def close_connections(self) -> None:
+        """Close every client WebSocket (going away): clients reconnect elsewhere."""
+        for ws in list(self._sockets):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(ws.close(code=1001, message=b"broker stopping"), 1.0)
+
     async def _background(self, app: web.Application) -> AsyncIterator[None]:
         """The leader's deferred-message loop runs while the server does."""
         task = asyncio.create_task(self.deferred.run())
@@ -203,11 +210,13 @@ class BrokerServer:
         await ws.prepare(request)
         tasks: set[asyncio.Task[None]] = set()
         _connection.set(ws)
+        self._sockets.add(ws)
         try:
             await self._read_frames(ws, tasks)
         finally:
             for task in tasks:
                 task.cancel()
+            self._sockets.discard(ws)
             await self._members_changed(self.consumers.drop_connection(ws))
             self.producers.drop_connection(ws)
         return ws

@@ -155,6 +155,8 @@ class ReplicatedLog:
         self.journal.add_commit_listener(self._on_commit)
         self._listeners: list[Callable[[LeaderChange], None]] = []
         self._last_change: LeaderChange | None = None
+        self._in_flight: set[concurrent.futures.Future[Appended]] = set()
+        self._in_flight_lock = threading.Lock()
         self._closed = threading.Event()
         sync = config.flush == FlushPolicy.SYNC
         transport = make_transport_class(self.journal.flush if sync else None,
@@ -223,14 +225,33 @@ class ReplicatedLog:
         if not self.is_leader:
             future.set_exception(self._not_leader())
             return future
+        with self._in_flight_lock:
+            self._in_flight.add(future)
+        future.add_done_callback(self._forget_proposal)
         self._node._applyCommand(encode_payload_command(payload),
                                  lambda res, err: self._on_proposal_done(future, res, err))
         with contextlib.suppress(BlockingIOError):  # a full pipe: the tick thread is awake
             self._wakeup.notify()
         return future
 
+    def _forget_proposal(self, future: concurrent.futures.Future[Appended]) -> None:
+        with self._in_flight_lock:
+            self._in_flight.discard(future)
+
+    def _fail_in_flight(self) -> None:
+        """Leadership was lost: pysyncobj will never call these proposals back, so answer
+        them now. They may still commit under the next leader: OutcomeUnknown."""
+        with self._in_flight_lock:
+            pending, self._in_flight = self._in_flight, set()
+        for future in pending:
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                future.set_exception(OutcomeUnknown(
+                    "this node lost the leadership before the entry committed; it may still commit"))
+
     def _on_proposal_done(self, future: concurrent.futures.Future[Appended],
                           index: Any, err: int) -> None:
+        if future.done():  # answered when the leadership was lost
+            return
         if err == FAIL_REASON.SUCCESS:
             self.journal.flush()  # a one-node group acks here; otherwise a no-op
             appended = Appended(index, self.commitlog.term_at(index),
@@ -293,6 +314,9 @@ class ReplicatedLog:
         status = self._raft_status()
         change = LeaderChange(_ROLE_OF_STATE[status["state"]], status["raft_term"], self.leader)
         if change != self._last_change:
+            was_leader = self._last_change is not None and self._last_change.role == Role.LEADER
+            if was_leader and change.role != Role.LEADER:
+                self._fail_in_flight()
             self._last_change = change
             for listener in self._listeners:
                 listener(change)

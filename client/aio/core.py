@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -30,6 +31,11 @@ __all__ = ["READ_FROM", "ClientCore"]
 log = logging.getLogger("client")
 
 READ_FROM = ("follower", "leader", "any")
+#: One write attempt waits at most this long (a commit takes milliseconds; longer means
+#: the node is cut off or gone, and another replica may lead by now).
+WRITE_ATTEMPT_S = 3.0
+#: A replica that timed out or dropped the connection is tried last for this long.
+SUSPECT_S = 10.0
 
 
 class ClientCore:
@@ -43,6 +49,7 @@ class ClientCore:
         self.request_timeout = request_timeout
         self.on_notify: list[Callable[[str], None]] = []
         self.on_check_transaction: Callable[[str, Frame], None] | None = None
+        self._suspects: dict[str, float] = {}  # address -> until (monotonic): timed out lately
 
     def _on_request(self, address: str, frame: Frame) -> None:
         if frame.code == RequestCode.CHECK_TRANSACTION and self.on_check_transaction is not None:
@@ -66,13 +73,15 @@ class ClientCore:
                     raise RouteNotFoundError(f"no replica of group {group!r} is known")
                 await self.routes.route(topic, refresh=True)
                 candidates = self.routes.leader_candidates(group)
+            now = time.monotonic()  # a replica that just timed out (a hung old leader) goes last
+            candidates.sort(key=lambda a: self._suspects.get(a, 0.0) > now)
             # rotate through replicas when the known leader keeps failing
             address = next((a for a in candidates if a not in tried), None)
             if address is None:
                 tried.clear()
                 address = candidates[0]
             try:
-                timeout = max(0.05, min(self.request_timeout, deadline.remaining()))
+                timeout = max(0.05, min(self.request_timeout, WRITE_ATTEMPT_S, deadline.remaining()))
                 return await self.pool.request(address, code, ext, body, timeout=timeout)
             except NotLeaderError as e:
                 last = e
@@ -93,6 +102,7 @@ class ClientCore:
                     raise
                 last = e
                 tried.append(address)
+                self._suspects[address] = time.monotonic() + SUSPECT_S
                 if self.routes.leader(group) == address:
                     self.routes.set_leader(group, None)
             if deadline.expired():

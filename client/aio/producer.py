@@ -56,7 +56,8 @@ log = logging.getLogger("client.producer")
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # the broker's default limit of an encoded message
 _ENVELOPE = 128  # the encoded message's fixed fields, generously (ids, times, host, sequence)
-BATCH_MAX_MESSAGES = 1024
+#: At most the broker's RECENT_SEQUENCES: a resent batch is answered with every original offset.
+BATCH_MAX_MESSAGES = 256
 BATCH_MAX_BYTES = 1024 * 1024
 
 

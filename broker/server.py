@@ -64,6 +64,7 @@ from broker.sql_filter import FilterSyntaxError, SqlFilter, compile_filter
 from broker.state_machine import Applied, BrokerStateMachine, Outcome
 from broker.write_path import WritePath
 from dledger.applier import Applier
+from dledger.commitlog import CommitLog
 from dledger.entry_format import HEADER_SIZE
 from dledger.errors import NoLeader, NotLeader, OutcomeUnknown, ProposeError
 from dledger.replicated_log import ReplicatedLog
@@ -504,11 +505,14 @@ class BrokerServer:
             units = [(off, u) for off, u in units if u.tag_hash in wanted_set]
         rows: list[list[object]] = []
         size = 0
+        entry = _EntryWindow(self.rlog.commitlog)  # consecutive messages share an entry: one read
         for off, unit in units:
             if rows and size + unit.size + _ROW_OVERHEAD > PULL_BODY_BYTES:
                 next_offset = off  # the rest on the next pull
                 break
-            data = read_message(self.rlog.commitlog, unit.position, unit.size)
+            data = entry.slice(unit.position, unit.size)
+            if data is None:  # a message chained over several entries
+                data = read_message(self.rlog.commitlog, unit.position, unit.size)
             if sql is not None and not sql.matches(_properties(data)):
                 continue
             rows.append([off, unit.position, self._store_time(unit.position), data])
@@ -707,3 +711,28 @@ def _properties(data: bytes) -> dict[str, str]:
         return decode_message(data).properties
     except MessageFormatError:
         return {}
+
+
+class _EntryWindow:
+    """The last entry record a pull read: the messages a ConsumeQueue lists one after the
+    other mostly sit in the same entry, so each entry is read once, not once per message."""
+
+    __slots__ = ("_commitlog", "_data", "_end", "_start")
+
+    def __init__(self, commitlog: CommitLog) -> None:
+        self._commitlog = commitlog
+        self._start, self._end, self._data = -1, -1, b""
+
+    def slice(self, position: int, size: int) -> bytes | None:
+        """The ``size`` bytes at ``position`` if they lie inside one entry record, else None."""
+        if not (self._start <= position and position + size <= self._end):
+            found = self._commitlog.entry_containing(position)
+            if found is None:
+                return None
+            index, start = found
+            self._data = self._commitlog.read_at(start, self._commitlog.record_size_of(index))
+            self._start, self._end = start, start + len(self._data)
+            if position + size > self._end:
+                return None
+        offset = position - self._start
+        return self._data[offset:offset + size]

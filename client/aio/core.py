@@ -111,8 +111,8 @@ class ClientCore:
             await asyncio.sleep(min(next(delays), deadline.remaining()))
 
     def read_replicas(self, group: str, read_from: str, affinity: str = "") -> list[str]:
-        """Replicas to read from, best first: followers (spread by ``affinity``), the
-        leader, or any; the others follow as fallbacks."""
+        """Replicas to read from, best first: "follower" -- the followers only (spread by
+        ``affinity``); "leader" -- the leader, then followers; "any" -- all, spread."""
         replicas = self.routes.replicas(group)
         leader = self.routes.leader(group)
         followers = [a for a in replicas if a != leader]
@@ -121,8 +121,8 @@ class ClientCore:
             followers = followers[k:] + followers[:k]
         if read_from == "leader":  # the leader, then followers (their state is committed too)
             return ([leader] if leader else []) + followers
-        if read_from == "follower":
-            return followers + ([leader] if leader else [])
+        if read_from == "follower":  # never the leader (only if no other replica is known)
+            return followers or replicas
         both = followers + ([leader] if leader else [])
         if both and affinity:
             k = mmh3.hash(affinity + "#any", signed=False) % len(both)

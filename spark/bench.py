@@ -1,0 +1,196 @@
+"""``python -m spark.bench``: rows/s a local[2] Spark batch job reads from the followers.
+
+Starts a local 3-node broker group on 127.0.0.1 (under ``--dir``, default a temporary
+directory), fills a topic of ``--queues`` queues with ``--messages`` messages of
+``--body-bytes`` bytes (tags and one key each), waits until the followers applied all of
+it, then reads the whole topic with ``format("raftmq")`` into Spark's ``noop`` sink
+(every column materialised) ``--runs`` times after one warm-up read; ``--sink count``
+times ``df.count()`` instead (the same reads, without Spark materialising rows). Prints
+rows/s per run, the messages each node served (the leader must serve none) and the CPU
+seconds of the brokers, the Spark JVM and its Python workers during each timed run.
+Every process it starts is stopped by PID at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _descendants(pid: int) -> list[int]:
+    parent: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                parent[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found: list[int] = []
+    frontier = {pid}
+    while frontier:
+        frontier = {c for c, p in parent.items() if p in frontier and c not in found}
+        found += sorted(frontier)
+    return found
+
+
+def _pulled(addresses: dict[str, str]) -> dict[str, float]:
+    out = {}
+    for name, address in addresses.items():
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as resp:
+            for line in resp.read().decode().splitlines():
+                if line.startswith("raftmq_messages_pulled_total"):
+                    out[name] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def _fill(servers: list[str], topic: str, queues: int, messages: int, body_bytes: int) -> float:
+    from client.aio import AsyncProducer
+    from client.message import Message
+    from client.queues import MessageQueue, shard_queue
+
+    mqs = [MessageQueue(topic, "g1", q) for q in range(queues)]
+    keys: dict[int, str] = {}
+    j = 0
+    while len(keys) < queues:
+        keys.setdefault(shard_queue(f"bench-{j}", mqs).queue_id, f"bench-{j}")
+        j += 1
+    per_queue = messages // queues
+    tags = ("red", "green", "blue", "gold", "grey")
+
+    async def run() -> None:
+        async with AsyncProducer(servers=servers, group="spark-bench", send_timeout=60.0) as p:
+            async def one(q: int) -> None:
+                for start in range(0, per_queue, 1000):
+                    batch = [Message(topic, os.urandom((body_bytes + 1) // 2).hex().encode()[:body_bytes],
+                                     tags=tags[i % len(tags)], keys=[f"q{q}-{i}"])
+                             for i in range(start, min(per_queue, start + 1000))]
+                    await p.send_batch(batch, shard_key=keys[q])
+
+            await asyncio.gather(*(one(q) for q in range(queues)))
+
+    started = time.monotonic()
+    asyncio.run(run())
+    return time.monotonic() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m spark.bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--messages", type=int, default=200_000)
+    ap.add_argument("--queues", type=int, default=8)
+    ap.add_argument("--body-bytes", type=int, default=256)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--sink", choices=("noop", "count"), default="noop",
+                    help="noop: write every column to Spark's noop sink; count: df.count()")
+    ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                    help="a further option of the raftmq source (repeatable), e.g. pipeline=4")
+    ap.add_argument("--dir", help="where the brokers keep data and logs (default: a temporary directory)")
+    ap.add_argument("--out", help="also write the results as JSON to this file")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+    from client import Admin
+    from dledger.local_group import LocalGroup
+
+    tmp = None if args.dir else tempfile.TemporaryDirectory(prefix="raftmq-spark-bench-")
+    base = Path(args.dir or tmp.name)  # type: ignore[union-attr]
+    group = LocalGroup(base / "g1", 3, module="broker", raft={"segment_bytes": 64 << 20},
+                       broker={"index_slots": 4096, "index_entries": 65536}, log_level="WARNING")
+    session: Any = None
+    try:
+        group.start()
+        leader = group.wait_leader(timeout=30)
+        addresses = {n: p.http for n, p in group.nodes.items()}
+        servers = list(addresses.values())
+        admin = Admin(servers=servers)
+        try:
+            admin.create_topic("bench", queues=args.queues)
+        finally:
+            admin.close()
+        fill_s = _fill(servers, "bench", args.queues, args.messages, args.body_bytes)
+        expected = args.messages // args.queues * args.queues
+        target = group.status(leader)["commit_index"]  # type: ignore[index]
+        for name in addresses:
+            if name != leader:
+                group.wait_status(name, lambda s: s.get("applied_index", 0) >= target, 120, "catch-up")
+        print(f"filled topic bench: {expected} messages of {args.body_bytes} B in {fill_s:.1f} s", flush=True)
+
+        from pyspark.sql import SparkSession
+
+        from spark.datasource import register
+        session = (SparkSession.builder.master("local[2]").appName("raftmq-spark-bench")
+                   .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                   .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC")
+                   .getOrCreate())
+        session.sparkContext.setLogLevel("ERROR")
+        register(session)
+        options = dict(o.split("=", 1) for o in args.option)
+        df = (session.read.format("raftmq").option("servers", ",".join(servers)).option("topic", "bench")
+              .options(**options).load())
+        got = df.count()  # warm-up: JVM, Python workers, connections
+        if got != expected:
+            print(f"error: read {got} rows, expected {expected}", file=sys.stderr)
+            return 1
+        brokers = {n: p.proc.pid for n, p in group.nodes.items() if p.proc is not None}
+        broker_pids = set(brokers.values())
+        spark_pids: list[int] = []
+        runs = []
+        for i in range(args.runs):
+            spark_pids = sorted((set(spark_pids) | set(_descendants(os.getpid()))) - broker_pids)
+            watched = {**{f"broker {n}{' (leader)' if n == leader else ''}": p for n, p in brokers.items()},
+                       **{f"spark pid {p}": p for p in spark_pids}}
+            cpu0 = {k: _cpu_seconds(p) for k, p in watched.items()}
+            own0 = time.process_time()
+            before = _pulled(addresses)
+            started = time.monotonic()
+            if args.sink == "noop":
+                df.write.format("noop").mode("overwrite").save()
+            else:
+                assert df.count() == expected
+            took = time.monotonic() - started
+            after = _pulled(addresses)
+            cpu = {k: round(_cpu_seconds(p) - cpu0[k], 2) for k, p in watched.items()}
+            cpu["bench driver (python)"] = round(time.process_time() - own0, 2)
+            served = {n: int(after[n] - before[n]) for n in after}
+            runs.append({"run": i + 1, "seconds": round(took, 3), "rows_per_s": round(expected / took),
+                         "served": served, "cpu_s": {k: v for k, v in cpu.items() if v > 0}})
+            print(f"run {i + 1}: {expected} rows in {took:.2f} s = {expected / took:,.0f} rows/s; "
+                  f"served {served}; cpu s {runs[-1]['cpu_s']}", flush=True)
+            if served.get(leader, 0) != 0:
+                print(f"error: the leader {leader} served {served[leader]} messages", file=sys.stderr)
+                return 1
+        result = {"messages": expected, "body_bytes": args.body_bytes, "queues": args.queues,
+                  "sink": args.sink, "options": options, "cpus": os.cpu_count(), "runs": runs}
+        if args.out:
+            Path(args.out).write_text(json.dumps(result, indent=2))
+        best = max(r["rows_per_s"] for r in runs)
+        print(f"best {best:,} rows/s ({args.body_bytes} B bodies, local[2], {os.cpu_count()} cpus)")
+        return 0
+    finally:
+        if session is not None:
+            session.stop()
+        group.stop()
+        if tmp is not None:
+            tmp.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""PySpark Python Data Source ``raftmq``: batch and Structured Streaming reads from followers.
+
+    from spark.datasource import register
+    register(session)   # once per SparkSession
+    df = (session.read.format("raftmq").option("servers", "127.0.0.1:7001,...")
+          .option("topic", "orders").load())
+    q = (session.readStream.format("raftmq").option("namesrv", "127.0.0.1:9876")
+         .option("topic", "orders").option("maxRecordsPerTrigger", 100000).load()
+         .writeStream.format("parquet").option("checkpointLocation", ck).start(out))
+
+Options: see ``spark.options`` and docs/SPARK.md. Needs pyspark >= 4.2 (the two-argument
+``latestOffset`` with admission control) and pyarrow; import this module only where
+Spark is installed -- ``import spark`` alone never imports pyspark.
+
+Every method here runs in a Python process of Spark's (driver-side planner processes,
+the streaming source runner, the executors' workers): nothing unpicklable is kept on
+``self``; each ``read`` opens its own client and loop (``spark.reader.read_columns``).
+
+Streaming offsets are ``{"<group>": {"<queue id>": next offset}}`` in the checkpoint;
+``commit`` has nothing to do (the checkpoint is the source of truth). A queue added to
+the topic while a query runs enters the offsets at its earliest offset and is read from
+the next micro-batch on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from spark.arrow import SCHEMA_DDL, to_record_batch
+from spark.options import SourceOptions, parse_options
+from spark.reader import (
+    Offsets,
+    QueueBounds,
+    QueueRange,
+    admit,
+    current_offsets,
+    initial_offsets,
+    offsets_from_json,
+    offsets_to_json,
+    plan_batch,
+    plan_ranges,
+    read_columns,
+)
+
+__all__ = ["SCHEMA", "RaftMQDataSource", "register"]
+
+
+def register(session: Any) -> None:
+    """Make ``format("raftmq")`` available in ``session``."""
+    session.dataSource.register(RaftMQDataSource)
+
+
+class RangePartition(InputPartition):
+    """One queue range (``spark.reader.QueueRange``), picklable."""
+
+    def __init__(self, rng: QueueRange) -> None:
+        super().__init__(rng)
+        self.rng = rng
+
+
+def _read(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if not isinstance(partition, RangePartition):  # Spark's stand-in when there is nothing to read
+        return
+    for cols in read_columns(opts, partition.rng, opts.arrow_batch_rows):
+        yield to_record_batch(cols)
+
+
+SCHEMA = StructType([
+    StructField("topic", StringType()),
+    StructField("broker_group", StringType()),
+    StructField("queue_id", IntegerType()),
+    StructField("queue_offset", LongType()),
+    StructField("commit_log_offset", LongType()),
+    StructField("msg_id", StringType()),
+    StructField("store_timestamp", TimestampType()),
+    StructField("born_timestamp", TimestampType()),
+    StructField("keys", ArrayType(StringType())),
+    StructField("tags", StringType()),
+    StructField("properties", MapType(StringType(), StringType())),
+    StructField("body", BinaryType()),
+])
+
+
+def _check_schema(schema: StructType) -> None:
+    if schema != SCHEMA:
+        raise ValueError(f"the raftmq source has a fixed schema ({SCHEMA_DDL}); select the columns "
+                         "you need after load() instead of passing a schema")
+
+
+class RaftMQDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "raftmq"
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        _check_schema(schema)
+        return RaftMQBatchReader(parse_options(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        _check_schema(schema)
+        return RaftMQStreamReader(parse_options(self.options))
+
+
+class RaftMQBatchReader(DataSourceReader):
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [RangePartition(r) for r in plan_batch(self.opts)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(self.opts, partition)
+
+
+class RaftMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._target: Offsets | None = None         # Trigger.AvailableNow: never beyond
+        self._bounds: list[QueueBounds] | None = None  # from the last latestOffset, for partitions
+
+    def initialOffset(self) -> dict:
+        return offsets_to_json(initial_offsets(self.opts))
+
+    def _available(self) -> Offsets:
+        self._bounds = current_offsets(self.opts)
+        return {b.key: b.high for b in self._bounds}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._available()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.opts.max_records_per_trigger
+        return ReadMaxRows(n) if n else ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = offsets_from_json(start)
+        available = self._available()
+        bounds = {b.key: b for b in self._bounds or []}
+        end: Offsets = {}
+        for key, high in available.items():
+            if key not in begin:  # a queue new to this query: enters at its earliest offset
+                end[key] = bounds[key].low
+                continue
+            if self._target is not None:
+                high = min(high, self._target.get(key, begin[key]))
+            end[key] = max(begin[key], high)  # a lagging replica may report less than the checkpoint
+        for key, offset in begin.items():  # a queue no longer in the route keeps its offset
+            end.setdefault(key, offset)
+        if isinstance(limit, ReadMaxRows):
+            end = admit(begin, end, limit.max_rows)
+        return offsets_to_json(end)
+
+    def reportLatestOffset(self) -> dict | None:
+        return None
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        begin, stop = offsets_from_json(start), offsets_from_json(end)
+        if not any(stop[k] > begin.get(k, stop[k]) for k in stop):
+            return []
+        bounds = self._bounds
+        needed = {k for k in stop if stop[k] > begin.get(k, stop[k])}
+        if bounds is None or not needed <= {b.key for b in bounds}:
+            bounds = current_offsets(self.opts)  # a restarted query replays its last batch first
+        starts = {k: begin.get(k, stop[k]) for k in stop}
+        ranges = plan_ranges(bounds, starts, stop, self.opts.max_records_per_partition)
+        return [RangePartition(r) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(self.opts, partition)
+
+    def commit(self, end: dict) -> None:
+        pass

@@ -1,0 +1,184 @@
+"""The ``raftmq`` data source's options, parsed and checked once, on the driver.
+
+Pure Python (no pyspark, no pyarrow): the parsed :class:`SourceOptions` is a frozen,
+picklable value that travels to the Python workers inside each partition.
+
+Offsets specs (``startingOffsets`` / ``endingOffsets``):
+
+* ``earliest`` / ``latest``;
+* a store timestamp: integer milliseconds since the epoch, or ISO 8601
+  (``2026-05-01T12:00:00Z``; without a zone it is UTC) -- the first message stored at or
+  after it, per queue;
+* JSON per queue, keyed by broker group then queue id: ``{"g1": {"0": 120, "3": -2}}``
+  (``-2`` earliest, ``-1`` latest). A queue the JSON leaves out starts at ``earliest``
+  (``startingOffsets``) or ends at ``latest`` (``endingOffsets``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from client.tag_filter import SubscriptionError, TagSelector, parse_tags
+
+__all__ = ["EARLIEST", "LATEST", "OffsetSpec", "OptionError", "SourceOptions", "parse_offset_spec",
+           "parse_options"]
+
+READ_FROM = ("follower", "leader", "any")
+EARLIEST = -2
+LATEST = -1
+MAX_PULL = 256  # the broker's largest page (broker.server.MAX_PULL)
+
+
+class OptionError(ValueError):
+    """An option of the ``raftmq`` source that cannot be used; the message says how to fix it."""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetSpec:
+    """Where reading starts or ends: ``kind`` earliest / latest / timestamp / per-queue."""
+
+    kind: Literal["earliest", "latest", "timestamp", "queues"]
+    timestamp_ms: int | None = None
+    #: kind "queues": (group, queue id) -> offset, or EARLIEST / LATEST
+    queues: tuple[tuple[tuple[str, int], int], ...] = ()
+
+    def for_queue(self, group: str, queue_id: int) -> int | None:
+        """The explicit offset of one queue (EARLIEST/LATEST allowed), None if not given."""
+        for key, offset in self.queues:
+            if key == (group, queue_id):
+                return offset
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    topic: str
+    namesrv: tuple[str, ...] = ()
+    servers: tuple[str, ...] = ()
+    read_from: str = "follower"
+    starting: OffsetSpec | None = None      # None: the mode's default (batch earliest, stream latest)
+    ending: OffsetSpec = OffsetSpec("latest")
+    max_records_per_trigger: int | None = None
+    max_records_per_partition: int = 100_000
+    tags: str | None = None
+    pull_batch: int = MAX_PULL
+    pipeline: int = 2
+    arrow_batch_rows: int = 8192
+    follower_wait_s: float = 30.0
+    request_timeout_s: float = 10.0
+
+    def selector(self) -> TagSelector:
+        return parse_tags(self.tags)
+
+    def client_args(self) -> dict[str, list[str]]:
+        """``namesrv=`` or ``servers=`` for a ClientCore."""
+        return {"namesrv": list(self.namesrv)} if self.namesrv else {"servers": list(self.servers)}
+
+
+def _addresses(value: str | None) -> tuple[str, ...]:
+    return tuple(a.strip() for a in (value or "").split(",") if a.strip())
+
+
+def _positive_int(opts: Mapping[str, str], key: str, name: str, default: int | None,
+                  maximum: int | None = None) -> int | None:
+    raw = opts.get(key)
+    if raw is None or str(raw).strip() == "":
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise OptionError(f"option {name} must be a positive integer, got {raw!r}") from None
+    if value <= 0 or (maximum is not None and value > maximum):
+        bound = f" and at most {maximum}" if maximum is not None else ""
+        raise OptionError(f"option {name} must be > 0{bound}, got {value}")
+    return value
+
+
+def parse_offset_spec(value: str, name: str) -> OffsetSpec:
+    """Parse one ``startingOffsets`` / ``endingOffsets`` value (module docstring)."""
+    text = value.strip()
+    low = text.lower()
+    if low in ("earliest", "latest"):
+        return OffsetSpec(low)  # type: ignore[arg-type]
+    if text.startswith("{"):
+        try:
+            doc = json.loads(text)
+        except ValueError as e:
+            raise OptionError(f"option {name}: not valid JSON ({e}): {text!r}") from None
+        return OffsetSpec("queues", queues=_queue_offsets(doc, name))
+    if text.lstrip("-").isdigit():
+        ms = int(text)
+        if ms < 0:
+            raise OptionError(f"option {name}: a timestamp must be >= 0 ms, got {ms}")
+        return OffsetSpec("timestamp", timestamp_ms=ms)
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    except ValueError:
+        raise OptionError(
+            f"option {name} must be 'earliest', 'latest', a timestamp (ms since the epoch or ISO 8601) "
+            f'or JSON per queue like {{"g1": {{"0": 42}}}}, got {value!r}') from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return OffsetSpec("timestamp", timestamp_ms=int(when.timestamp() * 1000))
+
+
+def _queue_offsets(doc: object, name: str) -> tuple[tuple[tuple[str, int], int], ...]:
+    shape = f'option {name}: JSON offsets are {{"<broker group>": {{"<queue id>": offset}}}}'
+    if not isinstance(doc, dict):
+        raise OptionError(f"{shape}, got {doc!r}")
+    out: list[tuple[tuple[str, int], int]] = []
+    for group, queues in doc.items():
+        if not isinstance(queues, dict):
+            raise OptionError(f"{shape}; group {group!r} maps to {queues!r}")
+        for qid, offset in queues.items():
+            try:
+                q = int(qid)
+            except (TypeError, ValueError):
+                raise OptionError(f"{shape}; {qid!r} of group {group!r} is not a queue id") from None
+            if not isinstance(offset, int) or isinstance(offset, bool) or offset < EARLIEST or q < 0:
+                raise OptionError(f"{shape}; queue {group}#{qid} has offset {offset!r} "
+                                  "(an offset >= 0, -2 for earliest or -1 for latest)")
+            out.append(((str(group), q), offset))
+    return tuple(sorted(out))
+
+
+def parse_options(options: Mapping[str, str]) -> SourceOptions:
+    """Check the options given to ``spark.read.format("raftmq")``; keys are case-insensitive."""
+    opts = {str(k).lower(): v for k, v in options.items() if v is not None}
+    topic = (opts.get("topic") or "").strip()
+    if not topic:
+        raise OptionError("option topic is required: .option('topic', 'orders')")
+    namesrv, servers = _addresses(opts.get("namesrv")), _addresses(opts.get("servers"))
+    if bool(namesrv) == bool(servers):
+        raise OptionError("give exactly one of the options namesrv ('host:port[,host:port]', the name "
+                          "servers) or servers ('host:port,host:port,...', the nodes of one broker group)")
+    read_from = (opts.get("readfrom") or "follower").strip().lower()
+    if read_from not in READ_FROM:
+        raise OptionError(f"option readFrom must be one of {', '.join(READ_FROM)}, got {read_from!r}")
+    starting = opts.get("startingoffsets")
+    ending = opts.get("endingoffsets")
+    tags = opts.get("tags")
+    if tags is not None:
+        try:
+            parse_tags(tags)
+        except SubscriptionError as e:
+            raise OptionError(f"option tags: {e}") from None
+    wait_ms = _positive_int(opts, "followerwaitms", "followerWaitMs", 30_000)
+    timeout_ms = _positive_int(opts, "requesttimeoutms", "requestTimeoutMs", 10_000)
+    assert wait_ms is not None and timeout_ms is not None
+    return SourceOptions(
+        topic=topic, namesrv=namesrv, servers=servers, read_from=read_from,
+        starting=parse_offset_spec(starting, "startingOffsets") if starting else None,
+        ending=parse_offset_spec(ending, "endingOffsets") if ending else OffsetSpec("latest"),
+        max_records_per_trigger=_positive_int(opts, "maxrecordspertrigger", "maxRecordsPerTrigger", None),
+        max_records_per_partition=_positive_int(opts, "maxrecordsperpartition", "maxRecordsPerPartition",
+                                                100_000) or 100_000,
+        tags=tags if tags is not None and parse_tags(tags).tags is not None else None,
+        pull_batch=_positive_int(opts, "pullbatch", "pullBatch", MAX_PULL, MAX_PULL) or MAX_PULL,
+        pipeline=_positive_int(opts, "pipeline", "pipeline", 2, 8) or 2,
+        arrow_batch_rows=_positive_int(opts, "arrowbatchrows", "arrowBatchRows", 8192) or 8192,
+        follower_wait_s=wait_ms / 1000, request_timeout_s=timeout_ms / 1000)

@@ -1,0 +1,315 @@
+"""The ``raftmq`` source without Spark and without a cluster: options, planning, admission
+control, decoding to Arrow, and the partition reader against fake replicas that
+misbehave (a gap, a crash, a lag, retention)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pytest
+
+from spark.arrow import ARROW_SCHEMA, to_record_batch
+from spark.options import EARLIEST, LATEST, OptionError, parse_options
+from spark.reader import (
+    DataLossError,
+    QueueBounds,
+    QueueRange,
+    RangeMismatchError,
+    ReadError,
+    ReplicaUnavailableError,
+    admit,
+    decode_page,
+    offsets_from_json,
+    offsets_to_json,
+    plan_batch,
+    plan_ranges,
+    read_columns,
+    read_order,
+)
+from tests.spark.fake_broker import QUEUE, TOPIC, FakeReplica, link, make_messages
+
+pytestmark = [pytest.mark.spark]
+
+
+# -- options --------------------------------------------------------------------------------
+def test_options_defaults_and_checks() -> None:
+    o = parse_options({"servers": "a:1, b:2,c:3", "topic": "orders"})
+    assert o.servers == ("a:1", "b:2", "c:3") and o.read_from == "follower" and o.starting is None
+    assert o.ending.kind == "latest" and o.max_records_per_trigger is None and o.tags is None
+    o = parse_options({"NAMESRV": "ns:9876", "Topic": "x", "READFROM": "Any", "tags": "a || b",
+                       "maxRecordsPerTrigger": "500"})
+    assert o.namesrv == ("ns:9876",) and o.read_from == "any" and o.max_records_per_trigger == 500
+    assert o.selector().tags == frozenset({"a", "b"})
+    assert parse_options({"servers": "a:1", "topic": "x", "tags": "*"}).tags is None
+    for bad, what in [({"servers": "a:1"}, "topic"), ({"topic": "x"}, "namesrv"),
+                      ({"topic": "x", "servers": "a:1", "namesrv": "n:1"}, "exactly one"),
+                      ({"topic": "x", "servers": "a:1", "readFrom": "primary"}, "readFrom"),
+                      ({"topic": "x", "servers": "a:1", "maxRecordsPerTrigger": "0"}, "maxRecordsPerTrigger"),
+                      ({"topic": "x", "servers": "a:1", "pullBatch": "1000"}, "at most 256"),
+                      ({"topic": "x", "servers": "a:1", "tags": "||"}, "tags"),
+                      ({"topic": "x", "servers": "a:1", "startingOffsets": "soon"}, "startingOffsets")]:
+        with pytest.raises(OptionError, match=what):
+            parse_options(bad)
+
+
+def test_offset_specs() -> None:
+    def spec(v: str):  # type: ignore[no-untyped-def]
+        return parse_options({"servers": "a:1", "topic": "x", "startingOffsets": v}).starting
+
+    assert spec("EARLIEST").kind == "earliest" and spec("latest").kind == "latest"
+    assert spec("1700000000000").timestamp_ms == 1_700_000_000_000
+    when = int(datetime(2026, 5, 1, 12, tzinfo=UTC).timestamp() * 1000)
+    assert spec("2026-05-01T12:00:00Z").timestamp_ms == when
+    assert spec("2026-05-01T12:00:00").timestamp_ms == when  # no zone: UTC
+    s = spec('{"g1": {"0": 5, "3": -2}, "g2": {"1": -1}}')
+    assert s.kind == "queues" and s.for_queue("g1", 0) == 5 and s.for_queue("g1", 3) == EARLIEST
+    assert s.for_queue("g2", 1) == LATEST and s.for_queue("g1", 1) is None
+    for bad in ('{"g1": 5}', '{"g1": {"x": 1}}', '{"g1": {"0": -3}}', '{"g1": {"0": "1"}}', "{nope"):
+        with pytest.raises(OptionError):
+            spec(bad)
+
+
+# -- replicas and planning --------------------------------------------------------------------
+def test_read_order_never_uses_the_leader_for_follower_reads() -> None:
+    roles = {"a": "leader", "b": "follower", "c": "candidate", "d": None}
+    assert read_order(roles, "follower") == ["b", "c"]
+    assert read_order(roles, "follower", preferred="c") == ["c", "b"]
+    assert read_order(roles, "any") == ["b", "c", "a"]
+    assert read_order(roles, "leader") == ["a", "b", "c"]
+    only_leader = {"a": "leader", "b": None, "c": None}
+    assert read_order(only_leader, "follower") == []
+    assert read_order(only_leader, "any") == ["a"]
+
+
+def _bounds(group: str, qid: int, low: int, high: int,
+            sources: tuple[str, ...] = ("f1", "f2")) -> QueueBounds:
+    return QueueBounds("t", group, qid, low, high, ("l", "f1", "f2"), sources)
+
+
+def test_plan_ranges_splits_evenly_and_alternates_followers() -> None:
+    bounds = [_bounds("g1", 0, 0, 250), _bounds("g1", 1, 0, 0), _bounds("g1", 2, 10, 60)]
+    ranges = plan_ranges(bounds, {b.key: b.low for b in bounds}, {b.key: b.high for b in bounds}, 100)
+    assert [(r.queue_id, r.start, r.end) for r in ranges] == [(0, 0, 84), (0, 84, 168), (0, 168, 250),
+                                                               (2, 10, 60)]
+    assert [r.preferred for r in ranges] == ["f1", "f2", "f1", "f2"]
+    assert sum(r.count for r in ranges) == 300
+
+
+def test_admit_is_fair_bounded_and_makes_progress() -> None:
+    start = {("g", 0): 0, ("g", 1): 100, ("g", 2): 5}
+    available = {("g", 0): 1000, ("g", 1): 110, ("g", 2): 5, ("g", 3): 50}  # queue 3 is new: no backlog
+    end = admit(start, available, 300)
+    assert end[("g", 1)] == 110 and end[("g", 2)] == 5 and end[("g", 3)] == 50
+    assert end[("g", 0)] == 290  # what queue 1 left goes to queue 0
+    assert sum(end[k] - start.get(k, available[k]) for k in available) == 300
+    tiny = admit({("g", i): 0 for i in range(4)}, {("g", i): 10 for i in range(4)}, 2)
+    assert sum(tiny.values()) == 2
+    assert admit(start, available, 300) == end  # deterministic
+
+
+def test_offsets_json_round_trip_is_ordered() -> None:
+    offsets = {("g2", 0): 3, ("g1", 10): 7, ("g1", 2): 1}
+    doc = offsets_to_json(offsets)
+    assert list(doc) == ["g1", "g2"] and list(doc["g1"]) == ["2", "10"]
+    assert offsets_from_json(doc) == offsets
+
+
+# -- decoding -------------------------------------------------------------------------------
+def test_decode_page_to_arrow() -> None:
+    msgs = make_messages(5)
+    raw = [[i, 1000 + i, 1_700_000_100_000 + i, msgs[i][0]] for i in range(5)]
+    rng = QueueRange(TOPIC, "g1", QUEUE, 0, 5, ("x",))
+    cols = decode_page(raw, rng, None)
+    assert cols.queue_offset == [0, 1, 2, 3, 4] and cols.body[3] == b"m3" and cols.tags[2] is None
+    assert cols.keys[1] == ("k1",) and cols.properties[4] == {"i": "4"} and len(cols.msg_id[0]) == 32
+    batch = to_record_batch(cols)
+    assert batch.schema.equals(ARROW_SCHEMA) and batch.num_rows == 5
+    row = batch.to_pylist()[1]
+    assert row["topic"] == TOPIC and row["broker_group"] == "g1" and row["queue_offset"] == 1
+    assert row["store_timestamp"] == datetime.fromtimestamp(1_700_000_100.001, UTC)
+    assert row["born_timestamp"] == datetime.fromtimestamp(1_700_000_000.001, UTC)
+    assert row["properties"] == [("i", "1")] and row["keys"] == ["k1"]
+    filtered = decode_page(raw, rng, frozenset({"a"}))
+    assert filtered.queue_offset == [0, 3]
+    other = QueueRange(TOPIC, "g1", 1, 0, 5, ("x",))
+    with pytest.raises(RangeMismatchError, match="queue"):
+        decode_page(raw, other, None)
+    assert to_record_batch(decode_page([], rng, None)).num_rows == 0
+    assert isinstance(to_record_batch(cols).column(6), pa.TimestampArray)
+
+
+def test_spark_schema_is_the_arrow_schema_spark_checks_batches_against() -> None:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from spark.arrow import COLUMNS
+    from spark.datasource import SCHEMA
+    assert to_arrow_schema(SCHEMA, timezone="UTC").equals(ARROW_SCHEMA)
+    assert [f.name for f in SCHEMA.fields] == [name for name, _ in COLUMNS]
+
+
+def test_compressed_bodies_are_inflated() -> None:
+    import zlib
+
+    from broker.message_format import Message, encode_message
+    body = b"x" * 10_000
+    data = encode_message(Message(TOPIC, zlib.compress(body), QUEUE, flag=1))
+    cols = decode_page([[0, 0, 0, data]], QueueRange(TOPIC, "g1", QUEUE, 0, 1, ("x",)), None)
+    assert cols.body == [body]
+
+
+def test_import_spark_does_not_import_pyspark() -> None:
+    code = ("import sys, spark, spark.reader, spark.options; "
+            "assert 'pyspark' not in sys.modules, 'pyspark imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# -- the partition reader against fake replicas ------------------------------------------------------
+@pytest.fixture
+def replicas() -> Iterator[dict[str, FakeReplica]]:
+    msgs = make_messages(1000)
+    group = {"leader": FakeReplica(msgs, role="leader").start(),
+             "f1": FakeReplica(msgs).start(), "f2": FakeReplica(msgs).start()}
+    link(group)
+    try:
+        yield group
+    finally:
+        for r in group.values():
+            r.stop()
+
+
+def _read(replicas: dict[str, FakeReplica], start: int = 0, end: int = 1000, preferred: str = "f1",
+          **options: str) -> list[int]:
+    opts = parse_options({"servers": replicas["leader"].address, "topic": TOPIC, "followerWaitMs": "3000",
+                          **options})
+    rng = QueueRange(TOPIC, "g1", QUEUE, start, end, tuple(r.address for r in replicas.values()),
+                     replicas[preferred].address)
+    out: list[int] = []
+    for cols in read_columns(opts, rng, 300):
+        out += cols.queue_offset
+    return out
+
+
+def test_reads_exactly_the_range_from_the_preferred_follower(replicas: dict[str, FakeReplica]) -> None:
+    assert _read(replicas, 17, 999, preferred="f2") == list(range(17, 999))
+    assert replicas["f2"].rows_served == 999 - 17
+    assert replicas["leader"].pulls == 0 and replicas["f1"].pulls == 0
+    assert _read(replicas, 5, 5) == []
+
+
+def test_a_gap_fails_the_partition(replicas: dict[str, FakeReplica]) -> None:
+    replicas["f1"].skip_offset = 300
+    with pytest.raises(RangeMismatchError, match=r"from offset 256, got 255"):
+        _read(replicas)
+
+
+def test_a_follower_dying_mid_read_hands_over_to_the_other(replicas: dict[str, FakeReplica]) -> None:
+    replicas["f1"].die_after_pulls = 2
+    assert _read(replicas, pullBatch="100", pipeline="1") == list(range(1000))
+    assert replicas["f1"].rows_served == 200 and replicas["f2"].rows_served == 800
+    assert replicas["leader"].pulls == 0
+
+
+def test_a_replica_answering_errors_is_left_for_another(replicas: dict[str, FakeReplica]) -> None:
+    from broker.remoting import ResponseCode
+
+    replicas["f1"].error_code = ResponseCode.SYSTEM_ERROR
+    assert _read(replicas) == list(range(1000))
+    assert replicas["f2"].rows_served == 1000 and replicas["leader"].pulls == 0
+    replicas["f2"].error_code = ResponseCode.SYSTEM_ERROR
+    started = time.monotonic()
+    with pytest.raises(ReadError, match=r"no replica served a pull for 1 s.*SYSTEM_ERROR"):
+        _read(replicas, followerWaitMs="1000")
+    assert time.monotonic() - started < 10 and replicas["leader"].pulls == 0
+
+
+def test_no_follower_up_fails_unless_any(replicas: dict[str, FakeReplica]) -> None:
+    replicas["f1"].kill()
+    replicas["f2"].kill()
+    started = time.monotonic()
+    with pytest.raises(ReplicaUnavailableError, match="readFrom=any"):
+        _read(replicas, followerWaitMs="1000")
+    assert time.monotonic() - started < 10
+    assert replicas["leader"].pulls == 0
+    assert _read(replicas, readFrom="any") == list(range(1000))
+    assert replicas["leader"].rows_served == 1000
+
+
+def test_a_lagging_follower_is_waited_for(replicas: dict[str, FakeReplica]) -> None:
+    for name in ("f1", "f2"):
+        replicas[name].applied = 600
+    timer = threading.Timer(0.7, lambda: setattr(replicas["f1"], "applied", None))
+    timer.start()
+    try:
+        assert _read(replicas) == list(range(1000))
+    finally:
+        timer.cancel()
+    replicas["f1"].applied = 600
+    with pytest.raises(ReplicaUnavailableError, match="no replica had offset 600"):
+        _read(replicas, followerWaitMs="1500")
+
+
+def test_retention_is_reported_as_data_loss(replicas: dict[str, FakeReplica]) -> None:
+    replicas["f1"].min_offset = 100
+    with pytest.raises(DataLossError, match=r"\[0, 100\)"):
+        _read(replicas)
+
+
+def test_tag_filter_covers_the_range_without_gaps(replicas: dict[str, FakeReplica]) -> None:
+    got = _read(replicas, 10, 990, tags="a || b", pullBatch="64")
+    assert got == [i for i in range(10, 990) if i % 3 != 2]
+    assert replicas["leader"].pulls == 0
+
+
+def test_plan_takes_the_lowest_end_among_followers_and_never_asks_the_leader(
+        replicas: dict[str, FakeReplica]) -> None:
+    replicas["f1"].applied, replicas["f2"].applied = 800, 900
+    servers = ",".join(r.address for r in replicas.values())
+    ranges = plan_batch(parse_options({"servers": servers, "topic": TOPIC, "maxRecordsPerPartition": "300"}))
+    assert [(r.start, r.end) for r in ranges] == [(0, 267), (267, 534), (534, 800)]
+    first, second = sorted(replicas[n].address for n in ("f1", "f2"))
+    assert [r.preferred for r in ranges] == [first, second, first]  # the followers in turn
+    assert replicas["leader"].searches == 0 and replicas["f1"].searches == replicas["f2"].searches == 1
+    ranges = plan_batch(parse_options({"servers": servers, "topic": TOPIC, "readFrom": "leader"}))
+    assert [(r.start, r.end, r.preferred) for r in ranges] == [(0, 1000, replicas["leader"].address)]
+    replicas["f2"].kill()
+    ranges = plan_batch(parse_options({"servers": servers, "topic": TOPIC,
+                                       "endingOffsets": '{"g1": {"0": 850}}'}))
+    assert [(r.start, r.end, r.preferred) for r in ranges] == [(0, 850, replicas["f1"].address)]
+    replicas["f1"].kill()
+    with pytest.raises(ReplicaUnavailableError, match="readFrom=any"):
+        plan_batch(parse_options({"servers": servers, "topic": TOPIC, "followerWaitMs": "500"}))
+
+
+def test_stream_offsets_never_go_back_admit_and_stop_at_the_available_now_target(
+        replicas: dict[str, FakeReplica]) -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    from spark.datasource import RaftMQStreamReader
+
+    servers = ",".join(r.address for r in replicas.values())
+    r = RaftMQStreamReader(parse_options({"servers": servers, "topic": TOPIC, "maxRecordsPerTrigger": "100"}))
+    assert r.initialOffset() == {"g1": {"0": 1000}}  # latest by default
+    assert r.getDefaultReadLimit() == ReadMaxRows(100)
+    start = {"g1": {"0": 10}}
+    assert r.latestOffset(start, ReadMaxRows(100)) == {"g1": {"0": 110}}
+    assert r.latestOffset(start, ReadAllAvailable()) == {"g1": {"0": 1000}}
+    for name in ("f1", "f2"):
+        replicas[name].applied = 500
+    assert r.latestOffset({"g1": {"0": 700}}, ReadAllAvailable()) == {"g1": {"0": 700}}  # never back
+    r.prepareForTriggerAvailableNow()  # the target: 500
+    for name in ("f1", "f2"):
+        replicas[name].applied = None  # 1000 now
+    assert r.latestOffset(start, ReadAllAvailable()) == {"g1": {"0": 500}}
+    assert r.latestOffset({}, ReadAllAvailable()) == {"g1": {"0": 0}}  # a new queue enters at earliest
+    assert r.partitions(start, start) == []
+    (part,) = r.partitions(start, {"g1": {"0": 500}})
+    batches = list(r.read(part))
+    assert sum(b.num_rows for b in batches) == 490
+    assert batches[0].column("queue_offset")[0].as_py() == 10
+    assert replicas["leader"].pulls == 0 and replicas["leader"].searches == 0

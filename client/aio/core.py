@@ -66,6 +66,7 @@ class ClientCore:
         delays = backoff_delays(first=0.05, cap=0.5)
         last: ClientError | None = None
         tried: list[str] = []
+        redirects = 0
         while True:
             candidates = self.routes.leader_candidates(group)
             if not candidates:
@@ -87,9 +88,13 @@ class ClientCore:
                 last = e
                 if e.leader and e.leader != address:
                     self.routes.set_leader(group, e.leader)
+                    named = self.routes.leader(group)
+                    if named is not None:  # a replica names it: no longer suspect
+                        self._suspects.pop(named, None)
                     tried.clear()
-                    if not deadline.expired():
-                        continue
+                    redirects += 1
+                    if redirects <= 2 and not deadline.expired():
+                        continue  # follow at once; repeated redirects back off below
                 else:
                     tried.append(address)
             except BrokerError as e:

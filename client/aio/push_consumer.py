@@ -181,13 +181,18 @@ class AsyncPushConsumer:
     # -- periodic work ---------------------------------------------------------------
     async def _every(self, seconds: float, work: Callable[[], Any],
                      wake: asyncio.Event | None = None) -> None:
-        while True:
+        while not self._stopping:
             if wake is None:
                 await asyncio.sleep(seconds)
             else:
+                # asyncio.timeout, not wait_for: 3.11's wait_for can swallow the cancellation
+                # that shutdown() sends when the event fires at the same moment
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), seconds)
+                    async with asyncio.timeout(seconds):
+                        await wake.wait()
                 wake.clear()
+            if self._stopping:
+                return
             try:
                 await work()
             except ClientError as e:
@@ -208,21 +213,22 @@ class AsyncPushConsumer:
         return routes
 
     async def _heartbeat_once(self) -> None:
+        """Every replica at once (one hung replica must not delay the others)."""
         route = await self.core.routes.route(self.topic)
         body = msgpack.packb({self.group: self.topics})
-        for g in route.groups:
-            for address in g.addresses:
-                with contextlib.suppress(ClientError):
-                    await self.core.pool.call(address, RequestCode.HEARTBEAT,
-                                              {"clientId": self.client_id}, body, timeout=3)
+        await asyncio.gather(*(self._call_quietly(address, RequestCode.HEARTBEAT,
+                                                  {"clientId": self.client_id}, body)
+                               for g in route.groups for address in g.addresses))
+
+    async def _call_quietly(self, address: str, code: int, ext: dict[str, Any], body: bytes = b"") -> None:
+        with contextlib.suppress(ClientError):
+            await self.core.pool.call(address, code, ext, body, timeout=3)
 
     async def _unregister(self) -> None:
         route = await self.core.routes.route(self.topic)
-        for g in route.groups:
-            for address in g.addresses:
-                with contextlib.suppress(ClientError):
-                    await self.core.pool.call(address, RequestCode.UNREGISTER_CLIENT,
-                                              {"clientId": self.client_id, "group": self.group}, timeout=3)
+        await asyncio.gather(*(self._call_quietly(address, RequestCode.UNREGISTER_CLIENT,
+                                                  {"clientId": self.client_id, "group": self.group})
+                               for g in route.groups for address in g.addresses))
 
     async def _members(self, groups: Sequence[str]) -> list[str]:
         members: set[str] = {self.client_id}

@@ -1,0 +1,202 @@
+"""Three broker processes with every link through Toxiproxy, and the faults the scenarios inject.
+
+Links (all on 127.0.0.1, listen ports from ``dledger.local_group.free_port``)::
+
+    peers:   pysyncobj dials each pair once, from the node with the larger address
+             string: one proxy per dialed pair "<dialer>-to-<acceptor>", set as the
+             dialer's ``group.dial`` (the acceptor keeps its identity)
+    clients: one proxy per node "client-to-<node>"; clients are given the proxies as
+             ``servers`` and ``address_map = {registered address: proxy}`` so that
+             NOT_LEADER redirects and routes also go through them
+
+``upstream`` on a peer proxy is the dialer -> acceptor direction, so a one-way cut
+``src -> dst`` is ``upstream`` when ``src`` dials and ``downstream`` otherwise.
+The test harness itself (status, offsets monitor, final reads) talks to the nodes
+directly: it observes, it is not a client under test.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+from dledger.local_group import LocalGroup, free_port
+from tests.chaos.toxi import Link, Stream, Toxi
+
+__all__ = ["BROKER_GROUP", "SEGMENT_BYTES", "ChaosBrokers", "PeerLink"]
+
+BROKER_GROUP = "g1"
+SEGMENT_BYTES = 4 << 20
+POLL_S = 0.05
+
+
+def _port(address: str) -> int:
+    return int(address.rsplit(":", 1)[1])
+
+
+@dataclass(frozen=True, slots=True)
+class PeerLink:
+    dialer: str
+    acceptor: str
+    link: Link
+
+    def stream_from(self, src: str) -> Stream:
+        """The proxy stream carrying bytes sent by ``src``."""
+        return "upstream" if src == self.dialer else "downstream"
+
+
+class ChaosBrokers:
+    """A 3-node broker group under ``base`` whose links all go through ``toxi``."""
+
+    def __init__(self, base: Path, toxi: Toxi) -> None:
+        self.base = base
+        self.toxi = toxi
+        self.group = LocalGroup(base, 3, module="broker", group=BROKER_GROUP,
+                                raft={"segment_bytes": SEGMENT_BYTES},
+                                broker={"index_slots": 4096, "index_entries": 65536})
+        self.nodes = self.group.nodes
+        self.names = list(self.nodes)
+        self.incarnation = dict.fromkeys(self.names, 0)
+        self.peer_links: dict[frozenset[str], PeerLink] = {}
+        dial: dict[str, dict[str, str]] = {n: {} for n in self.names}
+        for a, b in combinations(self.names, 2):
+            dialer, acceptor = (a, b) if self.nodes[a].raft > self.nodes[b].raft else (b, a)
+            link = toxi.proxy(f"{dialer}-to-{acceptor}", free_port(), _port(self.nodes[acceptor].raft))
+            self.peer_links[frozenset((a, b))] = PeerLink(dialer, acceptor, link)
+            dial[dialer][acceptor] = link.listen
+        for name in self.names:
+            self.group.write_config(name, dial[name])
+        self.client_links = {n: toxi.proxy(f"client-to-{n}", free_port(), _port(self.nodes[n].http))
+                             for n in self.names}
+        self.address_map = {self.nodes[n].http: link.listen for n, link in self.client_links.items()}
+        self.servers = [link.listen for link in self.client_links.values()]
+
+    # -- processes -------------------------------------------------------------------
+    def start(self, names: Iterable[str] | None = None) -> None:
+        for name in names or self.names:
+            self.incarnation[name] += 1
+            self.group.start_node(name)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL (a crash: no clean-up, the page cache survives)."""
+        self.group.kill(name)
+
+    def kill_all(self) -> None:
+        """SIGKILL every live node at once, then reap them."""
+        procs = [p.proc for p in self.nodes.values() if p.proc is not None and p.proc.poll() is None]
+        for proc in procs:
+            proc.send_signal(signal.SIGKILL)
+        for proc in procs:
+            proc.wait(timeout=10)
+
+    def terminate(self, name: str) -> None:
+        self.group.terminate(name)
+
+    def sigterm(self, name: str) -> None:
+        """Ask ``name`` to stop (graceful shutdown); returns at once."""
+        proc = self.nodes[name].proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+
+    def wait_exit(self, name: str, timeout: float) -> float | None:
+        """Seconds until ``name`` exited, or None if it had to be SIGKILLed after ``timeout``."""
+        proc = self.nodes[name].proc
+        if proc is None:
+            return 0.0
+        started = time.monotonic()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill(name)
+            return None
+        return time.monotonic() - started
+
+    def stop(self) -> None:
+        """Every node stopped by PID (the fixture's clean-up, also on failure)."""
+        self.group.stop()
+
+    def alive(self, name: str) -> bool:
+        return self.nodes[name].alive
+
+    def down(self) -> list[str]:
+        return [n for n in self.names if not self.alive(n)]
+
+    # -- observation (direct, not through the proxies) ------------------------------------
+    def status(self, name: str) -> dict[str, Any] | None:
+        return self.group.status(name, timeout=1.0) if self.alive(name) else None
+
+    def leader(self, timeout: float = 30.0, among: list[str] | None = None) -> str:
+        return self.group.wait_leader(timeout=timeout, among=among)
+
+    def wait_status(self, name: str, predicate: Callable[[dict[str, Any]], bool], timeout: float,
+                    what: str) -> dict[str, Any]:
+        return self.group.wait_status(name, predicate, timeout, what)
+
+    def highest_commit(self, names: Iterable[str]) -> int:
+        """The highest commit index any of ``names`` reports now (0 if none answers)."""
+        return max((s["commit_index"] for n in names if (s := self.status(n)) is not None), default=0)
+
+    def catch_up(self, name: str, target: int, timeout: float = 30.0) -> float:
+        """Seconds until ``name`` has applied ``target`` (raises TimeoutError after ``timeout``)."""
+        started = time.monotonic()
+        self.wait_status(name, lambda s: s["applied_index"] >= target, timeout,
+                         f"applying index {target}")
+        return time.monotonic() - started
+
+    def converge(self, timeout: float = 30.0) -> int:
+        """Wait until every node is up, one leads, and all have committed and applied the
+        same last index twice in a row; return that index."""
+        deadline = time.monotonic() + timeout
+        last: dict[str, Any] = {}
+        agreed = -1
+        while time.monotonic() < deadline:
+            statuses = {n: self.status(n) for n in self.names}
+            last = statuses
+            if all(s is not None for s in statuses.values()):
+                indexes = {(s["last_index"], s["commit_index"], s["applied_index"])  # type: ignore[index]
+                           for s in statuses.values()}
+                roles = [s["role"] for s in statuses.values()]  # type: ignore[index]
+                if len(indexes) == 1 and roles.count("leader") == 1:
+                    (index, commit, applied), = indexes
+                    if index == commit == applied:
+                        if agreed == index:
+                            return index
+                        agreed = index
+                        time.sleep(0.3)  # and still so a moment later
+                        continue
+            agreed = -1
+            time.sleep(POLL_S)
+        raise TimeoutError(f"replicas did not converge within {timeout}s: {last}")
+
+    # -- faults --------------------------------------------------------------------------
+    def peer_links_of(self, name: str) -> list[PeerLink]:
+        return [pl for pair, pl in self.peer_links.items() if name in pair]
+
+    def isolate(self, name: str, clients: bool = True) -> None:
+        """Partition ``name``: its peer links (and client link) swallow bytes both ways."""
+        for pl in self.peer_links_of(name):
+            pl.link.cut("both")
+        if clients:
+            self.client_links[name].cut("both")
+
+    def cut_one_way(self, src: str, dst: str) -> None:
+        """Bytes from ``src`` to ``dst`` are swallowed; ``dst`` -> ``src`` still flows."""
+        pl = self.peer_links[frozenset((src, dst))]
+        pl.link.cut(pl.stream_from(src))
+
+    def all_links(self) -> list[Link]:
+        return [pl.link for pl in self.peer_links.values()] + list(self.client_links.values())
+
+    def latency_everywhere(self, ms: int, jitter: int) -> None:
+        for link in self.all_links():
+            link.latency(ms, jitter, stream="both")
+
+    def heal(self) -> None:
+        """Every toxic removed and every proxy enabled."""
+        self.toxi.reset()

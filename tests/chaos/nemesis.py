@@ -1,0 +1,136 @@
+"""The randomized nemesis: one single fault at a time, chosen and timed by the scenario's seed.
+
+Each round picks a fault, holds it for 1.5-4 s (a leader fault is held at least until a
+send is acknowledged again, which measures the failover), sometimes restarts the
+consumer while the fault still holds (it resumes from the committed offsets: a stale
+offset read would show as an offset going back), then heals every link,
+restarts a killed node, measures its catch-up, and waits until sends are acknowledged
+again before the next round: never more than one failure at a time, which is the claim
+under test. Choices come from ``Scenario.rng``; wall-clock timing does not, so a replay
+with the same seed makes the same choices with slightly different interleavings.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from tests.chaos.scenario import Scenario
+
+__all__ = ["Nemesis"]
+
+
+class Nemesis:
+    def __init__(self, scenario: Scenario) -> None:
+        self.s = scenario
+        self.rng = scenario.rng
+        self.faults: dict[str, Callable[[], list[str]]] = {
+            "kill_leader": self.kill_leader, "kill_follower": self.kill_follower,
+            "isolate_leader": self.isolate_leader, "isolate_follower": self.isolate_follower,
+            "leader_cut_from_peers": self.leader_cut_from_peers, "one_way_cut": self.one_way_cut,
+            "latency": self.latency, "client_resets": self.client_resets, "flap": self.flap,
+        }
+
+    def run(self, duration: float) -> list[str]:
+        """Inject faults for ``duration`` seconds; returns their names in order."""
+        done: list[str] = []
+        end = time.monotonic() + duration
+        while time.monotonic() < end:
+            name = self.rng.choice(sorted(self.faults))
+            hold_until = time.monotonic() + self.rng.uniform(1.5, 4.0)
+            healed_later = self.faults[name]()
+            if self.rng.random() < 0.25:  # a consumer restart while the fault holds
+                began = time.monotonic()
+                self.s.workload.restart_consumer()
+                took = time.monotonic() - began
+                self.s.event(f"nemesis: consumer restarted during the fault in {took:.1f}s")
+                name += "+consumer_restart"
+            time.sleep(max(0.0, hold_until - time.monotonic()))  # the fault's duration
+            done.append(name)
+            self.recover(healed_later)
+        self.s.notes.append("nemesis: " + ", ".join(done))
+        return done
+
+    def recover(self, cut_off: list[str]) -> None:
+        """Heal every link, restart what is down, measure the catch-up of the nodes that
+        were cut off or down, and wait until sends are acknowledged again."""
+        b = self.s.brokers
+        b.heal()
+        healed_at = time.monotonic()
+        down = b.down()
+        if down:
+            b.start(down)
+        self.s.event(f"nemesis: healed{f', restarted {down}' if down else ''}")
+        for name in sorted(set(cut_off) | set(down)):
+            self.s.catch_up(name, since=healed_at)
+        self.s.workload.wait_more_acked(20, 30, "sends acknowledged again after healing")
+
+    # -- faults: each injects one and returns the nodes to watch catch up after healing -----
+    def _leader(self) -> str:
+        return self.s.leader()
+
+    def _follower(self, leader: str) -> str:
+        return self.rng.choice([n for n in self.s.brokers.names if n != leader])
+
+    def kill_leader(self) -> list[str]:
+        leader = self._leader()
+        self.s.brokers.kill(leader)
+        self.s.failover_after(self.s.event(f"nemesis: kill -9 leader {leader}"))
+        return []
+
+    def kill_follower(self) -> list[str]:
+        follower = self._follower(self._leader())
+        self.s.brokers.kill(follower)
+        self.s.event(f"nemesis: kill -9 follower {follower}")
+        return []
+
+    def isolate_leader(self) -> list[str]:
+        leader = self._leader()
+        self.s.brokers.isolate(leader)
+        self.s.failover_after(self.s.event(f"nemesis: isolate leader {leader}"))
+        return [leader]
+
+    def leader_cut_from_peers(self) -> list[str]:
+        leader = self._leader()
+        self.s.brokers.isolate(leader, clients=False)
+        self.s.failover_after(self.s.event(f"nemesis: cut leader {leader} from its peers"))
+        return [leader]
+
+    def isolate_follower(self) -> list[str]:
+        follower = self._follower(self._leader())
+        self.s.brokers.isolate(follower, clients=self.rng.random() < 0.5)
+        self.s.event(f"nemesis: isolate follower {follower}")
+        return [follower]
+
+    def one_way_cut(self) -> list[str]:
+        src, dst = self.rng.sample(self.s.brokers.names, 2)
+        self.s.brokers.cut_one_way(src, dst)
+        self.s.event(f"nemesis: one-way cut {src} -> {dst}")
+        return [src, dst]
+
+    def latency(self) -> list[str]:
+        ms = self.rng.choice([20, 50, 100, 150])
+        self.s.brokers.latency_everywhere(ms, int(ms * 0.8))
+        self.s.event(f"nemesis: latency {ms}+/-{int(ms * 0.8)} ms on every link")
+        return []
+
+    def client_resets(self) -> list[str]:
+        links = self.s.brokers.client_links
+        chosen = self.rng.sample(sorted(links), k=self.rng.randint(1, 3))
+        stream = self.rng.choice(["upstream", "downstream", "both"])
+        for name in chosen:
+            links[name].reset_peer(self.rng.choice([0.5, 1.0]), timeout_ms=self.rng.choice([0, 100]),
+                                   stream=stream)
+        self.s.event(f"nemesis: reset_peer {stream} on client links of {chosen}")
+        return []
+
+    def flap(self) -> list[str]:
+        a, b = self.rng.sample(self.s.brokers.names, 2)
+        link = self.s.brokers.peer_links[frozenset((a, b))].link
+        self.s.event(f"nemesis: flap {a}<->{b} every 1 s, 3 times")
+        for _ in range(3):
+            link.cut("both")
+            time.sleep(1.0)  # the flap period: the fault itself
+            link.heal()
+            time.sleep(1.0)
+        return [a, b]

@@ -1,0 +1,266 @@
+"""The chaos workload: ordered sends on shard keys, one orderly consumer, an offsets monitor.
+
+Everything runs on one asyncio loop in a background thread, so the test's thread is
+free to inject faults; the test talks to it through thread-safe methods only.
+
+* **senders**: ``keys`` coroutines, each sending ``<key>:<n>`` with that key as shard key,
+  one message at a time (the next only after the previous one's outcome), paced at
+  ``rate`` messages/s per key, through an idempotent ``AsyncProducer``. Every attempt is
+  recorded in the history: ``ok`` (SEND_OK, with its queue and offset), ``failed``
+  (SEQUENCE_GAP: refused, definitely not stored), ``unknown`` (any other error);
+* **consumer**: an ``AsyncPushConsumer`` (orderly, from the first offset, reading from
+  ``read_from``) recording every delivery with its queue, offset and CommitLog position;
+* **monitor**: every 0.3 s, each node's committed offsets of the consumer group (tagged
+  with the node's process incarnation) and its Raft term, read directly from the node.
+
+All client traffic goes through the client proxies (``ChaosBrokers.servers`` and
+``address_map``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import threading
+import time
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+
+from client.aio import AsyncAdmin, AsyncProducer, AsyncPushConsumer
+from client.errors import ClientError, SequenceGapError
+from client.message import ConsumeStatus, Message, ReceivedMessage
+from client.queues import MessageQueue
+from tests.chaos.brokers import BROKER_GROUP, ChaosBrokers
+from tests.support.message_history import MessageHistory
+
+__all__ = ["CONSUMER_GROUP", "TOPIC", "OrderedWorkload"]
+
+
+TOPIC = "orders"
+CONSUMER_GROUP = "chaos-consumer"
+T = TypeVar("T")
+
+
+class OrderedWorkload:
+    def __init__(self, brokers: ChaosBrokers, history: MessageHistory, work_dir: Path, *,
+                 keys: int = 8, queues: int = 4, rate: float = 20.0, read_from: str = "follower",
+                 send_timeout: float = 20.0) -> None:
+        self.brokers = brokers
+        self.history = history
+        self.work_dir = work_dir
+        self.keys = [f"k{i}" for i in range(keys)]
+        self.queues = queues
+        self.pause = 1.0 / rate
+        self.read_from = read_from
+        self.send_timeout = send_timeout
+        self.send_started: dict[bytes, float] = {}  # payload -> monotonic start of its send
+        self.unexpected: list[str] = []  # non-ClientError exceptions from the client
+        self.terms: set[int] = set()
+        self.consumers_started = 0
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="chaos-workload", daemon=True)
+        self._sending = threading.Event()
+        self._senders: list[asyncio.Task[None]] = []
+        self._monitor: asyncio.Task[None] | None = None
+        self._producer: AsyncProducer | None = None
+        self._consumer: AsyncPushConsumer | None = None
+
+    # -- lifecycle (test thread) ------------------------------------------------------
+    def start(self, timeout: float = 30.0) -> OrderedWorkload:
+        self._thread.start()
+        self._run(self._start(), timeout)
+        return self
+
+    def stop_sending(self, timeout: float = 40.0) -> None:
+        """Stop starting sends and wait for the ones under way to get their outcome."""
+        self._sending.clear()
+        self._run(self._join_senders(), timeout)
+
+    def restart_consumer(self, timeout: float = 60.0) -> None:
+        """Shut the consumer down (it commits) and start a new member of the same group,
+        which resumes from the committed offsets (redelivery is allowed, loss is not)."""
+        self._run(self._stop_consumer(), timeout)
+        self._run(self._start_consumer(), timeout)
+
+    def stop_consumer(self, timeout: float = 20.0) -> None:
+        """Shut the consumer down (it commits its final offsets)."""
+        self._run(self._stop_consumer(), timeout)
+
+    def close(self) -> None:
+        """Stop everything that still runs and the loop; safe to call more than once."""
+        if not self._thread.is_alive():
+            return
+        self._sending.clear()
+        with contextlib.suppress(Exception):
+            self._run(self._close(), 30.0)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    # -- waiting (test thread) -------------------------------------------------------------
+    def wait_acked(self, count: int, timeout: float, what: str = "") -> None:
+        """Until ``count`` sends in total were acknowledged."""
+        self._wait(lambda: self.history.acked_count >= count, timeout,
+                   what or f"{count} acknowledged sends")
+
+    def wait_more_acked(self, more: int, timeout: float, what: str = "") -> None:
+        self.wait_acked(self.history.acked_count + more, timeout, what)
+
+    def first_ack_of_send_started_after(self, t: float, timeout: float) -> float:
+        """Seconds from ``t`` to the first acknowledgement of a send started after ``t``."""
+        found: list[float] = []
+
+        def acked() -> bool:
+            times = [s.at for s in self.history.acked() if self.send_started.get(s.payload, 0) > t]
+            if times:
+                found.append(min(times))
+            return bool(times)
+
+        self._wait(acked, timeout, "a send started after the fault being acknowledged")
+        return found[0] - t
+
+    def drain(self, timeout: float = 30.0) -> None:
+        """Until the consumer got every message the replicas store (history.replicas)."""
+        self._wait(lambda: self.history.undelivered_stored() == 0, timeout,
+                   "the consumer receiving every stored message",
+                   detail=lambda: f"{self.history.undelivered_stored()} stored messages undelivered")
+
+    def _wait(self, predicate: Any, timeout: float, what: str, detail: Any = None) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                more = f" ({detail()})" if detail else ""
+                raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}{more}; "
+                                   f"history {self.history.summary()}")
+            if not self._thread.is_alive():
+                raise RuntimeError("the workload thread died")
+            time.sleep(0.05)
+
+    def _run(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"workload step did not finish within {timeout}s") from None
+
+    # -- the loop's side -------------------------------------------------------------------
+    async def _start(self) -> None:
+        b = self.brokers
+        async with AsyncAdmin(servers=b.servers, address_map=b.address_map, timeout=20.0) as admin:
+            await admin.create_topic(TOPIC, queues=self.queues)
+        self._monitor = asyncio.create_task(self._watch())
+        await self._start_consumer()
+        self._producer = AsyncProducer(servers=b.servers, address_map=b.address_map,
+                                       group="chaos-producer", send_timeout=self.send_timeout)
+        self._sending.set()
+        self._senders = [asyncio.create_task(self._send_key(k)) for k in self.keys]
+
+    async def _start_consumer(self, timeout: float = 30.0) -> None:
+        """Start a new member of the consumer group; like an application would, retry a start
+        that fails because no replica can be reached right now."""
+        deadline = time.monotonic() + timeout
+        while True:
+            consumer = self._new_consumer()
+            try:
+                self._consumer = await consumer.start()
+                return
+            except ClientError:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(consumer.shutdown(), 10)
+                with contextlib.suppress(Exception):
+                    await consumer.core.close()
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+
+    def _new_consumer(self) -> AsyncPushConsumer:
+        b = self.brokers
+        self.consumers_started += 1
+        who = f"c{self.consumers_started}"
+        consumer = AsyncPushConsumer(
+            servers=b.servers, address_map=b.address_map, group=CONSUMER_GROUP, topic=TOPIC,
+            orderly=True, from_where="first", read_from=self.read_from, commit_interval=0.5,
+            heartbeat_interval=2.0, rebalance_interval=5.0, long_poll_s=1.0, suspend_s=0.2,
+            consume_threads=4, offset_store_dir=self.work_dir / "offsets")
+
+        def on_messages(messages: list[ReceivedMessage], _ctx: object) -> ConsumeStatus:
+            for m in messages:
+                self.history.delivered(m.body, str(m.queue), m.queue_offset, who, m.commit_log_offset)
+            return ConsumeStatus.SUCCESS
+
+        consumer.register(on_messages)
+        return consumer
+
+    async def _send_key(self, key: str) -> None:
+        assert self._producer is not None
+        n = 0
+        while self._sending.is_set():
+            payload = f"{key}:{n:06d}".encode()
+            n += 1
+            self.send_started[payload] = time.monotonic()
+            try:
+                r = await self._producer.send(Message(TOPIC, payload), shard_key=key)
+            except SequenceGapError:
+                self.history.failed(payload, key)
+            except ClientError:
+                self.history.unknown(payload, key)
+            except Exception as e:  # a client bug: recorded, the test reports it
+                self.unexpected.append(f"{key}: {e!r}")
+                self.history.unknown(payload, key)
+            else:
+                self.history.ok(payload, key, str(r.queue), r.queue_offset)
+            await asyncio.sleep(self.pause)
+
+    async def _join_senders(self) -> None:
+        await asyncio.gather(*self._senders, return_exceptions=True)
+        self._senders = []
+
+    async def _stop_consumer(self) -> None:
+        if self._consumer is not None:
+            consumer, self._consumer = self._consumer, None
+            await consumer.shutdown()
+
+    async def _close(self) -> None:
+        await self._join_senders()
+        if self._producer is not None:
+            with contextlib.suppress(Exception):
+                await self._producer.shutdown(timeout=5)
+            self._producer = None
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._stop_consumer(), 15)
+        if self._monitor is not None:
+            self._monitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._monitor
+
+    async def _watch(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=1.0)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while True:
+                for name in self.brokers.names:
+                    with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError, KeyError):
+                        await self._watch_node(session, name)
+                await asyncio.sleep(0.3)
+
+    async def _watch_node(self, session: aiohttp.ClientSession, name: str) -> None:
+        b = self.brokers
+        incarnation = b.incarnation[name]
+        if not b.alive(name):
+            return
+        http = b.nodes[name].http
+        async with session.get(f"http://{http}/admin/groups/{CONSUMER_GROUP}/offsets") as resp:
+            doc = await resp.json()
+        async with session.get(f"http://{http}/status") as resp:
+            status = await resp.json()
+        if b.incarnation[name] != incarnation:
+            return  # restarted while we asked: the answer's incarnation is unknown
+        self.terms.add(int(status["term"]))
+        for row in doc["queues"]:
+            queue = str(MessageQueue(row["topic"], BROKER_GROUP, int(row["queue"])))
+            self.history.offset_seen(f"{name}#{incarnation}", queue, int(row["committed"]))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,33 +14,17 @@ from client import Admin, ConsumeStatus, Message, PushConsumer
 from client.aio import AsyncProducer
 from client.errors import ClientError
 from dledger.local_group import LocalGroup
+from tests.support.broker_group import running_brokers, servers
 from tests.support.message_history import MessageHistory
+from tests.support.procs import wait_until
 
 pytestmark = [pytest.mark.cluster]
 
 
 @pytest.fixture
 def brokers(tmp_path: Path) -> Iterator[LocalGroup]:
-    group = LocalGroup(tmp_path / "brokers", 3, module="broker", raft={"segment_bytes": 4 << 20},
-                       broker={"index_slots": 4096, "index_entries": 65536})
-    try:
-        group.start()
-        group.wait_leader(timeout=30)
+    with running_brokers(tmp_path / "brokers") as group:
         yield group
-    finally:
-        group.stop()
-
-
-def servers(group: LocalGroup) -> list[str]:
-    return [p.http for p in group.nodes.values()]
-
-
-def wait_until(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def recording_consumer(group: LocalGroup, history: MessageHistory, name: str, **options) -> PushConsumer:  # type: ignore[no-untyped-def]
@@ -90,7 +73,7 @@ def test_ordered_sends_survive_two_leader_kills(brokers: LocalGroup) -> None:
     try:
         kills = []
         for fraction in (0.3, 0.6):
-            wait_until(lambda f=fraction: progress[0] >= f * keys * per_key, 120, f"{fraction:.0%} sent")
+            wait_until(lambda f=fraction: progress[0] >= f * keys * per_key, 120, what=f"{fraction:.0%} sent")
             leader = brokers.wait_leader(timeout=30)
             brokers.kill(leader)
             kills.append(leader)
@@ -100,7 +83,7 @@ def test_ordered_sends_survive_two_leader_kills(brokers: LocalGroup) -> None:
         assert not sender.is_alive(), "the sends did not finish within 300 s"
         acked = {s.payload for s in history.acked()}
         assert len(acked) >= 0.95 * keys * per_key, history.summary()
-        wait_until(lambda: not history.missing(), 120, "every acknowledged message consumed")
+        wait_until(lambda: not history.missing(), 120, what="every acknowledged message consumed")
     finally:
         sender.join(timeout=60)
         consumer.shutdown()
@@ -117,7 +100,7 @@ def test_consumer_group_rebalances_when_a_member_leaves(brokers: LocalGroup) -> 
     members = [recording_consumer(brokers, history, f"c{i}", rebalance_interval=2.0) for i in range(3)]
     try:
         wait_until(lambda: sorted(len(c.assignment()) for c in members) == [2, 3, 3], 30,
-                   "the 8 queues spread over 3 members")
+                   what="the 8 queues spread over 3 members")
 
         async def send(n: int, start: int) -> None:
             async with AsyncProducer(servers=servers(brokers)) as p:
@@ -130,9 +113,9 @@ def test_consumer_group_rebalances_when_a_member_leaves(brokers: LocalGroup) -> 
         leaving = members.pop(1)
         leaving.shutdown()
         wait_until(lambda: sorted(len(c.assignment()) for c in members) == [4, 4], 30,
-                   "the leaver's queues taken over")
+                   what="the leaver's queues taken over")
         asyncio.run(send(600, 600))
-        wait_until(lambda: not history.missing(), 60, "every acknowledged message consumed")
+        wait_until(lambda: not history.missing(), 60, what="every acknowledged message consumed")
     finally:
         for c in members:
             c.shutdown()
@@ -165,7 +148,7 @@ def test_consumption_continues_from_a_follower_while_no_leader_exists(brokers: L
     assert brokers.status(survivor)["role"] != "leader"  # type: ignore[index]
     consumer = recording_consumer(brokers, history, "c1", orderly=True)
     try:
-        wait_until(lambda: not history.missing(), 60, "every message consumed from the lone follower")
+        wait_until(lambda: not history.missing(), 60, what="every message consumed from the lone follower")
     finally:
         consumer.shutdown()
     history.check(exactly_once=True)

@@ -21,33 +21,16 @@ from client import (
     TransactionProducer,
 )
 from dledger.local_group import LocalGroup
+from tests.support.broker_group import running_brokers, servers
+from tests.support.procs import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 @pytest.fixture
 def brokers(tmp_path: Path) -> Iterator[LocalGroup]:
-    group = LocalGroup(tmp_path / "brokers", 3, module="broker", raft={"segment_bytes": 4 << 20},
-                       broker={"index_slots": 4096, "index_entries": 16384,
-                               "delay_levels": "1s 2s 3s", "retry_delays": "1s 2s"})
-    try:
-        group.start()
-        group.wait_leader(timeout=30)
+    with running_brokers(tmp_path / "brokers", delay_levels="1s 2s 3s", retry_delays="1s 2s") as group:
         yield group
-    finally:
-        group.stop()
-
-
-def servers(group: LocalGroup) -> list[str]:
-    return [p.http for p in group.nodes.values()]
-
-
-def wait_until(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def create(group: LocalGroup, topic: str) -> None:
@@ -90,7 +73,7 @@ def test_a_delayed_message_is_delivered_once_and_on_time_after_a_failover(broker
             sent_at = time.time()
             p.send(Message("later", b"in-3s", delay_level=3), shard_key="k")
         kill_leader(brokers)  # held by the old leader's state; released by the new one
-        wait_until(lambda: len(got) >= 1, 30, "the delayed message")
+        wait_until(lambda: len(got) >= 1, 30, what="the delayed message")
         time.sleep(1.5)  # a second copy would arrive now
         assert [b for b, _ in got] == [b"in-3s"]
         late = got[0][1] - sent_at
@@ -112,9 +95,9 @@ def test_retries_continue_after_a_failover_and_end_in_the_dead_letter_queue(brok
     try:
         with Producer(servers=servers(brokers), send_timeout=20) as p:
             r = p.send(Message("jobs", b"poison"))
-        wait_until(lambda: len(attempts) >= 2, 30, "the first retry")
+        wait_until(lambda: len(attempts) >= 2, 30, what="the first retry")
         kill_leader(brokers)
-        wait_until(lambda: len(attempts) >= 4, 60, "every retry")
+        wait_until(lambda: len(attempts) >= 4, 60, what="every retry")
         assert attempts[:4] == [0, 1, 2, 3], attempts
         pc = PullConsumer(servers=servers(brokers), read_from="any")
         try:
@@ -123,7 +106,7 @@ def test_retries_continue_after_a_failover_and_end_in_the_dead_letter_queue(brok
                     return pc.pull(pc.queues("%DLQ%workers")[0], 0).messages
                 except Exception:
                     return []
-            wait_until(lambda: dead(), 30, "the message in %DLQ%workers")
+            wait_until(lambda: dead(), 30, what="the message in %DLQ%workers")
             (m,) = dead()
             assert m.msg_id == r.msg_id and m.body == b"poison"
         finally:
@@ -163,7 +146,7 @@ def test_an_open_transaction_is_checked_back_by_the_new_leader_through_another_p
         doomed.send_in_transaction(Message("pay", b"open"), None)
         doomed.shutdown()  # the producer that opened the transaction is gone
         kill_leader(brokers)
-        wait_until(lambda: got == [b"open"], 40, "the transaction committed by a check-back")
+        wait_until(lambda: got == [b"open"], 40, what="the transaction committed by a check-back")
         assert survivor_books.checked[:1] == [b"open"]
         time.sleep(1.0)
         assert got == [b"open"]

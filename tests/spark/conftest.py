@@ -24,6 +24,7 @@ from client import Admin, Message, MessageQueue
 from client.aio import AsyncProducer
 from client.queues import shard_queue
 from dledger.local_group import LocalGroup
+from tests.support.broker_group import servers
 
 SPARK_ENV = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
              "PYSPARK_DRIVER_PYTHON": sys.executable}
@@ -66,10 +67,6 @@ def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGroup]:
         yield group
     finally:
         group.stop()
-
-
-def servers(group: LocalGroup) -> list[str]:
-    return [p.http for p in group.nodes.values()]
 
 
 def create_topic(group: LocalGroup, topic: str, queues: int) -> None:

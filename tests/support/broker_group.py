@@ -1,0 +1,33 @@
+"""A running 3-node broker group for tests, and the client's view of it."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from dledger.local_group import LocalGroup
+
+__all__ = ["running_brokers", "servers"]
+
+
+@contextlib.contextmanager
+def running_brokers(base: Path, *, segment_bytes: int = 4 << 20, log_level: str = "INFO",
+                    **broker: Any) -> Iterator[LocalGroup]:
+    """Three broker processes under ``base`` with a leader; stopped by PID on exit.
+    ``broker`` adds [broker] settings (small IndexFiles by default)."""
+    group = LocalGroup(base, 3, module="broker", raft={"segment_bytes": segment_bytes},
+                       broker={"index_slots": 4096, "index_entries": 65536, **broker},
+                       log_level=log_level)
+    try:
+        group.start()
+        group.wait_leader(timeout=30)
+        yield group
+    finally:
+        group.stop()
+
+
+def servers(group: LocalGroup) -> list[str]:
+    """The nodes' client addresses (``servers=`` of the client)."""
+    return [p.http for p in group.nodes.values()]

@@ -75,6 +75,8 @@ log = logging.getLogger("broker.server")
 
 MAX_PULL = 256
 MAX_SUSPEND_MS = 30_000
+#: Longest long poll a replica that knows no leader holds (see _pull).
+LEADERLESS_SUSPEND_S = 0.5
 #: Most ConsumeQueue units one filtered pull looks at before answering (an empty page).
 MAX_FILTER_SCAN = 4096
 #: A pull stops adding rows past this many body bytes (it always returns one message):
@@ -484,6 +486,12 @@ class BrokerServer:
         if topic not in self.machine.topics:
             raise FrameError(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
         loop = asyncio.get_running_loop()
+        # A replica that knows no leader may be cut off and fall behind: it says so
+        # ("leaderless") and holds a long poll briefly, so clients try another replica
+        # first -- and still read here when it is the only one left (no leader anywhere).
+        leaderless = self.rlog.leader is None
+        if leaderless:
+            suspend_s = min(suspend_s, LEADERLESS_SUSPEND_S)
         deadline = loop.time() + suspend_s
         while True:
             cq = self.machine.queue(topic, queue_id)
@@ -493,8 +501,10 @@ class BrokerServer:
             await self.signal.wait(deadline - loop.time())
         if cq is None or offset >= max_offset:
             if offset > max_offset:
-                return frame.response(ResponseCode.PULL_OFFSET_MOVED, ext={"nextOffset": max_offset})
-            return frame.response(ResponseCode.PULL_NOT_FOUND, ext={"nextOffset": offset})
+                return frame.response(ResponseCode.PULL_OFFSET_MOVED,
+                                      ext={"nextOffset": max_offset, "leaderless": leaderless})
+            return frame.response(ResponseCode.PULL_NOT_FOUND,
+                                  ext={"nextOffset": offset, "leaderless": leaderless})
         if offset < cq.min_offset:
             return frame.response(ResponseCode.PULL_OFFSET_MOVED, ext={"nextOffset": cq.min_offset})
         filtered = wanted_set is not None or sql is not None
@@ -522,7 +532,8 @@ class BrokerServer:
                 break
         self.counters["pulled"] += len(rows)
         return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(rows),
-                              ext={"nextOffset": next_offset, "maxOffset": max_offset})
+                              ext={"nextOffset": next_offset, "maxOffset": max_offset,
+                                   "leaderless": leaderless})
 
     # -- store time, queries ------------------------------------------------------------
     def _store_time(self, position: int) -> int:

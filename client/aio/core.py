@@ -36,6 +36,8 @@ READ_FROM = ("follower", "leader", "any")
 WRITE_ATTEMPT_S = 3.0
 #: A replica that timed out or dropped the connection is tried last for this long.
 SUSPECT_S = 10.0
+#: A replica that answered a read while knowing no leader is read last for this long.
+LEADERLESS_S = 3.0
 
 
 class ClientCore:
@@ -50,6 +52,7 @@ class ClientCore:
         self.on_notify: list[Callable[[str], None]] = []
         self.on_check_transaction: Callable[[str, Frame], None] | None = None
         self._suspects: dict[str, float] = {}  # address -> until (monotonic): timed out lately
+        self._leaderless: dict[str, float] = {}  # address -> until: answered a read knowing no leader
 
     def _on_request(self, address: str, frame: Frame) -> None:
         if frame.code == RequestCode.CHECK_TRANSACTION and self.on_check_transaction is not None:
@@ -127,12 +130,18 @@ class ClientCore:
         if read_from == "leader":  # the leader, then followers (their state is committed too)
             return ([leader] if leader else []) + followers
         if read_from == "follower":  # never the leader (only if no other replica is known)
-            return followers or replicas
+            return self._leaderless_last(followers or replicas)
         both = followers + ([leader] if leader else [])
         if both and affinity:
             k = mmh3.hash(affinity + "#any", signed=False) % len(both)
             both = both[k:] + both[:k]
-        return both
+        return self._leaderless_last(both)
+
+    def _leaderless_last(self, addresses: list[str]) -> list[str]:
+        """A replica that recently answered knowing no leader may be cut off (and behind):
+        the others first, it last -- still read when nothing else answers."""
+        now = time.monotonic()
+        return sorted(addresses, key=lambda a: self._leaderless.get(a, 0.0) > now)
 
     async def read_request(self, group: str, code: int, ext: Mapping[str, Any] | None = None,
                            body: bytes = b"", *, read_from: str = "follower", affinity: str = "",
@@ -141,8 +150,13 @@ class ClientCore:
         last: ClientError | None = None
         for address in self.read_replicas(group, read_from, affinity):
             try:
-                return await self.pool.request(address, code, ext, body,
-                                               timeout=timeout or self.request_timeout, ok=ok)
+                reply = await self.pool.request(address, code, ext, body,
+                                                timeout=timeout or self.request_timeout, ok=ok)
+                if reply.ext.get("leaderless"):
+                    self._leaderless[address] = time.monotonic() + LEADERLESS_S
+                else:
+                    self._leaderless.pop(address, None)
+                return reply
             except ClientError as e:
                 if not e.retriable:
                     raise

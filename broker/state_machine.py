@@ -83,6 +83,8 @@ log = logging.getLogger("broker.state_machine")
 RECENT_RESULTS = 20_000  # entries whose outcomes stay available to the proposer
 RECENT_SEQUENCES = 256   # per producer and queue: sequences answered on a retry
 CHECKPOINT_EVERY_S = 0.1  # at most this often (its fsyncs are the apply step's main cost)
+#: An idempotent producer silent on a queue this long is forgotten (its next sequence must be 0).
+PRODUCER_EXPIRY_MS = 24 * 3600 * 1000
 
 
 class Outcome:
@@ -321,7 +323,7 @@ class BrokerStateMachine:
             return Applied(Outcome.INVALID, reason=f"queue {m.queue_id} is not in 0..{topic.queues - 1}")
         key = f"{m.producer_id}\x00{m.topic}\x00{m.queue_id}"
         if m.producer_id is not None:
-            last_seq, recent = self._producers.get(key, [-1, []])
+            last_seq, recent = self._producer_state(key, store_ts_ms)
             if m.sequence <= last_seq:
                 original = dict(recent).get(m.sequence, -1)
                 return Applied(Outcome.DUPLICATE, m.queue_id, original,
@@ -339,8 +341,29 @@ class BrokerStateMachine:
         self.index.put_keys([*m.keys, m.msg_id.hex()], position, store_ts_ms)
         if m.producer_id is not None:
             recent = ([*recent, [m.sequence, queue_offset]])[-RECENT_SEQUENCES:]
-            self._producers[key] = [m.sequence, recent]
+            self._producers[key] = [m.sequence, recent, store_ts_ms]
         return Applied(Outcome.STORED, store_queue, queue_offset, position)
+
+    def _producer_state(self, key: str, stamp: int) -> tuple[int, list[Any]]:
+        """(last sequence, recent [sequence, offset] pairs) of a producer on a queue. A
+        producer silent for PRODUCER_EXPIRY_MS (by the entries' store times, so every
+        replica decides alike) is forgotten: it starts again at sequence 0."""
+        entry = self._producers.get(key)
+        if entry is None:
+            return -1, []
+        last_ms = entry[2] if len(entry) > 2 else 0
+        # "now" never behind what _expire_producers used (last_store_ms only grows)
+        if last_ms < max(stamp, self.last_store_ms) - PRODUCER_EXPIRY_MS:
+            del self._producers[key]
+            return -1, []
+        return entry[0], entry[1]
+
+    def _expire_producers(self) -> None:
+        """Drop forgotten producers from memory and the checkpoint (lookups already
+        treat them as absent, so when this runs changes nothing a replica decides)."""
+        horizon = self.last_store_ms - PRODUCER_EXPIRY_MS
+        for key in [k for k, v in self._producers.items() if (v[2] if len(v) > 2 else 0) < horizon]:
+            del self._producers[key]
 
     def _drop_hold(self, m: Message) -> None:
         """A released copy that cannot be stored (its topic went away): the hold goes too,
@@ -439,6 +462,7 @@ class BrokerStateMachine:
         """Apply thread only (the one writer), so the state is read without the lock:
         readers on other threads are never blocked by the fsyncs."""
         self._checkpointed_at = time.monotonic()
+        self._expire_producers()
         self._dirty = False
         with self._lock:
             open_queues = sorted(self._queues.items())

@@ -155,6 +155,12 @@ class QueueSender:
         rows = msgpack.unpackb(reply.body)
         refused_as_gap: list[_Item] = []
         broken = False
+        if rows and rows[0][0] == ResponseCode.SEQUENCE_GAP:
+            # the broker forgot this producer (silent for a day): nothing was stored;
+            # start a new epoch and send them again
+            log.info("%s: the broker no longer knows producer %s; new epoch", self.queue, self.producer_id)
+            self._new_epoch(batch)
+            return
         for item, row in zip(batch, rows, strict=True):
             code, offset, reason = row[0], row[2], row[3]
             if code == ResponseCode.SUCCESS:

@@ -107,3 +107,20 @@ def test_a_refused_message_fails_alone_and_the_rest_are_resent_in_a_new_epoch() 
         await sender.close(1)
 
     asyncio.run(main())
+
+
+def test_a_broker_that_forgot_the_producer_gets_the_batch_again_in_a_new_epoch() -> None:
+    async def main() -> None:
+        gap = ResponseCode.SEQUENCE_GAP
+        core = ScriptedCore([[gap, gap]])  # the broker expired this producer (silent a day)
+        sender = QueueSender(core, Q, "p")  # type: ignore[arg-type]
+        sender._next_seq = 7  # it had sent 7 messages long ago
+        batch = items(2, asyncio.get_running_loop())
+        sender.submit(batch)
+        results = await asyncio.gather(*(i.future for i in batch))
+        assert [r.queue_offset for r in results] == [0, 1]
+        assert seqs(core.bodies[0]) == [("p.0", 7), ("p.0", 8)]
+        assert seqs(core.bodies[1]) == [("p.1", 0), ("p.1", 1)]
+        await sender.close(1)
+
+    asyncio.run(main())

@@ -424,3 +424,22 @@ def test_chains_apply_deterministically_and_replay(items: list[tuple], step: int
         sm.apply(log.entries[sm.applied_index():])
         sm.close()
         files_equal(root / "a", root / "c")
+
+
+def test_an_idempotent_producer_silent_for_a_day_is_forgotten(tmp_path: Path) -> None:
+    """Its table entry goes (by the entries' store times, the same on every replica); its
+    next message must start a new sequence, and the checkpoint no longer carries it."""
+    from broker.state_machine import PRODUCER_EXPIRY_MS
+
+    sm = BrokerStateMachine(tmp_path / "s", index_slots=8, index_entries=64)
+    log = Log()
+    log.add([encode_admin(CreateTopic("t", 1))], stamp=500)
+    day = PRODUCER_EXPIRY_MS
+    for body, seq, stamp in ((b"a", 0, 1_000), (b"b", 1, 2_000), (b"c", 2, 2_000 + day + 1),
+                             (b"d", 0, 2_000 + day + 2)):
+        log.add([encode_message(Message("t", body, 0, producer_id="p", sequence=seq))], stamp=stamp)
+    sm.apply(log.entries)
+    outcomes = [sm.results(e.index) for e in log.entries[1:]]
+    assert [o[0].outcome for o in outcomes] == [Outcome.STORED, Outcome.STORED, Outcome.SEQUENCE_GAP,
+                                                Outcome.STORED]
+    sm.close()

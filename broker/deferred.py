@@ -111,9 +111,6 @@ class Timers:
     def __len__(self) -> int:
         return len(self._held)
 
-    def __contains__(self, position: int) -> bool:
-        return position in self._held
-
     def state(self) -> dict[int, list[int]]:
         return {p: [h.size, h.due_ms] for p, h in sorted(self._held.items())}
 

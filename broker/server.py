@@ -521,11 +521,13 @@ class BrokerServer:
                 next_offset = off  # the rest on the next pull
                 break
             data = entry.slice(unit.position, unit.size)
+            stamp = entry.stamp
             if data is None:  # a message chained over several entries
                 data = read_message(self.rlog.commitlog, unit.position, unit.size)
+                stamp = self._store_time(unit.position)
             if sql is not None and not sql.matches(_properties(data)):
                 continue
-            rows.append([off, unit.position, self._store_time(unit.position), data])
+            rows.append([off, unit.position, stamp, data])
             size += unit.size + _ROW_OVERHEAD
             if len(rows) == max_msgs and filtered:
                 next_offset = off + 1
@@ -726,13 +728,15 @@ def _properties(data: bytes) -> dict[str, str]:
 
 class _EntryWindow:
     """The last entry record a pull read: the messages a ConsumeQueue lists one after the
-    other mostly sit in the same entry, so each entry is read once, not once per message."""
+    other mostly sit in the same entry, so each entry is read (and its store time parsed)
+    once, not once per message."""
 
-    __slots__ = ("_commitlog", "_data", "_end", "_start")
+    __slots__ = ("_commitlog", "_data", "_end", "_start", "stamp")
 
     def __init__(self, commitlog: CommitLog) -> None:
         self._commitlog = commitlog
         self._start, self._end, self._data = -1, -1, b""
+        self.stamp = -1  # the store time of the entry last sliced
 
     def slice(self, position: int, size: int) -> bytes | None:
         """The ``size`` bytes at ``position`` if they lie inside one entry record, else None."""
@@ -743,6 +747,7 @@ class _EntryWindow:
             index, start = found
             self._data = self._commitlog.read_at(start, self._commitlog.record_size_of(index))
             self._start, self._end = start, start + len(self._data)
+            self.stamp = read_stamp(self._data[HEADER_SIZE:HEADER_SIZE + 16])
             if position + size > self._end:
                 return None
         offset = position - self._start

@@ -151,14 +151,6 @@ class ConnectionPool:
                       ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> Frame:
         return await (await self.get(address)).request(code, ext, body, timeout, ok)
 
-    def live(self) -> list[Connection]:
-        return [c for c in self._conns.values() if not c.closed]
-
-    async def drop(self, address: str) -> None:
-        conn = self._conns.pop(address, None)
-        if conn is not None:
-            await conn.close()
-
     async def close(self) -> None:
         for conn in list(self._conns.values()):
             with contextlib.suppress(Exception):

@@ -93,9 +93,6 @@ class QueueSender:
         self._pending.extend(items)
         self._wake.set()
 
-    def idle(self) -> bool:
-        return not self._pending and self._wake.is_set() is False
-
     async def _run(self) -> None:
         while True:
             if not self._pending:

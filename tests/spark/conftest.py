@@ -24,7 +24,7 @@ from client import Admin, Message, MessageQueue
 from client.aio import AsyncProducer
 from client.queues import shard_queue
 from dledger.local_group import LocalGroup
-from tests.support.broker_group import servers
+from tests.support.broker_group import running_brokers, servers
 
 SPARK_ENV = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
              "PYSPARK_DRIVER_PYTHON": sys.executable}
@@ -58,15 +58,9 @@ def spark_session() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGroup]:
-    group = LocalGroup(tmp_path_factory.mktemp("brokers"), 3, module="broker",
-                       raft={"segment_bytes": 16 << 20},
-                       broker={"index_slots": 4096, "index_entries": 65536}, log_level="WARNING")
-    try:
-        group.start()
-        group.wait_leader(timeout=30)
+    with running_brokers(tmp_path_factory.mktemp("brokers"), segment_bytes=16 << 20,
+                         log_level="WARNING") as group:
         yield group
-    finally:
-        group.stop()
 
 
 def create_topic(group: LocalGroup, topic: str, queues: int) -> None:

@@ -4,20 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import pytest
 
 from client import Admin, ConsumeStatus, Message, Producer, PullConsumer, PushConsumer
 from client.aio import AsyncProducer, AsyncPullConsumer
 from client.errors import InvalidNameError, MessageTooLargeError, TopicNotExistError
-
-
-def wait_until(predicate, timeout: float = 15.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+from tests.support.procs import wait_until
 
 
 def test_ordered_sends_pull_back_in_order_and_compressed_bodies_round_trip(broker: str) -> None:
@@ -116,7 +109,7 @@ def test_push_consumer_orderly_and_tag_filter(broker: str) -> None:
             for i in range(30):
                 tag = ["paid", "created", "refunded"][i % 3]
                 p.send(Message("events", f"{i}".encode(), tags=tag), shard_key="one-key")
-        wait_until(lambda: len(got) == 20, what="20 matching messages")
+        wait_until(timeout=15, predicate=lambda: len(got) == 20, what="20 matching messages")
         assert [int(b) for _, b in got] == [i for i in range(30) if i % 3 != 2]
         assert {t for t, _ in got} == {"paid", "created"}
     finally:
@@ -173,7 +166,8 @@ def test_broadcasting_consumers_each_get_every_message_and_keep_offsets_locally(
                    or ConsumeStatus.SUCCESS)
         consumers.append(c.start())
     try:
-        wait_until(lambda: all(len(v) == 10 for v in seen.values()), what="both consumers")
+        wait_until(timeout=15, predicate=lambda: all(len(v) == 10 for v in seen.values()),
+                   what="both consumers")
         assert all(sorted(v) == list(range(10)) for v in seen.values())
     finally:
         for c in consumers:

@@ -20,6 +20,7 @@ from client import (
     TransactionProducer,
 )
 from client.tag_filter import SubscriptionError
+from tests.support.procs import wait_until
 
 BROKER_OPTIONS = {"delay_levels": "300ms 600ms 1s", "retry_delays": "200ms 300ms"}
 
@@ -30,13 +31,6 @@ def create_topic(broker: str, topic: str) -> None:
         admin.create_topic(topic, queues=1)
     finally:
         admin.close()
-
-
-def wait_until(predicate, timeout: float = 15.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def collect(broker: str, topic: str, group: str, listener=None, **options):  # type: ignore[no-untyped-def]
@@ -64,7 +58,7 @@ def test_a_delayed_message_is_held_until_its_level_then_delivered_once(broker: s
             p.send(Message("t", b"later", delay_level=3), shard_key="k")  # 1 s
             p.send(Message("t", b"at-once"), shard_key="k")
             p.send(Message("t", b"timer", deliver_at_ms=int((sent_at + 0.6) * 1000)), shard_key="k")
-        wait_until(lambda: len(got) >= 3, what="three deliveries")
+        wait_until(timeout=15, predicate=lambda: len(got) >= 3, what="three deliveries")
         by_body = {m.body: m for m in got}
         assert got[0].body == b"at-once"
         delay = by_body[b"later"].store_timestamp / 1000 - sent_at
@@ -102,7 +96,7 @@ def test_failed_messages_are_retried_on_schedule_then_dead_lettered(broker: str)
     try:
         with Producer(servers=[broker]) as p:
             r = p.send(Message("jobs", b"poison", keys=["poison-1"]))
-        wait_until(lambda: len(attempts) >= 4, what="4 attempts (1 + 3 retries)")
+        wait_until(timeout=15, predicate=lambda: len(attempts) >= 4, what="4 attempts (1 + 3 retries)")
         assert [a[0] for a in attempts[:4]] == [0, 1, 2, 3]
         gaps = [b[1] - a[1] for a, b in itertools.pairwise(attempts[:4])]
         assert all(g >= 0.15 for g in gaps), gaps  # the retry schedule, not a hot loop
@@ -111,7 +105,7 @@ def test_failed_messages_are_retried_on_schedule_then_dead_lettered(broker: str)
             def dead() -> list:  # type: ignore[type-arg]
                 qs = dlq.queues("%DLQ%workers")
                 return dlq.pull(qs[0], 0).messages
-            wait_until(lambda: _safe(dead), what="the message in %DLQ%workers")
+            wait_until(timeout=15, predicate=dead, what="the message in %DLQ%workers")
             (m,) = dead()
             assert m.msg_id == r.msg_id and m.body == b"poison" and m.reconsume_times == 4
         finally:
@@ -138,13 +132,6 @@ def test_failed_messages_are_retried_on_schedule_then_dead_lettered(broker: str)
         assert [m.body for m in again] == [b"poison", b"poison"]  # the original and the resent copy
     finally:
         pc.shutdown()
-
-
-def _safe(fn) -> object:  # type: ignore[no-untyped-def]
-    try:
-        return fn()
-    except Exception:
-        return None
 
 
 class Ledger:
@@ -176,7 +163,7 @@ def test_transactions_commit_rollback_and_check_back(broker: str, monkeypatch) -
         tp.send_in_transaction(Message("pay", b"committed"), "commit")
         tp.send_in_transaction(Message("pay", b"rolled-back"), "rollback")
         tp.send_in_transaction(Message("pay", b"checked"), "unknown")  # the broker asks back
-        wait_until(lambda: sorted(m.body for m in got) == [b"checked", b"committed"],
+        wait_until(timeout=15, predicate=lambda: sorted(m.body for m in got) == [b"checked", b"committed"],
                    what="the committed and the checked-back messages")
         assert set(ledger.checked) == {"checked"}  # asked back (again if the answer is slow)
         time.sleep(0.6)
@@ -196,7 +183,7 @@ def test_an_open_transaction_is_rolled_back_after_15_checks(broker: str, monkeyp
     tp.start()
     try:
         tp.send_in_transaction(Message("pay2", b"undecided"), "unknown")
-        wait_until(lambda: len(ledger.checked) >= 15, what="15 check-backs")
+        wait_until(timeout=15, predicate=lambda: len(ledger.checked) >= 15, what="15 check-backs")
         time.sleep(0.5)
         assert len(ledger.checked) == 15
     finally:
@@ -221,7 +208,7 @@ def test_sql92_subscriptions_select_on_properties(broker: str) -> None:
                     ({"amount": "1000"}, False)]
             for i, (props, _) in enumerate(rows):
                 p.send(Message("ev", str(i).encode(), properties=props), shard_key="k")
-        wait_until(lambda: len(got) >= 2, what="the matching messages")
+        wait_until(timeout=15, predicate=lambda: len(got) >= 2, what="the matching messages")
         time.sleep(0.5)
         assert sorted(int(m.body) for m in got) == [i for i, (_, ok) in enumerate(rows) if ok]
     finally:

@@ -221,25 +221,38 @@ class ConsumeQueue:
         or if ``position`` < 0, ``size`` is not in 1..2**31-1 or ``tag_hash`` is not an
         i64; OSError from the file system (the unit is then not written).
         """
-        if not 0 <= position <= _I64_MAX:
-            raise ValueError(f"CommitLog position {position} is not in 0..2**63-1")
-        if not 0 < size <= _I32_MAX:
-            raise ValueError(f"message size {size} is not in 1..2**31-1")
-        if not _I64_MIN <= tag_hash <= _I64_MAX:
-            raise ValueError(f"tag hash {tag_hash} is not a signed 64-bit integer")
-        data = UNIT.pack(position, size, tag_hash)
+        self.append_many(offset, [(position, size, tag_hash)])
+
+    def append_many(self, offset: int, units: list[tuple[int, int, int]]) -> None:
+        """``append`` each (position, size, tag hash) of ``units`` from queue offset ``offset``
+        on, with one write per file touched. All are checked before any is written; on
+        an OSError the units of the failed write are not written (earlier files' are)."""
+        for position, size, tag in units:
+            if not 0 <= position <= _I64_MAX:
+                raise ValueError(f"CommitLog position {position} is not in 0..2**63-1")
+            if not 0 < size <= _I32_MAX:
+                raise ValueError(f"message size {size} is not in 1..2**31-1")
+            if not _I64_MIN <= tag <= _I64_MAX:
+                raise ValueError(f"tag hash {tag} is not a signed 64-bit integer")
+        pack = UNIT.pack
         with self._lock:
             self._check_open()
             expected = self._max()
             if offset != expected:
                 raise ValueError(f"append at queue offset {offset} in {self._dir}, "
                                  f"but the next offset is {expected}")
-            last = self._files[-1]
-            if last.units == self._upf:
-                last = self._roll()
-            _pwrite_all(last.fd, data, last.units * UNIT_SIZE, restore_length=last.units * UNIT_SIZE)
-            last.units += 1
-            self._dirty.add(last)
+            done = 0
+            while done < len(units):
+                last = self._files[-1]
+                if last.units == self._upf:
+                    last = self._roll()
+                n = min(self._upf - last.units, len(units) - done)
+                data = b"".join([pack(*u) for u in units[done:done + n]])
+                at = last.units * UNIT_SIZE
+                _pwrite_all(last.fd, data, at, restore_length=at)
+                last.units += n
+                self._dirty.add(last)
+                done += n
 
     def truncate_from(self, offset: int) -> None:
         """Drop the units at ``offset`` and after (durable at the next ``flush``).

@@ -33,6 +33,7 @@ __all__ = [
     "locate_messages",
     "max_message_bytes",
     "pack_entries",
+    "read_records",
     "read_stamp",
     "unpack_entry",
 ]
@@ -107,6 +108,13 @@ def locate_messages(payload: bytes) -> tuple[int, list[tuple[int, int]]]:
     A message's CommitLog position is its entry's body position plus its offset,
     so the ConsumeQueue can point straight at its bytes. ValueError if malformed.
     """
+    stamp, records = read_records(payload)
+    return stamp, [(offset, len(record)) for offset, record in records]
+
+
+def read_records(payload: bytes) -> tuple[int, list[tuple[int, bytes]]]:
+    """The store time and each record with its offset inside ``payload`` (one pass,
+    one copy of each record). ValueError if malformed."""
     unpacker = msgpack.Unpacker(raw=False, max_buffer_size=len(payload) + 1)
     unpacker.feed(payload)
     try:
@@ -114,18 +122,18 @@ def locate_messages(payload: bytes) -> tuple[int, list[tuple[int, int]]]:
             raise ValueError("not an entry batch of version 1")
         stamp = unpacker.unpack()
         count = unpacker.read_array_header()
-        spans = []
+        records = []
+        unpack, tell = unpacker.unpack, unpacker.tell
         for _ in range(count):
-            message = unpacker.unpack()
-            if not isinstance(message, bytes):
+            record = unpack()
+            if type(record) is not bytes:
                 raise ValueError("entry batch holds a non-binary message")
-            end = unpacker.tell()
-            spans.append((end - len(message), len(message)))
+            records.append((tell() - len(record), record))
     except (msgpack.OutOfData, msgpack.UnpackException, msgpack.ExtraData) as e:
         raise ValueError(f"not an entry batch: {e!r}") from None
     if not isinstance(stamp, int) or unpacker.tell() != len(payload):
         raise ValueError("not an entry batch of version 1")
-    return stamp, spans
+    return stamp, records
 
 
 def read_stamp(prefix: bytes) -> int:

@@ -285,8 +285,9 @@ class BrokerServer:
                 raise NoLeader("the group has no leader right now; retry shortly")
             raise NotLeader(leader, self.rlog.config.peers[leader])
 
-    def _check_message(self, record: bytes) -> bytes:
-        """The record as it will be stored (delays become a delivery time); raises for bad ones."""
+    def _check_message(self, record: bytes, checked_topics: set[str] | None = None) -> bytes:
+        """The record as it will be stored (delays become a delivery time); raises for bad ones.
+        Topics in ``checked_topics`` (a batch's, checked once) are not checked again."""
         if len(record) > self.max_message_bytes:
             raise MessageTooLarge(f"message of {len(record)} bytes exceeds this broker's "
                                   f"{self.max_message_bytes}-byte limit (max_message_bytes)")
@@ -294,10 +295,15 @@ class BrokerServer:
             m = decode_message(record)
         except MessageFormatError as e:
             raise FrameError(ResponseCode.INVALID_ARGUMENT, str(e)) from None
-        validate_topic(m.topic, system=False)
-        if m.topic not in self.machine.topics:
-            raise FrameError(ResponseCode.TOPIC_NOT_EXIST,
-                             f"topic {m.topic!r} does not exist; create it first (auto-create is off)")
+        if checked_topics is None or m.topic not in checked_topics:
+            validate_topic(m.topic, system=False)
+            if m.topic not in self.machine.topics:
+                raise FrameError(ResponseCode.TOPIC_NOT_EXIST,
+                                 f"topic {m.topic!r} does not exist; create it first (auto-create is off)")
+            if checked_topics is not None:
+                checked_topics.add(m.topic)
+        if not m.properties:
+            return record
         prepared = self.deferred.prepare(m)
         return record if prepared is m else encode_message(prepared)
 
@@ -323,7 +329,8 @@ class BrokerServer:
                 raise ValueError("a list of encoded messages")
         except Exception as e:
             raise FrameError(ResponseCode.INVALID_ARGUMENT, f"batch body must be {e}") from None
-        records = [self._check_message(r) for r in records]  # all checked before anything is proposed
+        checked: set[str] = set()
+        records = [self._check_message(r, checked) for r in records]  # all before anything is proposed
         outcomes = await self._timed_send(records)
         rows = [[_OUTCOME_CODE[a.outcome], a.queue_id, a.queue_offset, a.reason, a.position]
                 for a in outcomes]

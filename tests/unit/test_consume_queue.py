@@ -404,3 +404,18 @@ def test_model(tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, in
             assert q.read(low, 100).units == [(o, CqUnit(*u)) for o, u in sorted(model.items())]
     finally:
         q.close()
+
+
+def test_append_many_across_files_equals_appending_one_by_one(tmp_path: Path) -> None:
+    one = ConsumeQueue(tmp_path / "one", UPF)
+    fill(one, 11)
+    many = ConsumeQueue(tmp_path / "many", UPF)
+    many.append_many(0, [unit_of(i) for i in range(3)])
+    many.append_many(3, [unit_of(i) for i in range(3, 11)])  # fills 3, a whole file, starts a third
+    assert many.max_offset == 11
+    assert snapshot(tmp_path / "one") == snapshot(tmp_path / "many")
+    with pytest.raises(ValueError, match="size"):
+        many.append_many(11, [unit_of(11), (5, 0, 0)])  # checked before anything is written
+    assert many.max_offset == 11 and snapshot(tmp_path / "one") == snapshot(tmp_path / "many")
+    one.close()
+    many.close()

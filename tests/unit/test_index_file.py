@@ -367,3 +367,25 @@ def test_rollback_to_a_mark_restores_the_exact_bytes(tmp_path: Path) -> None:
     assert not mismatch and not errors
     assert svc.query("k3", 0, 2**62, 100) == [100 * i for i in (18, 13, 8, 3)]
     svc.close()
+
+
+def test_put_many_is_all_or_nothing_and_equals_single_puts(tmp_path: Path) -> None:
+    single = IndexFile.create(tmp_path / "single", 4, 6)
+    for key in ("a", "b", "c"):
+        assert single.put(key, 7, T0)
+    many = IndexFile.create(tmp_path / "many", 4, 6)
+    assert many.put_many(["a", "b", "c"], 7, T0)
+    assert (tmp_path / "single").read_bytes() == (tmp_path / "many").read_bytes()
+    before = (tmp_path / "many").read_bytes()
+    assert not many.put_many(["d", "e", "f"], 8, T0)  # two fit, three do not: none is put
+    assert (tmp_path / "many").read_bytes() == before and many.index_count == 3
+    assert many.put_many(["d", "e"], 8, T0) and many.is_full
+    single.close()
+    many.close()
+
+
+def test_puts_are_in_the_file_for_another_reader_before_any_flush(index: IndexFile, tmp_path: Path) -> None:
+    index.put("k", 99, T0)  # stored through the mapping: the page cache is shared
+    other = IndexFile.open(tmp_path / "idx", 64, 256)
+    assert other.query("k", T0, T0, 5) == [99] and other.index_count == 1
+    other.close()

@@ -443,3 +443,57 @@ def test_an_idempotent_producer_silent_for_a_day_is_forgotten(tmp_path: Path) ->
     assert [o[0].outcome for o in outcomes] == [Outcome.STORED, Outcome.STORED, Outcome.SEQUENCE_GAP,
                                                 Outcome.STORED]
     sm.close()
+
+
+def test_a_resend_is_answered_with_its_offset_for_the_last_recent_sequences(tmp_path: Path) -> None:
+    """A producer's stored sequences keep their queue offsets (the last RECENT_SEQUENCES, also
+    across a restart from the checkpoint); older resends are still refused, with offset -1."""
+    from broker.state_machine import RECENT_SEQUENCES
+
+    n = 2 * RECENT_SEQUENCES + 40  # past the point where the in-memory window is trimmed
+    log = Log()
+    log.add([encode_admin(CreateTopic("t", 1))])
+    log.add([msg("other", 0)])  # refused: does not move the offsets
+    stored = [log.add([msg("t", i, producer_id="p", sequence=i)]) for i in range(n)]
+    sm = BrokerStateMachine(tmp_path / "s", index_slots=8, index_entries=4 * n)
+    sm.apply(log.entries)
+    offsets = [sm.results(e.index)[0].queue_offset for e in stored]
+    assert offsets == list(range(n))
+    sm.close()
+    sm = BrokerStateMachine(tmp_path / "s", index_slots=8, index_entries=4 * n)  # from the checkpoint
+    oldest_kept = n - RECENT_SEQUENCES
+    resends = [log.add([msg("t", i, producer_id="p", sequence=i)]) for i in (n - 1, oldest_kept,
+                                                                              oldest_kept - 1, 0)]
+    sm.apply(log.entries[sm.applied_index():])
+    answers = [sm.results(e.index)[0] for e in resends]
+    assert {a.outcome for a in answers} == {Outcome.DUPLICATE}
+    assert [a.queue_offset for a in answers] == [n - 1, oldest_kept, -1, -1]
+    assert sm.queue("t", 0).max_offset == n
+    sm.close()
+
+
+def test_a_checkpoint_with_sequence_offset_pairs_still_answers_resends(tmp_path: Path) -> None:
+    """Checkpoints written before the table kept bare offsets carry [sequence, offset] pairs."""
+    import msgpack
+
+    log = Log()
+    log.add([encode_admin(CreateTopic("t", 1))])
+    for i in range(3):
+        log.add([msg("t", i, producer_id="p", sequence=i)])
+    sm = BrokerStateMachine(tmp_path / "s", index_slots=8, index_entries=64)
+    sm.apply(log.entries)
+    sm.close()
+    path = tmp_path / "s" / "state.checkpoint"
+    state = msgpack.unpackb(path.read_bytes(), strict_map_key=False)
+    for entry in state["producers"].values():
+        entry[1] = [[seq, offset] for seq, offset in zip(range(entry[0] - len(entry[1]) + 1, entry[0] + 1),
+                                                          entry[1], strict=True)]
+    path.write_bytes(msgpack.packb(state, use_bin_type=True))
+    sm = BrokerStateMachine(tmp_path / "s", index_slots=8, index_entries=64)
+    resend = log.add([msg("t", 1, producer_id="p", sequence=1)])
+    nxt = log.add([msg("t", 3, producer_id="p", sequence=3)])
+    sm.apply(log.entries[sm.applied_index():])
+    assert (sm.results(resend.index)[0].outcome, sm.results(resend.index)[0].queue_offset) == (
+        Outcome.DUPLICATE, 1)
+    assert (sm.results(nxt.index)[0].outcome, sm.results(nxt.index)[0].queue_offset) == (Outcome.STORED, 3)
+    sm.close()

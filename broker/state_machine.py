@@ -12,12 +12,14 @@ State and where it lives (``store/``)::
                                     consumer offsets, idempotent-producer table,
                                     the index's mark (last file and its header)
 
-After each applied batch the ConsumeQueues are fsynced and then the checkpoint
-is written atomically, so the applied index is persisted with the state it
-describes. On start the ConsumeQueues are cut back to the checkpoint's queue
-offsets and the index is rolled back to its mark (undoing anything applied
-after the checkpoint), and the applier re-applies from ``applied + 1``:
-replaying yields the same bytes.
+At most every CHECKPOINT_EVERY_S (and when idle) the apply thread takes a
+snapshot of the state (queue ends, the index's mark, tables) and a checkpoint
+thread fsyncs the ConsumeQueues and IndexFiles -- which then hold at least what
+the snapshot describes -- and writes the snapshot atomically, so the applied index
+is persisted with the state it describes while the apply step goes on. On start
+the ConsumeQueues are cut back to the checkpoint's queue offsets and the index is
+rolled back to its mark (undoing anything applied after the checkpoint), and the
+applier re-applies from ``applied + 1``: replaying yields the same bytes.
 
 Messages too large for one entry arrive as a chain of fragments in consecutive
 entries (``broker.fragments``): they are collected in log order and the message
@@ -45,6 +47,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,6 +169,8 @@ class BrokerStateMachine:
                                 strict_map_key=False)
         self._applied: int = state.get("applied", 0)
         self._checkpointed_at = 0.0
+        self._checkpointer = ThreadPoolExecutor(1, thread_name_prefix="broker-checkpoint")
+        self._writing: Future[None] | None = None  # the checkpoint being made durable
         self._durable = self._applied
         self._dirty = False
         self._chain: _Chain | None = None  # never in a checkpoint: replay re-derives it
@@ -202,7 +207,7 @@ class BrokerStateMachine:
     def idle(self) -> None:
         """Nothing to apply for a while: write the checkpoint if it is behind."""
         if self._durable != self.checkpoint_index() or self._dirty:
-            self._checkpoint()
+            self._checkpoint(background=True)
 
     def durable_index(self) -> int:
         """What the last written checkpoint records: a restart replays from after it, so
@@ -236,7 +241,7 @@ class BrokerStateMachine:
                 log.exception("on_applied listener failed")
         self._dirty = True
         if time.monotonic() - self._checkpointed_at >= CHECKPOINT_EVERY_S:
-            self._checkpoint()
+            self._checkpoint(background=True)
 
     def apply_gap(self, first_index: int) -> None:
         self._chain = None
@@ -264,8 +269,14 @@ class BrokerStateMachine:
         """
         return self.index.query(key, begin_ms, end_ms, max_results)
 
+    def checkpoint(self) -> None:
+        """Write a checkpoint of the state now and return when it is durable (apply thread,
+        or while nothing is applied)."""
+        self._checkpoint()
+
     def close(self) -> None:
         self._checkpoint()
+        self._checkpointer.shutdown()
         with self._lock:
             for cq in self._queues.values():
                 cq.close()
@@ -506,9 +517,20 @@ class BrokerStateMachine:
     def _checkpoint_path(self) -> Path:
         return self._store / "state.checkpoint"
 
-    def _checkpoint(self) -> None:
-        """Apply thread only (the one writer), so the state is read without the lock:
-        readers on other threads are never blocked by the fsyncs."""
+    def _checkpoint(self, background: bool = False) -> None:
+        """Apply thread only (the one writer), so the state is read without the lock.
+
+        The snapshot is taken here; the fsyncs and the write run on the checkpoint
+        thread (``background``: this returns at once; one checkpoint at a time, a due
+        one is skipped while the previous is still being written) or are waited for.
+        A failure to make a checkpoint durable is raised here, at the next call.
+        """
+        writing = self._writing
+        if writing is not None:
+            if background and not writing.done():
+                return  # still dirty: the next call takes a newer snapshot
+            self._writing = None
+            writing.result()  # raises what the checkpoint thread met
         self._checkpointed_at = time.monotonic()
         self._expire_producers()
         self._dirty = False
@@ -516,9 +538,7 @@ class BrokerStateMachine:
             open_queues = sorted(self._queues.items())
         queues: dict[str, dict[int, int]] = {}
         for (topic, qid), cq in open_queues:
-            cq.flush()
             queues.setdefault(topic, {})[qid] = cq.max_offset
-        self.index.flush()
         mark = self.index.mark()
         state = {
             "applied": self.checkpoint_index(),
@@ -531,5 +551,19 @@ class BrokerStateMachine:
             "timers": self.timers.state(),
             "halves": self.halves.state(),
         }
-        atomic_write(self._checkpoint_path, msgpack.packb(state, use_bin_type=True))
-        self._durable = state["applied"]
+        data = msgpack.packb(state, use_bin_type=True)  # a copy: the tables change on
+        cqs = [cq for _, cq in open_queues]
+        if background:
+            self._writing = self._checkpointer.submit(self._write_checkpoint, cqs, data, state["applied"])
+        else:
+            self._write_checkpoint(cqs, data, state["applied"])
+
+    def _write_checkpoint(self, cqs: list[ConsumeQueue], data: bytes, applied: int) -> None:
+        """The files first (they hold at least what ``data`` describes: only appended
+        since), then the checkpoint; a restart cuts the files back to it."""
+        for cq in cqs:
+            if not cq.closed:  # a queue deleted meanwhile: replay deletes it again
+                cq.flush()
+        self.index.flush()
+        atomic_write(self._checkpoint_path, data)
+        self._durable = applied

@@ -163,6 +163,7 @@ def test_replay_after_a_crash_gives_the_same_bytes(tmp_path: Path) -> None:
     crashed = tmp_path / "crashed"
     sm = BrokerStateMachine(crashed, cq_units_per_file=16, index_slots=8, index_entries=64)
     sm.apply(log.entries[:12])
+    sm.checkpoint()  # as the apply step may write one at any time
     saved = (crashed / "state.checkpoint").read_bytes()
     sm.apply(log.entries[12:20])  # applied to the queues, but the checkpoint below is older
     sm.close()
@@ -369,6 +370,7 @@ def test_replay_with_the_checkpoint_inside_a_chain_gives_the_same_bytes(tmp_path
         crashed = tmp_path / f"crashed-{cut}"
         sm = BrokerStateMachine(crashed, cq_units_per_file=4, index_slots=8, index_entries=16)
         sm.apply(log.entries[:cut])
+        sm.checkpoint()  # as the apply step may write one at any time
         saved = (crashed / "state.checkpoint").read_bytes()
         resume = sm.checkpoint_index()
         sm.apply(log.entries[cut:cut + 9])  # applied past the checkpoint below
@@ -416,6 +418,7 @@ def test_chains_apply_deterministically_and_replay(items: list[tuple], step: int
         files_equal(root / "a", root / "b")
         sm = BrokerStateMachine(root / "c", cq_units_per_file=8, index_slots=8, index_entries=32)
         sm.apply(log.entries[:crash])
+        sm.checkpoint()  # as the apply step may write one at any time
         saved = (root / "c" / "state.checkpoint").read_bytes()
         sm.apply(log.entries[crash:])
         sm.close()

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from broker.message_format import Message as StoredMessage
-from broker.message_format import decode_message, encode_message
+from broker.message_format import decode_message, pack_message
 from client.queues import MessageQueue
 
 __all__ = [
@@ -106,14 +106,15 @@ class ReceivedMessage:
 
 def encode_for_send(m: Message, queue_id: int, msg_id: bytes, born_ms: int,
                     producer_id: str | None = None, sequence: int | None = None) -> bytes:
+    """The stored form of ``m`` (``broker.message_format``), bodies over ``COMPRESS_OVER``
+    compressed."""
     body, flag = m.body, 0
     if len(body) > COMPRESS_OVER:
         packed = zlib.compress(body, 1)
         if len(packed) < len(body):
             body, flag = packed, FLAG_COMPRESSED
-    return encode_message(StoredMessage(
-        m.topic, body, queue_id, m.tags or None, tuple(m.keys), m.wire_properties(), msg_id, flag,
-        born_ms, _HOST, producer_id, sequence))
+    return pack_message(msg_id, m.topic, queue_id, flag, m.tags or None, m.keys, m.wire_properties(),
+                        born_ms, _HOST, producer_id, sequence, 0, body)
 
 
 def decode_received(data: bytes, queue: MessageQueue, queue_offset: int, position: int,

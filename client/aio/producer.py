@@ -1,7 +1,7 @@
 """The producer: ordered, idempotent sends with one request in flight per queue.
 
     send(msg, shard_key) ─▶ queue (shard_queue(key) or round robin) ─▶ QueueSender
-    QueueSender: pending ─▶ batch (≤ 1,024 msgs / 1 MiB) ─▶ SEND_BATCH to the group's leader
+    QueueSender: pending ─▶ batch (≤ 256 msgs / 1 MiB) ─▶ SEND_BATCH to the group's leader
                  each message carries (producer id, sequence): the broker stores sequence
                  last+1, answers a resend of a stored one with its original offset, refuses gaps
 
@@ -32,6 +32,7 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import msgpack
 
@@ -59,16 +60,54 @@ _ENVELOPE = 128  # the encoded message's fixed fields, generously (ids, times, h
 #: At most the broker's RECENT_SEQUENCES: a resent batch is answered with every original offset.
 BATCH_MAX_MESSAGES = 256
 BATCH_MAX_BYTES = 1024 * 1024
+_BODY_TYPES = (bytes, bytearray, memoryview)
+
+_Outcome = SendResult | BaseException
+
+
+class _Call:
+    """One ``send_batch`` call: an outcome per message and the one future its caller awaits,
+    done once every message has its outcome (a future per message costs more than the rest
+    of its send). Cancelling the future abandons the messages not yet sent."""
+
+    __slots__ = ("_left", "future", "outcomes")
+
+    def __init__(self, future: asyncio.Future[None], count: int) -> None:
+        self.future = future
+        self.outcomes: list[_Outcome | None] = [None] * count
+        self._left = count
+
+    def settle(self, index: int, outcome: _Outcome) -> None:
+        if self.outcomes[index] is None and not self.future.done():
+            self.outcomes[index] = outcome
+            self._left -= 1
+            if not self._left:
+                self.future.set_result(None)
 
 
 @dataclass(slots=True)
 class _Item:
+    """One message in a queue's sender. Its outcome is set on its own ``future``; or, when
+    ``call`` is set, stored at ``index`` in that call, and ``future`` is the call's (shared)."""
+
     message: Message
-    future: asyncio.Future[SendResult]
+    future: asyncio.Future[SendResult] | asyncio.Future[None]  # done: nothing more to do for it
     deadline: Deadline
     msg_id: bytes = field(default_factory=new_msg_id)
     born_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     record: bytes | None = None  # encoded with (producer id, sequence) once, resent unchanged
+    call: _Call | None = None
+    index: int = 0
+
+    def settle(self, outcome: _Outcome) -> None:
+        """Its outcome, unless it has one already or its caller gave up."""
+        if self.call is not None:
+            self.call.settle(self.index, outcome)
+        elif not self.future.done():
+            if isinstance(outcome, BaseException):
+                self.future.set_exception(outcome)
+            else:
+                cast("asyncio.Future[SendResult]", self.future).set_result(outcome)
 
 
 class QueueSender:
@@ -111,19 +150,26 @@ class QueueSender:
     def _take(self) -> list[_Item]:
         batch: list[_Item] = []
         size = 0
-        while self._pending and len(batch) < BATCH_MAX_MESSAGES:
-            item = self._pending[0]
+        pending, queue_id, producer_id = self._pending, self.queue.queue_id, self.producer_id
+        while pending and len(batch) < BATCH_MAX_MESSAGES:
+            item = pending[0]
             if item.future.done():  # cancelled by its caller before it was sent
-                self._pending.popleft()
+                pending.popleft()
                 continue
-            if item.record is None:
-                item.record = encode_for_send(item.message, self.queue.queue_id, item.msg_id, item.born_ms,
-                                              self.producer_id, self._next_seq)
+            record = item.record
+            if record is None:
+                try:
+                    record = item.record = encode_for_send(item.message, queue_id, item.msg_id,
+                                                           item.born_ms, producer_id, self._next_seq)
+                except (TypeError, ValueError, OverflowError) as e:  # what _check cannot foresee
+                    pending.popleft()  # its sequence was not used: no gap
+                    item.settle(ClientError(f"the message cannot be encoded: {e}"))
+                    continue
                 self._next_seq += 1
-            if batch and size + len(item.record) > BATCH_MAX_BYTES:
+            if batch and size + len(record) > BATCH_MAX_BYTES:
                 break
-            batch.append(self._pending.popleft())
-            size += len(item.record)
+            batch.append(pending.popleft())
+            size += len(record)
         return batch
 
     def _new_epoch(self, resend: Sequence[_Item] = ()) -> None:
@@ -136,13 +182,13 @@ class QueueSender:
 
     def _fail(self, batch: Sequence[_Item], error: BaseException) -> None:
         for item in batch:
-            if not item.future.done():
-                item.future.set_exception(error)
+            item.settle(error)
         self._new_epoch()
 
     async def _send(self, batch: list[_Item]) -> None:
         body = msgpack.packb([item.record for item in batch])
-        deadline = min((i.deadline for i in batch), key=lambda d: d.remaining())
+        # the earliest deadline; the messages of one send call share theirs
+        deadline = min(dict.fromkeys(item.deadline for item in batch), key=Deadline.remaining)
         try:
             reply = await self.core.leader_request(self.queue.group, RequestCode.SEND_BATCH, body=body,
                                                    deadline=deadline, topic=self.queue.topic)
@@ -158,20 +204,18 @@ class QueueSender:
             log.info("%s: the broker no longer knows producer %s; new epoch", self.queue, self.producer_id)
             self._new_epoch(batch)
             return
+        queue, success, gap = self.queue, int(ResponseCode.SUCCESS), int(ResponseCode.SEQUENCE_GAP)
         for item, row in zip(batch, rows, strict=True):
             code, offset, reason = row[0], row[2], row[3]
-            if code == ResponseCode.SUCCESS:
-                if not item.future.done():
-                    item.future.set_result(SendResult(
-                        SendStatus.SEND_OK, item.msg_id.hex(), self.queue, offset,
-                        duplicate=bool(reason) and "already" in reason,
-                        position=row[4] if len(row) > 4 else -1))
-            elif code == ResponseCode.SEQUENCE_GAP and broken:
+            if code == success:
+                item.settle(SendResult(SendStatus.SEND_OK, item.msg_id.hex(), queue, offset,
+                                       bool(reason) and "already" in reason,
+                                       row[4] if len(row) > 4 else -1))
+            elif code == gap and broken:
                 refused_as_gap.append(item)  # only because an earlier one was refused
             else:
                 broken = True
-                if not item.future.done():
-                    item.future.set_exception(broker_error(code, reason, self.queue.group))
+                item.settle(broker_error(code, reason, queue.group))
         if broken:
             self._new_epoch(refused_as_gap)
 
@@ -183,8 +227,7 @@ class QueueSender:
         except TimeoutError:
             self._task.cancel()
         for item in self._pending:
-            if not item.future.done():
-                item.future.set_exception(ClientClosedError("the producer shut down before sending"))
+            item.settle(ClientClosedError("the producer shut down before sending"))
 
 
 class AsyncProducer:
@@ -294,12 +337,24 @@ class AsyncProducer:
         for m in messages:
             if m.topic != topic:
                 raise ValueError("a batch must be of one topic")
-            if not isinstance(m.body, bytes | bytearray | memoryview):
+            if not isinstance(m.body, _BODY_TYPES):
                 raise TypeError(f"a message body must be bytes, not {type(m.body).__name__}")
-            # the broker limits the encoded message; bodies over 4 KiB are compressed first
-            size = len(m.body) if len(m.body) <= COMPRESS_OVER else len(zlib.compress(m.body, 1))
-            size += _ENVELOPE + len(m.topic) + sum(len(k) + 2 for k in m.keys) + sum(
-                len(k) + len(v) + 4 for k, v in m.properties.items()) + len(m.tags or "")
+            if not (m.tags is None or isinstance(m.tags, str)):
+                raise TypeError(f"tags must be a string, not {type(m.tags).__name__}")
+            size = _ENVELOPE + len(m.topic) + len(m.tags or "")
+            if m.keys:
+                if isinstance(m.keys, str) or not all(isinstance(k, str) for k in m.keys):
+                    raise TypeError("keys must be a sequence of strings, e.g. keys=['order-42']")
+                size += sum(len(k) + 2 for k in m.keys)
+            if m.properties:
+                if not all(isinstance(k, str) and isinstance(v, str) for k, v in m.properties.items()):
+                    raise TypeError("properties must map strings to strings")
+                size += sum(len(k) + len(v) + 4 for k, v in m.properties.items())
+            # the broker limits the encoded message; bodies over 4 KiB are compressed first,
+            # so only a body too large as it is needs compressing to know
+            size += len(m.body)
+            if size > self.max_message_bytes and len(m.body) > COMPRESS_OVER:
+                size += len(zlib.compress(m.body, 1)) - len(m.body)
             if size > self.max_message_bytes:
                 raise MessageTooLargeError(
                     ResponseCode.MESSAGE_TOO_LARGE,
@@ -327,14 +382,17 @@ class AsyncProducer:
         sender = self._senders.get(queue)
         if sender is None:
             sender = self._senders[queue] = QueueSender(self.core, queue, self._base)
-        loop = asyncio.get_running_loop()
+        # one deadline, one future, one clock reading and one draw of ids for the whole call
+        call = _Call(asyncio.get_running_loop().create_future(), len(messages))
         deadline = Deadline(self.send_timeout)
-        items = [_Item(Message(m.topic, bytes(m.body), m.tags, tuple(m.keys), dict(m.properties),
-                               m.delay_level, m.deliver_at_ms),
-                       loop.create_future(), deadline) for m in messages]
-        sender.submit(items)
-        outcomes = await asyncio.gather(*(i.future for i in items), return_exceptions=True)
-        for outcome in outcomes:
+        born_ms = int(time.time() * 1000)
+        ids = os.urandom(16 * len(messages))
+        sender.submit([_Item(Message(m.topic, bytes(m.body), m.tags, tuple(m.keys), dict(m.properties),
+                                     m.delay_level, m.deliver_at_ms),
+                             call.future, deadline, ids[16 * i:16 * i + 16], born_ms, None, call, i)
+                       for i, m in enumerate(messages)])
+        await call.future  # cancelled with its caller: the messages not yet taken are dropped
+        for outcome in call.outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
-        return list(outcomes)  # type: ignore[arg-type]
+        return cast("list[SendResult]", call.outcomes)

@@ -53,10 +53,16 @@ class TopicRoute:
     topic: str
     groups: list[GroupRoute]
     fetched_at: float = field(default_factory=time.monotonic)
+    # perm -> its queues, sorted: every send asks (a group's perm and queue count never
+    # change within a route; a refresh makes a new one)
+    _by_perm: dict[int, list[MessageQueue]] = field(default_factory=dict, repr=False, compare=False)
 
     def queues(self, perm: int = 0) -> list[MessageQueue]:
-        return sorted(MessageQueue(self.topic, g.group, q) for g in self.groups
-                      if g.perm & perm == perm for q in range(g.queues))
+        queues = self._by_perm.get(perm)
+        if queues is None:
+            queues = self._by_perm[perm] = sorted(MessageQueue(self.topic, g.group, q) for g in self.groups
+                                                  if g.perm & perm == perm for q in range(g.queues))
+        return list(queues)
 
     def group(self, name: str) -> GroupRoute:
         for g in self.groups:

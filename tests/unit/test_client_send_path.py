@@ -1,0 +1,298 @@
+"""The producer's send path, cheaper but unchanged: ``encode_for_send`` makes exactly the
+bytes ``broker.message_format.encode_message`` makes, and ``send_batch`` keeps its order,
+outcomes, deadlines and cancellation against a scripted broker."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import threading
+import zlib
+from typing import Any
+
+import msgpack
+import pytest
+
+from broker.message_format import Message as StoredMessage
+from broker.message_format import decode_message, encode_message
+from broker.remoting import Frame, ResponseCode
+from client.aio.producer import AsyncProducer
+from client.aio.routes import GroupRoute, TopicRoute
+from client.backoff import Deadline
+from client.errors import TopicNotExistError
+from client.message import _HOST, COMPRESS_OVER, FLAG_COMPRESSED, Message, encode_for_send
+
+# -- encode_for_send == encode_message ----------------------------------------------
+
+_rnd = random.Random(7)
+
+MESSAGES = [
+    Message("t", b""),
+    Message("t", b"plain"),
+    Message("orders", b"x" * 256, tags="paid"),
+    Message("orders", b"x", tags=""),  # an empty tag is sent as none
+    Message("t", b"k", keys=("order-1", "customer-9")),
+    Message("t", b"k", keys=["a list", "of keys"]),
+    Message("t", b"p", properties={"a": "1", "b": "two", "ünï": "cödé"}),
+    Message("t", b"d", properties={"a": "1"}, delay_level=3),
+    Message("t", b"d", deliver_at_ms=1_700_000_000_123),
+    Message("t", b"d", properties={"DELAY": "9"}, delay_level=2, deliver_at_ms=5),
+    Message("t", bytearray(b"a bytearray body")),
+    Message("t", b"z" * (COMPRESS_OVER + 1)),  # compressible: sent compressed
+    Message("t", _rnd.randbytes(COMPRESS_OVER * 2)),  # incompressible: sent as is
+    Message("t", _rnd.randbytes(200_000), keys=("large",)),  # past the reused packer's size
+    Message("t", b"y" * 300_000, tags="big", properties={"p": "q"}),  # large, compressed
+    Message("%RETRY%group", "ünïcode body".encode(), tags="t|u", keys=("k",) * 20,
+            properties={str(i): "v" * i for i in range(40)}),
+]
+
+
+def _reference(m: Message, queue_id: int, msg_id: bytes, born_ms: int, producer_id: str | None,
+               sequence: int | None) -> bytes:
+    """The broker's encoding of what the client means to send (compression as the client does it)."""
+    body, flag = bytes(m.body), 0
+    if len(body) > COMPRESS_OVER:
+        packed = zlib.compress(body, 1)
+        if len(packed) < len(body):
+            body, flag = packed, FLAG_COMPRESSED
+    return encode_message(StoredMessage(m.topic, body, queue_id, m.tags or None, tuple(m.keys),
+                                        m.wire_properties(), msg_id, flag, born_ms, _HOST, producer_id,
+                                        sequence))
+
+
+@pytest.mark.parametrize("m", MESSAGES, ids=range(len(MESSAGES)))
+@pytest.mark.parametrize(("producer_id", "sequence"),
+                         [(None, None), ("group/0a1b2c3d4e5f.0", 0), ("p.7", 127), ("p.7", 128),
+                          ("p." + "e" * 300, 2**32 + 5)])
+def test_encode_for_send_is_byte_identical_to_the_broker_encoding(
+        m: Message, producer_id: str | None, sequence: int | None) -> None:
+    msg_id = os.urandom(16)
+    for queue_id, born_ms in ((0, 0), (7, 1_700_000_000_000), (1023, 2**40)):
+        data = encode_for_send(m, queue_id, msg_id, born_ms, producer_id, sequence)
+        assert data == _reference(m, queue_id, msg_id, born_ms, producer_id, sequence)
+        stored = decode_message(data)
+        assert (stored.producer_id, stored.sequence, stored.queue_id) == (producer_id, sequence, queue_id)
+
+
+def test_encode_for_send_is_the_same_on_every_thread_and_after_a_large_message() -> None:
+    m = Message("t", b"body", tags="a", keys=("k",), properties={"x": "y"})
+    expected = _reference(m, 1, b"\x01" * 16, 5, "p.0", 3)
+    assert encode_for_send(m, 1, b"\x01" * 16, 5, "p.0", 3) == expected
+    encode_for_send(Message("t", _rnd.randbytes(60_000)), 1, b"\x02" * 16, 5)  # reuses the packer
+    assert encode_for_send(m, 1, b"\x01" * 16, 5, "p.0", 3) == expected
+    got: list[bytes] = []
+    threads = [threading.Thread(target=lambda: got.append(encode_for_send(m, 1, b"\x01" * 16, 5, "p.0", 3)))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == [expected] * 4
+
+
+def test_an_unpackable_message_leaves_the_packer_usable() -> None:
+    with pytest.raises(TypeError):
+        encode_for_send(Message("t", b"x", properties={"a": {1}}), 0, b"\x00" * 16, 0)  # type: ignore[dict-item]
+    m = Message("t", b"fine")
+    assert encode_for_send(m, 0, b"\x00" * 16, 0) == _reference(m, 0, b"\x00" * 16, 0, None, None)
+
+
+# -- send_batch against a scripted broker ---------------------------------------------
+
+
+class _Routes:
+    def __init__(self, queues: int) -> None:
+        self._route = TopicRoute("t", [GroupRoute("g1", queues, 6, "a:1", {"n1": "a:1"})])
+
+    async def route(self, topic: str, refresh: bool = False) -> TopicRoute:
+        return self._route
+
+
+class FakeCore:
+    """Answers SEND_BATCH as the broker does (a row per record: code, queue id, offset, reason,
+    position), with codes from ``script`` when given; ``gate`` holds answers back."""
+
+    def __init__(self, queues: int = 1) -> None:
+        self.routes = _Routes(queues)
+        self.script: list[list[int]] = []
+        self.bodies: list[list[bytes]] = []
+        self.deadlines: list[Deadline] = []
+        self.gate: asyncio.Event | None = None
+        self.offsets: dict[int, int] = {}
+
+    async def leader_request(self, group: str, code: int, ext: Any = None, body: bytes = b"", *,
+                             deadline: Deadline, topic: str | None = None) -> Frame:
+        records = msgpack.unpackb(body)
+        self.bodies.append(records)
+        self.deadlines.append(deadline)
+        if self.gate is not None:
+            await self.gate.wait()
+        codes = self.script.pop(0) if self.script else [0] * len(records)
+        rows = []
+        for record, c in zip(records, codes, strict=True):
+            q = decode_message(record).queue_id
+            offset = self.offsets.get(q, 0)
+            if c == 0:
+                self.offsets[q] = offset + 1
+            rows.append([c, q, offset if c == 0 else -1, "" if c == 0 else "refused", 1000 + offset])
+        return Frame(0, 1, 1, "", {}, msgpack.packb(rows))
+
+    async def close(self) -> None:
+        pass
+
+
+async def _until(condition: Any, timeout: float = 5.0) -> None:
+    """Poll ``condition`` on the loop until it holds; fail after ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.001)
+
+
+def _queued(p: AsyncProducer) -> int:
+    """Messages waiting in the producer's queue senders (not yet taken into a request)."""
+    return sum(len(s._pending) for s in p._senders.values())
+
+
+def _seqs(records: list[bytes]) -> list[tuple[str | None, int | None, bytes]]:
+    return [(s.producer_id, s.sequence, s.body) for s in map(decode_message, records)]
+
+
+def test_send_batch_results_are_in_order_with_distinct_ids_and_positions() -> None:
+    async def main() -> None:
+        core = FakeCore(queues=1)
+        p = AsyncProducer(core=core, send_timeout=5)  # type: ignore[arg-type]
+        first = await p.send_batch([Message("t", b"m%d" % i) for i in range(300)], shard_key="k")
+        second = await p.send_batch([Message("t", b"n%d" % i) for i in range(5)])
+        assert [r.queue_offset for r in first + second] == list(range(305))
+        assert [r.position for r in first + second] == [1000 + i for i in range(305)]
+        assert len({r.msg_id for r in first + second}) == 305
+        assert all(not r.duplicate and r.queue.group == "g1" for r in first + second)
+        # ≤ 256 records a request, one producer id, sequences without a gap
+        assert [len(b) for b in core.bodies] == [256, 44, 5]
+        sent = [s for b in core.bodies for s in _seqs(b)]
+        assert [s[1] for s in sent] == list(range(305))
+        assert {s[0] for s in sent} == {p._base + ".0"}
+        assert [s[2] for s in sent[:300]] == [b"m%d" % i for i in range(300)]
+        stored = decode_message(core.bodies[0][0])
+        assert stored.msg_id.hex() == first[0].msg_id
+        await p.shutdown()
+
+    asyncio.run(main())
+
+
+def test_a_message_changed_after_send_batch_is_sent_as_it_was() -> None:
+    async def main() -> None:
+        core = FakeCore()
+        core.gate = asyncio.Event()
+        p = AsyncProducer(core=core)  # type: ignore[arg-type]
+        blocker = asyncio.create_task(p.send(Message("t", b"first"), shard_key="k"))
+        await _until(lambda: len(core.bodies) == 1)  # in flight, held: the next send waits in the queue
+        m = Message("t", b"before", keys=["k1"], properties={"a": "1"})
+        task = asyncio.create_task(p.send(m, shard_key="k"))
+        await _until(lambda: _queued(p) == 1)
+        m.body, m.tags = b"after", "changed"
+        m.properties["a"] = "2"  # type: ignore[index]
+        m.keys.append("k2")  # type: ignore[attr-defined]
+        core.gate.set()
+        await asyncio.gather(blocker, task)
+        stored = decode_message(core.bodies[1][0])
+        assert (stored.body, stored.tags, stored.keys, stored.properties) == (b"before", None, ("k1",),
+                                                                             {"a": "1"})
+        await p.shutdown()
+
+    asyncio.run(main())
+
+
+def test_a_refused_message_fails_its_call_after_the_rest_of_it_is_stored() -> None:
+    async def main() -> None:
+        gap = ResponseCode.SEQUENCE_GAP
+        core = FakeCore()
+        core.script = [[0, ResponseCode.TOPIC_NOT_EXIST, gap, gap]]
+        p = AsyncProducer(core=core)  # type: ignore[arg-type]
+        with pytest.raises(TopicNotExistError):
+            await p.send_batch([Message("t", b"m%d" % i) for i in range(4)], shard_key="k")
+        # the two refused only as gaps were resent in a new epoch before the call ended
+        assert [_seqs(b) for b in core.bodies] == [
+            [(p._base + ".0", i, b"m%d" % i) for i in range(4)],
+            [(p._base + ".1", 0, b"m2"), (p._base + ".1", 1, b"m3")]]
+        assert core.offsets == {0: 3}
+        assert [r.queue_offset for r in await p.send_batch([Message("t", b"x")], shard_key="k")] == [3]
+        await p.shutdown()
+
+    asyncio.run(main())
+
+
+def test_a_batch_uses_the_earliest_deadline_of_the_calls_in_it() -> None:
+    async def main() -> None:
+        core = FakeCore()
+        core.gate = asyncio.Event()
+        p = AsyncProducer(core=core, send_timeout=30)  # type: ignore[arg-type]
+        first = asyncio.create_task(p.send(Message("t", b"a"), shard_key="k"))
+        await _until(lambda: len(core.bodies) == 1)
+        late = asyncio.create_task(p.send_batch([Message("t", b"b")] * 3, shard_key="k"))
+        await _until(lambda: _queued(p) == 3)
+        p.send_timeout = 2
+        soon = asyncio.create_task(p.send_batch([Message("t", b"c")] * 2, shard_key="k"))
+        await _until(lambda: _queued(p) == 5)
+        core.gate.set()
+        await asyncio.gather(first, late, soon)
+        assert [len(b) for b in core.bodies] == [1, 5]
+        assert 25 < core.deadlines[0].remaining() <= 30
+        assert 0 < core.deadlines[1].remaining() <= 2
+        await p.shutdown()
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_call_drops_its_unsent_messages_without_a_gap() -> None:
+    async def main() -> None:
+        core = FakeCore()
+        core.gate = asyncio.Event()
+        p = AsyncProducer(core=core)  # type: ignore[arg-type]
+        first = asyncio.create_task(p.send(Message("t", b"a"), shard_key="k"))
+        await _until(lambda: len(core.bodies) == 1)
+        dropped = asyncio.create_task(p.send_batch([Message("t", b"gone")] * 3, shard_key="k"))
+        await _until(lambda: _queued(p) == 3)
+        dropped.cancel()
+        kept = asyncio.create_task(p.send_batch([Message("t", b"kept")] * 2, shard_key="k"))
+        await _until(lambda: _queued(p) == 5)
+        core.gate.set()
+        assert (await first).queue_offset == 0
+        assert [r.queue_offset for r in await kept] == [1, 2]
+        with pytest.raises(asyncio.CancelledError):
+            await dropped
+        assert _seqs(core.bodies[1]) == [(p._base + ".0", 1, b"kept"), (p._base + ".0", 2, b"kept")]
+        await p.shutdown()
+
+    asyncio.run(main())
+
+
+def test_route_queues_are_a_fresh_list_each_time() -> None:
+    route = TopicRoute("t", [GroupRoute("g2", 2, 6, None), GroupRoute("g1", 3, 2, None),
+                             GroupRoute("g3", 1, 4, None)])
+    writable = route.queues(2)
+    assert [(q.group, q.queue_id) for q in writable] == [("g1", 0), ("g1", 1), ("g1", 2), ("g2", 0),
+                                                         ("g2", 1)]
+    writable.clear()
+    assert len(route.queues(2)) == 5
+    assert [q.group for q in route.queues(4)] == ["g2", "g2", "g3"]
+    assert len(route.queues()) == 6
+
+
+def test_a_message_that_cannot_be_encoded_is_refused_and_its_queue_keeps_sending() -> None:
+    async def main() -> None:
+        core = FakeCore()
+        p = AsyncProducer(core=core)  # type: ignore[arg-type]
+        for bad in (Message("t", b"x", properties={"a": {1}}),  # type: ignore[dict-item]
+                    Message("t", b"x", keys="order-1"), Message("t", b"x", tags=7)):  # type: ignore[arg-type]
+            with pytest.raises(TypeError):
+                await p.send(bad, shard_key="k")
+        sent = await p.send_batch([Message("t", b"ok")] * 2, shard_key="k")
+        assert [r.queue_offset for r in sent] == [0, 1]
+        assert [s[1] for b in core.bodies for s in _seqs(b)] == [0, 1]  # nothing was taken: no gap
+        await p.shutdown()
+
+    asyncio.run(main())

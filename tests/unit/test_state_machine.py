@@ -500,3 +500,20 @@ def test_a_checkpoint_with_sequence_offset_pairs_still_answers_resends(tmp_path:
         Outcome.DUPLICATE, 1)
     assert (sm.results(nxt.index)[0].outcome, sm.results(nxt.index)[0].queue_offset) == (Outcome.STORED, 3)
     sm.close()
+
+
+def test_recent_results_are_not_tracked_by_the_garbage_collector(tmp_path: Path) -> None:
+    """One result per message is kept for a while; as tracked objects millions of them made
+    every full collection (and the broker with it) stall."""
+    import gc
+
+    log = Log()
+    log.add([encode_admin(CreateTopic("t", 1))])
+    entry = log.add([msg("t", i) for i in range(50)])
+    sm = BrokerStateMachine(tmp_path / "s", index_slots=8, index_entries=128)
+    sm.apply(log.entries)
+    gc.collect()
+    kept = sm._results[entry.index]
+    assert len(kept) == 50 and not any(gc.is_tracked(r) for r in kept)
+    assert [r.queue_offset for r in sm.results(entry.index)] == list(range(50))  # read back as Applied
+    sm.close()

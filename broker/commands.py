@@ -17,6 +17,8 @@ state command::
      110  [110, group, topic, queue_id, offset]                      commit a consumer offset
      121  [121, half_position]                                       roll back a transaction half
      122  [122, half_position, at_ms]                                a check-back was sent at at_ms
+     130  [130, group, client_id, topic, queue_id, lock]             take (lock true) or give back a
+                                                                     queue's consume lock (orderly)
 
 Kinds 1..19 are kept for message format versions. A fragment is always the only
 record of its entry.
@@ -38,6 +40,7 @@ __all__ = [
     "CommitOffset",
     "CreateTopic",
     "DeleteTopic",
+    "LockQueue",
     "Perm",
     "RecordKind",
     "RollbackHalf",
@@ -55,6 +58,7 @@ class RecordKind(enum.IntEnum):
     COMMIT_OFFSET = 110
     ROLLBACK_HALF = 121
     CHECK_HALF = 122
+    LOCK_QUEUE = 130
 
 
 class Perm(enum.IntFlag):
@@ -96,7 +100,18 @@ class CheckHalf:
     at_ms: int
 
 
-AdminRecord = CreateTopic | DeleteTopic | CommitOffset | RollbackHalf | CheckHalf
+@dataclass(frozen=True, slots=True)
+class LockQueue:
+    """An orderly consumer takes (``lock``) or gives back the lock of one queue for its group."""
+
+    group: str
+    client_id: str
+    topic: str
+    queue_id: int
+    lock: bool
+
+
+AdminRecord = CreateTopic | DeleteTopic | CommitOffset | RollbackHalf | CheckHalf | LockQueue
 
 
 def record_kind(record: bytes) -> int | None:
@@ -124,6 +139,9 @@ def encode_admin(record: AdminRecord) -> bytes:
         row = [RecordKind.ROLLBACK_HALF, record.position]
     elif isinstance(record, CheckHalf):
         row = [RecordKind.CHECK_HALF, record.position, record.at_ms]
+    elif isinstance(record, LockQueue):
+        row = [RecordKind.LOCK_QUEUE, record.group, record.client_id, record.topic, record.queue_id,
+               record.lock]
     else:
         row = [RecordKind.COMMIT_OFFSET, record.group, record.topic, record.queue_id, record.offset]
     return msgpack.packb(row, use_bin_type=True)
@@ -167,6 +185,13 @@ def decode_admin(record: bytes) -> AdminRecord:
             if not (isinstance(position, int) and position >= 0 and isinstance(at_ms, int)):
                 raise ValueError("bad check record")
             return CheckHalf(position, at_ms)
+        if kind == RecordKind.LOCK_QUEUE:
+            group, client_id, topic, queue_id, lock = args
+            if not (isinstance(group, str) and isinstance(client_id, str) and client_id
+                    and isinstance(topic, str) and type(queue_id) is int and queue_id >= 0
+                    and isinstance(lock, bool)):
+                raise ValueError("bad lock-queue record")
+            return LockQueue(group, client_id, topic, queue_id, lock)
     except (TypeError, ValueError) as e:
         raise ValueError(f"malformed record of kind {kind}: {e}") from None
     raise ValueError(f"unknown record kind {kind!r}")

@@ -98,6 +98,8 @@ class RequestCode(IntEnum):
     UNREGISTER_CLIENT = 31
     GET_CONSUMER_LIST = 32
     CONSUMER_SEND_MSG_BACK = 33  # a failed consumption: retry the message later (or dead-letter it)
+    LOCK_BATCH_MQ = 34  # an orderly consumer takes its queues' consume locks (through the log)
+    UNLOCK_BATCH_MQ = 35
     GET_ROUTE = 40
     CREATE_TOPIC = 50
     DELETE_TOPIC = 51

@@ -40,7 +40,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 import msgpack
 from aiohttp import WSMsgType, web
 
-from broker.commands import CommitOffset, CreateTopic, DeleteTopic, Perm, encode_admin
+from broker.commands import CommitOffset, CreateTopic, DeleteTopic, LockQueue, Perm, encode_admin
 from broker.consumer_registry import ConsumerRegistry
 from broker.deferred import DEFAULT_DELAY_LEVELS, RETRY_DELAYS
 from broker.deferred_service import DEFAULT_MAX_RECONSUME, DeferredService
@@ -99,6 +99,7 @@ _OUTCOME_CODE = {
     Outcome.NO_PERMISSION: ResponseCode.NO_PERMISSION,
     Outcome.INVALID: ResponseCode.INVALID_ARGUMENT,
     Outcome.SEQUENCE_GAP: ResponseCode.SEQUENCE_GAP,
+    Outcome.LOCKED: ResponseCode.NO_PERMISSION,
     Outcome.ABANDONED: ResponseCode.SYSTEM_BUSY,  # not stored; a retry may succeed
     Outcome.FRAGMENT: ResponseCode.SYSTEM_ERROR,  # never a caller's outcome
 }
@@ -159,6 +160,8 @@ class BrokerServer:
             RequestCode.DELETE_TOPIC: self._delete_topic,
             RequestCode.GET_TOPICS: self._topics,
             RequestCode.COMMIT_OFFSET: self._commit_offset,
+            RequestCode.LOCK_BATCH_MQ: self._lock_queues,
+            RequestCode.UNLOCK_BATCH_MQ: self._lock_queues,
             RequestCode.QUERY_OFFSET: self._query_offset,
             RequestCode.HEARTBEAT: self._heartbeat,
             RequestCode.QUERY_MESSAGE: self._query_by_key,
@@ -369,6 +372,25 @@ class BrokerServer:
                            ext_int(frame, "queueId", minimum=0), ext_int(frame, "offset", minimum=0))
         (applied,) = await self.write.send([encode_admin(cmd)])
         return self._answer(frame, applied)
+
+    async def _lock_queues(self, frame: Frame) -> Frame:
+        """LOCK_BATCH_MQ / UNLOCK_BATCH_MQ: ext group, clientId, topic, queues (ids); the body
+        of the answer is the msgpack list of the queue ids this client now holds (lock) or
+        gave back (unlock). Decided by the apply step, so a new leader knows every lock."""
+        self._require_leader()
+        group = validate_group(ext_str(frame, "group"))
+        topic = validate_topic(ext_str(frame, "topic"), system=True)
+        client_id = ext_str(frame, "clientId")
+        queues = frame.ext.get("queues")
+        if not client_id or not isinstance(queues, list | tuple) or not queues or not all(
+                type(q) is int and 0 <= q < 1024 for q in queues):
+            raise FrameError(ResponseCode.INVALID_ARGUMENT,
+                             "clientId and queues (a non-empty list of queue ids) are required")
+        lock = frame.code == RequestCode.LOCK_BATCH_MQ
+        outcomes = await self.write.send([encode_admin(LockQueue(group, client_id, topic, q, lock))
+                                          for q in dict.fromkeys(queues)])
+        held = [a.queue_id for a in outcomes if a.outcome == Outcome.DONE]
+        return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(held))
 
     # -- reads -----------------------------------------------------------------------
     async def _topics(self, frame: Frame) -> Frame:

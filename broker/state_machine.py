@@ -59,6 +59,7 @@ from broker.commands import (
     CommitOffset,
     CreateTopic,
     DeleteTopic,
+    LockQueue,
     Perm,
     RecordKind,
     RollbackHalf,
@@ -100,6 +101,9 @@ RECENT_SEQUENCES = 256   # per producer and queue: sequences answered on a retry
 CHECKPOINT_EVERY_S = 0.25
 #: An idempotent producer silent on a queue this long is forgotten (its next sequence must be 0).
 PRODUCER_EXPIRY_MS = 24 * 3600 * 1000
+#: A queue's consume lock not renewed for this long (by store time) may be taken by another
+#: client (RocketMQ's 60 s); clients stop consuming after 30 s without a renewal.
+LOCK_EXPIRY_MS = 60_000
 _PERM_WRITE = int(Perm.WRITE)
 
 
@@ -111,6 +115,7 @@ class Outcome:
     NO_PERMISSION = "no_permission"
     INVALID = "invalid"
     SEQUENCE_GAP = "sequence_gap"
+    LOCKED = "locked"        # the queue's consume lock is held by another client
     FRAGMENT = "fragment"    # a fragment before the last of its chain: nothing yet
     ABANDONED = "abandoned"  # a fragment that does not continue a chain: nothing stored
 
@@ -191,6 +196,8 @@ class BrokerStateMachine:
             if entry[1] and isinstance(entry[1][0], list):  # written as [sequence, offset] pairs
                 entry[1] = [offset for _, offset in entry[1]]
         self._appends: dict[tuple[str, int], _Appends] = {}
+        # "group\0topic\0queue" -> [client id, store ms of its last lock]
+        self._locks: dict[str, list[Any]] = state.get("locks", {})
         self.timers = Timers(state.get("timers"))
         self.halves = Halves(state.get("halves"))
         self._restore_queues(state.get("queues", {}))
@@ -314,7 +321,7 @@ class BrokerStateMachine:
                 out.append(Applied(Outcome.INVALID,
                                    reason="a fragment must be the only record of its entry"))
             else:
-                out.append(self._apply_admin(record))
+                out.append(self._apply_admin(record, stamp))
         return out
 
     def _apply_fragment(self, record: bytes, position: int, stamp: int, index: int) -> Applied:
@@ -429,6 +436,9 @@ class BrokerStateMachine:
             del self._producers[key]
         for v in self._producers.values():
             del v[1][:-RECENT_SEQUENCES]  # what a checkpoint keeps
+        lock_horizon = self.last_store_ms - LOCK_EXPIRY_MS  # expired: anyone may take them
+        for key in [k for k, v in self._locks.items() if v[1] < lock_horizon]:
+            del self._locks[key]
 
     def _drop_hold(self, m: Message) -> None:
         """A released copy that cannot be stored (its topic went away): the hold goes too,
@@ -464,7 +474,7 @@ class BrokerStateMachine:
             return SCHEDULE_TOPIC, int(level) if level.isdigit() and int(level) < 1024 else 0
         return m.topic, m.queue_id
 
-    def _apply_admin(self, record: bytes) -> Applied:
+    def _apply_admin(self, record: bytes, stamp: int) -> Applied:
         try:
             cmd = decode_admin(record)
         except ValueError as e:
@@ -486,7 +496,25 @@ class BrokerStateMachine:
                     return Applied(Outcome.DUPLICATE, reason="the transaction was already resolved")
             elif isinstance(cmd, CheckHalf) and not self.halves.checked(cmd.position, cmd.at_ms):
                 return Applied(Outcome.DUPLICATE, reason="the transaction was already resolved")
+            elif isinstance(cmd, LockQueue):
+                return self._lock_queue(cmd, stamp)
         return Applied(Outcome.DONE)
+
+    def _lock_queue(self, cmd: LockQueue, stamp: int) -> Applied:
+        """Take or give back a queue's consume lock, as of the entry's store time ``stamp``."""
+        key = f"{cmd.group}\x00{cmd.topic}\x00{cmd.queue_id}"
+        held = self._locks.get(key)
+        mine = held is None or held[0] == cmd.client_id or held[1] < stamp - LOCK_EXPIRY_MS
+        if not cmd.lock:
+            if held is not None and held[0] == cmd.client_id:
+                del self._locks[key]
+            return Applied(Outcome.DONE, cmd.queue_id)
+        if not mine:
+            assert held is not None
+            return Applied(Outcome.LOCKED, cmd.queue_id, reason=(
+                f"locked by {held[0]} (renewed at {held[1]}, expires {LOCK_EXPIRY_MS // 1000} s later)"))
+        self._locks[key] = [cmd.client_id, stamp]
+        return Applied(Outcome.DONE, cmd.queue_id)
 
     # -- queues and checkpoint -----------------------------------------------------
     def _open_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
@@ -558,6 +586,7 @@ class BrokerStateMachine:
             "producers": self._producers,
             "timers": self.timers.state(),
             "halves": self.halves.state(),
+            "locks": self._locks,
         }
         data = msgpack.packb(state, use_bin_type=True)  # a copy: the tables change on
         cqs = [cq for _, cq in open_queues]

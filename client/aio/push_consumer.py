@@ -8,7 +8,16 @@
                        flow control: ≤ 1,000 messages / 100 MiB cached per queue
         concurrent: messages go to a thread pool (consume_threads) as they arrive
         orderly:    one message at a time per queue, in queue order; SUSPEND or a failure
-                    retries the same message after ``suspend_s`` (1 s)
+                    retries the same message after ``suspend_s`` (1 s). Clustering: a queue
+                    is consumed only while this client holds its consume lock on the broker
+                    (LOCK_BATCH_MQ, decided through the log, renewed every 20 s, valid here
+                    for 30 s, expiring on the broker after 60 s): a queue that moves to
+                    another member is unlocked only after the message in hand is done and
+                    its offset committed, and the new owner starts once it has the lock, so
+                    two members never consume one queue at the same time. While a broker
+                    group has no leader no lock can be decided (nor granted to anyone): its
+                    queues are then consumed from followers without one, and locked again
+                    when a leader is back
     offsets: the lowest offset not yet consumed per queue is committed every 5 s, when a
     queue is taken away, and at shutdown (clustering: through the log, so every replica
     and every member agrees; broadcasting: a local file per instance).
@@ -24,6 +33,7 @@ import contextlib
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -49,6 +59,9 @@ __all__ = ["AsyncPushConsumer", "ConsumeContext", "Listener"]
 
 log = logging.getLogger("client.consumer")
 
+LOCK_RENEW_S = 20.0  # orderly clustering: queue locks are taken again this often
+LOCK_VALID_S = 30.0  # and trusted this long after the request that took them (the broker: 60 s)
+
 
 @dataclass(slots=True)
 class ConsumeContext:
@@ -69,6 +82,8 @@ class _ProcessQueue:
     bytes: int = 0
     committed: int | None = None
     dropped: bool = False
+    locked_until: float = 0.0  # orderly clustering: monotonic time the consume lock is trusted until
+    lost: bool = False  # the lock lapsed: the queue is dropped and taken again by the next rebalance
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -131,6 +146,7 @@ class AsyncPushConsumer:
         self._background: list[asyncio.Task[None]] = []
         self._rebalance_now = asyncio.Event()
         self._stopping = False
+        self._locking = orderly and model == "clustering"  # queue consume locks on the broker
         store = Path(offset_store_dir or Path.home() / ".raftmq" / "offsets")
         self._local_offsets = store / group / f"{instance_name}.json"
         self.core.on_notify.append(self._on_notify)
@@ -159,6 +175,8 @@ class AsyncPushConsumer:
         if self.model == "clustering":
             self._background.append(asyncio.create_task(self._every(self.heartbeat_interval,
                                                                     self._heartbeat_once)))
+        if self._locking:
+            self._background.append(asyncio.create_task(self._every(LOCK_RENEW_S, self._renew_locks)))
         return self
 
     async def shutdown(self) -> None:
@@ -250,16 +268,31 @@ class AsyncPushConsumer:
         else:
             members = await self._members([g.group for g in routes[0].groups])
             mine = set(self.allocate(self.client_id, members, queues))
-        for q in [q for q in self._queues if q not in mine]:
+        for q in [q for q, pq in self._queues.items() if q not in mine or pq.lost]:
             log.info("%s: %s is no longer ours", self.client_id, q)
             await self._drop(self._queues[q])
-        for q in sorted(mine - set(self._queues)):
+        new = sorted(mine - set(self._queues))
+        locked_at = time.monotonic()
+        if self._locking and new:
+            held, undecided = await self._lock(new)
+            if undecided:
+                log.warning("%s: consuming %s without their locks: their group has no leader",
+                            self.client_id, sorted(undecided))
+            if len(held) + len(undecided) < len(new):  # held by their previous owner: ask again soon
+                log.info("%s: waiting for the locks of %s", self.client_id,
+                         sorted(set(new) - held - undecided))
+                asyncio.get_running_loop().call_later(self.suspend_s, self._rebalance_now.set)
+            new = [q for q in new if q in held or q in undecided]
+        for q in new:
             try:
-                offset = await self._start_offset(q)
+                offset = await self._start_offset(q)  # after the lock: the previous owner committed
             except ClientError as e:
                 log.warning("cannot start %s yet: %s", q, e)
+                if self._locking:
+                    await self._lock([q], take=False)  # (undecided: it expires on the broker)
                 continue
-            pq = self._queues[q] = _ProcessQueue(q, offset, committed=None)
+            pq = self._queues[q] = _ProcessQueue(q, offset, committed=None,
+                                                 locked_until=locked_at + LOCK_VALID_S)
             pq.tasks.append(asyncio.create_task(self._pull_loop(pq)))
             if self.orderly:
                 pq.tasks.append(asyncio.create_task(self._orderly_loop(pq)))
@@ -285,6 +318,12 @@ class AsyncPushConsumer:
     async def _drop(self, pq: _ProcessQueue) -> None:
         pq.dropped = True
         pq.ready.set()
+        finished = True
+        if self._locking and len(pq.tasks) > 1:
+            # the message in hand is finished first: the next owner waits for the lock,
+            # which is given back only after that and the commit below
+            done, _ = await asyncio.wait([pq.tasks[1]], timeout=LOCK_VALID_S)
+            finished = bool(done)
         for t in pq.tasks:
             t.cancel()
         for t in pq.tasks:
@@ -292,6 +331,41 @@ class AsyncPushConsumer:
                 await t
         await self._commit(pq)
         self._queues.pop(pq.queue, None)
+        if self._locking and finished and not pq.lost:
+            await self._lock([pq.queue], take=False)
+
+    async def _lock(self, queues: Sequence[MessageQueue],
+                    take: bool = True) -> tuple[set[MessageQueue], set[MessageQueue]]:
+        """Take (or give back) the consume locks of ``queues``: (the ones held (given back),
+        the undecided ones: their group's leader could not be reached)."""
+        by_group: dict[tuple[str, str], list[MessageQueue]] = {}
+        for q in queues:
+            by_group.setdefault((q.group, q.topic), []).append(q)
+        code = RequestCode.LOCK_BATCH_MQ if take else RequestCode.UNLOCK_BATCH_MQ
+        held: set[MessageQueue] = set()
+        undecided: set[MessageQueue] = set()
+        for (group, topic), qs in by_group.items():
+            try:
+                reply = await self.core.leader_request(
+                    group, code, {"group": self.group, "clientId": self.client_id, "topic": topic,
+                                  "queues": [q.queue_id for q in qs]}, deadline=Deadline(3.0), topic=topic)
+            except ClientError as e:
+                log.warning("%s: %s of %s failed: %s", self.client_id, code.name, qs, e)
+                undecided.update(qs)
+                continue
+            ids = set(msgpack.unpackb(reply.body))
+            held.update(q for q in qs if q.queue_id in ids)
+        return held, undecided
+
+    async def _renew_locks(self) -> None:
+        pqs = [pq for pq in self._queues.values() if not pq.dropped]
+        asked_at = time.monotonic()
+        if not pqs:
+            return
+        held, undecided = await self._lock([pq.queue for pq in pqs])
+        for pq in pqs:
+            if pq.queue in held or pq.queue in undecided:  # refused: it lapses, is dropped, asked again
+                pq.locked_until = asked_at + LOCK_VALID_S
 
     # -- pulling and consuming ---------------------------------------------------------
     async def _pull_loop(self, pq: _ProcessQueue) -> None:
@@ -372,6 +446,12 @@ class AsyncPushConsumer:
                 pq.ready.clear()
                 await pq.ready.wait()
                 continue
+            if self._locking and time.monotonic() >= pq.locked_until:
+                log.warning("%s: the lock of %s lapsed; consuming it stops until it is taken again",
+                            self.client_id, pq.queue)
+                pq.lost = True
+                self._rebalance_now.set()
+                return
             offset = next(iter(pq.pending))
             m = pq.pending[offset]
             attempt = 0

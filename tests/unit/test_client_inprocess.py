@@ -175,3 +175,55 @@ def test_broadcasting_consumers_each_get_every_message_and_keep_offsets_locally(
     import json
     stored = json.loads((tmp_path / "readers" / "a.json").read_text())
     assert sum(stored.values()) == 10  # next offsets of both queues
+
+
+def test_orderly_members_never_consume_one_queue_at_the_same_time(broker: str) -> None:
+    """A queue moving between orderly members of a group is handed over through its consume
+    lock: the old owner finishes the message in hand and commits before the new one starts,
+    so each queue's deliveries, across both members, are its offsets once each, in order."""
+    admin = Admin(servers=[broker])
+    admin.create_topic("ledger", queues=4)
+    admin.close()
+    active: dict[int, int] = {}
+    overlaps: list[tuple[int, int]] = []
+    delivered: list[tuple[int, int]] = []  # (queue id, offset) in the order listeners ran
+    guard = threading.Lock()
+
+    def listener(msgs, ctx):  # type: ignore[no-untyped-def]
+        q = ctx.queue.queue_id
+        with guard:
+            active[q] = active.get(q, 0) + 1
+            if active[q] > 1:
+                overlaps.append((q, msgs[0].queue_offset))
+            delivered.extend((q, m.queue_offset) for m in msgs)
+        threading.Event().wait(0.004)  # the work of consuming: keeps a message in hand for a while
+        with guard:
+            active[q] -= 1
+        return ConsumeStatus.SUCCESS
+
+    def member() -> PushConsumer:
+        c = PushConsumer(servers=[broker], group="ledger-readers", topic="ledger", orderly=True,
+                         from_where="first", commit_interval=0.2, long_poll_s=0.5, suspend_s=0.2)
+        c.register(listener)
+        return c.start()  # type: ignore[return-value]
+
+    total = 400
+    with Producer(servers=[broker]) as p:
+        first = member()
+        second = None
+        try:
+            for i in range(total):
+                p.send(Message("ledger", f"{i}".encode()), shard_key=f"k{i % 8}")
+                if i == total // 4:
+                    second = member()  # takes half of the queues while the first is consuming them
+            wait_until(timeout=60, predicate=lambda: len(delivered) >= total, what="every message")
+            assert second is not None and first.assignment() and second.assignment()
+        finally:
+            first.shutdown()
+            if second is not None:
+                second.shutdown()
+    assert overlaps == []
+    for q in range(4):
+        offsets = [o for qid, o in delivered if qid == q]
+        assert offsets == list(range(len(offsets))), f"queue {q}: {offsets[:20]}..."
+    assert len(delivered) == total

@@ -145,7 +145,7 @@ def test_code_values_are_fixed() -> None:
         "VIEW_MESSAGE_BY_ID": 14, "QUERY_BY_TIME": 15, "SEARCH_OFFSET": 16,
         "COMMIT_OFFSET": 20, "QUERY_OFFSET": 21,
         "RESET_OFFSET": 22, "HEARTBEAT": 30, "UNREGISTER_CLIENT": 31, "GET_CONSUMER_LIST": 32,
-        "CONSUMER_SEND_MSG_BACK": 33,
+        "CONSUMER_SEND_MSG_BACK": 33, "LOCK_BATCH_MQ": 34, "UNLOCK_BATCH_MQ": 35,
         "GET_ROUTE": 40, "CREATE_TOPIC": 50, "DELETE_TOPIC": 51, "GET_TOPICS": 52,
         "END_TRANSACTION": 60, "CHECK_TRANSACTION": 61, "NOTIFY_CONSUMER_IDS_CHANGED": 62}
     assert [c.value for c in ResponseCode] == list(range(20))

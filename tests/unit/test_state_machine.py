@@ -517,3 +517,41 @@ def test_recent_results_are_not_tracked_by_the_garbage_collector(tmp_path: Path)
     assert len(kept) == 50 and not any(gc.is_tracked(r) for r in kept)
     assert [r.queue_offset for r in sm.results(entry.index)] == list(range(50))  # read back as Applied
     sm.close()
+
+
+def test_queue_locks_are_decided_by_the_log_and_expire_by_store_time(tmp_path: Path) -> None:
+    """One client holds a queue's consume lock at a time; it expires LOCK_EXPIRY_MS (store
+    time) after its last renewal; replicas and a restart from the checkpoint decide alike."""
+    from broker.commands import LockQueue
+    from broker.state_machine import LOCK_EXPIRY_MS
+
+    t0 = 1_700_000_000_000
+
+    def lock(client: str, q: int, at: int, take: bool = True) -> Entry:
+        return log.add([encode_admin(LockQueue("g", client, "t", q, take))], stamp=at)
+
+    log = Log()
+    steps = [
+        (lock("A", 0, t0), True),
+        (lock("B", 0, t0 + 1), False),                        # held by A
+        (lock("B", 1, t0 + 2), True),                         # another queue: free
+        (lock("A", 0, t0 + 30_000), True),                    # A renews
+        (lock("B", 0, t0 + 30_000 + LOCK_EXPIRY_MS), False),  # renewed 60 s ago: not yet expired
+        (lock("B", 0, t0 + 30_001 + LOCK_EXPIRY_MS), True),   # expired: B takes it
+        (lock("A", 0, t0 + 30_002 + LOCK_EXPIRY_MS), False),  # and A lost it
+        (lock("B", 0, t0 + 30_003 + LOCK_EXPIRY_MS, take=False), True),  # B gives it back
+        (lock("A", 0, t0 + 30_004 + LOCK_EXPIRY_MS), True),
+    ]
+    a = BrokerStateMachine(tmp_path / "a", index_slots=8, index_entries=64)
+    b = BrokerStateMachine(tmp_path / "b", index_slots=8, index_entries=64)
+    a.apply(log.entries)
+    b.apply(log.entries[:3])
+    b.close()
+    b = BrokerStateMachine(tmp_path / "b", index_slots=8, index_entries=64)  # from its checkpoint
+    b.apply(log.entries[b.applied_index():])
+    for sm, decided in ((a, steps), (b, steps[3:])):  # results are kept in memory only
+        got = [sm.results(e.index)[0].outcome == Outcome.DONE for e, _ in decided]
+        assert got == [held for _, held in decided]
+    assert "locked by A" in a.results(steps[1][0].index)[0].reason
+    a.close()
+    b.close()

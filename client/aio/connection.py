@@ -152,9 +152,14 @@ class ConnectionPool:
         return await (await self.get(address)).request(code, ext, body, timeout, ok)
 
     async def close(self) -> None:
-        for conn in list(self._conns.values()):
+        """Close every connection at once, each waiting at most 1 s for the broker's side of
+        the close (a hung link would hold it 10 s); the session then drops what is left."""
+        async def close_one(conn: Connection) -> None:
             with contextlib.suppress(Exception):
-                await conn.close()
+                async with asyncio.timeout(1.0):
+                    await conn.close()
+
+        await asyncio.gather(*(close_one(c) for c in list(self._conns.values())))
         self._conns.clear()
         if self._session is not None:
             await self._session.close()

@@ -19,6 +19,8 @@ whose sequences begin at 0, so later messages are not refused as gaps.
 Unordered sends (no shard key) go round robin over writable queues and, when a
 group keeps failing, are retried (``retries``, default 2) on a queue of another
 group -- at-least-once if the first attempt's outcome was unknown, as in RocketMQ.
+``send_timeout`` bounds the whole call: each attempt gets an equal share of what is
+left, so a hung group leaves time to try another.
 """
 
 from __future__ import annotations
@@ -274,10 +276,14 @@ class AsyncProducer:
             return await self._submit(queue, messages)
         last: ClientError | None = None
         tried_groups: set[str] = set()
-        for _attempt in range(self.retries + 1):
+        whole = Deadline(self.send_timeout)
+        for attempt in range(self.retries + 1):
+            if last is not None and whole.expired():
+                break
             queue = self._round_robin(await self._writable(topic), tried_groups)
             try:
-                return await self._submit(queue, messages)
+                share = Deadline(whole.remaining() / (self.retries + 1 - attempt))
+                return await self._submit(queue, messages, share)
             except ClientError as e:
                 if not e.retriable:
                     raise
@@ -378,13 +384,14 @@ class AsyncProducer:
         pool = good or [q for q in queues if q.group not in tried_groups] or queues
         return pool[next(self._rr) % len(pool)]
 
-    async def _submit(self, queue: MessageQueue, messages: Sequence[Message]) -> list[SendResult]:
+    async def _submit(self, queue: MessageQueue, messages: Sequence[Message],
+                      deadline: Deadline | None = None) -> list[SendResult]:
         sender = self._senders.get(queue)
         if sender is None:
             sender = self._senders[queue] = QueueSender(self.core, queue, self._base)
         # one deadline, one future, one clock reading and one draw of ids for the whole call
         call = _Call(asyncio.get_running_loop().create_future(), len(messages))
-        deadline = Deadline(self.send_timeout)
+        deadline = deadline or Deadline(self.send_timeout)
         born_ms = int(time.time() * 1000)
         ids = os.urandom(16 * len(messages))
         sender.submit([_Item(Message(m.topic, bytes(m.body), m.tags, tuple(m.keys), dict(m.properties),

@@ -147,6 +147,7 @@ class AsyncPushConsumer:
         self._rebalance_now = asyncio.Event()
         self._stopping = False
         self._locking = orderly and model == "clustering"  # queue consume locks on the broker
+        self._late_beats: set[asyncio.Future[None]] = set()  # heartbeats still waiting on a hung replica
         store = Path(offset_store_dir or Path.home() / ".raftmq" / "offsets")
         self._local_offsets = store / group / f"{instance_name}.json"
         self.core.on_notify.append(self._on_notify)
@@ -187,8 +188,11 @@ class AsyncPushConsumer:
         for t in self._background:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
-        for pq in list(self._queues.values()):
-            await self._drop(pq)
+        pqs = list(self._queues.values())
+        finished = await asyncio.gather(*(self._drop(pq, give_back=False) for pq in pqs))
+        if self._locking:  # one request per broker group, after every commit
+            await self._lock([pq.queue for pq, done in zip(pqs, finished, strict=True) if done],
+                             take=False)
         await self._commit_all()
         if self.model == "clustering":
             await self._unregister()
@@ -231,22 +235,35 @@ class AsyncPushConsumer:
         return routes
 
     async def _heartbeat_once(self) -> None:
-        """Every replica at once (one hung replica must not delay the others)."""
+        """Every replica at once; waits at most 1 s (a hung replica's heartbeat goes on in the
+        background until its own timeout)."""
         route = await self.core.routes.route(self.topic)
         body = msgpack.packb({self.group: self.topics})
-        await asyncio.gather(*(self._call_quietly(address, RequestCode.HEARTBEAT,
-                                                  {"clientId": self.client_id}, body)
-                               for g in route.groups for address in g.addresses))
+        beats = {asyncio.ensure_future(self._call_quietly(address, RequestCode.HEARTBEAT,
+                                                          {"clientId": self.client_id}, body))
+                 for g in route.groups for address in g.addresses}
+        _, late = await asyncio.wait(beats, timeout=1.0)
+        self._late_beats |= late
+        for beat in late:
+            beat.add_done_callback(self._late_beats.discard)
 
     async def _call_quietly(self, address: str, code: int, ext: dict[str, Any], body: bytes = b"") -> None:
         with contextlib.suppress(ClientError):
             await self.core.pool.call(address, code, ext, body, timeout=3)
 
     async def _unregister(self) -> None:
+        """Every replica at once, waiting at most 1 s: a replica that does not hear it drops
+        this client when its heartbeats stop."""
         route = await self.core.routes.route(self.topic)
-        await asyncio.gather(*(self._call_quietly(address, RequestCode.UNREGISTER_CLIENT,
-                                                  {"clientId": self.client_id, "group": self.group})
-                               for g in route.groups for address in g.addresses))
+        calls = {asyncio.ensure_future(self._call_quietly(address, RequestCode.UNREGISTER_CLIENT,
+                                                          {"clientId": self.client_id, "group": self.group}))
+                 for g in route.groups for address in g.addresses}
+        _, late = await asyncio.wait(calls, timeout=1.0)
+        for call in late:
+            call.cancel()
+        self._late_beats |= late  # cancelled: collected once they end
+        for call in late:
+            call.add_done_callback(self._late_beats.discard)
 
     async def _members(self, groups: Sequence[str]) -> list[str]:
         members: set[str] = {self.client_id}
@@ -268,9 +285,10 @@ class AsyncPushConsumer:
         else:
             members = await self._members([g.group for g in routes[0].groups])
             mine = set(self.allocate(self.client_id, members, queues))
-        for q in [q for q, pq in self._queues.items() if q not in mine or pq.lost]:
-            log.info("%s: %s is no longer ours", self.client_id, q)
-            await self._drop(self._queues[q])
+        leaving = [pq for q, pq in self._queues.items() if q not in mine or pq.lost]
+        for pq in leaving:
+            log.info("%s: %s is no longer ours", self.client_id, pq.queue)
+        await asyncio.gather(*(self._drop(pq) for pq in leaving))
         new = sorted(mine - set(self._queues))
         locked_at = time.monotonic()
         if self._locking and new:
@@ -283,11 +301,13 @@ class AsyncPushConsumer:
                          sorted(set(new) - held - undecided))
                 asyncio.get_running_loop().call_later(self.suspend_s, self._rebalance_now.set)
             new = [q for q in new if q in held or q in undecided]
-        for q in new:
-            try:
-                offset = await self._start_offset(q)  # after the lock: the previous owner committed
-            except ClientError as e:
-                log.warning("cannot start %s yet: %s", q, e)
+        # every queue's start offset at once: one hung replica costs one timeout, not one per queue
+        starts = await asyncio.gather(*(self._start_offset(q) for q in new), return_exceptions=True)
+        for q, offset in zip(new, starts, strict=True):
+            if isinstance(offset, BaseException):
+                if not isinstance(offset, ClientError):
+                    raise offset
+                log.warning("cannot start %s yet: %s", q, offset)
                 if self._locking:
                     await self._lock([q], take=False)  # (undecided: it expires on the broker)
                 continue
@@ -315,7 +335,9 @@ class AsyncPushConsumer:
             return at
         return high
 
-    async def _drop(self, pq: _ProcessQueue) -> None:
+    async def _drop(self, pq: _ProcessQueue, give_back: bool = True) -> bool:
+        """Stop consuming ``pq`` and commit its offset; give its lock back (``give_back``)
+        if the message in hand finished. Returns whether it did finish."""
         pq.dropped = True
         pq.ready.set()
         finished = True
@@ -331,8 +353,10 @@ class AsyncPushConsumer:
                 await t
         await self._commit(pq)
         self._queues.pop(pq.queue, None)
-        if self._locking and finished and not pq.lost:
+        finished = finished and not pq.lost  # a lapsed lock is not ours to give back
+        if self._locking and finished and give_back:
             await self._lock([pq.queue], take=False)
+        return finished
 
     async def _lock(self, queues: Sequence[MessageQueue],
                     take: bool = True) -> tuple[set[MessageQueue], set[MessageQueue]]:
@@ -344,7 +368,8 @@ class AsyncPushConsumer:
         code = RequestCode.LOCK_BATCH_MQ if take else RequestCode.UNLOCK_BATCH_MQ
         held: set[MessageQueue] = set()
         undecided: set[MessageQueue] = set()
-        for (group, topic), qs in by_group.items():
+
+        async def ask(group: str, topic: str, qs: list[MessageQueue]) -> None:
             try:
                 reply = await self.core.leader_request(
                     group, code, {"group": self.group, "clientId": self.client_id, "topic": topic,
@@ -352,9 +377,11 @@ class AsyncPushConsumer:
             except ClientError as e:
                 log.warning("%s: %s of %s failed: %s", self.client_id, code.name, qs, e)
                 undecided.update(qs)
-                continue
+                return
             ids = set(msgpack.unpackb(reply.body))
             held.update(q for q in qs if q.queue_id in ids)
+
+        await asyncio.gather(*(ask(group, topic, qs) for (group, topic), qs in by_group.items()))
         return held, undecided
 
     async def _renew_locks(self) -> None:

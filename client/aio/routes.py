@@ -17,6 +17,7 @@ import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 import msgpack
@@ -144,18 +145,35 @@ class RouteBook:
                                  "with `raftmq topic create` and check the name servers are up")
 
     async def _from_servers(self, topic: str) -> TopicRoute:
-        errors, best, best_term, missing = [], None, -1, 0
-        for address in self._servers:
-            try:
-                reply = await self._pool.call(address, RequestCode.GET_ROUTE, {"topic": topic}, timeout=3)
-            except ClientError as e:
-                errors.append(str(e))
-                continue
-            if reply.code != ResponseCode.SUCCESS:
-                errors.append(f"{address}: {reply.remark}")
-                missing += reply.code == ResponseCode.TOPIC_NOT_EXIST
-                continue
-            doc = msgpack.unpackb(reply.body)
+        """Ask every server at once; the answer of the highest term wins. A majority of
+        answers is enough (the leader's term is on a majority), so one hung server does not
+        make every route lookup wait for its timeout."""
+        errors: list[str] = []
+        answers: list[dict[str, Any]] = []
+        missing = 0
+        need = len(self._servers) // 2 + 1
+        calls = [asyncio.ensure_future(self._pool.call(address, RequestCode.GET_ROUTE, {"topic": topic},
+                                                       timeout=3))
+                 for address in self._servers]
+        try:
+            for done in asyncio.as_completed(calls):
+                try:
+                    reply = await done
+                except ClientError as e:
+                    errors.append(str(e))
+                    continue
+                if reply.code != ResponseCode.SUCCESS:
+                    errors.append(f"{reply.remark}")
+                    missing += reply.code == ResponseCode.TOPIC_NOT_EXIST
+                    continue
+                answers.append(msgpack.unpackb(reply.body))
+                if len(answers) >= need:
+                    break
+        finally:
+            for call in calls:
+                call.cancel()
+        best, best_term = None, -1
+        for doc in answers:
             term = doc["groups"][0].get("term", 0)
             if term > best_term or (term == best_term and best is not None and doc["groups"][0]["leader"]):
                 best, best_term = doc, term

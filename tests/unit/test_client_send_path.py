@@ -296,3 +296,29 @@ def test_a_message_that_cannot_be_encoded_is_refused_and_its_queue_keeps_sending
         await p.shutdown()
 
     asyncio.run(main())
+
+
+def test_an_unordered_send_with_retries_ends_within_its_send_timeout() -> None:
+    """Every attempt gets a share of ``send_timeout``: a hung group costs the call at most
+    ``send_timeout``, not ``(retries + 1) x send_timeout``."""
+    from client.errors import RequestTimeoutError
+
+    class HungCore(FakeCore):
+        async def leader_request(self, group: str, code: int, ext: Any = None, body: bytes = b"", *,
+                                 deadline: Deadline, topic: str | None = None) -> Frame:
+            self.deadlines.append(deadline)
+            await asyncio.sleep(deadline.remaining())  # no answer: the request runs out its deadline
+            raise RequestTimeoutError("no answer in time")
+
+    async def main() -> None:
+        core = HungCore()
+        p = AsyncProducer(core=core, send_timeout=0.6, retries=2)  # type: ignore[arg-type]
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(RequestTimeoutError):
+            await p.send(Message("t", b"x"))
+        assert loop.time() - started < 0.9
+        assert len(core.deadlines) == 3  # every attempt was made
+        await p.shutdown()
+
+    asyncio.run(main())

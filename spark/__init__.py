@@ -1,3 +1,5 @@
 """RaftMQ for Spark: the ``raftmq`` PySpark data source (``spark.datasource``) and its
-Spark-free planner and partition reader (``spark.reader``). Importing this package
+Spark-free parts: options (``spark.options``), replica choice (``spark.replicas``), the
+planner (``spark.planning``) and the partition reader (``spark.range_reader``, decoding
+with ``spark.pages``; errors in ``spark.errors``). Importing this package or any of those
 never imports pyspark; ``spark.datasource`` needs the ``spark`` extra."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark.reader import Columns
+from spark.pages import Columns
 
 __all__ = ["ARROW_SCHEMA", "COLUMNS", "SCHEMA_DDL", "to_record_batch"]
 

@@ -14,7 +14,7 @@ Spark is installed -- ``import spark`` alone never imports pyspark.
 
 Every method here runs in a Python process of Spark's (driver-side planner processes,
 the streaming source runner, the executors' workers): nothing unpicklable is kept on
-``self``; each ``read`` opens its own client and loop (``spark.reader.read_columns``).
+``self``; each ``read`` opens its own client and loop (``spark.range_reader.read_columns``).
 
 Streaming offsets are ``{"<group>": {"<queue id>": next offset}}`` in the checkpoint;
 ``commit`` has nothing to do (the checkpoint is the source of truth). A queue added to
@@ -49,7 +49,7 @@ from pyspark.sql.types import (
 
 from spark.arrow import SCHEMA_DDL, to_record_batch
 from spark.options import SourceOptions, parse_options
-from spark.reader import (
+from spark.planning import (
     Offsets,
     QueueBounds,
     QueueRange,
@@ -60,8 +60,8 @@ from spark.reader import (
     offsets_to_json,
     plan_batch,
     plan_ranges,
-    read_columns,
 )
+from spark.range_reader import read_columns
 
 __all__ = ["SCHEMA", "RaftMQDataSource", "register"]
 
@@ -72,7 +72,7 @@ def register(session: Any) -> None:
 
 
 class RangePartition(InputPartition):
-    """One queue range (``spark.reader.QueueRange``), picklable."""
+    """One queue range (``spark.planning.QueueRange``), picklable."""
 
     def __init__(self, rng: QueueRange) -> None:
         super().__init__(rng)

@@ -15,23 +15,20 @@ import pyarrow as pa
 import pytest
 
 from spark.arrow import ARROW_SCHEMA, to_record_batch
+from spark.errors import DataLossError, RangeMismatchError, ReadError, ReplicaUnavailableError
 from spark.options import EARLIEST, LATEST, OptionError, parse_options
-from spark.reader import (
-    DataLossError,
+from spark.pages import decode_page
+from spark.planning import (
     QueueBounds,
     QueueRange,
-    RangeMismatchError,
-    ReadError,
-    ReplicaUnavailableError,
     admit,
-    decode_page,
     offsets_from_json,
     offsets_to_json,
     plan_batch,
     plan_ranges,
-    read_columns,
-    read_order,
 )
+from spark.range_reader import read_columns
+from spark.replicas import read_order
 from tests.spark.fake_broker import QUEUE, TOPIC, FakeReplica, link, make_messages
 
 pytestmark = [pytest.mark.spark]
@@ -164,7 +161,8 @@ def test_compressed_bodies_are_inflated() -> None:
 
 
 def test_import_spark_does_not_import_pyspark() -> None:
-    code = ("import sys, spark, spark.reader, spark.options; "
+    code = ("import sys, spark, spark.errors, spark.options, spark.pages, spark.planning, "
+            "spark.range_reader, spark.replicas; "
             "assert 'pyspark' not in sys.modules, 'pyspark imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 

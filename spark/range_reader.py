@@ -1,0 +1,298 @@
+"""Reading one queue range from broker replicas (the worker side) -- Spark-free.
+
+``RangeReader`` reads a :class:`~spark.planning.QueueRange` in pages of up to 256
+messages (``spark.pages``), ``pipeline`` requests in flight; ``read_columns`` drives it
+in a private asyncio loop. Every page must start at the cursor and be contiguous; the
+range must come back exactly (``end - start`` messages, or a gap-free chain of pages
+when a tag filter makes the broker skip some). The replica comes from ``readFrom``
+(``spark.replicas``); one that fails is left for the next one; a replica that does not
+have the range yet is long-polled, then another one is tried, for up to
+``followerWaitMs`` -- after that, or on any mismatch, the read fails with an error
+(``spark.errors``) that names the queue, the range and the replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import itertools
+import logging
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+import msgpack
+
+from broker.remoting import Frame, RequestCode, ResponseCode
+from client.aio.core import ClientCore
+from client.backoff import Deadline
+from client.errors import ClientError
+from spark.errors import DataLossError, RangeMismatchError, ReadError, ReplicaUnavailableError
+from spark.options import SourceOptions
+from spark.pages import Columns, decode_page
+from spark.planning import QueueRange
+from spark.replicas import no_replica_message, read_order, replica_roles
+
+__all__ = ["RangeReader", "read_columns"]
+
+log = logging.getLogger("spark.raftmq")
+
+_PULL_OK = (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_OFFSET_MOVED,
+            ResponseCode.PULL_RETRY_IMMEDIATELY, ResponseCode.TOPIC_NOT_EXIST)
+_LONG_POLL_S = 1.0
+#: a replica that keeps not having the range is left for another after this long
+_SWITCH_LAGGING_AFTER_S = 5.0
+_GC_GEN0_THRESHOLD = 20_000
+
+
+class RangeReader:
+    """Reads one :class:`QueueRange` (module docstring). Use ``next_page`` until it returns
+    None, then ``close``; one asyncio loop for its whole life."""
+
+    def __init__(self, opts: SourceOptions, rng: QueueRange) -> None:
+        self.opts = opts
+        self.rng = rng
+        selector = opts.selector()
+        self._wanted = selector.tags
+        self._hashes = selector.hashes()
+        self.cursor = rng.start          # every message before it was received
+        self.received = 0                # messages returned (after the tag filter)
+        self.address: str | None = None  # the replica being read
+        self.served_by: set[str] = set()
+        self._core: ClientCore | None = None
+        self._next = rng.start           # where the next request starts
+        self._inflight: deque[tuple[int, int, asyncio.Task[Frame]]] = deque()
+        self._failed: set[str] = set()
+        self._lag_since: float | None = None
+        self._lag_on_replica_since: float | None = None
+        self._lag_detail = ""
+        self._failing_since: float | None = None
+        self._unavailable: Deadline | None = None
+
+    @property
+    def filtered(self) -> bool:
+        return self._hashes is not None
+
+    def _loop_time(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    async def _choose(self, why: str) -> None:
+        """Pick the replica to read from: the best live one allowed by readFrom that has not
+        failed; waits (up to followerWaitMs) while there is none."""
+        assert self._core is not None
+        if self._unavailable is None:
+            self._unavailable = Deadline(self.opts.follower_wait_s)
+        while True:
+            roles = await replica_roles(self._core, self.rng.replicas)
+            order = read_order(roles, self.opts.read_from, self.rng.preferred)
+            fresh = [a for a in order if a not in self._failed]
+            if not fresh and order:  # every live one failed once: try them again
+                self._failed.clear()
+                fresh = order
+            if fresh:
+                if self.address is not None and fresh[0] != self.address:
+                    log.warning("%s: reading from %s instead of %s (%s)", self.rng, fresh[0],
+                                self.address, why)
+                self.address = fresh[0]
+                self._unavailable = None
+                return
+            if self._unavailable.expired():
+                raise ReplicaUnavailableError(
+                    f"{self.rng}: {no_replica_message(self.rng.group, self.opts.read_from, roles)}; waited "
+                    f"{self.opts.follower_wait_s:g} s (followerWaitMs) after {why}; read up to offset "
+                    f"{self.cursor}")
+            await asyncio.sleep(min(0.5, self._unavailable.remaining()))
+
+    def _request(self, offset: int, count: int, suspend_s: float) -> asyncio.Task[Frame]:
+        assert self._core is not None and self.address is not None
+        ext: dict[str, object] = {"topic": self.rng.topic, "queueId": self.rng.queue_id, "offset": offset,
+                                  "maxMsgs": count, "suspendMs": int(suspend_s * 1000)}
+        if self._hashes is not None:
+            ext["tagHashes"] = self._hashes
+        return asyncio.create_task(self._core.pool.request(
+            self.address, RequestCode.PULL_MESSAGE, ext, timeout=suspend_s + self.opts.request_timeout_s,
+            ok=_PULL_OK))
+
+    def _fill(self) -> None:
+        if self._lag_since is not None or self.filtered:  # one request at a time, from the cursor
+            if not self._inflight:
+                suspend = _LONG_POLL_S if self._lag_since is not None else 0.0
+                count = self.opts.pull_batch if self.filtered else min(self.opts.pull_batch,
+                                                                        self.rng.end - self.cursor)
+                self._inflight.append((self.cursor, count, self._request(self.cursor, count, suspend)))
+            return
+        while len(self._inflight) < self.opts.pipeline and self._next < self.rng.end:
+            count = min(self.opts.pull_batch, self.rng.end - self._next)
+            self._inflight.append((self._next, count, self._request(self._next, count, 0.0)))
+            self._next += count
+
+    def _drop_inflight(self) -> None:
+        for _, _, task in self._inflight:
+            if task.done():
+                if not task.cancelled():
+                    task.exception()  # retrieved: no "never retrieved" warning
+            else:
+                task.cancel()
+        self._inflight.clear()
+        self._next = self.cursor
+
+    async def next_page(self) -> Columns | None:
+        """The next messages of the range (never empty), or None when the range is complete."""
+        if self._core is None:
+            self._core = ClientCore(servers=list(self.rng.replicas),
+                                    request_timeout=self.opts.request_timeout_s)
+            await self._choose("start")
+        while self.cursor < self.rng.end:
+            self._fill()
+            offset, count, task = self._inflight[0]
+            try:
+                reply = await task
+            except ClientError as e:
+                self._inflight.popleft()
+                self._drop_inflight()
+                await self._replica_failed(e)
+                continue
+            self._inflight.popleft()
+            page = self._accept(offset, count, reply)
+            if page is not None:
+                return page
+            if self._lag_since is not None:
+                await self._check_lag()
+        self._drop_inflight()
+        self._check_complete()
+        return None
+
+    async def _replica_failed(self, error: ClientError) -> None:
+        """Leave the replica that failed (lost, timed out, answered an error) for the next
+        one; fail the read when no replica has worked for followerWaitMs."""
+        now = self._loop_time()
+        if self._failing_since is None:
+            self._failing_since = now
+        elif now - self._failing_since >= self.opts.follower_wait_s:
+            raise ReadError(f"{self.rng}: no replica served a pull for {self.opts.follower_wait_s:g} s "
+                            f"(followerWaitMs), read up to offset {self.cursor}; last: {error}") from error
+        failed = self.address
+        assert failed is not None
+        self._failed.add(failed)
+        await self._choose(f"{failed} failed: {error}")
+        if self.address == failed:  # nothing else to try: do not spin
+            await asyncio.sleep(0.2)
+
+    def _accept(self, offset: int, count: int, reply: Frame) -> Columns | None:
+        """Take one answer; returns the page, or None when it brought nothing (lagging replica,
+        a filtered page without matches, a stale speculative request)."""
+        if offset != self.cursor:  # a speculative request made stale by a short page
+            return None
+        if reply.code != ResponseCode.SUCCESS:
+            next_offset = reply.ext.get("nextOffset")
+            if reply.code == ResponseCode.PULL_OFFSET_MOVED and isinstance(next_offset, int) \
+                    and next_offset > offset:
+                raise DataLossError(f"{self.rng}: messages [{offset}, {next_offset}) are no longer retained "
+                                    f"by {self.address} (retention removed them)")
+            # PULL_NOT_FOUND / moved back / no topic yet: this replica has not applied the range yet
+            self._drop_inflight()
+            now = self._loop_time()
+            if self._lag_since is None:
+                self._lag_since = now
+                self._lag_on_replica_since = now
+            self._lag_detail = (f"{self.address} answered {ResponseCode(reply.code).name} at offset {offset}"
+                                + (f" (its queue ends at {next_offset})" if isinstance(next_offset, int)
+                                   and next_offset < offset else ""))
+            return None
+        self._lag_since = None
+        self._failing_since = None
+        raw = msgpack.unpackb(reply.body)
+        next_offset = reply.ext.get("nextOffset")
+        if not isinstance(next_offset, int):
+            raise RangeMismatchError(f"{self.rng}: {self.address} answered a pull without nextOffset")
+        assert self.address is not None
+        self.served_by.add(self.address)
+        if self.filtered:
+            return self._accept_filtered(offset, raw, next_offset)
+        n = len(raw)
+        page = decode_page(raw, self.rng, None)
+        if n == 0 or n > count or next_offset != offset + n or page.queue_offset != list(range(offset,
+                                                                                               offset + n)):
+            shown = f"{page.queue_offset[0]}..{page.queue_offset[-1]}" if n else "nothing"
+            raise RangeMismatchError(
+                f"{self.rng}: asked {self.address} for {count} messages from offset {offset}, got {n} "
+                f"({shown}, next offset {next_offset}): not the contiguous range asked for")
+        self.cursor += n
+        self.received += n
+        if n < count:  # a short page (size cap, or the replica has no more yet): re-plan requests
+            self._drop_inflight()
+        return page
+
+    def _accept_filtered(self, offset: int, raw: list[Any], next_offset: int) -> Columns | None:
+        got = [r[0] for r in raw]
+        if next_offset <= offset or any(not offset <= o < next_offset for o in got) \
+                or any(a >= b for a, b in itertools.pairwise(got)):
+            raise RangeMismatchError(f"{self.rng}: {self.address} answered offsets {got[:3]}... with next "
+                                     f"offset {next_offset} to a pull at {offset}: not a gap-free page")
+        raw = [r for r in raw if r[0] < self.rng.end]
+        self.cursor = min(next_offset, self.rng.end)
+        page = decode_page(raw, self.rng, self._wanted)
+        self.received += len(page)
+        return page if len(page) else None
+
+    async def _check_lag(self) -> None:
+        now = self._loop_time()
+        assert self._lag_since is not None and self._lag_on_replica_since is not None
+        if now - self._lag_since >= self.opts.follower_wait_s:
+            raise ReplicaUnavailableError(
+                f"{self.rng}: no replica had offset {self.cursor} within {self.opts.follower_wait_s:g} s "
+                f"(followerWaitMs): {self._lag_detail}. The plan took its end offsets from the replicas "
+                "then; a replica that fell behind or was replaced has not caught up")
+        if now - self._lag_on_replica_since >= _SWITCH_LAGGING_AFTER_S:
+            assert self.address is not None
+            self._failed.add(self.address)
+            self._lag_on_replica_since = now
+            await self._choose(f"{self.address} is behind")
+
+    def _check_complete(self) -> None:
+        if self.cursor != self.rng.end or (not self.filtered and self.received != self.rng.count):
+            raise RangeMismatchError(f"{self.rng}: received {self.received} messages up to offset "
+                                     f"{self.cursor}, expected exactly {self.rng.count}")
+
+    async def close(self) -> None:
+        self._drop_inflight()
+        if self._core is not None:
+            await self._core.close()
+            self._core = None
+
+
+def read_columns(opts: SourceOptions, rng: QueueRange, batch_rows: int | None = None) -> Iterator[Columns]:
+    """Read ``rng`` in a private asyncio loop, yielding Columns of about ``batch_rows``
+    messages (every page alone when None). Raises ReadError unless exactly the range came."""
+    loop = asyncio.new_event_loop()
+    reader = RangeReader(opts, rng)
+    pending: Columns | None = None
+    # Decoding allocates millions of short-lived containers; with the default gen0 threshold
+    # (700) the collector keeps rescanning the batch being built (measured: ~20 % of the
+    # reader's CPU). Nothing here makes cycles: collect less often while the range is read.
+    thresholds = gc.get_threshold()
+    gc.set_threshold(max(thresholds[0], _GC_GEN0_THRESHOLD), *thresholds[1:])
+    try:
+        while True:
+            page = loop.run_until_complete(reader.next_page())
+            if page is None:
+                break
+            if batch_rows is None:
+                yield page
+                continue
+            if pending is None:
+                pending = page
+            else:
+                pending.extend(page)
+            if len(pending) >= batch_rows:
+                yield pending
+                pending = None
+        if pending is not None and len(pending):
+            yield pending
+        log.info("%s: %d messages from %s", rng, reader.received, ", ".join(sorted(reader.served_by)))
+    finally:
+        try:
+            loop.run_until_complete(reader.close())
+        finally:
+            loop.close()
+            gc.set_threshold(*thresholds)

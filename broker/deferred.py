@@ -59,6 +59,10 @@ PROP_TRAN = "TRAN_MSG"
 PROP_PGROUP = "PGROUP"
 PROP_TRANSACTION_OF = "__TRANSACTION_OF"
 PROP_RETRY_TOPIC = "RETRY_TOPIC"
+#: On a retry or dead-letter copy: "group:position" of the message sent back. The apply step
+#: stores one copy per value within SENT_BACK_WINDOW_MS, so a send-back the consumer retried
+#: after an unknown outcome does not make a second copy.
+PROP_SENT_BACK = "__SENT_BACK"
 
 _UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 

@@ -3,7 +3,9 @@ releasing them when due (see ``broker.deferred`` for the replicated state).
 
     send with DELAY / TIMER_DELIVER_MS ─▶ prepare(): __DELIVER_AT_MS = leader's now + delay
     CONSUMER_SEND_MSG_BACK ─▶ retry_copy(): %RETRY%group, reconsume + 1, delayed by the
-                              retry schedule; %DLQ%group after the group's max
+                              retry schedule; %DLQ%group after the group's max;
+                              __SENT_BACK = "group:position": a retried send-back is
+                              stored once (state_machine.SENT_BACK_WINDOW_MS)
     END_TRANSACTION ─▶ committed_copy() (stored while the half is held) | RollbackHalf
     every TICK_S, on the leader only:
         Timers.due(now)  ─▶ a copy of each message with __SCHEDULED_FROM ─▶ its topic
@@ -36,6 +38,7 @@ from broker.deferred import (
     PROP_PGROUP,
     PROP_RETRY_TOPIC,
     PROP_SCHEDULED_FROM,
+    PROP_SENT_BACK,
     PROP_TIMER,
     PROP_TRAN,
     PROP_TRANSACTION_OF,
@@ -57,7 +60,7 @@ log = logging.getLogger("broker.deferred")
 
 TICK_S = 0.1
 DEFAULT_MAX_RECONSUME = 16
-_INTERNAL = (PROP_DELIVER_AT, PROP_SCHEDULED_FROM, PROP_TRANSACTION_OF)
+_INTERNAL = (PROP_DELIVER_AT, PROP_SCHEDULED_FROM, PROP_TRANSACTION_OF, PROP_SENT_BACK)
 
 
 def _without(props: dict[str, str], *names: str) -> dict[str, str]:
@@ -100,11 +103,14 @@ class DeferredService:
             at = int(timer)
         return Message(**{**_fields(m), "properties": {**m.properties, PROP_DELIVER_AT: str(at)}})
 
-    def retry_copy(self, stored: Message, group: str, max_reconsume: int) -> Message:
-        """The message a failed consumption sends back: retried later, or dead-lettered."""
+    def retry_copy(self, stored: Message, group: str, max_reconsume: int, position: int) -> Message:
+        """The message a failed consumption sends back (``stored``, at CommitLog ``position``):
+        retried later, or dead-lettered. Marked with where it came from, so that a retried
+        send-back is stored once."""
         times = stored.reconsume + 1
         origin = stored.properties.get(PROP_RETRY_TOPIC, stored.topic)
-        props = {**_without(stored.properties, *_INTERNAL, PROP_DELAY, PROP_TIMER), PROP_RETRY_TOPIC: origin}
+        props = {**_without(stored.properties, *_INTERNAL, PROP_DELAY, PROP_TIMER), PROP_RETRY_TOPIC: origin,
+                 PROP_SENT_BACK: f"{group}:{position}"}
         if times > max_reconsume:
             return Message(**{**_fields(stored), "topic": dlq_topic(group), "queue_id": 0,
                               "properties": props, "reconsume": times,

@@ -460,7 +460,7 @@ class BrokerServer:
         except (MessageGone, MessageFormatError, ValueError) as e:
             raise FrameError(ResponseCode.INVALID_ARGUMENT,
                              f"no message at position {position}: {e}") from None
-        copy = self.deferred.retry_copy(stored, group, max_times)
+        copy = self.deferred.retry_copy(stored, group, max_times, position)
         (applied,) = await self.write.send([encode_message(copy)])
         reply = self._answer(frame, applied)
         if reply.code != ResponseCode.SUCCESS:

@@ -72,6 +72,7 @@ from broker.deferred import (
     PROP_DELIVER_AT,
     PROP_PGROUP,
     PROP_SCHEDULED_FROM,
+    PROP_SENT_BACK,
     PROP_TRAN,
     PROP_TRANSACTION_OF,
     Halves,
@@ -104,6 +105,9 @@ PRODUCER_EXPIRY_MS = 24 * 3600 * 1000
 #: A queue's consume lock not renewed for this long (by store time) may be taken by another
 #: client (RocketMQ's 60 s); clients stop consuming after 30 s without a renewal.
 LOCK_EXPIRY_MS = 60_000
+#: A send-back (retry or dead-letter copy) of one message by one group is stored once within
+#: this much store time: a consumer retries its send-back only within seconds.
+SENT_BACK_WINDOW_MS = 60_000
 _PERM_WRITE = int(Perm.WRITE)
 
 
@@ -198,6 +202,7 @@ class BrokerStateMachine:
         self._appends: dict[tuple[str, int], _Appends] = {}
         # "group\0topic\0queue" -> [client id, store ms of its last lock]
         self._locks: dict[str, list[Any]] = state.get("locks", {})
+        self._sent_back: dict[str, int] = state.get("sent_back", {})  # "group:position" -> store ms
         self.timers = Timers(state.get("timers"))
         self.halves = Halves(state.get("halves"))
         self._restore_queues(state.get("queues", {}))
@@ -439,6 +444,9 @@ class BrokerStateMachine:
         lock_horizon = self.last_store_ms - LOCK_EXPIRY_MS  # expired: anyone may take them
         for key in [k for k, v in self._locks.items() if v[1] < lock_horizon]:
             del self._locks[key]
+        sent_back_horizon = self.last_store_ms - SENT_BACK_WINDOW_MS
+        for key in [k for k, ms in self._sent_back.items() if ms < sent_back_horizon]:
+            del self._sent_back[key]
 
     def _drop_hold(self, m: Message) -> None:
         """A released copy that cannot be stored (its topic went away): the hold goes too,
@@ -464,6 +472,12 @@ class BrokerStateMachine:
             if not (committed.isdigit() and self.halves.resolve(int(committed))):
                 return Applied(Outcome.DUPLICATE, m.queue_id, reason="this transaction was resolved")
             return m.topic, m.queue_id
+        sent_back = props.get(PROP_SENT_BACK)
+        if sent_back is not None:
+            seen = self._sent_back.get(sent_back)
+            if seen is not None and seen >= stamp - SENT_BACK_WINDOW_MS:
+                return Applied(Outcome.DUPLICATE, m.queue_id, reason="this message was sent back already")
+            self._sent_back[sent_back] = stamp
         if props.get(PROP_TRAN) == "true":
             self.halves.hold(position, size, stamp, props.get(PROP_PGROUP, ""))
             return TRANS_HALF_TOPIC, 0
@@ -587,6 +601,7 @@ class BrokerStateMachine:
             "timers": self.timers.state(),
             "halves": self.halves.state(),
             "locks": self._locks,
+            "sent_back": self._sent_back,
         }
         data = msgpack.packb(state, use_bin_type=True)  # a copy: the tables change on
         cqs = [cq for _, cq in open_queues]

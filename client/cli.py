@@ -222,7 +222,8 @@ async def _dlq(args: argparse.Namespace) -> int:
                     else:
                         origin = m.properties.get("RETRY_TOPIC", m.topic)
                         target = args.topic or origin
-                        props = {k: v for k, v in m.properties.items() if k not in _INTERNAL_PROPS}
+                        props = {k: v for k, v in m.properties.items()  # "__": the broker's own
+                                 if k not in _INTERNAL_PROPS and not k.startswith("__")}
                         r = await p.send(Message(target, m.body, m.tags, list(m.keys), props))
                         print(f"resent {m.msg_id} -> {r.queue}@{r.queue_offset} (new id {r.msg_id})")
                         await c.commit({m.queue: m.queue_offset + 1})

@@ -555,3 +555,37 @@ def test_queue_locks_are_decided_by_the_log_and_expire_by_store_time(tmp_path: P
     assert "locked by A" in a.results(steps[1][0].index)[0].reason
     a.close()
     b.close()
+
+
+def test_a_retried_send_back_is_stored_once_within_its_window(tmp_path: Path) -> None:
+    """Retry copies carry where they came from; a consumer that retried its send-back after an
+    unknown outcome does not get the message twice (within SENT_BACK_WINDOW_MS of store time)."""
+    from broker.deferred import PROP_SENT_BACK
+    from broker.state_machine import SENT_BACK_WINDOW_MS
+
+    t0 = 1_700_000_000_000
+
+    def copy(i: int, origin: str) -> bytes:
+        return msg("%RETRY%g", i, properties={PROP_SENT_BACK: origin})
+
+    log = Log()
+    first = log.add([copy(1, "g:100")], stamp=t0)
+    again = log.add([copy(1, "g:100")], stamp=t0 + 5_000)              # the same send-back, retried
+    other = log.add([copy(2, "g:200"), copy(1, "h:100")], stamp=t0 + 6_000)  # other message / group
+    late = log.add([copy(1, "g:100")], stamp=t0 + 1 + SENT_BACK_WINDOW_MS)
+    a = BrokerStateMachine(tmp_path / "a", index_slots=8, index_entries=64)
+    a.apply(log.entries[:2])
+    a.close()
+    a = BrokerStateMachine(tmp_path / "a", index_slots=8, index_entries=64)  # the window survives a restart
+    a.apply(log.entries[a.applied_index():])
+    assert a.results(other.index) is not None
+    assert [r.outcome for r in a.results(other.index)] == [Outcome.STORED, Outcome.STORED]
+    assert a.results(late.index)[0].outcome == Outcome.STORED
+    b = BrokerStateMachine(tmp_path / "b", index_slots=8, index_entries=64)
+    b.apply(log.entries)
+    assert [b.results(e.index)[0].outcome for e in (first, again, late)] == [
+        Outcome.STORED, Outcome.DUPLICATE, Outcome.STORED]
+    assert a.queue("%RETRY%g", 0).max_offset == b.queue("%RETRY%g", 0).max_offset == 4  # all but again
+    a.close()
+    b.close()
+    files_equal(tmp_path / "a" / "consumequeue", tmp_path / "b" / "consumequeue")

@@ -147,7 +147,7 @@ class AsyncPushConsumer:
         self._rebalance_now = asyncio.Event()
         self._stopping = False
         self._locking = orderly and model == "clustering"  # queue consume locks on the broker
-        self._late_beats: set[asyncio.Future[None]] = set()  # heartbeats still waiting on a hung replica
+        self._stragglers: set[asyncio.Future[None]] = set()  # calls left on a hung replica
         store = Path(offset_store_dir or Path.home() / ".raftmq" / "offsets")
         self._local_offsets = store / group / f"{instance_name}.json"
         self.core.on_notify.append(self._on_notify)
@@ -243,9 +243,9 @@ class AsyncPushConsumer:
                                                           {"clientId": self.client_id}, body))
                  for g in route.groups for address in g.addresses}
         _, late = await asyncio.wait(beats, timeout=1.0)
-        self._late_beats |= late
+        self._stragglers |= late
         for beat in late:
-            beat.add_done_callback(self._late_beats.discard)
+            beat.add_done_callback(self._stragglers.discard)
 
     async def _call_quietly(self, address: str, code: int, ext: dict[str, Any], body: bytes = b"") -> None:
         with contextlib.suppress(ClientError):
@@ -261,9 +261,9 @@ class AsyncPushConsumer:
         _, late = await asyncio.wait(calls, timeout=1.0)
         for call in late:
             call.cancel()
-        self._late_beats |= late  # cancelled: collected once they end
+        self._stragglers |= late  # cancelled: collected once they end
         for call in late:
-            call.add_done_callback(self._late_beats.discard)
+            call.add_done_callback(self._stragglers.discard)
 
     async def _members(self, groups: Sequence[str]) -> list[str]:
         members: set[str] = {self.client_id}

@@ -427,26 +427,23 @@ class BrokerStateMachine:
         if entry is None:
             return -1, []
         last_ms = entry[2] if len(entry) > 2 else 0
-        # "now" never behind what _expire_producers used (last_store_ms only grows)
+        # "now" never behind what _forget_expired used (last_store_ms only grows)
         if last_ms < max(stamp, self.last_store_ms) - PRODUCER_EXPIRY_MS:
             del self._producers[key]
             return -1, []
         return entry[0], entry[1]
 
-    def _expire_producers(self) -> None:
-        """Drop forgotten producers from memory and the checkpoint (lookups already
-        treat them as absent, so when this runs changes nothing a replica decides)."""
-        horizon = self.last_store_ms - PRODUCER_EXPIRY_MS
-        for key in [k for k, v in self._producers.items() if (v[2] if len(v) > 2 else 0) < horizon]:
-            del self._producers[key]
+    def _forget_expired(self) -> None:
+        """Drop from memory and the checkpoint what lookups already treat as absent (so when
+        this runs changes nothing a replica decides): producers silent for
+        PRODUCER_EXPIRY_MS, queue locks past LOCK_EXPIRY_MS, send-backs past their window;
+        producers keep the offsets of their last RECENT_SEQUENCES sequences."""
+        now = self.last_store_ms
+        _drop_older(self._producers, now - PRODUCER_EXPIRY_MS, lambda v: v[2] if len(v) > 2 else 0)
         for v in self._producers.values():
-            del v[1][:-RECENT_SEQUENCES]  # what a checkpoint keeps
-        lock_horizon = self.last_store_ms - LOCK_EXPIRY_MS  # expired: anyone may take them
-        for key in [k for k, v in self._locks.items() if v[1] < lock_horizon]:
-            del self._locks[key]
-        sent_back_horizon = self.last_store_ms - SENT_BACK_WINDOW_MS
-        for key in [k for k, ms in self._sent_back.items() if ms < sent_back_horizon]:
-            del self._sent_back[key]
+            del v[1][:-RECENT_SEQUENCES]
+        _drop_older(self._locks, now - LOCK_EXPIRY_MS, lambda v: v[1])
+        _drop_older(self._sent_back, now - SENT_BACK_WINDOW_MS, lambda ms: ms)
 
     def _drop_hold(self, m: Message) -> None:
         """A released copy that cannot be stored (its topic went away): the hold goes too,
@@ -582,7 +579,7 @@ class BrokerStateMachine:
             self._writing = None
             writing.result()  # raises what the checkpoint thread met
         self._checkpointed_at = time.monotonic()
-        self._expire_producers()
+        self._forget_expired()
         self._dirty = False
         with self._lock:
             open_queues = sorted(self._queues.items())
@@ -619,3 +616,9 @@ class BrokerStateMachine:
         self.index.flush()
         atomic_write(self._checkpoint_path, data)
         self._durable = applied
+
+
+def _drop_older(table: dict[str, Any], horizon: int, ms_of: Callable[[Any], int]) -> None:
+    """Delete the entries of ``table`` whose store time (``ms_of(value)``) is before ``horizon``."""
+    for key in [k for k, v in table.items() if ms_of(v) < horizon]:
+        del table[key]

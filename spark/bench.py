@@ -133,15 +133,8 @@ def main(argv: list[str] | None = None) -> int:
                 group.wait_status(name, lambda s: s.get("applied_index", 0) >= target, 120, "catch-up")
         print(f"filled topic bench: {expected} messages of {args.body_bytes} B in {fill_s:.1f} s", flush=True)
 
-        from pyspark.sql import SparkSession
-
-        from spark.datasource import register
-        session = (SparkSession.builder.master("local[2]").appName("raftmq-spark-bench")
-                   .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                   .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC")
-                   .getOrCreate())
-        session.sparkContext.setLogLevel("ERROR")
-        register(session)
+        from spark.datasource import local_session
+        session = local_session("raftmq-spark-bench")
         options = dict(o.split("=", 1) for o in args.option)
         df = (session.read.format("raftmq").option("servers", ",".join(servers)).option("topic", "bench")
               .options(**options).load())

@@ -63,12 +63,30 @@ from spark.planning import (
 )
 from spark.range_reader import read_columns
 
-__all__ = ["SCHEMA", "RaftMQDataSource", "register"]
+__all__ = ["LOCAL_CONF", "SCHEMA", "RaftMQDataSource", "local_session", "register"]
+
+#: Settings of ``local_session``: 2 cores' worth of shuffle partitions, no UI, UTC.
+LOCAL_CONF = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+              "spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"}
 
 
 def register(session: Any) -> None:
     """Make ``format("raftmq")`` available in ``session``."""
     session.dataSource.register(RaftMQDataSource)
+
+
+def local_session(app_name: str, conf: dict[str, str] | None = None) -> Any:
+    """A ``local[2]`` SparkSession with ``LOCAL_CONF`` (and ``conf``), quiet logs and
+    ``format("raftmq")`` registered: for the examples, the benchmark and the tests."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master("local[2]").appName(app_name)
+    for key, value in {**LOCAL_CONF, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    return session
 
 
 class RangePartition(InputPartition):

@@ -86,18 +86,13 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from spark.datasource import register
+    from spark.datasource import local_session
 
-    session = (SparkSession.builder.master("local[2]").appName("raftmq-tag-volume")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.session.timeZone", "UTC").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
+    # a session of your own: spark.datasource.register(session) makes format("raftmq") known
+    session = local_session("raftmq-tag-volume")
     try:
-        register(session)
         messages = (session.read.format("raftmq").option(kind, address).option("topic", args.topic)
                     .option("readFrom", args.read_from).load()
                     .select("tags", "store_timestamp", F.length("body").alias("size"))

@@ -138,6 +138,13 @@ class Scenario:
         self.event(f"{name} caught up with index {target} in {took:.2f}s")
         return took
 
+    def restart(self, name: str) -> float:
+        """Start ``name`` (down) again and wait until it caught up; seconds from the start."""
+        started = time.monotonic()
+        self.brokers.start([name])
+        self.event(f"started {name}")
+        return self.catch_up(name, since=started)
+
     # -- the end --------------------------------------------------------------------------
     def finish(self, *, exactly_once: bool = True) -> dict[str, Any]:
         try:

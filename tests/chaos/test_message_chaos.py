@@ -46,10 +46,7 @@ def test_leader_kill9_and_restart(make_scenario: MakeScenario) -> None:
     s.failover_after(killed_at)
     s.event(f"new leader {s.leader(among=_others(s, old))}")
     s.workload.wait_more_acked(300, 30)
-    started = time.monotonic()
-    s.brokers.start([old])
-    s.event(f"restarted {old}")
-    s.catch_up(old, since=started)
+    s.restart(old)
     s.workload.wait_more_acked(200, 30)
     s.finish()
 
@@ -193,10 +190,7 @@ def test_rolling_restart(make_scenario: MakeScenario) -> None:
         if was_leader:
             s.failover_after(stopped_at)
         s.workload.wait_more_acked(100, 30)
-        started = time.monotonic()
-        s.brokers.start([name])
-        s.event(f"started {name}")
-        s.catch_up(name, since=started)
+        s.restart(name)
         s.workload.wait_more_acked(100, 30)
     s.finish()
 

@@ -31,25 +31,16 @@ SPARK_ENV = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
 
 
 def spark_builder_conf() -> dict[str, str]:
-    """The session settings every Spark test uses (2 cores, no UI, UTC)."""
-    return {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
-            "spark.sql.session.timeZone": "UTC", "spark.driver.memory": "1g",
-            "spark.sql.streaming.stopTimeout": "10s", "spark.ui.showConsoleProgress": "false"}
+    """The session settings the Spark tests add to ``local_session``'s."""
+    return {"spark.driver.memory": "1g", "spark.sql.streaming.stopTimeout": "10s"}
 
 
 @pytest.fixture(scope="session")
 def spark_session() -> Iterator[Any]:
     os.environ.update(SPARK_ENV)
-    from pyspark.sql import SparkSession
+    from spark.datasource import local_session
 
-    from spark.datasource import register
-
-    builder = SparkSession.builder.master("local[2]").appName("raftmq-tests")
-    for k, v in spark_builder_conf().items():
-        builder = builder.config(k, v)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
+    session = local_session("raftmq-tests", spark_builder_conf())
     try:
         yield session
     finally:

@@ -29,16 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    from spark.datasource import local_session
 
-    from spark.datasource import register
-
-    session = (SparkSession.builder.master("local[2]").appName("raftmq-stream-job")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
+    session = local_session("raftmq-stream-job")
     reader = (session.readStream.format("raftmq").option("servers", args.servers).option("topic", args.topic)
               .option("startingOffsets", "earliest"))
     if args.max_per_trigger:

@@ -9,13 +9,20 @@ in the CommitLog and carries the hash of its tag for the broker's tag filter::
     └──────────────────────────┴──────────────────┴───────────────────┘
 
 The units are stored in files of ``units_per_file`` units, each named by the
-queue offset of its first unit, 20 digits, zero-padded (here 4 units a file)::
+queue offset of its first unit, 20 digits, zero-padded (here 4 units a file); file
+boundaries are multiples of ``units_per_file``::
 
-    consumequeue/<topic>/<queue_id>/
+    consumequeue/<topic directory>/<queue_id>/
       00000000000000000000   [u0][u1][u2][u3]     full
       00000000000000000004   [u4][u5][u6][u7]     full
       00000000000000000008   [u8][u9]             last: extended unit by unit
                                      ▲ max_offset = 10
+
+The topic directory is the topic's name when it has at most ``TOPIC_DIR_MAX`` characters
+(every user topic); a longer one (``%RETRY%`` or ``%DLQ%`` and a group name of up to 255
+characters: more than a file name may hold) is its first 100 characters, ``~`` (which no
+name contains) and the first 16 hex digits of the SHA-256 of the whole name
+(``topic_directory``).
 
 Determinism: the units are derived from committed CommitLog entries by the
 broker's apply step, so replicas that apply the same entries must hold the same
@@ -23,14 +30,19 @@ bytes. Nothing here depends on anything but the appended values: files are
 never preallocated (a file's length is 20 x its units), a new file is created by
 the append that needs it, and truncation deletes a file it empties (except the
 first, which keeps ``min_offset``). There is always at least one file; a new
-queue starts with an empty ``00000000000000000000``.
+queue starts with an empty ``00000000000000000000``, or, for a queue that begins at
+offset N (a replica restored from a snapshot starts at the peers' numbering), an empty
+file named N: that first file then ends at the next multiple of ``units_per_file``::
+
+      00000000000000000006   [u6][u7]             first, starts at 6: holds 6..7
+      00000000000000000008   [u8][u9]             aligned from here on
 
 Recovery on open: a trailing partial unit (a torn write) is cut, and so are
 trailing all-zero units (a size of 0 is never appended; a crash can leave a
 file extended with zeros), and an empty last file after a full one is deleted.
-Anything else that is not the layout above -- a name that is not a multiple of
-``units_per_file``, a gap in the names, a file before the last that is not full,
-a file larger than ``units_per_file`` units -- raises ConsumeQueueCorrupt.
+Anything else that is not the layout above -- a file after the first whose name is
+not a multiple of ``units_per_file``, a gap in the names, a file before the last
+that is not full, a file holding more than its span -- raises ConsumeQueueCorrupt.
 
 Durability: appends land in the page cache; ``flush`` fsyncs every file written
 or truncated since the last flush, and the directory if files were created or
@@ -43,6 +55,7 @@ for the call (a broker has many queues, each with many files).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import struct
@@ -58,6 +71,7 @@ from dledger.durable_file import fsync_directory
 __all__ = [
     "DEFAULT_UNITS_PER_FILE",
     "FILTER_SCAN_FACTOR",
+    "TOPIC_DIR_MAX",
     "UNIT",
     "UNIT_SIZE",
     "ConsumeQueue",
@@ -67,6 +81,7 @@ __all__ = [
     "OffsetOutOfRange",
     "cq_file_name",
     "tag_hash",
+    "topic_directory",
 ]
 
 UNIT = struct.Struct(">qiq")
@@ -76,6 +91,8 @@ DEFAULT_UNITS_PER_FILE = 300_000
 FILTER_SCAN_FACTOR = 8
 """A filtered ``read`` of ``max_units`` scans at most ``max_units * FILTER_SCAN_FACTOR`` units."""
 
+#: Topic names longer than this get a hashed directory name (file names hold 255 bytes).
+TOPIC_DIR_MAX = 200
 _NAME = re.compile(r"^\d{20}$")
 _I32_MAX = (1 << 31) - 1
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
@@ -129,19 +146,31 @@ def tag_hash(tag: str | None) -> int:
     return mmh3.hash64(tag, signed=True)[0]
 
 
+def topic_directory(topic: str) -> str:
+    """The directory name of ``topic``'s queues under ``consumequeue/`` (see the layout)."""
+    if len(topic) <= TOPIC_DIR_MAX:
+        return topic
+    return f"{topic[:100]}~{hashlib.sha256(topic.encode()).hexdigest()[:16]}"
+
+
 def cq_file_name(first_offset: int) -> str:
     """The name of the file whose first unit has queue offset ``first_offset``."""
     return f"{first_offset:020d}"
 
 
 class _File:
-    __slots__ = ("fd", "path", "start", "units")
+    __slots__ = ("end", "fd", "path", "start", "units")
 
-    def __init__(self, start: int, path: Path, units: int, fd: int = -1) -> None:
+    def __init__(self, start: int, end: int, path: Path, units: int, fd: int = -1) -> None:
         self.start = start
+        self.end = end  # one past the last offset it may hold: the next multiple of units_per_file
         self.path = path
         self.units = units
         self.fd = fd  # >= 0 only for the last file
+
+    @property
+    def full(self) -> bool:
+        return self.start + self.units == self.end
 
 
 class ConsumeQueue:
@@ -154,8 +183,10 @@ class ConsumeQueue:
     it was called is durable. Methods raise ValueError after ``close``.
     """
 
-    def __init__(self, directory: Path, units_per_file: int = DEFAULT_UNITS_PER_FILE) -> None:
-        """Open the queue in ``directory`` (created, with an empty first file, if needed).
+    def __init__(self, directory: Path, units_per_file: int = DEFAULT_UNITS_PER_FILE,
+                 start_offset: int = 0) -> None:
+        """Open the queue in ``directory`` (created, with an empty first file at
+        ``start_offset``, if it has none).
 
         Raises ValueError if ``units_per_file`` < 1, ConsumeQueueCorrupt (see the module
         docstring), OSError from the file system.
@@ -174,7 +205,7 @@ class ConsumeQueue:
         try:
             self._open_existing()
             if not self._files:
-                self._files.append(self._create(0))
+                self._files.append(self._create(start_offset))
             last = self._files[-1]
             if last.fd < 0:
                 last.fd = os.open(last.path, os.O_RDWR)
@@ -244,9 +275,9 @@ class ConsumeQueue:
             done = 0
             while done < len(units):
                 last = self._files[-1]
-                if last.units == self._upf:
+                if last.full:
                     last = self._roll()
-                n = min(self._upf - last.units, len(units) - done)
+                n = min(last.end - last.start - last.units, len(units) - done)
                 data = b"".join([pack(*u) for u in units[done:done + n]])
                 at = last.units * UNIT_SIZE
                 _pwrite_all(last.fd, data, at, restore_length=at)
@@ -267,7 +298,7 @@ class ConsumeQueue:
                 raise OffsetOutOfRange("truncate_from", offset, low, high)
             if offset == high:
                 return
-            keep = (offset - low) // self._upf
+            keep = self._index_of(offset)
             for f in self._files[keep + 1:]:
                 self._delete(f)
             del self._files[keep + 1:]
@@ -292,7 +323,7 @@ class ConsumeQueue:
         with self._lock:
             self._check_open()
             deleted = []
-            while len(self._files) > 1 and self._files[0].start + self._upf <= offset:
+            while len(self._files) > 1 and self._files[0].end <= offset:
                 f = self._files.pop(0)
                 self._delete(f)
                 deleted.append(f.start)
@@ -430,8 +461,12 @@ class ConsumeQueue:
         last = self._files[-1]
         return last.start + last.units
 
+    def _index_of(self, offset: int) -> int:
+        """Which of ``_files`` holds ``offset`` (boundaries are multiples of units_per_file)."""
+        return offset // self._upf - self._files[0].start // self._upf
+
     def _file_of(self, offset: int) -> _File:
-        return self._files[(offset - self._files[0].start) // self._upf]
+        return self._files[self._index_of(offset)]
 
     def _read_units(self, offset: int, count: int) -> bytes:
         """The bytes of ``count`` units from ``offset``, all in one file (lock held)."""
@@ -451,23 +486,23 @@ class ConsumeQueue:
         return data
 
     def _open_existing(self) -> None:
-        full = self._upf * UNIT_SIZE
         names = sorted(p.name for p in self._dir.iterdir() if _NAME.match(p.name))
         for name in names:
             path, start = self._dir / name, int(name)
-            if start % self._upf:
+            if self._files and start % self._upf:
                 raise ConsumeQueueCorrupt(f"consume queue file {path} does not start at a multiple "
-                                          f"of units_per_file {self._upf}")
-            if self._files and start != self._files[-1].start + self._upf:
+                                          f"of units_per_file {self._upf} (only the first may)")
+            if self._files and start != self._files[-1].end:
                 raise ConsumeQueueCorrupt(
                     f"consume queue files in {self._dir} are not contiguous for units_per_file "
                     f"{self._upf}: {self._files[-1].path.name} is followed by {name}")
-            self._files.append(_File(start, path, 0))
+            self._files.append(_File(start, self._end_of(start), path, 0))
         for i, f in enumerate(self._files):
             length = f.path.stat().st_size
+            full = (f.end - f.start) * UNIT_SIZE
             if length > full:
                 raise ConsumeQueueCorrupt(f"consume queue file {f.path} has {length} bytes, more than "
-                                          f"units_per_file {self._upf} x {UNIT_SIZE}")
+                                          f"its span of {full // UNIT_SIZE} units x {UNIT_SIZE}")
             if i < len(self._files) - 1 and length != full:
                 raise ConsumeQueueCorrupt(f"consume queue file {f.path} has {length} bytes but is not "
                                           f"the last file, so it must be full ({full} bytes)")
@@ -490,15 +525,18 @@ class ConsumeQueue:
             self._delete(last)
             self._files.pop()
 
+    def _end_of(self, start: int) -> int:
+        return (start // self._upf + 1) * self._upf
+
     def _create(self, start: int) -> _File:
         path = self._dir / cq_file_name(start)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         self._dir_dirty = True
-        return _File(start, path, 0, fd)
+        return _File(start, self._end_of(start), path, 0, fd)
 
     def _roll(self) -> _File:
         old = self._files[-1]
-        new = self._create(old.start + self._upf)
+        new = self._create(old.end)
         os.close(old.fd)
         old.fd = -1
         self._files.append(new)

@@ -75,6 +75,10 @@ def _broker_section(path: Path) -> dict[str, Any]:
             parse_delay_levels(str(section.get(key, DEFAULT_DELAY_LEVELS)))
         except ValueError as e:
             raise ConfigError(f"{path}: [broker] {key}: {e}") from None
+    overdue = section.get("retry_overdue_s", 15)
+    if type(overdue) not in (int, float) or not 1 <= overdue <= 86_400:
+        raise ConfigError(f"{path}: [broker] retry_overdue_s must be a number of seconds in 1..86400, "
+                          f"not {overdue!r}")
     return section
 
 
@@ -154,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(_serve(rlog, machine, applier, broker["listen"],
                            dict(broker.get("addresses", {})), list(broker.get("namesrv", [])),
                            max_message_bytes=broker.get("max_message_bytes", MAX_MESSAGE_BYTES),
-                           **{k: broker[k] for k in ("delay_levels", "retry_delays") if k in broker}))
+                           **{k: broker[k] for k in ("delay_levels", "retry_delays", "retry_overdue_s")
+                              if k in broker}))
     finally:
         applier.stop()
         rlog.close()

@@ -4,7 +4,8 @@
     GET  /healthz   "ok" (the process serves)
     GET  /status    JSON: Raft status and applied index of this replica
     GET  /metrics   Prometheus text: role, term, indexes, send/pull counters, commit
-                    latency, consumer lag per group and queue
+                    latency, consumer lag per group and queue, overdue redeliveries
+                    (``broker.overdue``)
     GET  /admin/cluster                     this group: replicas, leader, Raft status, consumers
     GET  /admin/topics                      topics with queues, permissions, max offsets
     POST /admin/topics   {"topic","queues","perm"}   create or update (leader; 421 names it)
@@ -15,7 +16,7 @@ Requests handled (``RequestCode``): SEND_MESSAGE (body: one encoded message),
 SEND_BATCH (body: msgpack list of encoded messages), PULL_MESSAGE (long poll,
 optional tag-hash filter), CREATE_TOPIC, GET_TOPICS, GET_ROUTE, COMMIT_OFFSET,
 QUERY_OFFSET, RESET_OFFSET, QUERY_MESSAGE, VIEW_MESSAGE_BY_ID, HEARTBEAT (consumer
-membership), UNREGISTER_CLIENT, GET_CONSUMER_LIST; the server sends
+membership; the leader creates a subscribing group's %RETRY% topic), UNREGISTER_CLIENT, GET_CONSUMER_LIST; the server sends
 NOTIFY_CONSUMER_IDS_CHANGED (oneway) to a group's members when it changes. Writes go
 through the leader's ``WritePath``; a follower answers NOT_LEADER naming the
 leader. A message may be up to ``max_message_bytes`` encoded (4 MiB by default;
@@ -47,7 +48,9 @@ from broker.deferred_service import DEFAULT_MAX_RECONSUME, DeferredService
 from broker.entry_batch import MessageTooLarge, read_stamp
 from broker.fragments import MessageGone, read_message, read_message_at
 from broker.message_format import MAX_MESSAGE_BYTES, MessageFormatError, decode_message, encode_message
-from broker.names import InvalidName, validate_group, validate_topic
+from broker.names import InvalidName, retry_topic, validate_group, validate_topic
+from broker.overdue import DEFAULT_THRESHOLD_S as DEFAULT_OVERDUE_S
+from broker.overdue import OverdueWatch
 from broker.remoting import (
     DEFAULT_MAX_FRAME,
     Frame,
@@ -74,6 +77,7 @@ __all__ = ["AppliedSignal", "BrokerServer"]
 log = logging.getLogger("broker.server")
 
 MAX_PULL = 256
+OVERDUE_CHECK_S = 5.0
 MAX_SUSPEND_MS = 30_000
 #: Longest long poll a replica that knows no leader holds (see _pull).
 LEADERLESS_SUSPEND_S = 0.5
@@ -130,7 +134,8 @@ class BrokerServer:
                  signal: AppliedSignal, leader_address: Callable[[str], str | None], *,
                  addresses: Mapping[str, str] | None = None,
                  max_message_bytes: int = MAX_MESSAGE_BYTES, delay_levels: str = DEFAULT_DELAY_LEVELS,
-                 retry_delays: str = RETRY_DELAYS) -> None:
+                 retry_delays: str = RETRY_DELAYS,
+                 retry_overdue_s: float = DEFAULT_OVERDUE_S) -> None:
         if max_message_bytes < 1:
             raise ValueError("max_message_bytes must be positive")
         self.max_message_bytes = max_message_bytes
@@ -145,6 +150,8 @@ class BrokerServer:
         self.producers = ConsumerRegistry()  # producer groups' connections (transaction checks)
         self.deferred = DeferredService(rlog, machine, self.write, self.producers,
                                         delay_levels=delay_levels, retry_delays=retry_delays)
+        self.overdue = OverdueWatch(machine, lambda: self.consumers.groups().keys(), self._store_time,
+                                    lambda: rlog.is_leader, threshold_s=retry_overdue_s)
         self._filters: dict[str, SqlFilter] = {}
         self._sockets: set[web.WebSocketResponse] = set()
         self.signal = signal
@@ -194,12 +201,22 @@ class BrokerServer:
                 await asyncio.wait_for(ws.close(code=1001, message=b"broker stopping"), 1.0)
 
     async def _background(self, app: web.Application) -> AsyncIterator[None]:
-        """The leader's deferred-message loop runs while the server does."""
-        task = asyncio.create_task(self.deferred.run())
+        """The leader's deferred-message loop and the overdue watch run while the server does."""
+        tasks = [asyncio.create_task(self.deferred.run()), asyncio.create_task(self._watch_overdue())]
         yield
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _watch_overdue(self) -> None:
+        while True:
+            await asyncio.sleep(OVERDUE_CHECK_S)
+            try:
+                self.overdue.check()
+            except Exception:  # e.g. a queue deleted under the check: the next one is fresh
+                log.exception("overdue check failed")
 
     # -- HTTP ----------------------------------------------------------------------
     async def _healthz(self, request: web.Request) -> web.Response:
@@ -425,7 +442,25 @@ class BrokerServer:
             self.producers.heartbeat(ws, client_id or str(id(ws)), {validate_group(producer_group): []})
         if subscriptions and ws is not None:
             await self._members_changed(self.consumers.heartbeat(ws, client_id, subscriptions))
+        await self._create_retry_topics(subscriptions)
         return frame.response(ResponseCode.SUCCESS)
+
+    async def _create_retry_topics(self, subscriptions: Mapping[str, list[str]]) -> None:
+        """The leader creates ``%RETRY%group`` (one queue) for a group that subscribes to it
+        (clustering consumers do), as RocketMQ does at the heartbeat: the consumer routes and
+        pulls its retry queue from the start, so the first redelivery is on time."""
+        missing = [retry_topic(g) for g, topics in sorted(subscriptions.items())
+                   if retry_topic(g) in topics and retry_topic(g) not in self.machine.topics]
+        if not missing or not self.rlog.is_leader:
+            return
+        try:
+            outcomes = await self.write.send([encode_admin(CreateTopic(t, 1, Perm.READ_WRITE))
+                                              for t in missing])
+        except ProposeError as e:  # the next heartbeat (or the first send-back) creates it
+            log.info("could not create %s yet: %s", missing, e)
+            return
+        for topic, applied in zip(missing, outcomes, strict=True):
+            log.info("created retry topic %s: %s", topic, applied.outcome)
 
     async def _unregister(self, frame: Frame) -> Frame:
         changed = self.consumers.unregister(ext_str(frame, "clientId"), ext_str(frame, "group", None))
@@ -686,6 +721,19 @@ class BrokerServer:
             for row in self._lag_rows(group):
                 lines.append(f'raftmq_consumer_lag{{{labels},consumer_group="{group}",'
                              f'topic="{row["topic"]}",queue="{row["queue"]}"}} {row["lag"]}')
+        retries, delays = self.overdue.measure()
+        lines += ["# HELP raftmq_retry_overdue_messages retried messages of a live group waiting "
+                  f"longer than {self.overdue.threshold_s:g} s past their due time",
+                  "# TYPE raftmq_retry_overdue_messages gauge"]
+        lines += [f'raftmq_retry_overdue_messages{{{labels},consumer_group="{o.group}"}} {o.messages}'
+                  for o in retries]
+        lines += ["# TYPE raftmq_retry_overdue_oldest_seconds gauge"]
+        lines += [f'raftmq_retry_overdue_oldest_seconds{{{labels},consumer_group="{o.group}"}} '
+                  f"{o.oldest_s:.3f}" for o in retries]
+        lines += ["# HELP raftmq_delayed_overdue_messages held messages not released "
+                  f"{self.overdue.threshold_s:g} s after their time",
+                  "# TYPE raftmq_delayed_overdue_messages gauge",
+                  f"raftmq_delayed_overdue_messages{{{labels}}} {delays}"]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
     async def _admin_topics(self, request: web.Request) -> web.Response:

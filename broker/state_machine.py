@@ -6,7 +6,7 @@ every replica derives byte-identical ConsumeQueues and the same state.
 
 State and where it lives (``store/``)::
 
-    consumequeue/<topic>/<queue>/   ConsumeQueue files (broker.consume_queue)
+    consumequeue/<topic>/<queue>/   ConsumeQueue files (broker.consume_queue; long names hashed)
     index/                          IndexFiles: message keys and ids -> positions
     state.checkpoint                msgpack: applied index, topics, next queue offsets,
                                     consumer offsets, idempotent-producer table,
@@ -66,7 +66,7 @@ from broker.commands import (
     decode_admin,
     record_kind,
 )
-from broker.consume_queue import ConsumeQueue, tag_hash
+from broker.consume_queue import ConsumeQueue, tag_hash, topic_directory
 from broker.deferred import (
     PROP_DELAY,
     PROP_DELIVER_AT,
@@ -531,7 +531,7 @@ class BrokerStateMachine:
     def _open_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         cq = self._queues.get((topic, queue_id))
         if cq is None:
-            cq = ConsumeQueue(self._cq_root / topic / str(queue_id), self._units)
+            cq = ConsumeQueue(self._cq_root / topic_directory(topic) / str(queue_id), self._units)
             with self._lock:
                 self._queues[(topic, queue_id)] = cq
         return cq
@@ -541,15 +541,17 @@ class BrokerStateMachine:
             del self._appends[key]  # units of this apply call for the deleted topic
         for key in [k for k in self._queues if k[0] == topic]:
             self._queues.pop(key).close()
-        shutil.rmtree(self._cq_root / topic, ignore_errors=True)
+        shutil.rmtree(self._cq_root / topic_directory(topic), ignore_errors=True)
 
     def _restore_queues(self, next_offsets: dict[str, dict[int, int]]) -> None:
         """Open every queue the checkpoint knows and cut what was applied after it."""
+        topic_of = {topic_directory(t): t for t in next_offsets}
         for topic_dir in sorted(p for p in self._cq_root.iterdir() if p.is_dir()):
-            known = next_offsets.get(topic_dir.name)
-            if known is None:
+            topic = topic_of.get(topic_dir.name)
+            if topic is None:
                 shutil.rmtree(topic_dir)  # created after the checkpoint: replay recreates it
                 continue
+            known = next_offsets[topic]
             for queue_dir in sorted(topic_dir.iterdir(), key=lambda p: p.name):
                 qid = int(queue_dir.name)
                 if qid not in known:
@@ -558,7 +560,7 @@ class BrokerStateMachine:
                 cq = ConsumeQueue(queue_dir, self._units)
                 if cq.max_offset > known[qid]:
                     cq.truncate_from(known[qid])
-                self._queues[(topic_dir.name, qid)] = cq
+                self._queues[(topic, qid)] = cq
 
     @property
     def _checkpoint_path(self) -> Path:

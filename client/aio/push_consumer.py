@@ -145,6 +145,7 @@ class AsyncPushConsumer:
         self._queues: dict[MessageQueue, _ProcessQueue] = {}
         self._background: list[asyncio.Task[None]] = []
         self._rebalance_now = asyncio.Event()
+        self._route_retry_s = 0.0  # the retry topic is not routed yet: rebalance again this soon
         self._stopping = False
         self._locking = orderly and model == "clustering"  # queue consume locks on the broker
         self._stragglers: set[asyncio.Future[None]] = set()  # calls left on a hung replica
@@ -227,11 +228,24 @@ class AsyncPushConsumer:
             self._rebalance_now.set()
 
     async def _routes(self) -> list[TopicRoute]:
-        """Routes of the topic and of the retry topic once it exists."""
+        """Routes of the topic and of the retry topic. The broker creates the retry topic when
+        the group's first heartbeat reaches its leader; until the name server lists it, the
+        next rebalance comes soon (0.5 s, doubling up to the rebalance interval), so the
+        first redelivery is not held back until a periodic rebalance finds the queue."""
         routes = [await self.core.routes.route(self.topic, refresh=True)]
+        missing = False
         for extra in self.topics[1:]:
-            with contextlib.suppress(TopicNotExistError, RouteNotFoundError):
+            try:
                 routes.append(await self.core.routes.route(extra, refresh=True))
+            except (TopicNotExistError, RouteNotFoundError):
+                missing = True
+        if missing and not self._stopping:
+            self._route_retry_s = min(self.rebalance_interval, self._route_retry_s * 2 or 0.5)
+            log.debug("%s: %s not routed yet; rebalancing again in %.1f s", self.client_id,
+                      self.topics[1:], self._route_retry_s)
+            asyncio.get_running_loop().call_later(self._route_retry_s, self._rebalance_now.set)
+        else:
+            self._route_retry_s = 0.0
         return routes
 
     async def _heartbeat_once(self) -> None:
@@ -329,8 +343,8 @@ class AsyncPushConsumer:
                 return committed
         ts = self.from_where if isinstance(self.from_where, int) else None
         low, high, at = await queue_offsets(self.core, q, ts)
-        if self.from_where == "first":
-            return low
+        if self.from_where == "first" or q.topic != self.topic:
+            return low  # the retry topic holds only this group's failures: all of them (as RocketMQ)
         if ts is not None and at is not None:
             return at
         return high

@@ -15,19 +15,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import msgpack
+import yarl
 
 from broker.remoting import RequestCode, ResponseCode
 from client.aio.connection import ConnectionPool
 from client.errors import ClientError, RouteNotFoundError, TopicNotExistError
 from client.queues import MessageQueue
 
-__all__ = ["GroupRoute", "RouteBook", "TopicRoute"]
+__all__ = ["GroupRoute", "RouteBook", "TopicRoute", "route_url"]
 
 PERM_WRITE = 2
 PERM_READ = 4
@@ -70,6 +72,12 @@ class TopicRoute:
             if g.group == name:
                 return g
         raise RouteNotFoundError(f"topic {self.topic!r} has no group {name!r} in its route")
+
+
+def route_url(namesrv: str, topic: str) -> yarl.URL:
+    """``GET /route/{topic}`` on ``namesrv`` with the topic percent-encoded whole: names may
+    hold '%' and '|', and text like "%ac" in ``%RETRY%acc-g`` must not be read as an escape."""
+    return yarl.URL(f"http://{namesrv}/route/{urllib.parse.quote(topic, safe='')}", encoded=True)
 
 
 def _parse(doc: object) -> TopicRoute:
@@ -127,7 +135,7 @@ class RouteBook:
         errors, missing = [], 0
         for ns in self._namesrv:
             try:
-                async with self._pool.session.get(f"http://{ns}/route/{topic}",
+                async with self._pool.session.get(route_url(ns, topic),
                                                   timeout=aiohttp.ClientTimeout(total=3)) as resp:
                     if resp.status == 404:
                         errors.append(f"{ns}: no group serves topic {topic!r}")

@@ -28,6 +28,7 @@ import urllib.request
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import msgpack
@@ -207,7 +208,7 @@ class Scenario:
         return problems
 
     def _offsets_of(self, name: str) -> dict[str, int]:
-        url = f"http://{self.brokers.nodes[name].http}/admin/groups/{CONSUMER_GROUP}/offsets"
+        url = f"http://{self.brokers.nodes[name].http}/admin/groups/{quote(CONSUMER_GROUP, safe='')}/offsets"
         with urllib.request.urlopen(url, timeout=5) as resp:
             doc = json.loads(resp.read())
         return {str(MessageQueue(r["topic"], BROKER_GROUP, int(r["queue"]))): int(r["committed"])

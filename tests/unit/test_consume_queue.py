@@ -419,3 +419,32 @@ def test_append_many_across_files_equals_appending_one_by_one(tmp_path: Path) ->
     assert many.max_offset == 11 and snapshot(tmp_path / "one") == snapshot(tmp_path / "many")
     one.close()
     many.close()
+
+
+@pytest.mark.parametrize("start", [6, 8, 13])
+def test_a_queue_may_start_at_any_offset_with_aligned_files_after_the_first(tmp_path: Path, start: int) -> None:
+    """A replica restored from a snapshot numbers its queues as its peers do: the first file
+    starts at the peers' next offset and ends at the next multiple of units_per_file."""
+    d = tmp_path / "q"
+    cq = ConsumeQueue(d, UPF, start_offset=start)
+    assert (cq.min_offset, cq.max_offset) == (start, start)
+    fill(cq, 11)
+    assert cq.max_offset == start + 11
+    names = sorted(p.name for p in d.iterdir())
+    assert names[0] == cq_file_name(start) and all(int(n) % UPF == 0 for n in names[1:])
+    read = cq.read(start, 100)
+    assert [off for off, _ in read.units] == list(range(start, start + 11))
+    assert all(u == CqUnit(*unit_of(off)) for off, u in read.units)
+    cq.flush()
+    cq.close()
+    again = ConsumeQueue(d, UPF, start_offset=0)  # start_offset only applies to a new queue
+    assert (again.min_offset, again.max_offset) == (start, start + 11)
+    assert again.get(start + 5) == CqUnit(*unit_of(start + 5))
+    again.truncate_from(start + 1)
+    assert again.max_offset == start + 1 and again.get(start) == CqUnit(*unit_of(start))
+    fill(again, 9)
+    first_end = (start // UPF + 1) * UPF
+    assert again.delete_before(first_end) == [start]
+    assert again.min_offset == first_end
+    assert again.bisect(lambda u: u.position, unit_of(first_end + 2)[0]) == first_end + 2
+    again.close()

@@ -83,6 +83,25 @@ def test_bad_delays_and_reserved_properties_are_refused(broker: str) -> None:
             p.send(Message("t2", b"x", properties={"__SCHEDULED_FROM": "0"}))
 
 
+@pytest.mark.parametrize("group", ["acc-g", "orders-consumer", "ab_1", "eu|pay"])
+def test_a_clustering_consumer_s_retry_topic_exists_once_it_has_started(broker: str, group: str) -> None:
+    """The broker creates %RETRY%group at the group's first heartbeat (RocketMQ does too), so the
+    consumer pulls its retry queue before anything fails; broadcasting consumers have none."""
+    create_topic(broker, "subscribed")
+    c, _ = collect(broker, "subscribed", group)
+    b, _ = collect(broker, "subscribed", f"{group}-bc", model="broadcasting")
+    admin = Admin(servers=[broker])
+    try:
+        topics = admin.topics()
+        assert topics.get(f"%RETRY%{group}") is not None, sorted(topics)
+        assert f"%RETRY%{group}-bc" not in topics
+        assert any(q.topic == f"%RETRY%{group}" for q in c.assignment()), c.assignment()
+    finally:
+        admin.close()
+        b.shutdown()
+        c.shutdown()
+
+
 def test_failed_messages_are_retried_on_schedule_then_dead_lettered(broker: str) -> None:
     create_topic(broker, "jobs")
     attempts: list[tuple[int, float]] = []

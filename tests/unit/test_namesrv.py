@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from broker.namesrv import EXPIRY_S, Registration, RouteTable, make_app
+from client.aio.connection import ConnectionPool
+from client.aio.routes import RouteBook
 from dledger.local_group import free_port
 
 
@@ -74,5 +77,36 @@ def test_http_api() -> None:
             async with s.get(f"{base}/route/nope") as r:
                 assert r.status == 404
         await runner.cleanup()
+
+    asyncio.run(main())
+
+
+# Topic names the rules allow whose text reads as percent escapes in a URL ("%ac", "%1f",
+# "%20"): a route lookup must ask the name server for exactly this topic (issue 12: the
+# retry topic of a group named "acc-retry-g" was looked up as "%RETRY\xacc-retry-g").
+TRICKY_TOPICS = ["%RETRY%acc-retry-g", "%RETRY%acc-g", "%RETRY%ab", "%RETRY%1f", "%RETRY%orders-consumer",
+                 "%RETRY%a_b", "%RETRY%" + "c-" * 127 + "c", "%DLQ%de-ad", "a%20b", "a%2Fb", "x|y",
+                 "%25", "%"]
+
+
+@pytest.mark.parametrize("topic", TRICKY_TOPICS)
+def test_the_client_looks_up_exactly_the_topic_it_names(topic: str) -> None:
+    async def main() -> None:
+        runner = web.AppRunner(make_app(RouteTable()))
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        pool = ConnectionPool()
+        try:
+            async with aiohttp.ClientSession() as s:
+                body = {"group": "g1", "node": "n1", "role": "leader", "address": "127.0.0.1:1",
+                        "topics": {topic: [1, 6]}}
+                async with s.post(f"http://127.0.0.1:{port}/register", json=body) as r:
+                    assert r.status == 200
+            route = await RouteBook(pool, namesrv=[f"127.0.0.1:{port}"]).route(topic)
+            assert route.topic == topic and [g.queues for g in route.groups] == [1]
+        finally:
+            await pool.close()
+            await runner.cleanup()
 
     asyncio.run(main())

@@ -597,3 +597,34 @@ def test_the_apply_benchmark_runs(capsys) -> None:  # type: ignore[no-untyped-de
 
     assert main(["--entries", "16", "--per-entry", "20"]) == 0
     assert "320 messages applied" in capsys.readouterr().out  # 16 entries x 20
+
+
+def test_the_longest_group_names_retry_and_dead_letter_queues_are_stored_and_restored(tmp_path: Path) -> None:
+    """%RETRY% + a 255-character group is 262 characters: more than a file name may be. Its
+    ConsumeQueue directory gets a bounded name (the apply step died on every replica before)."""
+    long_group = "de" + "-x" * 126 + "y"
+    assert len(long_group) == 255
+    log = Log()
+    topics = [f"%RETRY%{long_group}", f"%DLQ%{long_group}", "t" * 127, f"%RETRY%{long_group[:-1]}z"]
+    for i, topic in enumerate(topics):
+        log.add([encode_admin(CreateTopic(topic, 1))])
+        log.add([msg(topic, 10 * i + k) for k in range(3)])
+    m = BrokerStateMachine(tmp_path / "s", index_slots=64, index_entries=1024)
+    m.apply(log.entries)
+    positions = {}
+    for topic in topics:
+        cq = m.queue(topic, 0)
+        assert cq is not None and cq.max_offset == 3, topic
+        positions[topic] = [cq.get(k).position for k in range(3)]
+    m.close()
+    again = BrokerStateMachine(tmp_path / "s", index_slots=64, index_entries=1024)
+    try:
+        for topic in topics:
+            cq = again.queue(topic, 0)
+            assert cq is not None and [cq.get(k).position for k in range(3)] == positions[topic], topic
+        again.apply([log.add([encode_admin(DeleteTopic(topics[0]))])])
+        assert again.queue(topics[0], 0) is None and again.queue(topics[3], 0) is not None
+    finally:
+        again.close()
+    assert len({p.name for p in (tmp_path / "s" / "consumequeue").iterdir()}) == 3
+

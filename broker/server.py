@@ -16,7 +16,8 @@ Requests handled (``RequestCode``): SEND_MESSAGE (body: one encoded message),
 SEND_BATCH (body: msgpack list of encoded messages), PULL_MESSAGE (long poll,
 optional tag-hash filter), CREATE_TOPIC, GET_TOPICS, GET_ROUTE, COMMIT_OFFSET,
 QUERY_OFFSET, RESET_OFFSET, QUERY_MESSAGE, VIEW_MESSAGE_BY_ID, HEARTBEAT (consumer
-membership; the leader creates a subscribing group's %RETRY% topic), UNREGISTER_CLIENT, GET_CONSUMER_LIST; the server sends
+membership; the leader creates a subscribing group's %RETRY% topic), UNREGISTER_CLIENT,
+GET_CONSUMER_LIST; the server sends
 NOTIFY_CONSUMER_IDS_CHANGED (oneway) to a group's members when it changes. Writes go
 through the leader's ``WritePath``; a follower answers NOT_LEADER naming the
 leader. A message may be up to ``max_message_bytes`` encoded (4 MiB by default;

@@ -422,7 +422,8 @@ def test_append_many_across_files_equals_appending_one_by_one(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("start", [6, 8, 13])
-def test_a_queue_may_start_at_any_offset_with_aligned_files_after_the_first(tmp_path: Path, start: int) -> None:
+def test_a_queue_may_start_at_any_offset_with_aligned_files_after_the_first(
+        tmp_path: Path, start: int) -> None:
     """A replica restored from a snapshot numbers its queues as its peers do: the first file
     starts at the peers' next offset and ends at the next multiple of units_per_file."""
     d = tmp_path / "q"

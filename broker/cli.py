@@ -4,7 +4,9 @@
                                           a name server + one broker group (--kind log: log nodes)
     raftmq broker --config F              one broker replica (WebSocket server)
     raftmq namesrv [--listen H:P]         a name server (topic routes)
-    raftmq cluster up|down|status --dir D a local cluster of background processes
+    raftmq cluster up|down|status|verify  a local cluster of background processes; verify
+                                          compares every replica's state digests
+    raftmq leader transfer [--to NODE]    move a group's leadership before maintenance
     raftmq log-node --config F --http A   one CommitLog replica (same as python -m dledger)
     raftmq log-status --http A            a replica's status as JSON
     raftmq bench-log ...                  CommitLog benchmark (scripts/bench-log)
@@ -138,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("broker", help="run one broker replica (see raftmq broker --help)",
                    add_help=False)
     sub.add_parser("namesrv", help="run a name server (see raftmq namesrv --help)", add_help=False)
-    sub.add_parser("cluster", help="local cluster in the background: up|down|status (see --help)",
+    sub.add_parser("cluster", help="local cluster in the background: up|down|status|verify (see --help)",
+                   add_help=False)
+    sub.add_parser("leader", help="leader transfer [--to NODE]: move a group's leadership (see --help)",
                    add_help=False)
     sub.add_parser("log-node", help="run one CommitLog replica (see python -m dledger --help)",
                    add_help=False)
@@ -169,6 +173,10 @@ def main(argv: list[str] | None = None) -> int:
         from broker.cluster_cmd import main as cluster_main
 
         return cluster_main(rest)
+    if args.cmd == "leader":
+        from broker.cluster_cmd import leader_main
+
+        return leader_main(rest)
     if args.cmd == "namesrv":
         from broker.namesrv import main as namesrv_main
 

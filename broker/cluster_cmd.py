@@ -1,9 +1,14 @@
-"""``raftmq cluster up|down|status --dir DIR``: a local cluster of background processes.
+"""``raftmq cluster up|down|status|verify``: a local cluster of background processes, and
+checks of any cluster.
 
 ``up`` starts a name server and ``--groups`` broker groups of ``--nodes`` replicas
 on 127.0.0.1, writes every address and PID to ``DIR/cluster.json`` and returns
 once every group has a leader. ``down`` stops them by PID (SIGTERM, then SIGKILL
-after 10 s). ``status`` prints each replica's role, term and indexes.
+after 10 s). ``status`` prints each replica's role, term, indexes, retained log
+start, newest snapshot, disk use and health. ``verify`` compares the state digests
+of every replica of every group at the indexes they share (``broker.divergence``)
+and exits 1 on a difference or an unhealthy replica. ``status`` and ``verify`` find
+the replicas in ``--dir``'s cluster.json or ask a name server (``--namesrv``).
 """
 
 from __future__ import annotations
@@ -15,13 +20,14 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from dledger.local_group import LocalGroup, free_port
 
-__all__ = ["dead_processes", "main", "namesrv_address"]
+__all__ = ["dead_processes", "leader_main", "main", "namesrv_address"]
 
 
 def _pid_alive(pid: int) -> bool:
@@ -111,35 +117,144 @@ def _down(args: argparse.Namespace) -> int:
     return 0
 
 
-def _status(args: argparse.Namespace) -> int:
-    state_path = Path(args.dir) / "cluster.json"
+def _replicas(args: argparse.Namespace) -> dict[str, dict[str, str]] | None:
+    """group -> node -> client address, from --namesrv or --dir's cluster.json."""
+    if args.namesrv:
+        with urllib.request.urlopen(f"http://{args.namesrv}/cluster", timeout=5) as resp:
+            doc = json.loads(resp.read())
+        return {g: {n: info["address"] for n, info in nodes.items()} for g, nodes in doc.items()}
+    state_path = Path(args.dir or ".") / "cluster.json"
     if not state_path.exists():
-        print(f"no cluster.json under {args.dir}", file=sys.stderr)
-        return 1
+        print(f"no cluster.json under {args.dir or '.'}; give --dir or --namesrv", file=sys.stderr)
+        return None
     state = json.loads(state_path.read_text())
     print(f"name server {state['namesrv']['address']} "
           f"({'up' if _pid_alive(state['namesrv']['pid']) else 'DOWN'})")
-    print(f"{'group':6} {'node':5} {'address':22} {'role':10} {'term':>5} {'commit':>8} {'applied':>8}")
-    for group, nodes in state["groups"].items():
-        for node, info in nodes.items():
-            try:
-                with urllib.request.urlopen(f"http://{info['address']}/status", timeout=2) as resp:
-                    s = json.loads(resp.read())
-                row = (s["role"], s["term"], s["commit_index"], s["applied_index"])
-            except OSError:
-                row = ("DOWN", "-", "-", "-")
-            print(f"{group:6} {node:5} {info['address']:22} {row[0]:10} {row[1]!s:>5} "
-                  f"{row[2]!s:>8} {row[3]!s:>8}")
+    return {g: {n: info["address"] for n, info in nodes.items()} for g, nodes in state["groups"].items()}
+
+
+def _replica_status(address: str) -> dict[str, Any] | None:
+    try:
+        with urllib.request.urlopen(f"http://{address}/status", timeout=2) as resp:
+            return dict(json.loads(resp.read()))
+    except (OSError, ValueError):
+        return None
+
+
+def _status(args: argparse.Namespace) -> int:
+    groups = _replicas(args)
+    if groups is None:
+        return 1
+    print(f"{'group':6} {'node':5} {'address':22} {'role':10} {'term':>5} {'commit':>8} {'applied':>8} "
+          f"{'log from':>8} {'snapshot':>8} {'log MiB':>8} {'free GiB':>8}  health")
+    for group, nodes in groups.items():
+        for node, address in nodes.items():
+            s = _replica_status(address)
+            if s is None:
+                print(f"{group:6} {node:5} {address:22} DOWN")
+                continue
+            disk = s.get("disk", {})
+            health = "ok" if s.get("healthy", True) else f"UNHEALTHY: {s.get('apply_stalled') or 'divergent'}"
+            print(f"{group:6} {node:5} {address:22} {s['role']:10} {s['term']:>5} {s['commit_index']:>8} "
+                  f"{s['applied_index']:>8} {s['first_index']:>8} {s.get('snapshot_index') or '-'!s:>8} "
+                  f"{disk.get('commitlog_bytes', 0) / 2**20:>8.1f} {disk.get('free_bytes', 0) / 2**30:>8.1f}"
+                  f"  {health}")
     return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    groups = _replicas(args)
+    if groups is None:
+        return 1
+    problems = 0
+    for group, nodes in groups.items():
+        statuses = {n: _replica_status(a) for n, a in nodes.items()}
+        for node, s in statuses.items():
+            if s is None:
+                print(f"{group}/{node}: does not answer (not compared)")
+            elif not s.get("healthy", True):
+                problems += 1
+                why = s.get("apply_stalled") or "its state differs from its peers'"
+                print(f"{group}/{node}: UNHEALTHY: {why}")
+        digests = {n: s.get("state_digests", {}) for n, s in statuses.items() if s is not None}
+        indexes = sorted({int(i) for d in digests.values() for i in d})
+        compared = 0
+        for index in indexes:
+            held = {n: d[str(index)] for n, d in digests.items() if str(index) in d}
+            if len(held) < 2:
+                continue
+            compared += 1
+            if len(set(held.values())) > 1:
+                problems += 1
+                shown = ", ".join(f"{n} {d[:12]}" for n, d in sorted(held.items()))
+                print(f"{group}: state digests DIFFER at index {index}: {shown}")
+        print(f"{group}: {len(digests)} replicas compared at {compared} indexes")
+    print("verify: " + ("OK" if not problems else f"{problems} problem(s)"))
+    return 1 if problems else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="raftmq cluster",
                                      description="Run a local RaftMQ cluster in the background.")
-    parser.add_argument("action", choices=["up", "down", "status"])
-    parser.add_argument("--dir", required=True, help="where configs, data, logs and cluster.json go")
+    parser.add_argument("action", choices=["up", "down", "status", "verify"],
+                        help="up/down: a local cluster in --dir; status: each replica's role, indexes, "
+                             "retained log, snapshot, disk, health; verify: compare every replica's "
+                             "state digests (exit 1 on a difference)")
+    parser.add_argument("--dir", help="where configs, data, logs and cluster.json go (up, down; "
+                                      "status and verify read its cluster.json)")
+    parser.add_argument("--namesrv", help="status, verify: find the replicas through this name server")
     parser.add_argument("--nodes", type=int, default=3, help="replicas per group (default 3)")
     parser.add_argument("--groups", type=int, default=1, help="broker groups (default 1)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for leaders")
     args = parser.parse_args(argv)
-    return {"up": _up, "down": _down, "status": _status}[args.action](args)
+    if args.action in ("up", "down") and not args.dir:
+        parser.error(f"{args.action} needs --dir")
+    return {"up": _up, "down": _down, "status": _status, "verify": _verify}[args.action](args)
+
+
+def leader_main(argv: list[str] | None = None) -> int:
+    """``raftmq leader transfer [--to NODE] [--group G] (--dir D | --namesrv NS | --servers A,B)``."""
+    parser = argparse.ArgumentParser(
+        prog="raftmq leader", description="Move a group's leadership (before maintenance on its leader): "
+        "the leader pauses writes, waits until the target holds every entry and hands over "
+        "(Raft's TimeoutNow); writes stall for about an election round trip.")
+    parser.add_argument("action", choices=["transfer"])
+    parser.add_argument("--to", help="the replica to lead (default: the most up-to-date follower)")
+    parser.add_argument("--group", help="the broker group (needed when there are several)")
+    parser.add_argument("--dir", help="a local cluster's directory (its cluster.json)")
+    parser.add_argument("--namesrv", help="find the replicas through this name server")
+    parser.add_argument("--servers", help="one group's replica addresses, comma separated")
+    args = parser.parse_args(argv)
+    if args.servers:
+        groups: dict[str, dict[str, str]] | None = {"": {a: a for a in args.servers.split(",") if a}}
+    else:
+        groups = _replicas(args)
+    if groups is None:
+        return 1
+    if args.group:
+        if args.group not in groups:
+            print(f"error: no group {args.group!r} (groups: {', '.join(sorted(groups))})", file=sys.stderr)
+            return 1
+        groups = {args.group: groups[args.group]}
+    elif len(groups) > 1:
+        print(f"error: several groups ({', '.join(sorted(groups))}): give --group", file=sys.stderr)
+        return 1
+    (nodes,) = groups.values()
+    leader = next((a for a in nodes.values() if (_replica_status(a) or {}).get("role") == "leader"), None)
+    if leader is None:
+        print("error: no replica of the group says it leads (an election is under way?)", file=sys.stderr)
+        return 1
+    body = json.dumps({"to": args.to} if args.to else {}).encode()
+    request = urllib.request.Request(f"http://{leader}/admin/leader/transfer", data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=15) as resp:
+            doc = json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        print(f"error: {json.loads(e.read() or b'{}').get('error', e.reason)}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"error: cannot reach the leader at {leader}: {e}", file=sys.stderr)
+        return 1
+    print(f"leader is now {doc['leader']} ({doc.get('leader_address')})")
+    return 0

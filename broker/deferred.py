@@ -115,6 +115,9 @@ class Timers:
     def __len__(self) -> int:
         return len(self._held)
 
+    def positions(self) -> list[int]:
+        return list(self._held)
+
     def state(self) -> dict[int, list[int]]:
         return {p: [h.size, h.due_ms] for p, h in sorted(self._held.items())}
 
@@ -149,6 +152,9 @@ class Halves:
 
     def __len__(self) -> int:
         return len(self._held)
+
+    def positions(self) -> list[int]:
+        return list(self._held)
 
     def state(self) -> dict[int, list[object]]:
         return {p: [h.size, h.due_ms, h.checks, h.group] for p, h in sorted(self._held.items())}

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -39,7 +40,7 @@ from broker.index_file import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
 from broker.message_format import MAX_MESSAGE_BYTES
 from broker.namesrv import REGISTER_EVERY_S
 from broker.server import AppliedSignal, BrokerServer
-from broker.state_machine import BrokerStateMachine
+from broker.state_machine import DIGEST_EVERY, BrokerStateMachine
 from dledger.applier import Applier
 from dledger.config import ConfigError
 from dledger.replica_args import add_replica_arguments, open_replica
@@ -75,6 +76,10 @@ def _broker_section(path: Path) -> dict[str, Any]:
             parse_delay_levels(str(section.get(key, DEFAULT_DELAY_LEVELS)))
         except ValueError as e:
             raise ConfigError(f"{path}: [broker] {key}: {e}") from None
+    every = section.get("digest_every", DIGEST_EVERY)
+    if type(every) is not int or not 64 <= every <= 10_000_000:
+        raise ConfigError(f"{path}: [broker] digest_every (entries between state digests the "
+                          f"replicas compare) must be an integer in 64..10000000, not {every!r}")
     overdue = section.get("retry_overdue_s", 15)
     if type(overdue) not in (int, float) or not 1 <= overdue <= 86_400:
         raise ConfigError(f"{path}: [broker] retry_overdue_s must be a number of seconds in 1..86400, "
@@ -136,6 +141,9 @@ async def _serve(rlog: ReplicatedLog, machine: BrokerStateMachine, applier: Appl
         loop.add_signal_handler(s, stop.set)
     log.info("broker %s of group %s serving ws://%s/ws", rlog.config.node, rlog.config.group, listen)
     await stop.wait()
+    if rlog.is_leader and len(rlog.config.peers) > 1:  # hand over first: writes pause briefly
+        with contextlib.suppress(Exception):
+            await server.transfer_leadership(timeout=3.0)
     if registrar is not None:
         registrar.cancel()
     await server.close_connections()
@@ -151,9 +159,13 @@ def main(argv: list[str] | None = None) -> int:
     machine = BrokerStateMachine(
         config.data_dir / "store",
         index_slots=int(broker.get("index_slots", DEFAULT_SLOT_NUM)),
-        index_entries=int(broker.get("index_entries", DEFAULT_INDEX_NUM)))
-    applier = Applier(rlog, machine).start()
+        index_entries=int(broker.get("index_entries", DEFAULT_INDEX_NUM)),
+        cq_units_per_file=int(broker.get("cq_units_per_file", 300_000)),
+        segment_bytes=config.segment_bytes,
+        digest_every=int(broker.get("digest_every", DIGEST_EVERY)))
     rlog.set_applied_floor(machine.durable_index)  # a restart re-applies from there
+    rlog.set_snapshot_source(machine)  # retention cuts only where a snapshot is held
+    applier = Applier(rlog, machine).start()
     try:
         asyncio.run(_serve(rlog, machine, applier, broker["listen"],
                            dict(broker.get("addresses", {})), list(broker.get("namesrv", [])),

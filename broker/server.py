@@ -37,8 +37,10 @@ import contextlib
 import contextvars
 import itertools
 import logging
+import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
+import aiohttp
 import msgpack
 from aiohttp import WSMsgType, web
 
@@ -46,6 +48,7 @@ from broker.commands import CommitOffset, CreateTopic, DeleteTopic, LockQueue, P
 from broker.consumer_registry import ConsumerRegistry
 from broker.deferred import DEFAULT_DELAY_LEVELS, RETRY_DELAYS
 from broker.deferred_service import DEFAULT_MAX_RECONSUME, DeferredService
+from broker.divergence import DivergenceCheck
 from broker.entry_batch import MessageTooLarge, read_stamp
 from broker.fragments import MessageGone, read_message, read_message_at
 from broker.message_format import MAX_MESSAGE_BYTES, MessageFormatError, decode_message, encode_message
@@ -79,6 +82,7 @@ log = logging.getLogger("broker.server")
 
 MAX_PULL = 256
 OVERDUE_CHECK_S = 5.0
+TRIM_CHECK_S = 5.0
 MAX_SUSPEND_MS = 30_000
 #: Longest long poll a replica that knows no leader holds (see _pull).
 LEADERLESS_SUSPEND_S = 0.5
@@ -108,6 +112,10 @@ _OUTCOME_CODE = {
     Outcome.ABANDONED: ResponseCode.SYSTEM_BUSY,  # not stored; a retry may succeed
     Outcome.FRAGMENT: ResponseCode.SYSTEM_ERROR,  # never a caller's outcome
 }
+
+
+#: Requests an unhealthy replica still answers: none of them reads or changes state.
+_SERVED_WHEN_UNHEALTHY = frozenset({RequestCode.HEARTBEAT, RequestCode.UNREGISTER_CLIENT})
 
 
 class AppliedSignal:
@@ -143,6 +151,7 @@ class BrokerServer:
         #: Largest request frame accepted: one message of the limit and the frame around it.
         self.max_frame_bytes = max(DEFAULT_MAX_FRAME, max_message_bytes + FRAME_SLACK)
         self.rlog = rlog
+        self.applier = applier
         self.addresses = dict(addresses or {})
         self.consumers = ConsumerRegistry()
         self._server_opaques = itertools.count(1)
@@ -151,8 +160,13 @@ class BrokerServer:
         self.producers = ConsumerRegistry()  # producer groups' connections (transaction checks)
         self.deferred = DeferredService(rlog, machine, self.write, self.producers,
                                         delay_levels=delay_levels, retry_delays=retry_delays)
+        self.divergence = DivergenceCheck(rlog.config.node, self.addresses, len(rlog.config.peers),
+                                          machine.recent_digests, self._peer_digests,
+                                          lambda: rlog.is_leader,
+                                          lambda _why: rlog.stand_for_election(False))
         self.overdue = OverdueWatch(machine, lambda: self.consumers.groups().keys(), self._store_time,
                                     lambda: rlog.is_leader, threshold_s=retry_overdue_s)
+        self._session: aiohttp.ClientSession | None = None  # to peers (divergence check)
         self._filters: dict[str, SqlFilter] = {}
         self._sockets: set[web.WebSocketResponse] = set()
         self.signal = signal
@@ -191,7 +205,8 @@ class BrokerServer:
                         web.post("/admin/topics", self._admin_create_topic),
                         web.get("/admin/cluster", self._admin_cluster),
                         web.get("/admin/groups/{group}/offsets", self._admin_group),
-                        web.get("/admin/messages", self._admin_messages)])
+                        web.get("/admin/messages", self._admin_messages),
+                        web.post("/admin/leader/transfer", self._admin_transfer)])
         app.cleanup_ctx.append(self._background)
         return app
 
@@ -203,13 +218,35 @@ class BrokerServer:
 
     async def _background(self, app: web.Application) -> AsyncIterator[None]:
         """The leader's deferred-message loop and the overdue watch run while the server does."""
-        tasks = [asyncio.create_task(self.deferred.run()), asyncio.create_task(self._watch_overdue())]
+        tasks = [asyncio.create_task(self.deferred.run()), asyncio.create_task(self._watch_overdue()),
+                 asyncio.create_task(self.divergence.run()), asyncio.create_task(self._trim_derived())]
         yield
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self._session is not None:
+            await self._session.close()
+
+    async def _trim_derived(self) -> None:
+        """ConsumeQueue and IndexFile files that point only at deleted CommitLog segments go
+        with them (checked every TRIM_CHECK_S, off the event loop)."""
+        trimmed_at = -1
+        while True:
+            await asyncio.sleep(TRIM_CHECK_S)
+            start = self.rlog.commitlog.start_position
+            if start == trimmed_at:
+                continue
+            try:
+                removed = await asyncio.get_running_loop().run_in_executor(None, self.machine.trim, start)
+            except Exception:
+                log.exception("trimming the derived files failed")
+                continue
+            trimmed_at = start
+            if removed:
+                log.info("deleted %d ConsumeQueue/IndexFile files below CommitLog position %d",
+                         removed, start)
 
     async def _watch_overdue(self) -> None:
         while True:
@@ -220,12 +257,44 @@ class BrokerServer:
                 log.exception("overdue check failed")
 
     # -- HTTP ----------------------------------------------------------------------
+    def unhealthy(self) -> str | None:
+        """Why this replica must not be trusted to serve (None: it may)."""
+        return self.divergence.divergent or self.applier.stalled
+
+    async def _peer_digests(self, address: str) -> dict[int, str] | None:
+        """A peer's recent state digests (its ``/status``); None if it does not answer."""
+        try:
+            async with self._http().get(f"http://{address}/status",
+                                        timeout=aiohttp.ClientTimeout(total=3)) as resp:
+                doc = await resp.json()
+            return {int(i): str(d) for i, d in doc.get("state_digests", {}).items()}
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession()
+        return self._session
+
     async def _healthz(self, request: web.Request) -> web.Response:
+        why = self.unhealthy()
+        if why is not None:
+            return web.Response(status=503, text=f"unhealthy: {why}\n")
         return web.Response(text="ok")
 
     async def _status(self, request: web.Request) -> web.Response:
         status = self.rlog.status()
         status["applied_index"] = self.machine.applied_index()
+        status["healthy"] = self.unhealthy() is None
+        status["apply_stalled"] = self.applier.stalled
+        snapshots = self.machine.snapshot_indexes()
+        status["snapshot_index"] = snapshots[-1] if snapshots else None
+        status["snapshot_indexes"] = snapshots[-8:]
+        status["state_digests"] = {str(i): d for i, d in sorted(self.machine.recent_digests().items())}
+        status["snapshot_installs"] = self.machine.installs
+        cl = self.rlog.commitlog
+        status["disk"] = {"commitlog_bytes": cl.write_position - cl.start_position,
+                          "free_bytes": shutil.disk_usage(self.rlog.config.data_dir).free}
         return web.json_response(status)
 
     async def _ws(self, request: web.Request) -> web.WebSocketResponse:
@@ -276,6 +345,10 @@ class BrokerServer:
         if handler is None:
             return frame.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                   remark=f"request code {frame.code} is not supported")
+        why = self.unhealthy()
+        if why is not None and frame.code not in _SERVED_WHEN_UNHEALTHY:
+            return frame.response(ResponseCode.SYSTEM_BUSY,
+                                  remark=f"replica {self.rlog.config.node} does not serve: {why}")
         try:
             return await handler(frame)
         except FrameError as e:
@@ -570,8 +643,9 @@ class BrokerServer:
                                       ext={"nextOffset": max_offset, "leaderless": leaderless})
             return frame.response(ResponseCode.PULL_NOT_FOUND,
                                   ext={"nextOffset": offset, "leaderless": leaderless})
-        if offset < cq.min_offset:
-            return frame.response(ResponseCode.PULL_OFFSET_MOVED, ext={"nextOffset": cq.min_offset})
+        low = self.machine.retained_min_offset(cq, self.rlog.commitlog.start_position)
+        if offset < low:  # retention deleted those messages: the first one kept
+            return frame.response(ResponseCode.PULL_OFFSET_MOVED, ext={"nextOffset": low, "minOffset": low})
         filtered = wanted_set is not None or sql is not None
         read = cq.read(offset, MAX_FILTER_SCAN if filtered else max_msgs)
         units = read.units
@@ -585,11 +659,19 @@ class BrokerServer:
             if rows and size + unit.size + _ROW_OVERHEAD > PULL_BODY_BYTES:
                 next_offset = off  # the rest on the next pull
                 break
-            data = entry.slice(unit.position, unit.size)
-            stamp = entry.stamp
-            if data is None:  # a message chained over several entries
-                data = read_message(self.rlog.commitlog, unit.position, unit.size)
-                stamp = self._store_time(unit.position)
+            try:
+                data = entry.slice(unit.position, unit.size)
+                stamp = entry.stamp
+                if data is None:  # a message chained over several entries
+                    data = read_message(self.rlog.commitlog, unit.position, unit.size)
+                    stamp = self._store_time(unit.position)
+            except MessageGone:  # retention deleted it while this pull read the queue
+                if rows:
+                    next_offset = off
+                    break
+                low = self.machine.retained_min_offset(cq, self.rlog.commitlog.start_position)
+                return frame.response(ResponseCode.PULL_OFFSET_MOVED,
+                                      ext={"nextOffset": max(low, off + 1), "minOffset": low})
             if sql is not None and not sql.matches(_properties(data)):
                 continue
             rows.append([off, unit.position, stamp, data])
@@ -661,7 +743,8 @@ class BrokerServer:
         if topic not in self.machine.topics:
             raise FrameError(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
         cq = self.machine.queue(topic, queue_id)
-        low, high = (0, 0) if cq is None else (cq.min_offset, cq.max_offset)
+        low, high = (0, 0) if cq is None else (
+            self.machine.retained_min_offset(cq, self.rlog.commitlog.start_position), cq.max_offset)
         ext = {"minOffset": low, "maxOffset": high}
         if ts is not None:
             ext["offset"] = 0 if cq is None else cq.bisect(lambda u: self._store_time(u.position), ts)
@@ -695,8 +778,10 @@ class BrokerServer:
             for qid, committed in sorted(by_queue.items()):
                 cq = self.machine.queue(topic, qid)
                 top = cq.max_offset if cq is not None else 0
-                rows.append({"topic": topic, "queue": qid, "committed": committed,
-                             "max_offset": top, "lag": max(0, top - committed)})
+                low = 0 if cq is None else self.machine.retained_min_offset(
+                    cq, self.rlog.commitlog.start_position)
+                rows.append({"topic": topic, "queue": qid, "committed": committed, "min_offset": low,
+                             "max_offset": top, "lag": max(0, top - max(committed, low))})
         return rows
 
     async def _metrics(self, request: web.Request) -> web.Response:
@@ -722,6 +807,14 @@ class BrokerServer:
             for row in self._lag_rows(group):
                 lines.append(f'raftmq_consumer_lag{{{labels},consumer_group="{group}",'
                              f'topic="{row["topic"]}",queue="{row["queue"]}"}} {row["lag"]}')
+        lines += ["# HELP raftmq_state_divergent 1 when this replica's state digest differs from a "
+                  "majority of its peers' (it then serves nothing)",
+                  "# TYPE raftmq_state_divergent gauge",
+                  f"raftmq_state_divergent{{{labels}}} {int(self.divergence.divergent is not None)}",
+                  "# TYPE raftmq_state_digest_mismatch_checks_total counter",
+                  f"raftmq_state_digest_mismatch_checks_total{{{labels}}} {self.divergence.mismatches}",
+                  "# TYPE raftmq_apply_stalled gauge",
+                  f"raftmq_apply_stalled{{{labels}}} {int(self.applier.stalled is not None)}"]
         retries, delays = self.overdue.measure()
         lines += ["# HELP raftmq_retry_overdue_messages retried messages of a live group waiting "
                   f"longer than {self.overdue.threshold_s:g} s past their due time",
@@ -766,6 +859,38 @@ class BrokerServer:
             return web.json_response({"error": "body must be JSON with topic, queues, perm"}, status=400)
         reply = await self.handle(Frame.request(RequestCode.CREATE_TOPIC, 0, ext))
         return self._http_reply(reply)
+
+    async def transfer_leadership(self, to: str | None = None, timeout: float = 3.0) -> str | None:
+        """Hand this leader's role to ``to`` (default: the most up-to-date follower); the new
+        leader's name, or None if it did not move in time. Raises NotLeader/NoLeader."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        new = await loop.run_in_executor(None, self.rlog.transfer_leadership, to, timeout)
+        log.info("leadership transfer to %s: %s after %.0f ms", to or "the most up-to-date follower",
+                 new or "did not complete", (loop.time() - started) * 1000)
+        return new
+
+    async def _admin_transfer(self, request: web.Request) -> web.Response:
+        """POST /admin/leader/transfer {"to": node (optional)} on the leader."""
+        try:
+            doc = await request.json() if request.can_read_body else {}
+            to = doc.get("to") if isinstance(doc, dict) else None
+            if to is not None and not isinstance(to, str):
+                raise ValueError
+        except ValueError:
+            return web.json_response({"error": 'body must be JSON {"to": "n2"} or empty'}, status=400)
+        try:
+            new = await self.transfer_leadership(to)
+        except ValueError as e:
+            return web.json_response({"error": str(e)}, status=400)
+        except (NotLeader, NoLeader) as e:
+            leader = self.rlog.leader
+            return web.json_response({"error": str(e), "leader": leader,
+                                      "leader_address": self.addresses.get(leader or "")}, status=421)
+        if new is None:
+            return web.json_response({"error": "the leadership did not move within 3 s (is the target "
+                                               "up and caught up?); this node still leads"}, status=503)
+        return web.json_response({"leader": new, "leader_address": self.addresses.get(new)})
 
     async def _admin_group(self, request: web.Request) -> web.Response:
         return web.json_response({"group": request.match_info["group"],

@@ -11,6 +11,10 @@ State and where it lives (``store/``)::
     state.checkpoint                msgpack: applied index, topics, next queue offsets,
                                     consumer offsets, idempotent-producer table,
                                     the index's mark (last file and its header)
+    snapshots/<index>.snap          the state just before each CommitLog segment
+                                    (broker.snapshot): what a replica behind the
+                                    retained log start is sent; its digest is what
+                                    replicas compare
 
 At most every CHECKPOINT_EVERY_S (and when idle) the apply thread takes a
 snapshot of the state (queue ends, the index's mark, tables) and a checkpoint
@@ -41,6 +45,7 @@ in its mapping.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import threading
@@ -83,6 +88,7 @@ from broker.fragments import parse_fragment
 from broker.index_file import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM, IndexHeader, IndexService
 from broker.message_format import Message, MessageFormatError, decode_message
 from broker.names import DLQ_PREFIX, RETRY_PREFIX, SCHEDULE_TOPIC, TRANS_HALF_TOPIC
+from broker.snapshot import Snapshot, SnapshotError, SnapshotStore, cq_hash_prefix, cq_hash_step
 from dledger.durable_file import atomic_write, read_or_none
 from dledger.entry_format import HEADER_SIZE, Entry, EntryKind
 
@@ -108,6 +114,9 @@ LOCK_EXPIRY_MS = 60_000
 #: A send-back (retry or dead-letter copy) of one message by one group is stored once within
 #: this much store time: a consumer retries its send-back only within seconds.
 SENT_BACK_WINDOW_MS = 60_000
+DIGESTS_KEPT = 16  # recent state digests kept in memory (shown in /status, compared)
+#: The state's digest is also recorded after every this-many entries (replicas compare them).
+DIGEST_EVERY = 4096
 _PERM_WRITE = int(Perm.WRITE)
 
 
@@ -159,6 +168,7 @@ class _Appends:
 
     cq: ConsumeQueue
     first_offset: int
+    hash_prefix: bytes  # cq_hash_prefix of its queue
     units: list[tuple[int, int, int]] = field(default_factory=list)
 
 
@@ -172,14 +182,23 @@ class BrokerStateMachine:
     """Apply thread calls ``apply``/``apply_gap``; any thread may read the snapshots."""
 
     def __init__(self, store: Path, cq_units_per_file: int = 300_000,
-                 index_slots: int = DEFAULT_SLOT_NUM, index_entries: int = DEFAULT_INDEX_NUM) -> None:
+                 index_slots: int = DEFAULT_SLOT_NUM, index_entries: int = DEFAULT_INDEX_NUM,
+                 segment_bytes: int | None = None, digest_every: int = DIGEST_EVERY) -> None:
+        """``segment_bytes``: the CommitLog's segment size; a snapshot is taken before the
+        first entry of every segment (None: no snapshots, as for a machine in a test).
+        The state's digest is also recorded after every ``digest_every``-th entry."""
         self._store = store
+        self._segment_bytes = segment_bytes
+        self._digest_every = digest_every
+        self._index_geometry = (index_slots, index_entries)
+        self.snapshots = SnapshotStore(store / "snapshots")
         self._cq_root = store / "consumequeue"
         self._cq_root.mkdir(parents=True, exist_ok=True)
         self._units = cq_units_per_file
         self._lock = threading.Lock()
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._results: OrderedDict[int, list[tuple[Any, ...]]] = OrderedDict()  # Applied as tuples
+        self._retained_min: dict[tuple[int, int], int] = {}  # (queue, log start) -> first offset kept
         self.on_applied: list[Callable[[int], None]] = []  # run on the apply thread
         state = msgpack.unpackb(read_or_none(self._checkpoint_path) or msgpack.packb({}),
                                 strict_map_key=False)
@@ -205,6 +224,15 @@ class BrokerStateMachine:
         self._sent_back: dict[str, int] = state.get("sent_back", {})  # "group:position" -> store ms
         self.timers = Timers(state.get("timers"))
         self.halves = Halves(state.get("halves"))
+        self._cq_hash = int.from_bytes(state.get("cq_hash", b""), "big")
+        #: snapshots installed here: [snapshot index, when (ms)] (not replicated state)
+        self.installs: list[list[int]] = state.get("installs", [])
+        self._digests: dict[int, str] = {}  # recent snapshot index -> digest
+        for index in self.snapshots.indexes()[-DIGESTS_KEPT:]:
+            with contextlib.suppress(SnapshotError, OSError):
+                snap = self.snapshots.load(index)
+                if snap is not None:
+                    self._digests[index] = snap.digest
         self._restore_queues(state.get("queues", {}))
         self.index = IndexService(store / "index", index_slots, index_entries)
         mark = state.get("index_mark")
@@ -236,11 +264,15 @@ class BrokerStateMachine:
     def apply(self, entries: Sequence[Entry]) -> None:
         done: list[tuple[int, list[Applied]]] = []
         for entry in entries:
+            if self._segment_bytes and entry.position % self._segment_bytes == 0 and entry.index > 1:
+                self._take_snapshot(entry.index - 1)  # the first entry of a segment
             if entry.kind == EntryKind.DATA:
                 done.append((entry.index, self._apply_entry(entry)))
             else:
                 self._chain = None  # e.g. a new leader's no-op between two fragments
                 done.append((entry.index, []))
+            if entry.index % self._digest_every == 0:
+                self._record(Snapshot.of(entry.index, self._canonical_state()))
         self._write_appends()  # the units before the applied index that covers them
         with self._lock:
             for index, results in done:
@@ -263,9 +295,106 @@ class BrokerStateMachine:
             self._checkpoint(background=True)
 
     def apply_gap(self, first_index: int) -> None:
+        """Never: skipping entries would leave this replica's state unlike its peers'. The
+        applier installs the snapshot at ``first_index - 1`` instead (``install_snapshot``)."""
+        raise RuntimeError(f"a broker replica cannot skip to entry {first_index}: it needs the "
+                           f"snapshot at {first_index - 1}")
+
+    # -- snapshots -----------------------------------------------------------------
+    def snapshot_indexes(self) -> list[int]:
+        """The indexes of the snapshots held (durable), oldest first."""
+        return self.snapshots.indexes()
+
+    def snapshot_bytes(self, index: int) -> bytes | None:
+        """The encoded snapshot of the state after entry ``index``, if held."""
+        return self.snapshots.read(index)
+
+    def prune_snapshots_below(self, index: int) -> None:
+        """Retention moved the log start past ``index + 1``: older snapshots are not needed."""
+        if self.snapshots.prune_below(index):
+            log.info("snapshots before %d deleted with the log", index)
+
+    def oldest_held_position(self) -> int | None:
+        """The lowest CommitLog position of a held (delayed, retried or transaction half)
+        message: retention keeps it until it is released."""
+        for _ in range(10):  # the apply thread may change the tables meanwhile
+            try:
+                held = [*self.timers.positions(), *self.halves.positions()]
+                return min(held) if held else None
+            except RuntimeError:  # "dictionary changed size during iteration"
+                continue
+        return 0  # keep everything this time
+
+    def recent_digests(self) -> dict[int, str]:
+        """Digests of the derived state at the most recent snapshot indexes."""
+        with self._lock:
+            return dict(self._digests)
+
+    def _take_snapshot(self, index: int) -> None:
+        """Apply thread, between two entries: the state after ``index``. Skipped while a
+        chain of fragments is pending (its start would be missing after the cut)."""
+        if self._chain is not None:
+            log.info("no snapshot at %d: a large message's fragments span the segment boundary", index)
+            return
+        snap = Snapshot.of(index, self._canonical_state())
+        try:
+            self.snapshots.write(snap)
+        except OSError as e:
+            log.error("cannot write the snapshot at %d (retention cannot cut the log there): %s", index, e)
+            return
+        self._record(snap)
+        log.info("snapshot at index %d, state digest %s", index, snap.digest[:16])
+
+    def _canonical_state(self) -> dict[str, Any]:
+        """The replicated state now, its tables in the one form every replica has at this
+        index (checkpoints prune expired entries whenever they run)."""
+        self._forget_expired()
+        return self._replicated_state(self._next_offsets())
+
+    def _record(self, snap: Snapshot) -> None:
+        with self._lock:
+            self._digests[snap.index] = snap.digest
+            for old in sorted(self._digests)[:-DIGESTS_KEPT]:
+                del self._digests[old]
+
+    def install_snapshot(self, index: int, data: bytes) -> None:
+        """Apply thread: replace all derived state with the snapshot ``data`` of the state
+        after ``index`` (raises SnapshotError if it is not intact). ConsumeQueues restart
+        empty at the snapshot's next offsets, the IndexFile empty; applying goes on at
+        ``index + 1``."""
+        snap = Snapshot.decode(data)
+        if snap.index != index:
+            raise SnapshotError(f"the snapshot received is of index {snap.index}, not {index}")
+        if self._writing is not None:
+            self._writing.result()
+            self._writing = None
+        state = snap.state
+        with self._lock:
+            for cq in self._queues.values():
+                cq.close()
+            self._queues.clear()
+            self.index.close()
+            self._results.clear()
+        self._appends.clear()
         self._chain = None
-        self._applied = first_index - 1
+        shutil.rmtree(self._cq_root, ignore_errors=True)
+        self._cq_root.mkdir(parents=True)
+        shutil.rmtree(self._store / "index", ignore_errors=True)
+        self.index = IndexService(self._store / "index", *self._index_geometry)
+        self._load_tables(state)
+        with self._lock:
+            for topic, by_queue in state["queues"].items():
+                for qid, next_offset in by_queue.items():
+                    self._queues[(topic, int(qid))] = ConsumeQueue(
+                        self._cq_root / topic_directory(topic) / str(qid), self._units,
+                        start_offset=int(next_offset))
+            self._applied = index
+            self._digests[index] = snap.digest
+        self.snapshots.write(snap)  # this replica can now send it on
+        self.installs.append([index, int(time.time() * 1000)])
         self._checkpoint()
+        log.info("installed the snapshot at index %d (state digest %s): %d topics, %d queues",
+                 index, snap.digest[:16], len(self.topics), len(self._queues))
 
     # -- reading -----------------------------------------------------------------
     def results(self, index: int) -> list[Applied] | None:
@@ -277,6 +406,33 @@ class BrokerStateMachine:
     def queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         with self._lock:
             return self._queues.get((topic, queue_id))
+
+    def retained_min_offset(self, cq: ConsumeQueue, log_start: int) -> int:
+        """The first offset of ``cq`` whose message is still in the CommitLog, which now starts
+        at position ``log_start`` (units below it may linger until ``trim``)."""
+        key = (id(cq), log_start)
+        found = self._retained_min.get(key)
+        if found is None or found < cq.min_offset:
+            found = cq.offset_for_position(log_start)
+            if len(self._retained_min) > 100_000:
+                self._retained_min.clear()
+            self._retained_min[key] = found
+        return found
+
+    def trim(self, log_start: int) -> int:
+        """Retention moved the CommitLog's start to ``log_start``: delete the ConsumeQueue
+        files and IndexFiles that point only below it (whole files; any thread). Returns
+        how many files went."""
+        with self._lock:
+            queues = list(self._queues.values())
+        removed = 0
+        for cq in queues:
+            try:
+                removed += len(cq.delete_before(self.retained_min_offset(cq, log_start)))
+            except ValueError:  # closed meanwhile (the topic was deleted)
+                continue
+        removed += len(self.index.delete_before_position(log_start))
+        return removed
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         with self._lock:
@@ -398,20 +554,29 @@ class BrokerStateMachine:
         appends = self._appends.get(where)
         if appends is None:
             cq = self._open_queue(*where)
-            appends = self._appends[where] = _Appends(cq, cq.max_offset)
+            appends = self._appends[where] = _Appends(cq, cq.max_offset, cq_hash_prefix(*where))
         queue_offset = appends.first_offset + len(appends.units)
-        appends.units.append((position, len(record), tag_hash(m.tags)))
+        tag = tag_hash(m.tags)
+        appends.units.append((position, len(record), tag))
+        self._cq_hash = cq_hash_step(self._cq_hash, appends.hash_prefix, queue_offset, position,
+                                     len(record), tag)
         self.index.put_keys([*m.keys, m.msg_id.hex()], position, store_ts_ms)
+        # a held message (delayed, a transaction half) has no offset in its queue until it
+        # is delivered: its sender is told -1, not the offset in the internal queue
+        shown = queue_offset if where == (m.topic, m.queue_id) else -1
         if producer is not None:
             entry = self._producers.get(key)
             if entry is None:
-                self._producers[key] = [m.sequence, [queue_offset], store_ts_ms]
+                self._producers[key] = [m.sequence, [shown], store_ts_ms]
             else:
                 entry[0], entry[2] = m.sequence, store_ts_ms
                 offsets = entry[1]
-                offsets.append(queue_offset)
+                offsets.append(shown)
                 if len(offsets) > 2 * RECENT_SEQUENCES:  # trimmed now and then: amortised O(1)
                     del offsets[:-RECENT_SEQUENCES]
+        if shown < 0:
+            return Applied(Outcome.STORED, m.queue_id, -1, position,
+                           reason="held: its queue offset is assigned when it is delivered")
         return Applied(Outcome.STORED, where[1], queue_offset, position)
 
     def _write_appends(self) -> None:
@@ -590,9 +755,23 @@ class BrokerStateMachine:
             queues.setdefault(topic, {})[qid] = cq.max_offset
         mark = self.index.mark()
         state = {
+            **self._replicated_state(queues),
             "applied": self.checkpoint_index(),
-            "last_store_ms": self.last_store_ms,
             "index_mark": None if mark is None else [mark[0], list(astuple(mark[1]))],
+            "installs": self.installs,
+        }
+        data = msgpack.packb(state, use_bin_type=True)  # a copy: the tables change on
+        cqs = [cq for _, cq in open_queues]
+        if background:
+            self._writing = self._checkpointer.submit(self._write_checkpoint, cqs, data, state["applied"])
+        else:
+            self._write_checkpoint(cqs, data, state["applied"])
+
+    def _replicated_state(self, queues: dict[str, dict[int, int]]) -> dict[str, Any]:
+        """The tables every replica derives alike (``broker.snapshot``'s state), with
+        ``queues``: the next offset of every queue."""
+        return {
+            "last_store_ms": self.last_store_ms,
             "topics": {t: [c.queues, c.perm] for t, c in sorted(self.topics.items())},
             "queues": queues,
             "offsets": self.offsets,
@@ -601,13 +780,28 @@ class BrokerStateMachine:
             "halves": self.halves.state(),
             "locks": self._locks,
             "sent_back": self._sent_back,
+            "cq_hash": self._cq_hash.to_bytes(16, "big"),
         }
-        data = msgpack.packb(state, use_bin_type=True)  # a copy: the tables change on
-        cqs = [cq for _, cq in open_queues]
-        if background:
-            self._writing = self._checkpointer.submit(self._write_checkpoint, cqs, data, state["applied"])
-        else:
-            self._write_checkpoint(cqs, data, state["applied"])
+
+    def _load_tables(self, state: dict[str, Any]) -> None:
+        self.last_store_ms = state.get("last_store_ms", 0)
+        self.topics = {t: TopicConfig(*v) for t, v in state.get("topics", {}).items()}
+        self.offsets = state.get("offsets", {})
+        self._producers = state.get("producers", {})
+        self._locks = state.get("locks", {})
+        self._sent_back = state.get("sent_back", {})
+        self.timers = Timers(state.get("timers"))
+        self.halves = Halves(state.get("halves"))
+        self._cq_hash = int.from_bytes(state.get("cq_hash", b""), "big")
+
+    def _next_offsets(self) -> dict[str, dict[int, int]]:
+        """Every queue's next offset, counting the units of this apply call not yet written."""
+        queues: dict[str, dict[int, int]] = {}
+        for (topic, qid), cq in sorted(self._queues.items()):
+            appends = self._appends.get((topic, qid))
+            queues.setdefault(topic, {})[qid] = (
+                cq.max_offset if appends is None else appends.first_offset + len(appends.units))
+        return queues
 
     def _write_checkpoint(self, cqs: list[ConsumeQueue], data: bytes, applied: int) -> None:
         """The files first (they hold at least what ``data`` describes: only appended

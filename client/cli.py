@@ -120,7 +120,8 @@ async def _send(args: argparse.Namespace) -> int:
                 print(json.dumps({"status": r.status.value, "msg_id": r.msg_id, "group": r.queue.group,
                                   "queue_id": r.queue_id, "queue_offset": r.queue_offset}))
             else:
-                print(f"{r.status.value} id={r.msg_id} queue={r.queue} offset={r.queue_offset}")
+                offset = r.queue_offset if r.queue_offset >= 0 else "(held: assigned at delivery)"
+                print(f"{r.status.value} id={r.msg_id} queue={r.queue} offset={offset}")
     return 1 if failures else 0
 
 
@@ -135,7 +136,10 @@ async def _consume(args: argparse.Namespace) -> int:
         await c.assign(queues, start)
         idle_since = time.monotonic()
         while args.max is None or shown < args.max:
-            msgs = await c.poll(max_msgs=32, timeout=1.0)
+            # never more than still to show: the position (and so the commit) moves past
+            # exactly what was printed
+            room = 32 if args.max is None else min(32, args.max - shown)
+            msgs = await c.poll(max_msgs=room, timeout=1.0)
             if not msgs:
                 if args.idle is not None and time.monotonic() - idle_since >= args.idle:
                     break
@@ -180,12 +184,13 @@ async def _group(args: argparse.Namespace) -> int:
             rows = await admin.progress(args.group, args.topic)
             if args.json:
                 print(json.dumps([{"queue": str(r.queue), "committed": r.committed,
-                                   "max_offset": r.max_offset, "lag": r.lag} for r in rows], indent=2))
+                                   "min_offset": r.min_offset, "max_offset": r.max_offset, "lag": r.lag}
+                                  for r in rows], indent=2))
                 return 0
-            print(f"{'queue':30} {'committed':>10} {'max':>10} {'lag':>10}")
+            print(f"{'queue':30} {'committed':>10} {'retained':>10} {'max':>10} {'lag':>10}")
             for r in rows:
                 print(f"{r.queue!s:30} {r.committed if r.committed is not None else '-':>10} "
-                      f"{r.max_offset:>10} {r.lag:>10}")
+                      f"{r.min_offset:>10} {r.max_offset:>10} {r.lag:>10}")
             print(f"total lag {sum(r.lag for r in rows)}")
         else:
             offsets = await admin.reset_offsets(args.group, args.topic, _time_ms(args.to))
@@ -213,7 +218,8 @@ async def _dlq(args: argparse.Namespace) -> int:
         await c.assign(queues, "committed" if args.action == "resend" else "first")
         async with AsyncProducer(**where, group="raftmq-dlq") as p:
             while args.max is None or moved < args.max:
-                msgs = await c.poll(max_msgs=32, timeout=1.0)
+                room = 32 if args.max is None else min(32, args.max - moved)
+                msgs = await c.poll(max_msgs=room, timeout=1.0)
                 if not msgs:
                     break
                 for m in msgs:

@@ -68,7 +68,7 @@ class SendResult:
     status: SendStatus
     msg_id: str
     queue: MessageQueue
-    queue_offset: int
+    queue_offset: int        # -1 for a held message (delayed, a transaction half): set at delivery
     duplicate: bool = False  # an idempotent retry found the message already stored
     position: int = -1       # its CommitLog position (a transaction's half is named by it)
 

@@ -4,6 +4,13 @@ The state machine owns its applied index and persists it together with the state
 it derives (``StateMachine`` contract), so after a crash the applier resumes at
 ``applied_index() + 1`` and nothing is applied twice or skipped. Every entry is
 passed, including Raft no-ops, so the applied index advances contiguously.
+
+When the entries it needs were deleted by retention before this node got them (a
+replaced host, a follower down for long), a machine that takes snapshots
+(``install_snapshot``) is given the snapshot the leader sent with its retained start
+(``ReplicatedLog.received_snapshot``) and goes on after it; until one arrives it waits
+and says so (``stalled``): it never skips entries. A machine without snapshots (the
+log node's recorder) is told of the gap (``apply_gap``).
 """
 
 from __future__ import annotations
@@ -52,6 +59,8 @@ class Applier:
         self._stop = threading.Event()
         self._applied = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="dledger-apply", daemon=True)
+        #: Why applying cannot go on (None: it can): state this replica cannot derive.
+        self.stalled: str | None = None
 
     def start(self) -> Applier:
         self._thread.start()
@@ -76,9 +85,7 @@ class Applier:
             try:
                 entries = self._rlog.read(nxt, self._batch_bytes)
             except LogGap as gap:
-                log.error("entries %d..%d are gone (retention); the state machine skips them",
-                          nxt, gap.first_index - 1)
-                self._machine.apply_gap(gap.first_index)
+                self._bridge(gap)
                 continue
             if not entries:
                 continue
@@ -90,6 +97,35 @@ class Applier:
             self._machine.apply(entries)
             with self._applied:
                 self._applied.notify_all()
+
+    def _bridge(self, gap: LogGap) -> None:
+        install = getattr(self._machine, "install_snapshot", None)
+        if install is None:
+            log.error("entries %d..%d are gone (retention); the state machine skips them",
+                      gap.wanted, gap.first_index - 1)
+            self._machine.apply_gap(gap.first_index)
+            return
+        received = self._rlog.received_snapshot()
+        if received is not None and received[0] == gap.first_index - 1:
+            try:
+                install(*received)
+            except ValueError as e:  # damaged: the leader sends it again
+                self._stall(f"the snapshot received at {received[0]} cannot be installed: {e}")
+                self._rlog.forget_received_snapshot()
+                return
+            self._rlog.forget_received_snapshot()
+            self.stalled = None
+            log.warning("state restored from the leader's snapshot at %d (entries %d..%d were "
+                        "deleted before this node had them)", received[0], gap.wanted, received[0])
+            return
+        self._stall(f"entries {gap.wanted}..{gap.first_index - 1} were deleted before this node "
+                    f"had them and no snapshot of the state at {gap.first_index - 1} arrived yet")
+
+    def _stall(self, why: str) -> None:
+        if self.stalled != why:
+            log.error("cannot apply: %s; waiting for the leader to send one", why)
+        self.stalled = why
+        self._stop.wait(1.0)
 
     def stop(self) -> None:
         self._stop.set()

@@ -3,25 +3,34 @@
 Log compaction is off, so pysyncobj's snapshot install is reached only for a
 follower whose next entry the leader no longer holds (retention deleted it).
 RaftMQ uses that path to restart the follower's log at the leader's first two
-retained entries, at the same positions (DLedger's truncate-to-begin-index).
-pysyncobj streams the file verbatim; ``ReplicatedLog`` writes it whenever the
-first retained entry changes and reads it through the ``deserializer`` hook.
+retained entries, at the same positions (DLedger's truncate-to-begin-index), and
+to hand the follower's state machine the snapshot of the state just before them,
+so that it derives exactly what its peers derive. pysyncobj streams the file
+verbatim in chunks; ``ReplicatedLog`` writes it whenever the first retained entry
+changes and reads it through the ``deserializer`` hook.
 
 File layout (msgpack)::
 
-    {"v": 1, "entries": [[command, index, term, position],    # first retained entry
-                         [command, index, term, position]]}   # the one after it
+    {"v": 2,
+     "entries": [[command, index, term, position],    # first retained entry F
+                 [command, index, term, position]],   # the one after it
+     "state": <bytes> | nil,                          # the state machine's snapshot after F - 1
+     "sha256": "<hex of the state bytes>" | nil}
+
+Version 1 (no state) is still read: the follower's state machine then has no
+snapshot to continue from and says so.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import msgpack
 
-__all__ = ["DumpEntry", "decode_log_start", "encode_log_start"]
+__all__ = ["DumpEntry", "LogStart", "decode_log_start", "encode_log_start"]
 
-VERSION = 1
+VERSION = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,18 +45,36 @@ class DumpEntry:
         return (self.command, self.index, self.term)
 
 
-def encode_log_start(first: DumpEntry, second: DumpEntry) -> bytes:
+@dataclass(frozen=True, slots=True)
+class LogStart:
+    first: DumpEntry
+    second: DumpEntry
+    state: bytes | None = None  # the state after first.index - 1
+
+    @property
+    def state_index(self) -> int:
+        return self.first.index - 1
+
+
+def encode_log_start(first: DumpEntry, second: DumpEntry, state: bytes | None = None) -> bytes:
     if second.index != first.index + 1 or second.position <= first.position:
         raise ValueError("log start entries must be consecutive")
     rows = [[e.command, e.index, e.term, e.position] for e in (first, second)]
-    return msgpack.packb({"v": VERSION, "entries": rows})
+    return msgpack.packb({"v": VERSION, "entries": rows, "state": state,
+                          "sha256": None if state is None else hashlib.sha256(state).hexdigest()},
+                         use_bin_type=True)
 
 
-def decode_log_start(data: bytes) -> tuple[DumpEntry, DumpEntry]:
+def decode_log_start(data: bytes) -> LogStart:
+    """Raises ValueError for anything but an intact dump (a damaged state included)."""
     doc = msgpack.unpackb(data)
-    if not isinstance(doc, dict) or doc.get("v") != VERSION or len(doc.get("entries", ())) != 2:
+    if not isinstance(doc, dict) or doc.get("v") not in (1, VERSION) or len(doc.get("entries", ())) != 2:
         raise ValueError("not a RaftMQ log-start dump")
     first, second = (DumpEntry(bytes(c), int(i), int(t), int(p)) for c, i, t, p in doc["entries"])
     if second.index != first.index + 1:
         raise ValueError("log start entries are not consecutive")
-    return first, second
+    state = doc.get("state")
+    if state is not None and hashlib.sha256(state).hexdigest() != doc.get("sha256"):
+        raise ValueError(f"the state snapshot at {first.index - 1} in the log-start dump is damaged "
+                         "(checksum mismatch)")
+    return LogStart(first, second, None if state is None else bytes(state))

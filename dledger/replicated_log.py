@@ -31,8 +31,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
+import msgpack
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj import syncobj as _syncobj_module
 from pysyncobj.config import FAIL_REASON
@@ -68,7 +69,7 @@ from dledger.raft_codec import (
 from dledger.retention import RetentionPlan, plan_retention
 from dledger.transport import PeerNode, make_transport_class
 
-__all__ = ["Appended", "LeaderChange", "ReplicatedLog", "Role"]
+__all__ = ["Appended", "LeaderChange", "ReplicatedLog", "Role", "SnapshotSource"]
 
 #: More proposed bytes in flight than this: appends are batched per heartbeat.
 BATCH_ABOVE_BYTES = 128 * 1024
@@ -117,6 +118,16 @@ def _create_journal(journal_file: Any) -> Any:
 _syncobj_module.createJournal = _create_journal
 
 
+class SnapshotSource(Protocol):
+    """A state machine's snapshots: the state after an index, as bytes it can install."""
+
+    def snapshot_indexes(self) -> list[int]: ...
+    def snapshot_bytes(self, index: int) -> bytes | None: ...
+    def prune_snapshots_below(self, index: int) -> None: ...
+    def oldest_held_position(self) -> int | None:
+        """The lowest CommitLog position the state still reads later (a held message)."""
+
+
 class _RaftNode(SyncObj):
     """The pysyncobj object; its only replicated method marks DATA entries."""
 
@@ -148,10 +159,15 @@ class ReplicatedLog:
         _check_bindable(config.address)
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self._names = {addr: name for name, addr in config.peers.items()}
+        self._may_stand = True  # False once this replica's state is known to be wrong
+        self._paused_until = 0.0  # proposals refused while the leadership moves
+        self._transfer_to: PeerNode | None = None  # handed to pysyncobj on the tick thread
         self.commitlog_dir = config.data_dir / "commitlog"
         self.commitlog = CommitLog(self.commitlog_dir, config.segment_bytes,
                                    repair=config.repair_log)
         self._dump_path = config.data_dir / "log-start.dump"
+        self._received_path = config.data_dir / "received-snapshot"
+        self._snapshots: SnapshotSource | None = None
         self._finish_interrupted_reset()
         self.journal = RaftJournal(self.commitlog, config.data_dir / "raft-state")
         self._commit_cond = threading.Condition()
@@ -189,7 +205,7 @@ class ReplicatedLog:
 
     def _syncobj_conf(self, journal_key: str) -> SyncObjConf:
         c = self.config
-        lo, hi = c.election_timeout_ms
+        lo, hi = (t / 1000 for t in c.election_timeout_ms)
         return SyncObjConf(
             journalFile=journal_key,
             password=c.secret or None,
@@ -199,10 +215,10 @@ class ReplicatedLog:
             appendEntriesUseBatch=False,
             appendEntriesPeriod=c.heartbeat_ms / 1000,
             appendEntriesBatchSizeBytes=APPEND_BATCH_BYTES,
-            raftMinTimeout=lo / 1000,
-            raftMaxTimeout=hi / 1000,
+            raftMinTimeout=lo,
+            raftMaxTimeout=hi,
             leaderFallbackTimeout=c.leader_lease_ms / 1000,
-            connectionTimeout=max(hi / 1000 * 2, 2.0),
+            connectionTimeout=max(c.election_timeout_ms[1] / 1000 * 2, 2.0),
             connectionRetryTime=c.connect_retry_ms / 1000,
             logCompactionMinEntries=_NEVER,
             logCompactionMinTime=_NEVER,
@@ -230,6 +246,9 @@ class ReplicatedLog:
         future: concurrent.futures.Future[Appended] = concurrent.futures.Future()
         if not self.is_leader:
             future.set_exception(self._not_leader())
+            return future
+        if time.monotonic() < self._paused_until:
+            future.set_exception(NoLeader("leadership is being transferred; retry shortly"))
             return future
         with self._in_flight_lock:
             self._in_flight[future] = len(payload)
@@ -325,14 +344,82 @@ class ReplicatedLog:
         node = self._node._getLeader()
         return self._names.get(node.address) if node is not None else None
 
+    # -- candidacy: who may start an election, and when --------------------------------
+    def stand_for_election(self, allowed: bool) -> None:
+        """Whether this node may become a candidate (it always votes). A replica whose state
+        is known to be wrong must not lead."""
+        self._may_stand = allowed
+        if not allowed:
+            log.error("this node no longer stands for election")
+        self._apply_candidacy()
+
+    def _apply_candidacy(self) -> None:
+        """Set the election timeouts on our conf object; pysyncobj reads them at each use
+        (0.3.17, pinned). There is no pre-vote: pysyncobj already never stands while it is
+        connected to no peer (a crashed or cut-off node does not raise its term), but a node
+        whose link drops messages while the connection stays up still does."""
+        lo, hi = (t / 1000 for t in self.config.election_timeout_ms)
+        if not self._may_stand:
+            lo = hi = 1e9
+        if (self._conf.raftMinTimeout, self._conf.raftMaxTimeout) != (lo, hi):
+            self._conf.raftMinTimeout, self._conf.raftMaxTimeout = lo, hi
+
+    # -- leadership transfer (the leader's side) ------------------------------------------
+    def transfer_leadership(self, target: str | None = None, timeout: float = 3.0) -> str | None:
+        """Leader: hand the leadership to ``target`` (default: the follower with the highest
+        match index) -- pause new proposals (NoLeader, retriable), wait until the target
+        holds every entry, then pysyncobj's ``transferLeadership`` (Raft's TimeoutNow) on the
+        tick thread. Returns the new leader, or None if it did not move within ``timeout``.
+        Any thread but the tick thread."""
+        if not self.is_leader:
+            raise self._not_leader()
+        if target is None:
+            matches = self._follower_indexes("match_idx_server_")
+            if not matches:
+                return None
+            target = max(matches, key=lambda n: (matches[n], n))
+        if target not in self.config.other_peers:
+            raise ValueError(f"{target!r} is not another replica of this group "
+                             f"({sorted(self.config.other_peers)})")
+        deadline = time.monotonic() + timeout
+        self._paused_until = deadline + 1.0
+        try:
+            address = self.config.peers[target]
+            while self._raft_status().get(f"match_idx_server_{address}", 0) < self.commitlog.last_index:
+                if time.monotonic() >= deadline or not self.is_leader:
+                    return None
+                time.sleep(0.001)
+            self._transfer_to = PeerNode(address)
+            with contextlib.suppress(BlockingIOError):
+                self._wakeup.notify()
+            while self.is_leader and time.monotonic() < deadline:
+                time.sleep(0.001)
+            if self.is_leader:
+                return None
+            log.info("leadership handed to %s", target)
+            while self.leader is None and time.monotonic() < deadline:
+                time.sleep(0.001)
+            return self.leader
+        finally:
+            self._transfer_to = None
+            self._paused_until = 0.0
+
+
     def add_leader_listener(self, listener: Callable[[LeaderChange], None]) -> None:
         """``listener(LeaderChange)`` runs on the tick thread; it must not block."""
         self._listeners.append(listener)
 
     def _watch_leadership(self) -> None:
+        self._apply_candidacy()
+        target, self._transfer_to = self._transfer_to, None
+        if target is not None:
+            self._node.transferLeadership(target, lambda _res, err: err == FAIL_REASON.SUCCESS or log.warning(
+                "leadership transfer to %s refused by pysyncobj (code %s)", target.address, err))
         status = self._raft_status()
         change = LeaderChange(_ROLE_OF_STATE[status["state"]], status["raft_term"], self.leader)
         if change != self._last_change:
+            log.info("%s is now %s in term %d (leader: %s)", self.config.node, change.role.value,
+                     change.term, change.leader or "none known")
             was_leader = self._last_change is not None and self._last_change.role == Role.LEADER
             if was_leader and change.role != Role.LEADER:
                 self._fail_in_flight()
@@ -368,6 +455,12 @@ class ReplicatedLog:
         }
 
     # -- the retained start, shipped to followers behind it ---------------------------
+    def set_snapshot_source(self, source: SnapshotSource) -> None:
+        """The state machine whose snapshots go with the retained start: retention then
+        cuts the log only where a snapshot of the state before the cut is held."""
+        self._snapshots = source
+        self._write_log_start()
+
     def _write_log_start(self) -> None:
         cl = self.commitlog
         if cl.first_index <= 1 or len(cl) < 2:
@@ -375,13 +468,38 @@ class ReplicatedLog:
         first, second = (
             DumpEntry(*self.journal[i], position=cl.position_of(cl.first_index + i))
             for i in (0, 1))
-        atomic_write(self._dump_path, encode_log_start(first, second))
+        state = self._snapshots.snapshot_bytes(first.index - 1) if self._snapshots is not None else None
+        if self._snapshots is not None and state is None:
+            log.error("no snapshot of the state at %d: a follower behind the retained start "
+                      "cannot be brought up to date by this node", first.index - 1)
+        atomic_write(self._dump_path, encode_log_start(first, second, state))
 
     def _read_log_start(self, filename: str) -> tuple[Any, Any, None]:
+        """pysyncobj's deserializer, on the tick thread of a follower behind the leader's
+        retained start: keep the state snapshot durably, then restart the log."""
         with open(filename, "rb") as f:
-            first, second = decode_log_start(f.read())
-        self.journal.stage_reset(first.index, first.position)
-        return second.raft_tuple, first.raft_tuple, None
+            start = decode_log_start(f.read())
+        if start.state is not None:
+            atomic_write(self._received_path, msgpack.packb([start.state_index, start.state]))
+            log.warning("received the leader's state snapshot at index %d (%d bytes); the log "
+                        "restarts at %d", start.state_index, len(start.state), start.first.index)
+        else:
+            log.error("the leader sent no state snapshot with its retained start %d",
+                      start.first.index)
+        self.journal.stage_reset(start.first.index, start.first.position)
+        return start.second.raft_tuple, start.first.raft_tuple, None
+
+    def received_snapshot(self) -> tuple[int, bytes] | None:
+        """(index, snapshot) the leader last sent with its retained start, if any."""
+        try:
+            index, state = msgpack.unpackb(self._received_path.read_bytes())
+        except (OSError, ValueError):
+            return None
+        return int(index), bytes(state)
+
+    def forget_received_snapshot(self) -> None:
+        """The state machine installed it (and keeps its own copy)."""
+        self._received_path.unlink(missing_ok=True)
 
     def _finish_interrupted_reset(self) -> None:
         """A crash between a log reset and its first two appends leaves an empty log
@@ -390,7 +508,8 @@ class ReplicatedLog:
         if not awaiting:
             return
         try:
-            first, second = decode_log_start(self._dump_path.read_bytes())
+            start = decode_log_start(self._dump_path.read_bytes())
+            first, second = start.first, start.second
         except (OSError, ValueError):
             first = second = None
         if first is None or second is None or first.index != awaiting:
@@ -435,21 +554,39 @@ class ReplicatedLog:
         if self.is_leader:
             matches = self._follower_indexes("match_idx_server_")
             floor = min([floor, *matches.values()])
+        held = self._snapshots.oldest_held_position() if self._snapshots is not None else None
+        keep = cl.write_position if held is None else held  # messages the state still holds back
         plan = plan_retention(
             cl.segments(), c.segment_bytes, now=time.time() if now is None else now,
             max_age_s=c.retention_hours * 3600, max_bytes=c.retention_bytes,
-            floor_position=self._position_at_or_after(floor),
-            node_floor_position=self._position_at_or_after(node_floor))
-        if plan.segments:
-            first = cl.index_at_position(plan.delete_below_position)
-            dropped = cl.delete_before(first) if first is not None else 0
+            floor_position=min(self._position_at_or_after(floor), keep),
+            node_floor_position=min(self._position_at_or_after(node_floor), keep))
+        first = cl.index_at_position(plan.delete_below_position) if plan.segments else None
+        if first is not None and self._snapshots is not None:
+            first = self._cut_with_snapshot(first)
+        if first is not None and first > cl.first_index:
+            dropped = cl.delete_before(first)
             self._write_log_start()
-            log.info("retention deleted %d segments (%d entries); log now starts at %d",
-                     plan.segments, dropped, cl.first_index)
+            if self._snapshots is not None:
+                self._snapshots.prune_snapshots_below(first - 1)
+            log.info("retention deleted %d entries; log now starts at %d (%d bytes kept)",
+                     dropped, cl.first_index, cl.write_position - cl.start_position)
         if plan.blocked_by_floor:
             log.info("retention keeps %d expired segments for a lagging follower",
                      plan.blocked_by_floor)
         return plan
+
+    def _cut_with_snapshot(self, first: int) -> int | None:
+        """The highest segment start at or below ``first`` after whose previous entry the
+        state machine holds a snapshot (None: nowhere, so nothing is deleted)."""
+        cl = self.commitlog
+        assert self._snapshots is not None
+        for held in sorted(self._snapshots.snapshot_indexes(), reverse=True):
+            start = held + 1
+            if cl.first_index < start <= min(first, cl.last_index) and \
+                    cl.position_of(start) % self.config.segment_bytes == 0:
+                return start
+        return None
 
     def _position_at_or_after(self, index: int) -> int:
         cl = self.commitlog
@@ -481,8 +618,12 @@ class ReplicatedLog:
         behind = sorted(n for n, nxt in self._follower_indexes("next_node_idx_server_").items()
                         if nxt <= first)
         for name in set(behind) - self._behind_reported:
-            log.error("follower %s needs entries before %d, which retention deleted: it cannot "
-                      "catch up from this leader (see docs/DURABILITY.md)", name, first)
+            if self._snapshots is not None and self._snapshots.snapshot_bytes(first - 1) is not None:
+                log.warning("follower %s needs entries before %d, which retention deleted: it is "
+                            "sent the snapshot at %d and the log from %d", name, first, first - 1, first)
+            else:
+                log.error("follower %s needs entries before %d, which retention deleted: it cannot "
+                          "catch up from this leader (see docs/DURABILITY.md)", name, first)
         self._behind_reported = set(behind)
         return behind
 

@@ -25,10 +25,12 @@ class QueueProgress:
     queue: MessageQueue
     committed: int | None
     max_offset: int
+    min_offset: int = 0  # the first message still retained
 
     @property
     def lag(self) -> int:
-        return self.max_offset - (self.committed or 0)
+        """Retained messages not yet consumed (deleted ones are not counted)."""
+        return max(0, self.max_offset - max(self.committed or 0, self.min_offset))
 
 
 class AsyncAdmin:
@@ -113,8 +115,8 @@ class AsyncAdmin:
         rows = []
         for q in route.queues(PERM_READ):
             committed = await committed_offset(self.core, group, q)
-            _low, high, _ = await queue_offsets(self.core, q, read_from="leader")
-            rows.append(QueueProgress(q, committed, high))
+            low, high, _ = await queue_offsets(self.core, q, read_from="leader")
+            rows.append(QueueProgress(q, committed, high, low))
         return rows
 
     async def reset_offsets(self, group: str, topic: str, timestamp_ms: int) -> dict[MessageQueue, int]:

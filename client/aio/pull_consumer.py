@@ -10,6 +10,7 @@ times, so an answer "your offset is beyond my queue" from a lagging replica mean
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -25,6 +26,8 @@ from client.queues import MessageQueue
 from client.tag_filter import TagSelector, parse_tags
 
 __all__ = ["AsyncPullConsumer", "PullResult", "fetch", "queue_offsets"]
+
+log = logging.getLogger("client.pull")
 
 _PULL_OK = (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_OFFSET_MOVED,
             ResponseCode.PULL_RETRY_IMMEDIATELY)
@@ -55,6 +58,10 @@ async def fetch(core: ClientCore, queue: MessageQueue, offset: int, *, max_msgs:
     assert isinstance(next_offset, int)
     if reply.code == ResponseCode.PULL_OFFSET_MOVED and next_offset < offset:
         next_offset = offset  # a lagging replica: not yet there; never move back
+    elif reply.code == ResponseCode.PULL_OFFSET_MOVED and next_offset > offset:
+        log.warning("%s: messages %d..%d are no longer retained (retention deleted them); "
+                    "%d skipped, going on at %d", queue, offset, next_offset - 1, next_offset - offset,
+                    next_offset)
     if reply.code != ResponseCode.SUCCESS:
         return PullResult([], max(next_offset, offset), max_offset if isinstance(max_offset, int) else None)
     messages = []

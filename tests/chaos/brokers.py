@@ -17,6 +17,7 @@ directly: it observes, it is not a client under test.
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import time
@@ -26,13 +27,18 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+from dledger.config import MAX_ENTRY_BYTES
 from dledger.local_group import LocalGroup, free_port
 from tests.chaos.toxi import Link, Stream, Toxi
 
-__all__ = ["BROKER_GROUP", "SEGMENT_BYTES", "ChaosBrokers", "PeerLink"]
+__all__ = ["BROKER_GROUP", "RETENTION", "SEGMENT_BYTES", "ChaosBrokers", "PeerLink"]
 
 BROKER_GROUP = "g1"
 SEGMENT_BYTES = 4 << 20
+#: Retention active during the faults: the smallest segments (~240 KiB), a size cap of
+#: four of them, checked five times a second -- the log's start moves every few seconds.
+RETENTION = {"segment_bytes": 4 * MAX_ENTRY_BYTES, "retention_bytes": 16 * MAX_ENTRY_BYTES,
+             "retention_check_s": 0.2}
 POLL_S = 0.05
 
 
@@ -54,11 +60,14 @@ class PeerLink:
 class ChaosBrokers:
     """A 3-node broker group under ``base`` whose links all go through ``toxi``."""
 
-    def __init__(self, base: Path, toxi: Toxi) -> None:
+    def __init__(self, base: Path, toxi: Toxi, raft: dict[str, Any] | None = None) -> None:
+        """``raft``: settings over the default (4 MiB segments, no retention), e.g. RETENTION."""
         self.base = base
         self.toxi = toxi
-        self.group = LocalGroup(base, 3, module="broker", group=BROKER_GROUP,
-                                raft={"segment_bytes": SEGMENT_BYTES},
+        raft = {"segment_bytes": SEGMENT_BYTES, **(raft or {})}
+        self.segment_bytes = int(raft["segment_bytes"])
+        self.retention = "retention_bytes" in raft
+        self.group = LocalGroup(base, 3, module="broker", group=BROKER_GROUP, raft=raft,
                                 broker={"index_slots": 4096, "index_entries": 65536})
         self.nodes = self.group.nodes
         self.names = list(self.nodes)
@@ -116,6 +125,10 @@ class ChaosBrokers:
             self.kill(name)
             return None
         return time.monotonic() - started
+
+    def wipe(self, name: str) -> None:
+        """The host's disk replaced: ``name`` (down) loses its whole data directory."""
+        shutil.rmtree(self.base / name)
 
     def stop(self) -> None:
         """Every node stopped by PID (the fixture's clean-up, also on failure)."""

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.brokers import ChaosBrokers
+from tests.chaos.brokers import RETENTION, ChaosBrokers
 from tests.chaos.report import ChaosReport, report_dir
 from tests.chaos.scenario import Scenario
 from tests.chaos.toxi import Toxi, ToxiproxyMissing, ToxiproxyServer, toxiproxy_binary
@@ -51,6 +51,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--chaos-duration", type=float, default=None,
                     help=f"seconds of randomized nemesis (default {DEFAULT_NEMESIS_S:g}); "
                          "env CHAOS_DURATION")
+    group.addoption("--soak-replace-every", type=float, default=600.0,
+                    help="scripts/soak: seconds between host replacements (default 600)")
 
 
 def _option(config: pytest.Config, name: str, env: str) -> str | None:
@@ -130,8 +132,12 @@ def make_scenario(request: pytest.FixtureRequest, tmp_path: Path, toxi: Toxi, ch
                   chaos_seed: int) -> Iterator[Callable[..., Scenario]]:
     made: list[Scenario] = []
 
-    def make(**options: object) -> Scenario:
-        brokers = ChaosBrokers(tmp_path / f"brokers{len(made)}", toxi)
+    def make(*, retention: bool | dict[str, object] = False, **options: object) -> Scenario:
+        """``retention``: True for RETENTION, or a dict of [raft] settings over it."""
+        raft = {**RETENTION, **(retention if isinstance(retention, dict) else {})} if retention else None
+        brokers = ChaosBrokers(tmp_path / f"brokers{len(made)}", toxi, raft)
+        if retention:
+            options.setdefault("pad", 1000)  # bigger messages: segments fill, retention deletes
         name = request.node.name.removeprefix("test_")
         scenario = Scenario(name, chaos_seed, tmp_path / f"work{len(made)}", brokers, chaos_report,
                             **options)  # type: ignore[arg-type]

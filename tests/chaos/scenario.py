@@ -33,10 +33,11 @@ from urllib.parse import quote
 import aiohttp
 import msgpack
 
+from broker.consume_queue import UNIT_SIZE
 from broker.remoting import RequestCode, ResponseCode
 from client.message import decode_received
 from client.queues import MessageQueue
-from tests.chaos.brokers import BROKER_GROUP, SEGMENT_BYTES, ChaosBrokers
+from tests.chaos.brokers import BROKER_GROUP, ChaosBrokers
 from tests.chaos.report import ChaosReport
 from tests.chaos.workload import CONSUMER_GROUP, TOPIC, OrderedWorkload
 from tests.support.broker_client import FrameClient
@@ -62,6 +63,10 @@ async def _read_queues(address: str, queues: int) -> list[Stored]:
                 while True:
                     frame = await client.call(RequestCode.PULL_MESSAGE, {
                         "topic": TOPIC, "queueId": qid, "offset": offset, "maxMsgs": 256}, timeout=10)
+                    moved = int(frame.ext.get("nextOffset", offset))
+                    if frame.code == ResponseCode.PULL_OFFSET_MOVED and moved > offset:
+                        offset = moved  # retention deleted the start: read what is retained
+                        continue
                     if frame.code != ResponseCode.SUCCESS:
                         break
                     for off, position, stamp, data in msgpack.unpackb(frame.body):
@@ -73,6 +78,22 @@ async def _read_queues(address: str, queues: int) -> list[Stored]:
     return rows
 
 
+def consume_queue_units(directory: Path) -> dict[int, bytes]:
+    """Queue offset -> its 20-byte unit, from one ConsumeQueue's files (files are named by
+    their first offset; read as bytes, nothing is opened for writing)."""
+    units: dict[int, bytes] = {}
+    if not directory.is_dir():
+        return units
+    for path in sorted(p for p in directory.iterdir() if p.name.isdigit()):
+        data = path.read_bytes()
+        start = int(path.name)
+        for i in range(len(data) // UNIT_SIZE):
+            unit = data[i * UNIT_SIZE:(i + 1) * UNIT_SIZE]
+            if unit != bytes(UNIT_SIZE):
+                units[start + i] = unit
+    return units
+
+
 def read_replica(brokers: ChaosBrokers, name: str, queues: int) -> list[Stored]:
     """Every message of every queue of ``TOPIC`` as node ``name`` stores it (direct link)."""
     return asyncio.run(_read_queues(brokers.nodes[name].http, queues))
@@ -81,7 +102,7 @@ def read_replica(brokers: ChaosBrokers, name: str, queues: int) -> list[Stored]:
 class Scenario:
     def __init__(self, name: str, seed: int, base: Path, brokers: ChaosBrokers,
                  report: ChaosReport, *, read_from: str = "follower", rate: float = 20.0,
-                 keys: int = 8, queues: int = 4, send_timeout: float = 20.0) -> None:
+                 keys: int = 8, queues: int = 4, send_timeout: float = 20.0, pad: int = 0) -> None:
         self.name = name
         self.seed = seed
         self.rng = random.Random(seed)
@@ -90,7 +111,8 @@ class Scenario:
         self.history = MessageHistory()
         self.queues = queues
         self.workload = OrderedWorkload(brokers, self.history, base, keys=keys, queues=queues,
-                                        rate=rate, read_from=read_from, send_timeout=send_timeout)
+                                        rate=rate, read_from=read_from, send_timeout=send_timeout,
+                                        pad=pad)
         self.failovers: list[float] = []
         self.catch_ups: list[float] = []
         self.events: list[tuple[float, str]] = []
@@ -99,6 +121,7 @@ class Scenario:
         self.expect_violation = False
         self.recorded = False
         self.sending_stopped_at: float | None = None
+        self.last_index: dict[str, int] = {}  # a stopped node's last log index
 
     # -- phases ---------------------------------------------------------------------
     def start(self, warm_up: int = 150) -> Scenario:
@@ -170,6 +193,8 @@ class Scenario:
             b.converge(40)
             for name in b.names:
                 self.history.stored(name, read_replica(b, name, self.queues))
+            if b.retention:
+                self.history.retained()
             self.event(f"replicas converged; {len(self.history.replicas[b.names[0]])} messages stored")
             try:
                 self.workload.drain(30)
@@ -179,10 +204,12 @@ class Scenario:
             b.converge(30)
             problems += self._final_offsets()
             self.event("consumer stopped and offsets committed")
+            problems += self._compare_digests()
         finally:
             self.workload.close()
             b.kill_all()
         problems += self._compare_logs()
+        problems += self._compare_consume_queues()
         if self.workload.unexpected:
             problems.append(f"the client raised non-ClientError exceptions: {self.workload.unexpected[:3]}")
         figures, violated = self.history.analyze(exactly_once=exactly_once, complete=True)
@@ -214,11 +241,47 @@ class Scenario:
         return {str(MessageQueue(r["topic"], BROKER_GROUP, int(r["queue"]))): int(r["committed"])
                 for r in doc["queues"]}
 
+    def _compare_digests(self) -> list[str]:
+        """Every replica's state digest is the same at every index two of them recorded."""
+        digests = {n: (self.brokers.status(n) or {}).get("state_digests", {}) for n in self.brokers.names}
+        compared, problems = 0, []
+        for index in sorted({i for d in digests.values() for i in d}, key=int):
+            held = {n: d[index] for n, d in digests.items() if index in d}
+            if len(held) > 1:
+                compared += 1
+                if len(set(held.values())) > 1:
+                    problems.append(f"state digests differ at index {index}: "
+                                    f"{ {n: v[:12] for n, v in held.items()} }")
+        self.event(f"state digests compared at {compared} indexes"
+                   + (f": {len(problems)} differ" if problems else ", equal"))
+        return problems
+
+    def _compare_consume_queues(self) -> list[str]:
+        """The ConsumeQueues of ``TOPIC`` are equal unit by unit over the offsets every
+        replica holds (read from the files of the stopped replicas)."""
+        b = self.brokers
+        problems, units = [], 0
+        for qid in range(self.queues):
+            held = {n: consume_queue_units(b.base / n / "store" / "consumequeue" / TOPIC / str(qid))
+                    for n in b.names}
+            low = max((min(u) for u in held.values() if u), default=0)
+            high = min((max(u) + 1 for u in held.values() if u), default=0)
+            ref = b.names[0]
+            for name in b.names[1:]:
+                bad = [o for o in range(low, high) if held[name].get(o) != held[ref].get(o)]
+                if bad:
+                    problems.append(f"queue {qid}: {name}'s ConsumeQueue differs from {ref}'s at offset "
+                                    f"{bad[0]} ({len(bad)} units)")
+            units += max(0, high - low)
+        self.event(f"ConsumeQueues compared unit by unit: {units} units"
+                   + (f"; {problems}" if problems else ", equal"))
+        return problems
+
     def _compare_logs(self) -> list[str]:
         b = self.brokers
         dirs = {n: b.base / n for n in b.names}
-        logs = {n: read_log(d, SEGMENT_BYTES) for n, d in dirs.items()}
-        problems = log_differences(logs, dirs)
+        logs = {n: read_log(d, b.segment_bytes) for n, d in dirs.items()}
+        problems = log_differences(logs, dirs, common_range=b.retention)
         for queue, offsets in committed_offsets(logs[b.names[0]], CONSUMER_GROUP, BROKER_GROUP).items():
             self.history.offset_logged(queue, offsets)
         self.event(f"CommitLogs compared: {len(logs[b.names[0]])} entries each"

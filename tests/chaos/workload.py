@@ -50,13 +50,15 @@ T = TypeVar("T")
 class OrderedWorkload:
     def __init__(self, brokers: ChaosBrokers, history: MessageHistory, work_dir: Path, *,
                  keys: int = 8, queues: int = 4, rate: float = 20.0, read_from: str = "follower",
-                 send_timeout: float = 20.0) -> None:
+                 send_timeout: float = 20.0, pad: int = 0) -> None:
+        """``pad``: bytes added to each payload (so that retention has segments to delete)."""
         self.brokers = brokers
         self.history = history
         self.work_dir = work_dir
         self.keys = [f"k{i}" for i in range(keys)]
         self.queues = queues
         self.pause = 1.0 / rate
+        self.pad = b"." * pad
         self.read_from = read_from
         self.send_timeout = send_timeout
         self.send_started: dict[bytes, float] = {}  # payload -> monotonic start of its send
@@ -203,7 +205,7 @@ class OrderedWorkload:
         assert self._producer is not None
         n = 0
         while self._sending.is_set():
-            payload = f"{key}:{n:06d}".encode()
+            payload = f"{key}:{n:06d}".encode() + self.pad
             n += 1
             self.send_started[payload] = time.monotonic()
             try:

@@ -40,11 +40,17 @@ def read_log(data_dir: Path, segment_bytes: int) -> list[Entry]:
         log.close()
 
 
-def log_differences(logs: dict[str, list[Entry]], dirs: dict[str, Path] | None = None) -> list[str]:
+def log_differences(logs: dict[str, list[Entry]], dirs: dict[str, Path] | None = None,
+                    common_range: bool = False) -> list[str]:
     """Why the replicas' logs are not identical ([] if they are). ``dirs`` (replica ->
-    data dir) adds a byte-for-byte comparison of the segment files."""
+    data dir) adds a byte-for-byte comparison of the segment files. ``common_range``
+    (retention active: replicas delete their log's start at different times): only the
+    entries and segment files every replica still holds are compared."""
     problems: list[str] = []
     names = sorted(logs)
+    if common_range and all(logs.values()):
+        start = max(log[0].index for log in logs.values())
+        logs = {n: [e for e in log if e.index >= start] for n, log in logs.items()}
     ref = logs[names[0]]
     for name in names[1:]:
         other = logs[name]
@@ -60,9 +66,16 @@ def log_differences(logs: dict[str, list[Entry]], dirs: dict[str, Path] | None =
     if dirs and not problems:
         base = dirs[names[0]] / "commitlog"
         files = sorted(p.name for p in base.iterdir() if p.name.isdigit())
+        if common_range:
+            for name in names[1:]:
+                held = {p.name for p in (dirs[name] / "commitlog").iterdir()}
+                files = [f for f in files if f in held]
+            files = files[1:]  # the first common one may be partly deleted on one replica
         for name in names[1:]:
             other_dir = dirs[name] / "commitlog"
             theirs = sorted(p.name for p in other_dir.iterdir() if p.name.isdigit())
+            if common_range:
+                theirs = [f for f in theirs if f in files]
             if theirs != files:
                 problems.append(f"{name}'s segment files {theirs} differ from {names[0]}'s {files}")
                 continue

@@ -27,7 +27,10 @@ Toxiproxy chaos suite (``tests/chaos``). What is recorded:
 * an unknown-outcome message appears at most once; a failed one never;
 * replicas agree: every replica stores the same rows, and every delivery is one of
   them (queue, offset, bytes, position) -- a replica that served an entry which was
-  not committed would show up as a delivered-but-not-stored message;
+  not committed would show up as a delivered-but-not-stored message; with retention
+  active (``retained``), rows below the first offset every replica holds are gone and
+  those checks cover what is retained, while no-loss and order still cover everything
+  through the deliveries;
 * committed consumer offsets never go backwards (per replica incarnation, and in log
   order);
 * (``exactly_once``) no message was delivered twice; (``complete``) every stored
@@ -90,6 +93,9 @@ class MessageHistory:
     replicas: dict[str, list[Stored]] = field(default_factory=dict)
     offsets_seen: dict[tuple[str, str], list[int]] = field(default_factory=dict)  # (source, queue)
     offsets_logged: dict[str, list[int]] = field(default_factory=dict)  # queue -> log order
+    #: queue -> the first offset every replica still holds (retention deleted what is below):
+    #: what is below is checked through the deliveries only
+    retained_from: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- recording (thread-safe) ------------------------------------------------
@@ -111,9 +117,21 @@ class MessageHistory:
             self.deliveries.append(Delivery(payload, queue, offset, who, position, time.monotonic()))
 
     def stored(self, replica: str, rows: Iterable[Stored]) -> None:
-        """The final rows of one replica (every queue, from its first offset)."""
+        """The final rows of one replica (every queue, from its first retained offset)."""
         with self._lock:
             self.replicas[replica] = sorted(rows)
+
+    def retained(self) -> None:
+        """Retention was active: note, per queue, the first offset every replica holds."""
+        with self._lock:
+            firsts: dict[str, list[int]] = defaultdict(list)
+            for rows in self.replicas.values():
+                seen: dict[str, int] = {}
+                for row in rows:
+                    seen[row.queue] = min(seen.get(row.queue, row.offset), row.offset)
+                for queue, first in seen.items():
+                    firsts[queue].append(first)
+            self.retained_from = {q: max(v) for q, v in firsts.items()}
 
     def offset_seen(self, source: str, queue: str, offset: int) -> None:
         """A committed offset as ``source`` (one process incarnation of a replica) reported it."""
@@ -164,7 +182,9 @@ class MessageHistory:
         with self._lock:
             sends = list(self.sends)
             deliveries = list(self.deliveries)
-            replicas = {k: list(v) for k, v in self.replicas.items()}
+            kept = dict(self.retained_from)
+            replicas = {k: [r for r in v if r.offset >= kept.get(r.queue, 0)]
+                        for k, v in self.replicas.items()}
             seen = {k: list(v) for k, v in self.offsets_seen.items()}
             logged = {k: list(v) for k, v in self.offsets_logged.items()}
         problems: list[str] = []
@@ -270,11 +290,12 @@ class MessageHistory:
                                 f"e.g. {_first(twice)}")
             unknown = {s.payload for s in sends if s.outcome == "unknown"}
             unknown_stored = sum(p in stored_at for p in unknown)
-            not_stored = [s.payload for s in acked if s.payload not in stored_at]
+            checkable = [s for s in acked if s.offset >= kept.get(s.queue, 0)]  # not retention's
+            not_stored = [s.payload for s in checkable if s.payload not in stored_at]
             if not_stored:
                 problems.append(f"{len(not_stored)} acknowledged messages are not stored, e.g. "
                                 f"{_first(not_stored)}")
-            wrong_place = [s.payload for s in acked if s.payload in stored_at
+            wrong_place = [s.payload for s in checkable if s.payload in stored_at
                            and [(r.queue, r.offset) for r in stored_at[s.payload]] != [(s.queue, s.offset)]]
             if wrong_place:
                 problems.append(f"{len(wrong_place)} acknowledged messages stored elsewhere than "
@@ -284,7 +305,8 @@ class MessageHistory:
                 problems.append(f"{len(failed_stored)} messages reported failed are stored: "
                                 f"{_first(failed_stored)}")
             rows_by_place = {(r.queue, r.offset): r for r in ref}
-            phantom = [d for d in deliveries if not _matches(rows_by_place.get((d.queue, d.offset)), d)]
+            phantom = [d for d in deliveries if d.offset >= kept.get(d.queue, 0)
+                       and not _matches(rows_by_place.get((d.queue, d.offset)), d)]
             if phantom:
                 d = phantom[0]
                 problems.append(f"{len(phantom)} deliveries are not in the final log (served an entry "

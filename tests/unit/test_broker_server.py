@@ -153,7 +153,7 @@ def test_metrics_and_admin_api(one_node_broker) -> None:  # type: ignore[no-unty
                 assert (await r.json())["adm"] == {"queues": 1, "perm": 6, "max_offsets": [1]}
             async with http.get(base.with_path("/admin/groups/g1/offsets")) as r:
                 assert (await r.json())["queues"] == [
-                    {"topic": "adm", "queue": 0, "committed": 0, "max_offset": 1, "lag": 1}]
+                    {"topic": "adm", "queue": 0, "committed": 0, "min_offset": 0, "max_offset": 1, "lag": 1}]
             async with http.get(base.with_path("/admin/messages").with_query(key="k1")) as r:
                 (found,) = await r.json()
                 assert found["msg_id"] == m.msg_id.hex() and found["body_base64"] == "aGVsbG8="

@@ -232,3 +232,41 @@ def test_sql92_subscriptions_select_on_properties(broker: str) -> None:
         assert sorted(int(m.body) for m in got) == [i for i, (_, ok) in enumerate(rows) if ok]
     finally:
         c.shutdown()
+
+
+def test_a_held_message_s_send_result_names_its_queue_and_no_internal_offset(broker: str) -> None:
+    """Issue 13 row 8: a delayed send reported its offset in SCHEDULE_TOPIC_XXXX's queue."""
+    create_topic(broker, "held")
+    with Producer(servers=[broker]) as p:
+        first = p.send(Message("held", b"now"), shard_key="k")
+        later = p.send(Message("held", b"later", deliver_at_ms=int(time.time() * 1000) + 600), shard_key="k")
+        last = p.send(Message("held", b"also now"), shard_key="k")
+    assert later.queue == first.queue and later.queue_offset == -1
+    assert (first.queue_offset, last.queue_offset) == (0, 1)
+    c, got = collect(broker, "held", "g-held")
+    try:
+        wait_until(timeout=15, predicate=lambda: len(got) >= 3, what="three deliveries")
+        assert {m.body: m.queue_offset for m in got}[b"later"] == 2  # its offset, given at delivery
+    finally:
+        c.shutdown()
+
+
+def test_consume_max_with_commit_commits_exactly_what_it_printed(broker: str) -> None:
+    """Issue 13 row 8: `raftmq consume --max 20 --commit` printed 20 and committed 32."""
+    import subprocess
+    import sys
+
+    create_topic(broker, "counted")
+    with Producer(servers=[broker]) as p:
+        p.send_batch([Message("counted", f"m{i}".encode()) for i in range(50)], shard_key="k")
+    out = subprocess.run([sys.executable, "-m", "broker.cli", "consume", "counted", "--group", "cli-g",
+                          "--from", "first", "--max", "20", "--commit", "--servers", broker],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert len(out.stdout.splitlines()) == 20
+    admin = Admin(servers=[broker])
+    try:
+        (row,) = admin.progress("cli-g", "counted")
+        assert (row.committed, row.max_offset) == (20, 50)
+    finally:
+        admin.close()

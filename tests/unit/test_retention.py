@@ -198,3 +198,49 @@ def test_a_crash_inside_a_log_restart_is_finished_from_the_received_dump(tmp_pat
         assert appended.index > 41 and rlog.read(41)[0].body == b"forty-one"
     finally:
         rlog.close()
+
+
+class FakeSnapshots:
+    """A state machine's snapshots as ReplicatedLog sees them."""
+
+    def __init__(self, indexes: list[int], held: int | None = None) -> None:
+        self.indexes, self.held, self.pruned_below = indexes, held, 0
+
+    def snapshot_indexes(self) -> list[int]:
+        return self.indexes
+
+    def snapshot_bytes(self, index: int) -> bytes | None:
+        return f"state@{index}".encode() if index in self.indexes else None
+
+    def prune_snapshots_below(self, index: int) -> None:
+        self.pruned_below = index
+
+    def oldest_held_position(self) -> int | None:
+        return self.held
+
+
+def test_retention_cuts_only_where_a_snapshot_is_held_and_keeps_held_messages(single: ReplicatedLog) -> None:
+    from dledger.log_start import decode_log_start
+
+    wait_for(lambda: single.is_leader, 10, "leader")
+    single.set_snapshot_source(FakeSnapshots([]))
+    body = b"s" * (MAX_ENTRY_BYTES - 100)
+    done = [single.propose(body + bytes([i])).result(timeout=10) for i in range(20)]
+    starts = [a.index for a in done if a.position % single.config.segment_bytes == 0 and a.index > 1]
+    assert len(starts) >= 4
+    single.enforce_retention()
+    assert single.commitlog.first_index == 1  # no snapshot: nothing may go
+
+    by_index = {a.index: a for a in done}
+    held_in = by_index[starts[1]].position + 10  # a held message in the segment from starts[1]
+    source = FakeSnapshots([starts[0] - 1, starts[1] - 1, starts[2] - 1], held=held_in)
+    single.set_snapshot_source(source)
+    single.enforce_retention()
+    assert single.commitlog.first_index == starts[1]  # the held message's segment stays
+
+    source.held = None
+    single.enforce_retention()
+    assert single.commitlog.first_index == starts[2]  # the newest cut with a snapshot
+    assert source.pruned_below == starts[2] - 1
+    start = decode_log_start((single.config.data_dir / "log-start.dump").read_bytes())
+    assert start.first.index == starts[2] and start.state == f"state@{starts[2] - 1}".encode()

@@ -225,7 +225,8 @@ class BrokerStateMachine:
         self.timers = Timers(state.get("timers"))
         self.halves = Halves(state.get("halves"))
         self._cq_hash = int.from_bytes(state.get("cq_hash", b""), "big")
-        #: snapshots installed here: [snapshot index, when (ms)] (not replicated state)
+        #: snapshots installed here: [snapshot index, when (ms), the first entry this replica
+        #: never applied (the gap is from there to the snapshot index)] (not replicated state)
         self.installs: list[list[int]] = state.get("installs", [])
         self._digests: dict[int, str] = {}  # recent snapshot index -> digest
         for index in self.snapshots.indexes()[-DIGESTS_KEPT:]:
@@ -365,6 +366,7 @@ class BrokerStateMachine:
         snap = Snapshot.decode(data)
         if snap.index != index:
             raise SnapshotError(f"the snapshot received is of index {snap.index}, not {index}")
+        gap_from = self._applied + 1
         if self._writing is not None:
             self._writing.result()
             self._writing = None
@@ -391,10 +393,11 @@ class BrokerStateMachine:
             self._applied = index
             self._digests[index] = snap.digest
         self.snapshots.write(snap)  # this replica can now send it on
-        self.installs.append([index, int(time.time() * 1000)])
+        self.installs.append([index, int(time.time() * 1000), gap_from])
         self._checkpoint()
-        log.info("installed the snapshot at index %d (state digest %s): %d topics, %d queues",
-                 index, snap.digest[:16], len(self.topics), len(self._queues))
+        log.info("installed the snapshot at index %d (state digest %s; entries %d..%d were never "
+                 "applied here): %d topics, %d queues", index, snap.digest[:16], gap_from, index,
+                 len(self.topics), len(self._queues))
 
     # -- reading -----------------------------------------------------------------
     def results(self, index: int) -> list[Applied] | None:

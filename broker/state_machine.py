@@ -729,6 +729,18 @@ class BrokerStateMachine:
                 if cq.max_offset > known[qid]:
                     cq.truncate_from(known[qid])
                 self._queues[(topic, qid)] = cq
+        # A queue the checkpoint knows but whose files are gone: its topic was deleted after the
+        # checkpoint, and the replay applies messages to it again before deleting it again. It
+        # restarts at the checkpoint's next offset, so they get the offsets they got the first
+        # time (the producer table and the ConsumeQueue hash record them).
+        for topic, by_queue in next_offsets.items():
+            for qid, next_offset in by_queue.items():
+                if (topic, int(qid)) not in self._queues and next_offset > 0:
+                    log.info("queue %s/%s has no files; restarted at offset %d (its topic was deleted "
+                             "after the checkpoint)", topic, qid, next_offset)
+                    self._queues[(topic, int(qid))] = ConsumeQueue(
+                        self._cq_root / topic_directory(topic) / str(qid), self._units,
+                        start_offset=int(next_offset))
 
     @property
     def _checkpoint_path(self) -> Path:

@@ -628,3 +628,35 @@ def test_the_longest_group_names_retry_and_dead_letter_queues_are_stored_and_res
         again.close()
     assert len({p.name for p in (tmp_path / "s" / "consumequeue").iterdir()}) == 3
 
+
+
+def test_a_replay_over_a_topic_deleted_after_the_checkpoint_gives_the_same_offsets(tmp_path: Path) -> None:
+    """The delete removed the queue's files before a checkpoint covered it; after a crash the
+    replay stores the topic's messages again: they must get the offsets they got the first
+    time (the idempotent-producer table keeps them), not restart at 0."""
+    log = Log()
+    log.add([encode_admin(CreateTopic("t", 1))])
+    log.add([msg("t", 1, producer_id="p", sequence=0)])
+    log.add([msg("t", 2, producer_id="p", sequence=1)])
+    log.add([encode_admin(DeleteTopic("t")), encode_admin(CreateTopic("t", 1))])
+
+    whole = BrokerStateMachine(tmp_path / "whole", index_slots=8, index_entries=64)
+    whole.apply(log.entries)
+    want = (whole._producers, whole.recent_digests(), whole._replicated_state(whole._next_offsets()))
+    whole.close()
+
+    crashed = BrokerStateMachine(tmp_path / "crashed", index_slots=8, index_entries=64)
+    crashed.apply(log.entries[:2])
+    crashed.checkpoint()
+    saved = (tmp_path / "crashed" / "state.checkpoint").read_bytes()
+    crashed.apply(log.entries[2:])
+    crashed.close()
+    (tmp_path / "crashed" / "state.checkpoint").write_bytes(saved)
+    again = BrokerStateMachine(tmp_path / "crashed", index_slots=8, index_entries=64)
+    try:
+        again.apply(log.entries[again.applied_index():])
+        assert again._producers["p\x00t\x000"][1] == [0, 1]
+        assert (again._producers, again.recent_digests(),
+                again._replicated_state(again._next_offsets())) == want
+    finally:
+        again.close()

@@ -198,7 +198,8 @@ class BrokerStateMachine:
         self._lock = threading.Lock()
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._results: OrderedDict[int, list[tuple[Any, ...]]] = OrderedDict()  # Applied as tuples
-        self._retained_min: dict[tuple[int, int], int] = {}  # (queue, log start) -> first offset kept
+        # (id of a queue, log start) -> (the queue, its first offset kept)
+        self._retained_min: dict[tuple[int, int], tuple[ConsumeQueue, int]] = {}
         self.on_applied: list[Callable[[int], None]] = []  # run on the apply thread
         state = msgpack.unpackb(read_or_none(self._checkpoint_path) or msgpack.packb({}),
                                 strict_map_key=False)
@@ -414,12 +415,13 @@ class BrokerStateMachine:
         """The first offset of ``cq`` whose message is still in the CommitLog, which now starts
         at position ``log_start`` (units below it may linger until ``trim``)."""
         key = (id(cq), log_start)
-        found = self._retained_min.get(key)
-        if found is None or found < cq.min_offset:
-            found = cq.offset_for_position(log_start)
-            if len(self._retained_min) > 100_000:
-                self._retained_min.clear()
-            self._retained_min[key] = found
+        cached = self._retained_min.get(key)  # holds the queue: its id is not reused meanwhile
+        if cached is not None and cached[0] is cq and cached[1] >= cq.min_offset:
+            return cached[1]
+        found = cq.offset_for_position(log_start)
+        if len(self._retained_min) > 100_000:
+            self._retained_min.clear()
+        self._retained_min[key] = (cq, found)
         return found
 
     def trim(self, log_start: int) -> int:

@@ -28,6 +28,8 @@ __all__ = ["Applier", "StateMachine"]
 
 log = logging.getLogger("dledger.applier")
 
+_STALLED = "its state machine waits for a snapshot"
+
 
 class StateMachine(Protocol):
     def applied_index(self) -> int:
@@ -115,6 +117,7 @@ class Applier:
                 return
             self._rlog.forget_received_snapshot()
             self.stalled = None
+            self._rlog.stand_for_election(True, _STALLED)
             log.warning("state restored from the leader's snapshot at %d (entries %d..%d were "
                         "deleted before this node had them)", received[0], gap.wanted, received[0])
             return
@@ -124,6 +127,7 @@ class Applier:
     def _stall(self, why: str) -> None:
         if self.stalled != why:
             log.error("cannot apply: %s; waiting for the leader to send one", why)
+            self._rlog.stand_for_election(False, _STALLED)  # it cannot lead with an old state
         self.stalled = why
         self._stop.wait(1.0)
 

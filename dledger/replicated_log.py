@@ -159,7 +159,7 @@ class ReplicatedLog:
         _check_bindable(config.address)
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self._names = {addr: name for name, addr in config.peers.items()}
-        self._may_stand = True  # False once this replica's state is known to be wrong
+        self._not_standing: set[str] = set()  # why this node must not become a candidate
         self._paused_until = 0.0  # proposals refused while the leadership moves
         self._transfer_to: PeerNode | None = None  # handed to pysyncobj on the tick thread
         self.commitlog_dir = config.data_dir / "commitlog"
@@ -345,12 +345,17 @@ class ReplicatedLog:
         return self._names.get(node.address) if node is not None else None
 
     # -- candidacy: who may start an election, and when --------------------------------
-    def stand_for_election(self, allowed: bool) -> None:
-        """Whether this node may become a candidate (it always votes). A replica whose state
-        is known to be wrong must not lead."""
-        self._may_stand = allowed
-        if not allowed:
-            log.error("this node no longer stands for election")
+    def stand_for_election(self, allowed: bool, reason: str = "its state is known to be wrong") -> None:
+        """Whether this node may become a candidate for ``reason`` (it always votes): a replica
+        whose state is wrong or behind what it can apply must not lead. It stands again once
+        no reason is left."""
+        if allowed:
+            if reason in self._not_standing:
+                self._not_standing.discard(reason)
+                log.info("this node may stand for election again (%s is over)", reason)
+        elif reason not in self._not_standing:
+            self._not_standing.add(reason)
+            log.error("this node no longer stands for election: %s", reason)
         self._apply_candidacy()
 
     def _apply_candidacy(self) -> None:
@@ -359,7 +364,7 @@ class ReplicatedLog:
         connected to no peer (a crashed or cut-off node does not raise its term), but a node
         whose link drops messages while the connection stays up still does."""
         lo, hi = (t / 1000 for t in self.config.election_timeout_ms)
-        if not self._may_stand:
+        if self._not_standing:
             lo = hi = 1e9
         if (self._conf.raftMinTimeout, self._conf.raftMaxTimeout) != (lo, hi):
             self._conf.raftMinTimeout, self._conf.raftMaxTimeout = lo, hi

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from client.errors import ClientError
 from tests.chaos.scenario import Scenario
 
 __all__ = ["Nemesis"]
@@ -39,15 +40,23 @@ class Nemesis:
             name = self.rng.choice(sorted(self.faults))
             hold_until = time.monotonic() + self.rng.uniform(1.5, 4.0)
             healed_later = self.faults[name]()
+            unstarted = False
             if self.rng.random() < 0.25:  # a consumer restart while the fault holds
                 began = time.monotonic()
-                self.s.workload.restart_consumer()
-                took = time.monotonic() - began
-                self.s.event(f"nemesis: consumer restarted during the fault in {took:.1f}s")
+                try:
+                    self.s.workload.restart_consumer(start_timeout=max(2.0, hold_until - began))
+                    self.s.event(f"nemesis: consumer restarted during the fault in "
+                                 f"{time.monotonic() - began:.1f}s")
+                except ClientError as e:  # every client link is cut: it starts after healing
+                    unstarted = True
+                    self.s.event(f"nemesis: the consumer could not start during the fault ({e})")
                 name += "+consumer_restart"
             time.sleep(max(0.0, hold_until - time.monotonic()))  # the fault's duration
             done.append(name)
             self.recover(healed_later)
+            if unstarted:
+                self.s.workload.restart_consumer()
+                self.s.event("nemesis: consumer started after healing")
         self.s.notes.append("nemesis: " + ", ".join(done))
         return done
 

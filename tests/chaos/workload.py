@@ -84,11 +84,13 @@ class OrderedWorkload:
         self._sending.clear()
         self._run(self._join_senders(), timeout)
 
-    def restart_consumer(self, timeout: float = 60.0) -> None:
+    def restart_consumer(self, timeout: float = 60.0, start_timeout: float = 30.0) -> None:
         """Shut the consumer down (it commits) and start a new member of the same group,
-        which resumes from the committed offsets (redelivery is allowed, loss is not)."""
+        which resumes from the committed offsets (redelivery is allowed, loss is not).
+        Raises ClientError if no replica could be reached for ``start_timeout`` s (there is
+        then no consumer until this is called again)."""
         self._run(self._stop_consumer(), timeout)
-        self._run(self._start_consumer(), timeout)
+        self._run(self._start_consumer(start_timeout), timeout)
 
     def stop_consumer(self, timeout: float = 20.0) -> None:
         """Shut the consumer down (it commits its final offsets)."""

@@ -38,8 +38,9 @@ named by a sequence number (``00000000000000000000``, ``...01``, ...), never by 
 I/O: each open file is mapped shared (``mmap``), as RocketMQ maps its IndexFiles: a
 put is three stores into the mapping (entry, slot, header; the slot read first) and
 no system call, which matters because the apply step indexes every message on every
-replica. Only the pages touched become resident (a default file is about 420 MB,
-sparse until written). Every access holds the file's lock, so the mapping is never
+replica. Only the pages touched become resident (a full default file is about
+420 MB, sparse until written; an IndexService's first files are smaller, see
+``IndexService``). Every access holds the file's lock, so the mapping is never
 used after ``close``. ``flush`` fsyncs the descriptor: on Linux that writes back the
 pages dirtied through the mapping too. Creation still writes with ``pwrite``.
 A write into a sparse page when the disk is full ends the process with SIGBUS
@@ -75,6 +76,7 @@ __all__ = [
     "DEFAULT_SLOT_NUM",
     "ENTRY",
     "ENTRY_SIZE",
+    "GRADED_FILES",
     "HEADER",
     "HEADER_SIZE",
     "SLOT",
@@ -84,6 +86,7 @@ __all__ = [
     "IndexFileCorrupt",
     "IndexHeader",
     "IndexService",
+    "geometry_of",
     "index_file_name",
     "index_file_size",
     "key_hash",
@@ -144,6 +147,16 @@ def index_file_name(sequence: int) -> str:
 def index_file_size(slot_num: int, index_num: int) -> int:
     """Bytes in an IndexFile of this geometry."""
     return HEADER_SIZE + slot_num * SLOT_SIZE + index_num * ENTRY_SIZE
+
+
+#: Files 0, 1, 2 of an IndexService are 1/64, 1/16, 1/4 of its geometry; later ones whole.
+GRADED_FILES = 3
+
+
+def geometry_of(sequence: int, slot_num: int, index_num: int) -> tuple[int, int]:
+    """(slot_num, index_num) of an IndexService's file number ``sequence``. Pure."""
+    shrink = 4 ** max(0, GRADED_FILES - sequence)
+    return max(1, slot_num // shrink), max(2, index_num // shrink)
 
 
 def _check_geometry(slot_num: int, index_num: int) -> None:
@@ -465,9 +478,13 @@ class IndexService:
           00000000000000000001   full
           00000000000000000002   the one being written
 
-    Every file has the service's geometry (files with other sizes raise
-    IndexFileCorrupt on open: the index is derived data, so delete the directory
-    and rebuild it, or restore the old sizes). The keys of one message never span
+    Files are sized for the load (``geometry_of``): file 0 has 1/64 of the service's
+    slots and entries, file 1 1/16, file 2 1/4 and every later file the whole, so an
+    idle broker holds one ~6.6 MB file (apparent size, defaults) instead of ~420 MB,
+    and a busy one reaches full-size files after about 6.6 million keys. A file of the
+    full geometry is accepted at any number (written before files were graded).
+    Other sizes raise IndexFileCorrupt on open: the index is derived data, so delete
+    the directory and rebuild it, or restore the old sizes. The keys of one message never span
     two files: when they do not all fit in the last file, a new one is started
     (the rest of the old one stays unused), so each file begins at a message and
     rebuilding from that message's position reproduces it.
@@ -478,8 +495,9 @@ class IndexService:
     """
 
     def __init__(self, directory: Path, slot_num: int = DEFAULT_SLOT_NUM,
-                 index_num: int = DEFAULT_INDEX_NUM) -> None:
-        """Open (or create, empty) the index in ``directory``.
+                 index_num: int = DEFAULT_INDEX_NUM, *, graded: bool = True) -> None:
+        """Open (or create, empty) the index in ``directory``; ``graded=False``: every file
+        of the full geometry.
 
         Removes temporary files left by an interrupted ``IndexFile.create``. Raises
         ValueError for a bad geometry, IndexFileCorrupt if the file numbers are not
@@ -489,6 +507,7 @@ class IndexService:
         self._dir = Path(directory)
         self._slot_num = slot_num
         self._index_num = index_num
+        self._graded = graded
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._files: list[tuple[int, IndexFile]] = []
@@ -508,7 +527,7 @@ class IndexService:
                 if self._files and seq != self._files[-1][0] + 1:
                     raise IndexFileCorrupt(f"index files in {self._dir} are not numbered contiguously: "
                                            f"{index_file_name(self._files[-1][0])} is followed by {name}")
-                self._files.append((seq, IndexFile.open(self._dir / name, slot_num, index_num)))
+                self._files.append((seq, self._open(seq)))
         except BaseException:
             for _, f in self._files:
                 f.close()
@@ -542,8 +561,10 @@ class IndexService:
             self._check_open()
             if not self._files or not self._files[-1][1].put_many(unique, position, ts_ms):
                 f = self._roll()
-                if not f.put_many(unique, position, ts_ms):
-                    raise AssertionError(f"index file {f.path} refused a put it had room for")
+                while not f.put_many(unique, position, ts_ms):  # a small first file: the next is larger
+                    if f.index_num >= self._index_num:
+                        raise AssertionError(f"index file {f.path} refused a put it had room for")
+                    f = self._roll()
         return len(unique)
 
     def mark(self) -> tuple[int, IndexHeader] | None:
@@ -685,9 +706,22 @@ class IndexService:
             for _, f in self._files:
                 f.close()
 
+    def _open(self, seq: int) -> IndexFile:
+        path = self._dir / index_file_name(seq)
+        graded = self._geometry(seq)
+        if graded != (self._slot_num, self._index_num) and \
+                os.stat(path).st_size == index_file_size(self._slot_num, self._index_num):
+            graded = (self._slot_num, self._index_num)  # written before files were graded
+        return IndexFile.open(path, *graded)
+
+    def _geometry(self, seq: int) -> tuple[int, int]:
+        if not self._graded:
+            return self._slot_num, self._index_num
+        return geometry_of(seq, self._slot_num, self._index_num)
+
     def _roll(self) -> IndexFile:
         seq = self._files[-1][0] + 1 if self._files else 0
-        f = IndexFile.create(self._dir / index_file_name(seq), self._slot_num, self._index_num)
+        f = IndexFile.create(self._dir / index_file_name(seq), *self._geometry(seq))
         self._files.append((seq, f))
         return f
 

@@ -12,6 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.index_file import (
+    DEFAULT_INDEX_NUM,
+    DEFAULT_SLOT_NUM,
     ENTRY,
     ENTRY_SIZE,
     HEADER,
@@ -21,6 +23,7 @@ from broker.index_file import (
     IndexFileCorrupt,
     IndexHeader,
     IndexService,
+    geometry_of,
     index_file_name,
     index_file_size,
     key_hash,
@@ -179,7 +182,7 @@ def test_closed(index: IndexFile) -> None:
 # -- IndexService -----------------------------------------------------------------------------
 
 def service(directory: Path) -> IndexService:
-    return IndexService(directory, slot_num=16, index_num=9)  # 8 entries a file
+    return IndexService(directory, slot_num=16, index_num=9, graded=False)  # 8 entries a file
 
 
 def test_service_rolls_and_queries_newest_first(tmp_path: Path) -> None:
@@ -308,7 +311,7 @@ def test_leftover_temp_file_removed_and_gaps_rejected(tmp_path: Path) -> None:
         service(d)
     (d / index_file_name(2)).unlink()
     with pytest.raises(IndexFileCorrupt):
-        IndexService(d, slot_num=16, index_num=10)
+        IndexService(d, slot_num=16, index_num=10, graded=False)
 
 
 # -- property ---------------------------------------------------------------------------------
@@ -351,7 +354,7 @@ def test_rollback_to_a_mark_restores_the_exact_bytes(tmp_path: Path) -> None:
     import filecmp
     import shutil
 
-    svc = IndexService(tmp_path / "idx", slot_num=4, index_num=16)
+    svc = IndexService(tmp_path / "idx", slot_num=4, index_num=16, graded=False)
     for i in range(20):
         svc.put_keys([f"k{i % 5}", f"id{i}"], 100 * i, 1_000_000 + 37 * i)
     svc.flush()
@@ -389,3 +392,24 @@ def test_puts_are_in_the_file_for_another_reader_before_any_flush(index: IndexFi
     other = IndexFile.open(tmp_path / "idx", 64, 256)
     assert other.query("k", T0, T0, 5) == [99] and other.index_count == 1
     other.close()
+
+
+def test_an_idle_index_is_small_and_files_grow_with_the_load(tmp_path: Path) -> None:
+    svc = IndexService(tmp_path / "idx")  # the broker's defaults: 5M slots, 20M entries
+    svc.put_keys(["k"], 0, T0)
+    (first,) = (tmp_path / "idx").iterdir()
+    assert first.stat().st_size == index_file_size(*geometry_of(0, DEFAULT_SLOT_NUM, DEFAULT_INDEX_NUM))
+    assert first.stat().st_size < 7_000_000  # not the ~420 MB of a full file
+    svc.close()
+    assert [geometry_of(n, 64, 256) for n in range(5)] == [(1, 4), (4, 16), (16, 64), (64, 256), (64, 256)]
+    small = IndexService(tmp_path / "small", slot_num=64, index_num=256)
+    for i in range(60):  # 3 + 15 + 63 entries fill files 0..2; a 7-key message skips a full one
+        small.put_keys([f"k{i}", f"x{i}"] if i % 10 else [f"k{i}", *(f"y{i}.{j}" for j in range(6))],
+                       i, T0 + i)
+    sizes = [geometry_of(seq, 64, 256)[1] for seq, _ in small.files()]
+    assert sizes == sorted(sizes) and sizes[-1] == 256
+    assert small.query("k42", 0, BIG, 5) == [42] and small.query("y50.5", 0, BIG, 5) == [50]
+    small.close()
+    again = IndexService(tmp_path / "small", slot_num=64, index_num=256)  # reopened by their grades
+    assert again.query("x59", 0, BIG, 5) == [59]
+    again.close()

@@ -144,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
                    add_help=False)
     sub.add_parser("leader", help="leader transfer [--to NODE]: move a group's leadership (see --help)",
                    add_help=False)
+    sub.add_parser("replica", help="list|add|remove|replace: change a group's members (see --help)",
+                   add_help=False)
     sub.add_parser("log-node", help="run one CommitLog replica (see python -m dledger --help)",
                    add_help=False)
     st = sub.add_parser("log-status", help="print a replica's status")
@@ -177,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
         from broker.cluster_cmd import leader_main
 
         return leader_main(rest)
+    if args.cmd == "replica":
+        from broker.replica_cmd import main as replica_main
+
+        return replica_main(rest)
     if args.cmd == "namesrv":
         from broker.namesrv import main as namesrv_main
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from dledger.local_group import LocalGroup, free_port
 
-__all__ = ["dead_processes", "leader_main", "main", "namesrv_address"]
+__all__ = ["dead_processes", "find_replicas", "leader_main", "main", "namesrv_address"]
 
 
 def _pid_alive(pid: int) -> bool:
@@ -117,7 +117,7 @@ def _down(args: argparse.Namespace) -> int:
     return 0
 
 
-def _replicas(args: argparse.Namespace) -> dict[str, dict[str, str]] | None:
+def find_replicas(args: argparse.Namespace) -> dict[str, dict[str, str]] | None:
     """group -> node -> client address, from --namesrv or --dir's cluster.json."""
     if args.namesrv:
         with urllib.request.urlopen(f"http://{args.namesrv}/cluster", timeout=5) as resp:
@@ -142,7 +142,7 @@ def _replica_status(address: str) -> dict[str, Any] | None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    groups = _replicas(args)
+    groups = find_replicas(args)
     if groups is None:
         return 1
     print(f"{'group':6} {'node':5} {'address':22} {'role':10} {'term':>5} {'commit':>8} {'applied':>8} "
@@ -163,7 +163,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    groups = _replicas(args)
+    groups = find_replicas(args)
     if groups is None:
         return 1
     problems = 0
@@ -228,7 +228,7 @@ def leader_main(argv: list[str] | None = None) -> int:
     if args.servers:
         groups: dict[str, dict[str, str]] | None = {"": {a: a for a in args.servers.split(",") if a}}
     else:
-        groups = _replicas(args)
+        groups = find_replicas(args)
     if groups is None:
         return 1
     if args.group:

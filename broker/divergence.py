@@ -69,24 +69,29 @@ def judge(mine: Mapping[int, str], peers: Mapping[str, Mapping[int, str]], group
 class DivergenceCheck:
     """Runs ``judge`` against the peers every ``CHECK_EVERY_S`` (asyncio)."""
 
-    def __init__(self, me: str, peers: Mapping[str, str], group_size: int,
+    def __init__(self, me: str, peers: Mapping[str, str] | Callable[[], Mapping[str, str]],
+                 group_size: int | Callable[[], int],
                  mine: Callable[[], Mapping[int, str]],
                  fetch: Callable[[str], Awaitable[Mapping[int, str] | None]],
                  is_leader: Callable[[], bool],
                  on_divergent: Callable[[str], None]) -> None:
-        """``peers``: node -> address; ``fetch(address)`` returns a peer's digests or None."""
-        self.me, self.peers, self.group_size = me, dict(peers), group_size
+        """``peers``: node -> address (or a function giving the current ones: members change);
+        ``fetch(address)`` returns a peer's digests or None."""
+        self.me = me
+        self._peers = peers if callable(peers) else (lambda fixed=dict(peers): fixed)
+        self._group_size = group_size if callable(group_size) else (lambda fixed=group_size: fixed)
         self.mine, self.fetch, self.is_leader, self.on_divergent = mine, fetch, is_leader, on_divergent
         self.divergent: str | None = None
         self.last = Verdict()
         self.mismatches = 0
 
     async def check_once(self) -> Verdict:
-        names = [n for n in self.peers if n != self.me]
-        answers = await asyncio.gather(*(self.fetch(self.peers[n]) for n in names),
+        addresses = self._peers()
+        names = [n for n in addresses if n != self.me]
+        answers = await asyncio.gather(*(self.fetch(addresses[n]) for n in names),
                                        return_exceptions=True)
         peers = {n: a for n, a in zip(names, answers, strict=True) if isinstance(a, Mapping)}
-        verdict = judge(self.mine(), peers, self.group_size)
+        verdict = judge(self.mine(), peers, self._group_size())
         self.last = verdict
         if verdict.followers_off:
             self.mismatches += 1

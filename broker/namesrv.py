@@ -9,6 +9,11 @@ expires 120 s after it was last renewed. Clients ask ``GET /route/{topic}``:
                  "leader": "127.0.0.1:10911" | null,
                  "replicas": {"n1": "127.0.0.1:10911", "n2": ..., "n3": ...}}]}
 
+A registration also names the group's members as the replica's log says
+(``members``); the route lists only the replicas the newest leader counts as
+members, so a replica removed with ``raftmq replica remove`` drops out of routes
+at once and a new one appears with its first registration.
+
 A topic's queues can span several groups (each group has its own queues).
 Name servers keep no state on disk and do not talk to each other: run several and
 register every broker with each, as RocketMQ does.
@@ -43,6 +48,7 @@ class Registration:
     address: str
     topics: dict[str, tuple[int, int]] = field(default_factory=dict)  # topic -> (queues, perm)
     term: int = 0
+    members: tuple[str, ...] | None = None  # the group's member names, as this replica knows them
 
 
 class RouteTable:
@@ -68,6 +74,7 @@ class RouteTable:
         the highest term (a dead leader's registration lingers until it expires)."""
         groups: dict[str, dict[str, Any]] = {}
         best_term: dict[str, int] = {}
+        members: dict[str, tuple[str, ...]] = {}
         for reg in sorted(self.live(), key=lambda r: (r.group, r.node)):
             g = groups.setdefault(reg.group, {"group": reg.group, "queues": 0, "perm": 0,
                                               "leader": None, "replicas": {}})
@@ -75,9 +82,13 @@ class RouteTable:
             if reg.role == "leader" and reg.term >= best_term.get(reg.group, -1):
                 best_term[reg.group] = reg.term
                 g["leader"] = reg.address
+                if reg.members is not None:
+                    members[reg.group] = reg.members
             if topic in reg.topics:
                 queues, perm = reg.topics[topic]
                 g["queues"], g["perm"] = max(g["queues"], queues), perm
+        for group, names in members.items():
+            groups[group]["replicas"] = {n: a for n, a in groups[group]["replicas"].items() if n in names}
         return {"topic": topic, "groups": [g for g in groups.values() if g["queues"] > 0]}
 
     def cluster(self) -> dict[str, Any]:
@@ -102,7 +113,11 @@ def _parse_registration(doc: Any) -> Registration:
     term = doc.get("term", 0)
     if not isinstance(term, int):
         raise ValueError("term as an integer")
-    return Registration(**fields, topics={t: (v[0], v[1]) for t, v in topics.items()}, term=term)
+    members = doc.get("members")
+    if members is not None and not (isinstance(members, list) and all(isinstance(m, str) for m in members)):
+        raise ValueError("members as a list of node names")
+    return Registration(**fields, topics={t: (v[0], v[1]) for t, v in topics.items()}, term=term,
+                        members=None if members is None else tuple(members))
 
 
 def make_app(table: RouteTable) -> web.Application:

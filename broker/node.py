@@ -97,7 +97,7 @@ async def _register_forever(rlog: ReplicatedLog, machine: BrokerStateMachine, li
         while True:
             status = rlog.status()
             body = {"group": rlog.config.group, "node": rlog.config.node, "role": status["role"],
-                    "term": status["term"], "address": listen,
+                    "term": status["term"], "address": listen, "members": sorted(rlog.members()),
                     "topics": {t: [c.queues, c.perm] for t, c in sorted(machine.topics.items())}}
             loop_time = asyncio.get_running_loop().time()
             if body != sent or loop_time >= next_at:
@@ -123,7 +123,8 @@ async def _serve(rlog: ReplicatedLog, machine: BrokerStateMachine, applier: Appl
                  **options: Any) -> None:
     sig = AppliedSignal(asyncio.get_running_loop())
     machine.on_applied.append(lambda _index: sig.notify())
-    server = BrokerServer(rlog, machine, applier, sig, addresses.get, addresses=addresses, **options)
+    server = BrokerServer(rlog, machine, applier, sig, lambda name: rlog.client_addresses().get(name),
+                          addresses=addresses, **options)
     if os.environ.get(UNSAFE_ACK_ENV) == "1":
         log.critical("%s=1: TEST-ONLY BROKEN BUILD -- sends are acknowledged before a majority "
                      "commits them and acknowledged messages WILL be lost on failover", UNSAFE_ACK_ENV)
@@ -141,7 +142,7 @@ async def _serve(rlog: ReplicatedLog, machine: BrokerStateMachine, applier: Appl
         loop.add_signal_handler(s, stop.set)
     log.info("broker %s of group %s serving ws://%s/ws", rlog.config.node, rlog.config.group, listen)
     await stop.wait()
-    if rlog.is_leader and len(rlog.config.peers) > 1:  # hand over first: writes pause briefly
+    if rlog.is_leader and len(rlog.members()) > 1:  # hand over first: writes pause briefly
         with contextlib.suppress(Exception):
             await server.transfer_leadership(timeout=3.0)
     if registrar is not None:

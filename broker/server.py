@@ -51,6 +51,7 @@ from broker.deferred_service import DEFAULT_MAX_RECONSUME, DeferredService
 from broker.divergence import DivergenceCheck
 from broker.entry_batch import MessageTooLarge, read_stamp
 from broker.fragments import MessageGone, read_message, read_message_at
+from broker.membership_admin import member_routes
 from broker.message_format import MAX_MESSAGE_BYTES, MessageFormatError, decode_message, encode_message
 from broker.names import InvalidName, retry_topic, validate_group, validate_topic
 from broker.overdue import DEFAULT_THRESHOLD_S as DEFAULT_OVERDUE_S
@@ -152,7 +153,7 @@ class BrokerServer:
         self.max_frame_bytes = max(DEFAULT_MAX_FRAME, max_message_bytes + FRAME_SLACK)
         self.rlog = rlog
         self.applier = applier
-        self.addresses = dict(addresses or {})
+        rlog.set_client_addresses(dict(addresses or {}))
         self.consumers = ConsumerRegistry()
         self._server_opaques = itertools.count(1)
         self.machine = machine
@@ -160,7 +161,8 @@ class BrokerServer:
         self.producers = ConsumerRegistry()  # producer groups' connections (transaction checks)
         self.deferred = DeferredService(rlog, machine, self.write, self.producers,
                                         delay_levels=delay_levels, retry_delays=retry_delays)
-        self.divergence = DivergenceCheck(rlog.config.node, self.addresses, len(rlog.config.peers),
+        self.divergence = DivergenceCheck(rlog.config.node, rlog.client_addresses,
+                                          lambda: len(rlog.members()),
                                           machine.recent_digests, self._peer_digests,
                                           lambda: rlog.is_leader,
                                           lambda _why: rlog.stand_for_election(False))
@@ -206,7 +208,8 @@ class BrokerServer:
                         web.get("/admin/cluster", self._admin_cluster),
                         web.get("/admin/groups/{group}/offsets", self._admin_group),
                         web.get("/admin/messages", self._admin_messages),
-                        web.post("/admin/leader/transfer", self._admin_transfer)])
+                        web.post("/admin/leader/transfer", self._admin_transfer),
+                        *member_routes(self)])
         app.cleanup_ctx.append(self._background)
         return app
 
@@ -264,14 +267,14 @@ class BrokerServer:
     async def _peer_digests(self, address: str) -> dict[int, str] | None:
         """A peer's recent state digests (its ``/status``); None if it does not answer."""
         try:
-            async with self._http().get(f"http://{address}/status",
+            async with self.http_session().get(f"http://{address}/status",
                                         timeout=aiohttp.ClientTimeout(total=3)) as resp:
                 doc = await resp.json()
             return {int(i): str(d) for i, d in doc.get("state_digests", {}).items()}
         except (aiohttp.ClientError, TimeoutError, ValueError):
             return None
 
-    def _http(self) -> aiohttp.ClientSession:
+    def http_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession()
         return self._session
@@ -377,7 +380,7 @@ class BrokerServer:
             leader = self.rlog.leader
             if leader is None:
                 raise NoLeader("the group has no leader right now; retry shortly")
-            raise NotLeader(leader, self.rlog.config.peers[leader])
+            raise NotLeader(leader, getattr(self.rlog.members().get(leader), "raft", ""))
 
     def _check_message(self, record: bytes, checked_topics: set[str] | None = None) -> bytes:
         """The record as it will be stored (delays become a delivery time); raises for bad ones.
@@ -829,6 +832,11 @@ class BrokerServer:
                   "# TYPE raftmq_delayed_overdue_messages gauge",
                   f"raftmq_delayed_overdue_messages{{{labels}}} {delays}"]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    @property
+    def addresses(self) -> dict[str, str]:
+        """name -> broker address of every member of the group (the log says who)."""
+        return self.rlog.client_addresses()
 
     async def _admin_topics(self, request: web.Request) -> web.Response:
         out = {}

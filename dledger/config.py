@@ -12,6 +12,12 @@ form, shared with the broker's config file::
     peers = { n1 = "127.0.0.1:20001", n2 = "127.0.0.1:20002", n3 = "127.0.0.1:20003" }
     secret_file = "cluster.secret"      # or: secret = "..." (keep it out of git)
     # dial = { n2 = "127.0.0.1:30002" } # reach a peer through a proxy
+    # join = true                       # a replica being added: `peers` lists the current
+                                        # members and this node; it catches up as a learner
+                                        # until `raftmq replica add` makes it a member
+
+After the first start the member set comes from the log (``dledger.membership``):
+``peers`` is only the initial set, and changes are made with ``raftmq replica``.
 
     [raft]
     flush = "sync"                      # or "async" with flush_interval_ms
@@ -67,6 +73,7 @@ class GroupConfig:
     leader_lease_ms: int = 2000
     connect_retry_ms: int = 300
     repair_log: bool = False
+    join: bool = False  # a new replica: it catches up as a learner until a member adds it
 
     def __post_init__(self) -> None:
         self.validate()
@@ -147,6 +154,7 @@ def load_group_config(path: Path, *, insecure: bool = False, repair_log: bool = 
         "secret": secret,
         "insecure": insecure or bool(group.get("insecure", False)),
         "repair_log": repair_log,
+        "join": bool(group.get("join", False)),
     }
     for key in ("flush_interval_ms", "segment_bytes", "retention_hours", "retention_bytes",
                 "retention_check_s",

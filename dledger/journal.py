@@ -53,7 +53,7 @@ from pysyncobj.journal import Journal
 
 from dledger.commitlog import CommitLog
 from dledger.durable_file import atomic_write, read_or_none
-from dledger.entry_format import Entry
+from dledger.entry_format import Entry, EntryKind
 from dledger.raft_codec import decode_command, encode_command
 
 __all__ = ["CommittedEntryConflict", "LogGap", "RaftJournal"]
@@ -164,6 +164,13 @@ class RaftJournal(Journal):
         self._recent_bytes = 0
         self._staged_reset: tuple[int, int] | None = None
         self.log_resets: list[tuple[int, int]] = []  # (first, last) index ranges never received
+        #: Told of every RAFT-kind entry appended (membership changes) and of every
+        #: truncation: ``on_raft_entry(index, command)``, ``on_truncate(first_removed)``.
+        self.on_raft_entry: Any = None
+        self.on_truncate: Any = None
+        #: Told when a deleteEntriesFrom was skipped (pysyncobj undid the membership changes
+        #: of the entries kept): ``on_kept_tail()``.
+        self.on_kept_tail: Any = None
 
     # -- pysyncobj contract --------------------------------------------------
     def add(self, command: bytes, idx: int, term: int) -> None:
@@ -182,6 +189,8 @@ class RaftJournal(Journal):
     def _append(self, command: bytes, idx: int, term: int) -> None:
         kind, body = decode_command(command)
         self._log.append(idx, term, kind, body)
+        if kind == EntryKind.RAFT and self.on_raft_entry is not None:
+            self.on_raft_entry(idx, body)
         self._recent[idx] = (command, idx, term)
         self._recent_bytes += len(command)
         while self._recent_bytes > RECENT_CACHE_BYTES:
@@ -192,6 +201,8 @@ class RaftJournal(Journal):
         prev_index = self._log.first_index + entryFrom - 1
         self._confirm(prev_index)
         self.skipped_deletes += 1
+        if self.on_kept_tail is not None and prev_index < self._log.last_index:
+            self.on_kept_tail()
         log.debug("kept entries after %d (stale prevLogIdx); conflicts resolve at add", prev_index)
 
     def deleteEntriesTo(self, entryTo: int) -> None:
@@ -350,6 +361,8 @@ class RaftJournal(Journal):
         with self._lock:
             self._confirmed = min(self._confirmed, idx - 1)
         self._log.truncate_from(idx)
+        if self.on_truncate is not None:
+            self.on_truncate(idx)
         for stale in [i for i in self._recent if i >= idx]:
             self._recent_bytes -= len(self._recent.pop(stale)[0])
 

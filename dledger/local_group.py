@@ -115,16 +115,32 @@ class LocalGroup:
             self.write_config(name, (dial or {}).get(name, {}))
 
     # -- configuration ---------------------------------------------------------
-    def write_config(self, name: str, dial: dict[str, str]) -> Path:
-        """(Re)write ``name``'s TOML; ``dial`` maps peers to proxy addresses."""
-        peers = ", ".join(f'{p} = "{n.raft}"' for p, n in self.nodes.items())
+    def add_node(self, name: str, members: list[str]) -> NodeProc:
+        """A new node (fresh addresses, not started) that joins as a learner: its config
+        lists ``members`` and itself, with ``join = true``."""
+        if name in self.nodes:
+            raise ValueError(f"{name} exists")
+        self.nodes[name] = NodeProc(name, f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}")
+        layout = self.base / "cluster.json"
+        layout.write_text(json.dumps({n: [p.raft, p.http] for n, p in self.nodes.items()}))
+        self.write_config(name, {}, peers=[*members, name], join=True)
+        return self.nodes[name]
+
+    def write_config(self, name: str, dial: dict[str, str], *, peers: list[str] | None = None,
+                     join: bool = False) -> Path:
+        """(Re)write ``name``'s TOML; ``dial`` maps peers to proxy addresses; ``peers``
+        (default: every node) the initial member set."""
+        listed = {p: self.nodes[p] for p in (peers or self.nodes)}
+        peer_list = ", ".join(f'{p} = "{n.raft}"' for p, n in listed.items())
         lines = ["[node]", f'name = "{name}"', f'data_dir = "{name}"', "",
-                 "[group]", f'name = "{self.group}"', f"peers = {{ {peers} }}", 'secret_file = "secret"']
+                 "[group]", f'name = "{self.group}"', f"peers = {{ {peer_list} }}", 'secret_file = "secret"']
+        if join:
+            lines.append("join = true")
         if dial:
             lines.append("dial = { " + ", ".join(f'{p} = "{a}"' for p, a in dial.items()) + " }")
         lines += ["", "[raft]"] + [f"{k} = {json.dumps(v)}" for k, v in self.raft_options.items()]
         if self.module == "broker":  # the broker serves clients on the node's HTTP address
-            addresses = ", ".join(f'{p} = "{n.http}"' for p, n in self.nodes.items())
+            addresses = ", ".join(f'{p} = "{n.http}"' for p, n in listed.items())
             lines += ["", "[broker]", f'listen = "{self.nodes[name].http}"',
                       f"addresses = {{ {addresses} }}"]
             lines += [f"{k} = {json.dumps(v)}" for k, v in self.broker_options.items()]

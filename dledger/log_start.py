@@ -15,7 +15,9 @@ File layout (msgpack)::
      "entries": [[command, index, term, position],    # first retained entry F
                  [command, index, term, position]],   # the one after it
      "state": <bytes> | nil,                          # the state machine's snapshot after F - 1
-     "sha256": "<hex of the state bytes>" | nil}
+     "sha256": "<hex of the state bytes>" | nil,
+     "members": ["<member id>", ...]}                 # the group's members after F - 1
+                                                      # (dledger.membership; optional)
 
 Version 1 (no state) is still read: the follower's state machine then has no
 snapshot to continue from and says so.
@@ -50,18 +52,21 @@ class LogStart:
     first: DumpEntry
     second: DumpEntry
     state: bytes | None = None  # the state after first.index - 1
+    members: list[str] | None = None  # member ids after first.index - 1
 
     @property
     def state_index(self) -> int:
         return self.first.index - 1
 
 
-def encode_log_start(first: DumpEntry, second: DumpEntry, state: bytes | None = None) -> bytes:
+def encode_log_start(first: DumpEntry, second: DumpEntry, state: bytes | None = None,
+                     members: list[str] | None = None) -> bytes:
     if second.index != first.index + 1 or second.position <= first.position:
         raise ValueError("log start entries must be consecutive")
     rows = [[e.command, e.index, e.term, e.position] for e in (first, second)]
     return msgpack.packb({"v": VERSION, "entries": rows, "state": state,
-                          "sha256": None if state is None else hashlib.sha256(state).hexdigest()},
+                          "sha256": None if state is None else hashlib.sha256(state).hexdigest(),
+                          "members": members},
                          use_bin_type=True)
 
 
@@ -77,4 +82,7 @@ def decode_log_start(data: bytes) -> LogStart:
     if state is not None and hashlib.sha256(state).hexdigest() != doc.get("sha256"):
         raise ValueError(f"the state snapshot at {first.index - 1} in the log-start dump is damaged "
                          "(checksum mismatch)")
-    return LogStart(first, second, None if state is None else bytes(state))
+    members = doc.get("members")
+    if members is not None and not (isinstance(members, list) and all(isinstance(m, str) for m in members)):
+        raise ValueError("the member list in the log-start dump is malformed")
+    return LogStart(first, second, None if state is None else bytes(state), members)

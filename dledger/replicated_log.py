@@ -5,6 +5,7 @@
     committed_index / wait_committed()     what may be served or applied
     status()                               role, term, leader, indexes, fsync time
     add_leader_listener(fn)                leadership changes
+    change_membership(change)              add or remove one replica (leader only)
 
 Behind it: a pysyncobj ``SyncObj`` whose journal is ``RaftJournal`` over the
 segmented ``CommitLog`` (installed through pysyncobj's ``createJournal`` name),
@@ -59,6 +60,7 @@ from dledger.errors import (
 )
 from dledger.journal import RaftJournal, silence_false_truncation_alarm
 from dledger.log_start import DumpEntry, decode_log_start, encode_log_start
+from dledger.membership import MEMBERSHIP_PREFIX, Change, Member, MemberHistory, decode_change, encode_change
 from dledger.peer_crypto import install_peer_crypto
 from dledger.raft_codec import (
     APPEND_FUNC_ID,
@@ -69,7 +71,7 @@ from dledger.raft_codec import (
 from dledger.retention import RetentionPlan, plan_retention
 from dledger.transport import PeerNode, make_transport_class
 
-__all__ = ["Appended", "LeaderChange", "ReplicatedLog", "Role", "SnapshotSource"]
+__all__ = ["NOT_A_MEMBER", "Appended", "LeaderChange", "ReplicatedLog", "Role", "SnapshotSource"]
 
 #: More proposed bytes in flight than this: appends are batched per heartbeat.
 BATCH_ABOVE_BYTES = 128 * 1024
@@ -77,6 +79,8 @@ BATCH_ABOVE_BYTES = 128 * 1024
 log = logging.getLogger("dledger.replicated_log")
 
 _NEVER = 2**62  # log compaction thresholds: never compact
+NOT_A_MEMBER = "this replica is not a voting member of the group"
+MEMBER_VIEW_CHECK_S = 1.0
 SOCKET_BUFFER_BYTES = 4 << 20  # fewer, larger socket writes (the kernel may clamp it)
 
 
@@ -128,6 +132,22 @@ class SnapshotSource(Protocol):
         """The lowest CommitLog position the state still reads later (a held message)."""
 
 
+class _GroupConf(SyncObjConf):
+    """pysyncobj's conf; its check sees the election timeouts of a node that stands, while
+    a node that must not stand (``stand_for_election``) starts with them out of reach."""
+
+    standing_timeouts: tuple[float, float] | None = None
+
+    def validate(self) -> None:
+        held = self.raftMinTimeout, self.raftMaxTimeout
+        if self.standing_timeouts is not None:
+            self.raftMinTimeout, self.raftMaxTimeout = self.standing_timeouts
+        try:
+            super().validate()
+        finally:
+            self.raftMinTimeout, self.raftMaxTimeout = held
+
+
 class _RaftNode(SyncObj):
     """The pysyncobj object; its only replicated method marks DATA entries."""
 
@@ -158,7 +178,6 @@ class ReplicatedLog:
         self.config = config
         _check_bindable(config.address)
         config.data_dir.mkdir(parents=True, exist_ok=True)
-        self._names = {addr: name for name, addr in config.peers.items()}
         self._not_standing: set[str] = set()  # why this node must not become a candidate
         self._paused_until = 0.0  # proposals refused while the leadership moves
         self._transfer_to: PeerNode | None = None  # handed to pysyncobj on the tick thread
@@ -169,7 +188,21 @@ class ReplicatedLog:
         self._received_path = config.data_dir / "received-snapshot"
         self._snapshots: SnapshotSource | None = None
         self._finish_interrupted_reset()
+        initial = {name: Member(name, addr) for name, addr in config.peers.items()
+                   if not (config.join and name == config.node)}
+        self._history = MemberHistory(config.data_dir / "members", initial, self.commitlog.last_index)
+        self._learner = not self.is_member
+        if self._learner:  # before pysyncobj draws its first election deadline
+            self._not_standing.add(NOT_A_MEMBER)
+        self._startup_dump = True  # pysyncobj loads our own dump file at its first tick
+        self._reintroduce = False
+        self._change_lock = threading.Lock()
+        self._next_view_check = 0.0
+        self._members_dirty = False
         self.journal = RaftJournal(self.commitlog, config.data_dir / "raft-state")
+        self.journal.on_raft_entry = self._on_raft_entry
+        self.journal.on_truncate = self._on_truncate
+        self.journal.on_kept_tail = self._mark_members_dirty
         self._commit_cond = threading.Condition()
         self.journal.add_commit_listener(self._on_commit)
         self._listeners: list[Callable[[LeaderChange], None]] = []
@@ -180,19 +213,27 @@ class ReplicatedLog:
         self._closed = threading.Event()
         sync = config.flush == FlushPolicy.SYNC
         transport = make_transport_class(self.journal.flush if sync else None,
-                                         lambda: self.journal.resume_hint)
+                                         lambda: self.journal.resume_hint, lambda: self._learner,
+                                         self._set_transport)
+        self._transport: Any = None
         journal_key = str(config.data_dir / "commitlog")
         self._dump_path.unlink(missing_ok=True)  # rewritten from the log as it is now
         self._write_log_start()
         _pending_journals[journal_key] = self.journal
-        others = [PeerNode(addr, config.dial.get(name)) for name, addr in config.other_peers.items()]
+        others = [self._peer_node(m) for m in self.members().values() if m.raft != config.address]
         self._conf = self._syncobj_conf(journal_key)
-        self._node = _RaftNode(PeerNode(config.address), others, self._conf,
-                               transportClass=transport)
+        self._node = _RaftNode(PeerNode(config.address, name=config.node), others, self._conf,
+                               nodeClass=self._node_of_member_id, transportClass=transport)
         if self._node._methodToID.get("_append_v0", APPEND_FUNC_ID) != APPEND_FUNC_ID:
             raise RuntimeError("pysyncobj numbered the append method unexpectedly")
         self._wakeup = PipeNotifier(self._node._poller)
         self._node.addOnTickCallback(self._watch_leadership)
+        self._node.addOnTickCallback(self._watch_membership)
+        if self._learner:
+            log.warning("%s is not a member of group %s yet: it catches up as a learner (no vote, "
+                        "no candidacy) until a member adds it (raftmq replica add)",
+                        config.node, config.group)
+            self.stand_for_election(False, NOT_A_MEMBER)
         self._applied_floor: Callable[[], int] = lambda: self.committed_index
         self._next_retention = time.monotonic() + config.retention_check_s
         self._behind_reported: set[str] = set()
@@ -206,7 +247,7 @@ class ReplicatedLog:
     def _syncobj_conf(self, journal_key: str) -> SyncObjConf:
         c = self.config
         lo, hi = (t / 1000 for t in c.election_timeout_ms)
-        return SyncObjConf(
+        conf = _GroupConf(
             journalFile=journal_key,
             password=c.secret or None,
             bindAddress=c.address,
@@ -222,7 +263,7 @@ class ReplicatedLog:
             connectionRetryTime=c.connect_retry_ms / 1000,
             logCompactionMinEntries=_NEVER,
             logCompactionMinTime=_NEVER,
-            dynamicMembershipChange=False,
+            dynamicMembershipChange=True,
             commandsWaitLeader=False,
             fullDumpFile=str(self._dump_path),
             serializer=self._refuse_serialize,
@@ -231,6 +272,10 @@ class ReplicatedLog:
             sendBufferSize=SOCKET_BUFFER_BYTES,
             recvBufferSize=SOCKET_BUFFER_BYTES,
         )
+        conf.standing_timeouts = (lo, hi)
+        if self._not_standing:  # before pysyncobj draws its first election deadline
+            conf.raftMinTimeout = conf.raftMaxTimeout = 1e9
+        return conf
 
     # -- writing ---------------------------------------------------------------
     def propose(self, payload: bytes) -> concurrent.futures.Future[Appended]:
@@ -311,7 +356,8 @@ class ReplicatedLog:
         leader = self.leader
         if leader is None:
             return NoLeader("the group has no leader right now; retry shortly")
-        return NotLeader(leader, self.config.peers[leader])
+        member = self.members().get(leader)
+        return NotLeader(leader, member.raft if member else "")
 
     # -- reading ---------------------------------------------------------------
     @property
@@ -342,7 +388,7 @@ class ReplicatedLog:
     @property
     def leader(self) -> str | None:
         node = self._node._getLeader()
-        return self._names.get(node.address) if node is not None else None
+        return self._address_names().get(node.address) if node is not None else None
 
     # -- candidacy: who may start an election, and when --------------------------------
     def stand_for_election(self, allowed: bool, reason: str = "its state is known to be wrong") -> None:
@@ -355,7 +401,8 @@ class ReplicatedLog:
                 log.info("this node may stand for election again (%s is over)", reason)
         elif reason not in self._not_standing:
             self._not_standing.add(reason)
-            log.error("this node no longer stands for election: %s", reason)
+            log.log(logging.INFO if reason == NOT_A_MEMBER else logging.ERROR,
+                    "this node no longer stands for election: %s", reason)
         self._apply_candidacy()
 
     def _apply_candidacy(self) -> None:
@@ -371,30 +418,33 @@ class ReplicatedLog:
 
     # -- leadership transfer (the leader's side) ------------------------------------------
     def transfer_leadership(self, target: str | None = None, timeout: float = 3.0) -> str | None:
-        """Leader: hand the leadership to ``target`` (default: the follower with the highest
-        match index) -- pause new proposals (NoLeader, retriable), wait until the target
+        """Leader: hand the leadership to ``target`` (default: the connected member with the
+        highest match index) -- pause new proposals (NoLeader, retriable), wait until the target
         holds every entry, then pysyncobj's ``transferLeadership`` (Raft's TimeoutNow) on the
         tick thread. Returns the new leader, or None if it did not move within ``timeout``.
         Any thread but the tick thread."""
         if not self.is_leader:
             raise self._not_leader()
         if target is None:
-            matches = self._follower_indexes("match_idx_server_")
+            s = self._raft_status()
+            matches = {name: s.get(f"match_idx_server_{addr}", 0)
+                       for addr, name in self._address_names().items()
+                       if s.get(f"partner_node_status_server_{addr}") == 2}
             if not matches:
                 return None
             target = max(matches, key=lambda n: (matches[n], n))
-        if target not in self.config.other_peers:
-            raise ValueError(f"{target!r} is not another replica of this group "
-                             f"({sorted(self.config.other_peers)})")
+        others = {n: m for n, m in self.members().items() if m.raft != self.config.address}
+        if target not in others:
+            raise ValueError(f"{target!r} is not another member of this group ({sorted(others)})")
         deadline = time.monotonic() + timeout
         self._paused_until = deadline + 1.0
         try:
-            address = self.config.peers[target]
+            address = others[target].raft
             while self._raft_status().get(f"match_idx_server_{address}", 0) < self.commitlog.last_index:
                 if time.monotonic() >= deadline or not self.is_leader:
                     return None
                 time.sleep(0.001)
-            self._transfer_to = PeerNode(address)
+            self._transfer_to = self._peer_node(others[target])
             with contextlib.suppress(BlockingIOError):
                 self._wakeup.notify()
             while self.is_leader and time.monotonic() < deadline:
@@ -436,8 +486,8 @@ class ReplicatedLog:
         s = self._raft_status()
         followers = self._follower_indexes("match_idx_server_")
         connected = {
-            self._names[addr]: s.get(f"partner_node_status_server_{addr}") == 2
-            for addr in self._names if addr != self.config.address
+            name: s.get(f"partner_node_status_server_{addr}") == 2
+            for addr, name in self._address_names().items() if addr != self.config.address
         }
         return {
             "group": self.config.group,
@@ -457,7 +507,172 @@ class ReplicatedLog:
             "conflict_truncations": self.journal.conflict_truncations,
             "followers_behind_retained_start": self.followers_behind_retained_start(),
             "log_resets": [list(r) for r in self.journal.log_resets],
+            "members": {n: {"raft": m.raft, "client": m.client} for n, m in sorted(self.members().items())},
+            "member": self.is_member,
+            "members_changed_at": self._history.changed_at(),
         }
+
+    # -- membership (dledger.membership) ------------------------------------------------
+    def members(self) -> dict[str, Member]:
+        """The group's voting members, by name, as this replica's log says."""
+        return self._history.current()
+
+    @property
+    def is_member(self) -> bool:
+        return any(m.raft == self.config.address for m in self.members().values())
+
+    @property
+    def is_learner(self) -> bool:
+        return self._learner
+
+    def _address_names(self) -> dict[str, str]:
+        names = {m.raft: name for name, m in self.members().items()}
+        names.setdefault(self.config.address, self.config.node)
+        return names
+
+    def _peer_node(self, member: Member) -> PeerNode:
+        return PeerNode(member.raft, self.config.dial.get(member.name), name=member.name)
+
+    def _node_of_member_id(self, member_id: Any) -> PeerNode:
+        """pysyncobj's ``nodeClass``: the node of a member id from a change entry."""
+        try:
+            return self._peer_node(Member.parse(str(member_id)))
+        except ValueError:
+            return PeerNode(str(member_id))
+
+    def _set_transport(self, transport: Any) -> None:
+        self._transport = transport
+
+    def set_client_addresses(self, clients: dict[str, str]) -> None:
+        """Broker addresses of the initial members (their change entries carry the others')."""
+        self._initial_clients = dict(clients)
+
+    def client_addresses(self) -> dict[str, str]:
+        """name -> broker address of every member."""
+        known = getattr(self, "_initial_clients", {})
+        out = {n: m.client or known.get(n, "") for n, m in self.members().items()}
+        return {n: a for n, a in out.items() if a}
+
+    def _on_raft_entry(self, index: int, command: bytes) -> None:
+        """Journal hook (tick thread): a change entry was appended -- it applies now."""
+        change = decode_change(command)
+        if change is None:
+            return
+        self._history.record(index, change)
+        self._members_dirty = True
+        log.info("membership: %s %s (raft %s) at index %d; members now %s",
+                 "added" if change.op == "add" else "removed", change.member.name,
+                 change.member.raft, index, ", ".join(sorted(self.members())))
+        self._members_changed()
+
+    def _mark_members_dirty(self) -> None:
+        self._members_dirty = True
+
+    def _on_truncate(self, index: int) -> None:
+        if self._history.changed_at() >= index:
+            self._history.truncate_from(index)
+            self._members_dirty = True
+            log.warning("membership change at or after %d truncated; members now %s",
+                        index, ", ".join(sorted(self.members())))
+            self._members_changed()
+
+    def _members_changed(self) -> None:
+        if self.is_member:
+            if self._learner:
+                self._learner = False
+                self._reintroduce = True  # on the next tick, outside pysyncobj's handler
+                log.info("%s is now a voting member of group %s", self.config.node, self.config.group)
+            self.stand_for_election(True, NOT_A_MEMBER)
+        else:
+            if not self._learner:
+                log.warning("%s was removed from group %s: it no longer votes or stands for "
+                            "election; stop it", self.config.node, self.config.group)
+            self.stand_for_election(False, NOT_A_MEMBER)
+
+    def _watch_membership(self) -> None:
+        self._startup_dump = False
+        if self._reintroduce and self._transport is not None:
+            self._reintroduce = False
+            self._transport.reintroduce()
+        now = time.monotonic()
+        if self._members_dirty or now >= self._next_view_check:
+            self._members_dirty = False
+            self._next_view_check = now + MEMBER_VIEW_CHECK_S
+            self._reconcile_members()
+
+    def _reconcile_members(self) -> None:
+        """Make pysyncobj's member set the log's again. pysyncobj undoes the changes after a
+        stale ``prevLogIdx`` before it asks the journal to delete those entries -- which
+        this journal keeps when they match (dledger.journal) -- and re-applies only the
+        changes the leader sends again; a real truncation and a log restart change the set
+        too. The node this replica receives entries from is kept as well: a member added
+        after a snapshot is still to be learned from it. Tick thread only; pysyncobj has no
+        public call for this, so its own change routine is used (name-mangled, 0.3.17)."""
+        s = self._raft_status()
+        prefix = "partner_node_status_server_"
+        theirs = {k[len(prefix):] for k in s if k.startswith(prefix)}
+        want = {m.raft: m for m in self.members().values() if m.raft != self.config.address}
+        leader = self._node._getLeader()
+        keep = {leader.address} if leader is not None else set()
+        change = self._node._SyncObj__doChangeCluster
+        for address in sorted(theirs - set(want) - keep):
+            change(["rem", address])
+            log.info("pysyncobj's member set: removed %s again, as the log says", address)
+        for address in sorted(set(want) - theirs):
+            change(["add", want[address].member_id])
+            log.info("pysyncobj's member set: added %s (%s) again, as the log says",
+                     want[address].name, address)
+
+    def change_membership(self, change: Change, timeout: float = 10.0) -> dict[str, Member]:
+        """Leader: add or remove one replica (Raft's single-server change) and wait until the
+        change is committed; returns the new member set. Raises ValueError for a change that
+        makes no sense, ``ProposeError`` when it could not be made (retry: another change is
+        still uncommitted, or this leader has not committed an entry of its term yet)."""
+        change.member.check()
+        with self._change_lock:
+            if not self.is_leader:
+                raise self._not_leader()
+            members = self.members()
+            if change.op == "add":
+                clash = [n for n, m in members.items()
+                         if n == change.member.name or m.raft == change.member.raft]
+                if clash:
+                    raise ValueError(f"{change.member.name} ({change.member.raft}) clashes with member "
+                                     f"{clash[0]} ({members[clash[0]].raft}): names and Raft addresses "
+                                     "must be new")
+            else:
+                current = members.get(change.member.name)
+                if current is None:
+                    raise ValueError(f"{change.member.name!r} is not a member ({sorted(members)})")
+                if current.raft == self.config.address:
+                    raise ValueError(f"{change.member.name} is the leader: transfer the leadership "
+                                     "first (raftmq leader transfer)")
+                if len(members) == 1:
+                    raise ValueError("a group keeps at least one member")
+                change = Change("rem", current)
+            if self._history.changed_at() > self.committed_index:
+                raise ProposalRejected("the previous membership change is not committed yet; retry")
+            future: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+            def done(_res: Any, err: int) -> None:
+                if err == FAIL_REASON.SUCCESS:
+                    future.set_result(None)
+                elif err == FAIL_REASON.REQUEST_DENIED:
+                    future.set_exception(ProposalRejected(
+                        "the leader refused the change: it has not committed an entry of its term "
+                        "yet, or the change is a no-op; retry"))
+                else:
+                    future.set_exception(self._propose_error(err))
+
+            self._node._applyCommand(encode_change(change), done, MEMBERSHIP_PREFIX[0])
+            with contextlib.suppress(BlockingIOError):
+                self._wakeup.notify()
+            try:
+                future.result(timeout)
+            except concurrent.futures.TimeoutError:
+                raise OutcomeUnknown(f"the membership change did not commit within {timeout}s; "
+                                     "it may still commit: check the members") from None
+            return self.members()
 
     # -- the retained start, shipped to followers behind it ---------------------------
     def set_snapshot_source(self, source: SnapshotSource) -> None:
@@ -477,13 +692,20 @@ class ReplicatedLog:
         if self._snapshots is not None and state is None:
             log.error("no snapshot of the state at %d: a follower behind the retained start "
                       "cannot be brought up to date by this node", first.index - 1)
-        atomic_write(self._dump_path, encode_log_start(first, second, state))
+        members = [m.member_id for m in self._history.at(first.index - 1).values()]
+        atomic_write(self._dump_path, encode_log_start(first, second, state, members))
 
     def _read_log_start(self, filename: str) -> tuple[Any, Any, None]:
         """pysyncobj's deserializer, on the tick thread of a follower behind the leader's
         retained start: keep the state snapshot durably, then restart the log."""
         with open(filename, "rb") as f:
             start = decode_log_start(f.read())
+        cl = self.commitlog
+        if self._startup_dump and cl.first_index == start.first.index and len(cl) >= 2 and \
+                cl.term_at(start.first.index) == start.first.term:
+            # pysyncobj loads the dump file at start-up too (first tick): our own log start
+            nodes = [self._peer_node(m) for m in self.members().values()]
+            return start.second.raft_tuple, start.first.raft_tuple, nodes
         if start.state is not None:
             atomic_write(self._received_path, msgpack.packb([start.state_index, start.state]))
             log.warning("received the leader's state snapshot at index %d (%d bytes); the log "
@@ -492,7 +714,21 @@ class ReplicatedLog:
             log.error("the leader sent no state snapshot with its retained start %d",
                       start.first.index)
         self.journal.stage_reset(start.first.index, start.first.position)
-        return start.second.raft_tuple, start.first.raft_tuple, None
+        members = None
+        if start.members is not None:
+            members = {m.name: m for m in map(Member.parse, start.members)}
+        self._history.restart_at(start.first.index - 1, members)
+        self._members_dirty = True
+        self._members_changed()
+        nodes = [self._peer_node(m) for m in self.members().values()]
+        sender = self._node._getLeader()
+        if sender is not None and sender not in nodes:
+            # a member added after the snapshot: its change entry is still to come from it, so
+            # pysyncobj must keep the connection it is receiving entries on
+            nodes.append(sender)
+        log.info("members at the snapshot: %s (receiving from %s)", ", ".join(sorted(self.members())),
+                 getattr(sender, "name", None) or "an unknown leader")
+        return start.second.raft_tuple, start.first.raft_tuple, nodes
 
     def received_snapshot(self) -> tuple[int, bytes] | None:
         """(index, snapshot) the leader last sent with its retained start, if any."""
@@ -571,6 +807,7 @@ class ReplicatedLog:
             first = self._cut_with_snapshot(first)
         if first is not None and first > cl.first_index:
             dropped = cl.delete_before(first)
+            self._history.forget_below(first)
             self._write_log_start()
             if self._snapshots is not None:
                 self._snapshots.prune_snapshots_below(first - 1)
@@ -612,7 +849,7 @@ class ReplicatedLog:
 
     def _follower_indexes(self, prefix: str) -> dict[str, int]:
         s = self._raft_status()
-        return {self._names[addr]: s[prefix + addr] for addr in self._names
+        return {name: s[prefix + addr] for addr, name in self._address_names().items()
                 if prefix + addr in s}
 
     def followers_behind_retained_start(self) -> list[str]:

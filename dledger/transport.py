@@ -5,7 +5,11 @@
   tests. pysyncobj dials ``node.ip``/``node.port`` and identifies a node by
   ``node.address``, so only those two properties change.
 
-* ``GroupTransport`` (a ``TCPTransport``) adds two things on the send path:
+* ``GroupTransport`` (a ``TCPTransport``) introduces a *learner* -- a replica
+  catching up before it is a member -- as pysyncobj's read-only peer: it dials
+  every member and says ``readonly``, so the leader feeds it entries (and the
+  retained start) without counting it for the majority; once its own log says it
+  is a member it reconnects under its address. On the send path it adds:
 
   1. **flush before send** (flush policy ``sync``): every outgoing message is
      preceded by ``journal.flush()``. A follower therefore fsyncs the entries
@@ -38,10 +42,12 @@ __all__ = ["GroupTransport", "PeerNode", "make_transport_class"]
 
 
 class PeerNode(TCPNode):
-    """A Raft peer identified by ``address`` and dialed at ``dial`` (default: the same)."""
+    """A Raft peer identified by ``address`` and dialed at ``dial`` (default: the same);
+    ``name`` is the replica's name in the group."""
 
-    def __init__(self, address: str, dial: str | None = None) -> None:
+    def __init__(self, address: str, dial: str | None = None, name: str = "") -> None:
         super().__init__(address)
+        self.name = name
         host, port = (dial or address).rsplit(":", 1)
         self._dial_host = host
         self._dial_port = int(port)
@@ -64,6 +70,35 @@ class GroupTransport(TCPTransport):
 
     flush_before_send: Callable[[], Any] | None = None
     resume_hint: Callable[[], int] | None = None
+    is_learner: Callable[[], bool] | None = None
+    created: Callable[[GroupTransport], None] | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.created is not None:
+            self.created(self)
+
+    # -- a learner dials everyone and introduces itself as read-only ---------------
+    def _learning(self) -> bool:
+        return self.is_learner is not None and self.is_learner()
+
+    def _shouldConnect(self, node: Any) -> bool:
+        if self._learning():
+            return isinstance(node, TCPNode) and node not in self._preventConnectNodes
+        return bool(super()._shouldConnect(node))
+
+    def _sendSelfAddress(self, conn: Any) -> None:
+        if self._learning():
+            self.__dict__.setdefault("_said_readonly", set()).add(conn)
+            conn.send("readonly")
+        else:
+            super()._sendSelfAddress(conn)
+
+    def reintroduce(self) -> None:
+        """Drop every connection made as a learner: each is made again under this node's
+        address (by whichever side dials). Tick thread only."""
+        for conn in self.__dict__.pop("_said_readonly", set()):
+            conn.disconnect()
 
     def send(self, node: Any, message: Any) -> bool:
         if isinstance(message, dict) and "transmission" in message:
@@ -86,7 +121,9 @@ class GroupTransport(TCPTransport):
 
 
 def make_transport_class(
-    flush_before_send: Callable[[], Any] | None, resume_hint: Callable[[], int]
+    flush_before_send: Callable[[], Any] | None, resume_hint: Callable[[], int],
+    is_learner: Callable[[], bool] | None = None,
+    created: Callable[[GroupTransport], None] | None = None,
 ) -> type[GroupTransport]:
     """A GroupTransport subclass bound to one node's journal (pysyncobj takes a class)."""
     return type(
@@ -95,5 +132,7 @@ def make_transport_class(
         {
             "flush_before_send": staticmethod(flush_before_send) if flush_before_send else None,
             "resume_hint": staticmethod(resume_hint),
+            "is_learner": staticmethod(is_learner) if is_learner else None,
+            "created": staticmethod(created) if created else None,
         },
     )

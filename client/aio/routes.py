@@ -6,7 +6,9 @@ with its group's replicas and the leader it knows). Both have one shape::
 
     {"topic": T, "groups": [{"group", "queues", "perm", "leader", "replicas": {node: address}}]}
 
-Routes are refreshed every ``refresh_s`` (30 s) and at once when a request fails;
+Without a name server the group's replicas are asked, and also the members the last
+answer named (members change). Routes are refreshed every ``refresh_s`` (30 s) and at
+once when a request fails;
 a NOT_LEADER answer moves the group's leader at once (``set_leader``).
 """
 
@@ -160,9 +162,12 @@ class RouteBook:
         answers: list[dict[str, Any]] = []
         missing = 0
         need = len(self._servers) // 2 + 1
+        # the group's members as last answered too: members added since the client started
+        # (raftmq replica add) keep it routed after the ones it was given are removed
+        asked = list(dict.fromkeys([*self._servers, *(a for g in self._replicas.values() for a in g)]))
         calls = [asyncio.ensure_future(self._pool.call(address, RequestCode.GET_ROUTE, {"topic": topic},
                                                        timeout=3))
-                 for address in self._servers]
+                 for address in asked]
         try:
             for done in asyncio.as_completed(calls):
                 try:

@@ -1,0 +1,219 @@
+"""``raftmq replica list|add|remove|replace``: change a group's members, one at a time.
+
+    raftmq replica list                          the members and who leads
+    raftmq replica add n4 --raft H:P --client H:P
+    raftmq replica remove n1
+    raftmq replica replace n2 --name n6 --raft H:P --client H:P   (add n6, then remove n2)
+
+Before ``add``, start the new replica with ``[group] join = true`` and ``peers`` listing
+the current members and itself (``add`` prints the lines when it cannot reach it). It
+catches up as a learner -- from the retained log, or the leader's snapshot when
+retention deleted the start -- and ``add`` waits, showing how far behind it is, until
+it is close enough to count for the majority. ``remove`` of the leader first hands the
+leadership to another member. Each change is one Raft entry (the single-server change
+of the Raft thesis); the replicas are found as for ``raftmq cluster status``
+(``--dir``, ``--namesrv``) or with ``--servers``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from broker.cluster_cmd import find_replicas
+
+__all__ = ["main"]
+
+
+class CommandError(Exception):
+    pass
+
+
+def _call(address: str, path: str, body: dict[str, Any] | None = None,
+          timeout: float = 30.0) -> tuple[int, dict[str, Any]]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"http://{address}{path}", data=data,
+                                     method="GET" if body is None else "POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        try:
+            return e.code, json.loads(e.read() or b"{}")
+        except ValueError:
+            return e.code, {"error": e.reason}
+
+
+class Group:
+    """The replicas of one group, and the newest member list any of them gave."""
+
+    def __init__(self, addresses: list[str]) -> None:
+        self.addresses = list(dict.fromkeys(addresses))
+        self.members: dict[str, dict[str, str]] = {}
+
+    def leader(self, deadline: float) -> str:
+        """The leader's broker address (waits for an election until ``deadline``). The member
+        list is taken from the leader itself: a removed replica never learns it was removed."""
+        while True:
+            for address in list(self.addresses):
+                doc = self._members_at(address)
+                if doc is None:
+                    continue
+                named = doc.get("leader")
+                client = doc["members"].get(named, {}).get("client") if named else None
+                if not client:
+                    continue
+                own = doc if named == doc.get("node") else self._members_at(client)
+                if own is not None and own.get("leader") == own.get("node") == named:
+                    self.members = own["members"]
+                    return str(client)
+            if time.monotonic() >= deadline:
+                raise CommandError("no replica of the group names a leader (is a majority up?)")
+            time.sleep(0.3)
+
+    def _members_at(self, address: str) -> dict[str, Any] | None:
+        try:
+            code, doc = _call(address, "/admin/members", timeout=3)
+        except OSError:
+            return None
+        if code != 200:
+            return None
+        for m in doc["members"].values():
+            if m["client"] and m["client"] not in self.addresses:
+                self.addresses.append(m["client"])
+        return doc
+
+    def change(self, body: dict[str, Any], deadline: float, progress: bool = True) -> dict[str, Any]:
+        """POST the change to the leader until it is made or ``deadline`` passes."""
+        last_note = 0.0
+        while True:
+            leader = self.leader(deadline)
+            try:
+                code, doc = _call(leader, "/admin/members", body)
+            except OSError as e:
+                code, doc = 0, {"error": f"cannot reach the leader at {leader}: {e}"}
+            if code == 200:
+                self.members = doc["members"]
+                return doc
+            if code == 400:
+                raise CommandError(doc.get("error", "refused"))
+            now = time.monotonic()
+            if now >= deadline:
+                raise CommandError(f"gave up: {doc.get('error', code)}")
+            if progress and now - last_note >= 2.0:
+                print(f"  waiting: {doc.get('error', code)}", flush=True)
+                last_note = now
+            time.sleep(0.5)
+
+
+def _print_members(members: dict[str, dict[str, str]], leader: str | None = None) -> None:
+    for name, m in sorted(members.items()):
+        mark = "  (leader)" if name == leader else ""
+        print(f"  {name:<10} raft {m['raft']:<22} client {m['client'] or '?'}{mark}")
+
+
+def _add(group: Group, name: str, raft: str, client: str, deadline: float) -> None:
+    group.leader(deadline)
+    try:
+        code, status = _call(client, "/status", timeout=3)
+    except OSError:
+        code, status = 0, {}
+    if code != 200:
+        peers = ", ".join([*(f'{n} = "{m["raft"]}"' for n, m in sorted(group.members.items())),
+                           f'{name} = "{raft}"'])
+        raise CommandError(
+            f"{name}'s broker at {client} does not answer. Start it first with, in its config:\n"
+            f"  [group]\n  peers = {{ {peers} }}\n  join = true\n"
+            f"  [broker]\n  listen = \"{client}\"")
+    print(f"adding {name} (raft {raft}): it catches up as a learner first", flush=True)
+    group.change({"op": "add", "name": name, "raft": raft, "client": client}, deadline)
+    while True:  # it counts for the majority now; wait until it knows it is a member
+        try:
+            code, status = _call(client, "/status", timeout=3)
+        except OSError:
+            code = 0
+        if code == 200 and status.get("member"):
+            break
+        if time.monotonic() >= deadline:
+            raise CommandError(f"{name} was added but does not report itself a member yet")
+        time.sleep(0.2)
+    print(f"{name} is a member")
+
+
+def _remove(group: Group, name: str, deadline: float) -> None:
+    leader = group.leader(deadline)
+    if name not in group.members:
+        raise CommandError(f"{name!r} is not a member ({', '.join(sorted(group.members))})")
+    if group.members[name]["client"] == leader:
+        print(f"{name} leads: handing the leadership over first", flush=True)
+        code, doc = _call(leader, "/admin/leader/transfer", {})  # the most up-to-date member
+        if code != 200:
+            raise CommandError(f"leadership transfer failed: {doc.get('error', code)}")
+    group.change({"op": "remove", "name": name}, deadline)
+    print(f"{name} is no longer a member: stop its process (it no longer votes or receives entries) "
+          "and remove its data directory once you no longer need it")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="raftmq replica", description="List or change a group's members, one replica at a time "
+        "(Raft's single-server change): add, remove, or replace a host with a new address.",
+        epilog="See docs/DEPLOY.md (grow, shrink, replace a host).")
+    parser.add_argument("action", choices=["list", "add", "remove", "replace"])
+    parser.add_argument("name", nargs="?", help="add: the new replica's name; remove/replace: the "
+                                                "member to remove")
+    parser.add_argument("--name", dest="new_name", help="replace: the new replica's name")
+    parser.add_argument("--raft", help="add/replace: the new replica's Raft address HOST:PORT")
+    parser.add_argument("--client", help="add/replace: the new replica's broker address HOST:PORT")
+    parser.add_argument("--group", help="the broker group (needed when there are several)")
+    parser.add_argument("--dir", help="a local cluster's directory (its cluster.json)")
+    parser.add_argument("--namesrv", help="find the replicas through this name server")
+    parser.add_argument("--servers", help="replica broker addresses of the group, comma separated")
+    parser.add_argument("--timeout", type=float, default=600.0,
+                        help="seconds to wait for catch-up and each change (default 600)")
+    args = parser.parse_args(argv)
+    if args.action != "list" and not args.name:
+        parser.error(f"{args.action} needs the replica's name")
+    if args.action in ("add", "replace") and not (args.raft and args.client):
+        parser.error(f"{args.action} needs --raft and --client of the new replica")
+    if args.action == "replace" and not args.new_name:
+        parser.error("replace needs --name of the new replica")
+    if args.servers:
+        groups: dict[str, dict[str, str]] | None = {"": {a: a for a in args.servers.split(",") if a}}
+    else:
+        groups = find_replicas(args)
+    if groups is None:
+        return 1
+    if args.group:
+        if args.group not in groups:
+            print(f"error: no group {args.group!r} (groups: {', '.join(sorted(groups))})", file=sys.stderr)
+            return 1
+        groups = {args.group: groups[args.group]}
+    elif len(groups) > 1:
+        print(f"error: several groups ({', '.join(sorted(groups))}): give --group", file=sys.stderr)
+        return 1
+    (nodes,) = groups.values()
+    group = Group(list(nodes.values()))
+    deadline = time.monotonic() + args.timeout
+    try:
+        if args.action == "add":
+            _add(group, args.name, args.raft, args.client, deadline)
+        elif args.action == "remove":
+            _remove(group, args.name, deadline)
+        elif args.action == "replace":
+            _add(group, args.new_name, args.raft, args.client, deadline)
+            _remove(group, args.name, deadline)
+        leader = group.leader(deadline)
+        names = {m["client"]: n for n, m in group.members.items()}
+        print("members:")
+        _print_members(group.members, names.get(leader))
+    except CommandError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0

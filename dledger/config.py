@@ -11,7 +11,7 @@ form, shared with the broker's config file::
     name = "g1"
     peers = { n1 = "127.0.0.1:20001", n2 = "127.0.0.1:20002", n3 = "127.0.0.1:20003" }
     secret_file = "cluster.secret"      # or: secret = "..." (keep it out of git)
-    # dial = { n2 = "127.0.0.1:30002" } # reach a peer through a proxy
+    # dial = { n2 = "127.0.0.1:30002" } # reach a peer (or a member added later) through a proxy
     # join = true                       # a replica being added: `peers` lists the current
                                         # members and this node; it catches up as a learner
                                         # until `raftmq replica add` makes it a member
@@ -101,9 +101,7 @@ class GroupConfig:
                     f"peers {seen[addr]!r} and {name!r} have the same address {addr}: "
                     "each replica needs its own host:port")
             seen[addr] = name
-        for name, addr in self.dial.items():
-            if name not in self.peers:
-                raise ConfigError(f"group.dial names unknown peer {name!r}")
+        for name, addr in self.dial.items():  # a name not in peers: a member that joins later
             _check_address(f"group.dial.{name}", addr)
         if len(self.peers) > 1 and not self.secret and not self.insecure:
             raise ConfigError(

@@ -58,9 +58,12 @@ class PeerLink:
 
 
 class ChaosBrokers:
-    """A 3-node broker group under ``base`` whose links all go through ``toxi``."""
+    """A 3-node broker group under ``base`` whose links all go through ``toxi``; ``spare``
+    more nodes (n4, n5, ...) are laid out with their links, to be started as learners
+    and added to the group (``start_learner``, ``retire``)."""
 
-    def __init__(self, base: Path, toxi: Toxi, raft: dict[str, Any] | None = None) -> None:
+    def __init__(self, base: Path, toxi: Toxi, raft: dict[str, Any] | None = None,
+                 spare: int = 0) -> None:
         """``raft``: settings over the default (4 MiB segments, no retention), e.g. RETENTION."""
         self.base = base
         self.toxi = toxi
@@ -70,21 +73,50 @@ class ChaosBrokers:
         self.group = LocalGroup(base, 3, module="broker", group=BROKER_GROUP, raft=raft,
                                 broker={"index_slots": 4096, "index_entries": 65536})
         self.nodes = self.group.nodes
+        #: the current members: what converge, the verifier and the watchers look at
         self.names = list(self.nodes)
-        self.incarnation = dict.fromkeys(self.names, 0)
+        initial = list(self.names)
+        for i in range(spare):
+            self.group.add_node(f"n{len(initial) + i + 1}", initial)
+        self.incarnation = dict.fromkeys(self.nodes, 0)
         self.peer_links: dict[frozenset[str], PeerLink] = {}
-        dial: dict[str, dict[str, str]] = {n: {} for n in self.names}
-        for a, b in combinations(self.names, 2):
+        #: a learner dials every member whatever the addresses (it says "readonly"): for
+        #: pairs with a spare node, the reverse direction has a proxy too
+        self.learner_links: dict[tuple[str, str], Link] = {}
+        self._dial: dict[str, dict[str, str]] = {n: {} for n in self.nodes}
+        for a, b in combinations(self.nodes, 2):
             dialer, acceptor = (a, b) if self.nodes[a].raft > self.nodes[b].raft else (b, a)
             link = toxi.proxy(f"{dialer}-to-{acceptor}", free_port(), _port(self.nodes[acceptor].raft))
             self.peer_links[frozenset((a, b))] = PeerLink(dialer, acceptor, link)
-            dial[dialer][acceptor] = link.listen
-        for name in self.names:
-            self.group.write_config(name, dial[name])
+            self._dial[dialer][acceptor] = link.listen
+            if a not in initial or b not in initial:
+                back = toxi.proxy(f"{acceptor}-to-{dialer}", free_port(), _port(self.nodes[dialer].raft))
+                self.learner_links[(acceptor, dialer)] = back
+                self._dial[acceptor][dialer] = back.listen
+        for name in initial:
+            self.group.write_config(name, self._dial[name], peers=initial)
         self.client_links = {n: toxi.proxy(f"client-to-{n}", free_port(), _port(self.nodes[n].http))
-                             for n in self.names}
+                             for n in self.nodes}
         self.address_map = {self.nodes[n].http: link.listen for n, link in self.client_links.items()}
-        self.servers = [link.listen for link in self.client_links.values()]
+        #: what clients are given: the first three nodes' proxies (they learn the rest)
+        self.servers = [self.client_links[n].listen for n in initial]
+
+    # -- membership ------------------------------------------------------------------
+    def start_learner(self, name: str) -> None:
+        """Start spare node ``name`` with ``join = true`` and the current members as peers;
+        it catches up as a learner until ``raftmq replica add`` makes it a member."""
+        self.group.write_config(name, self._dial[name], peers=[*self.names, name], join=True)
+        self.incarnation[name] += 1
+        self.group.start_node(name)
+
+    def admit(self, name: str) -> None:
+        """``name`` is a member now: converge and the verifier include it."""
+        self.names = [*self.names, name]
+
+    def retire(self, name: str) -> None:
+        """``name`` was removed from the group: stop it (SIGTERM) and forget it."""
+        self.names = [n for n in self.names if n != name]
+        self.group.terminate(name)
 
     # -- processes -------------------------------------------------------------------
     def start(self, names: Iterable[str] | None = None) -> None:
@@ -97,7 +129,7 @@ class ChaosBrokers:
         self.group.kill(name)
 
     def kill_all(self) -> None:
-        """SIGKILL every live node at once, then reap them."""
+        """SIGKILL every live node (members or not) at once, then reap them."""
         procs = [p.proc for p in self.nodes.values() if p.proc is not None and p.proc.poll() is None]
         for proc in procs:
             proc.send_signal(signal.SIGKILL)
@@ -145,7 +177,7 @@ class ChaosBrokers:
         return self.group.status(name, timeout=1.0) if self.alive(name) else None
 
     def leader(self, timeout: float = 30.0, among: list[str] | None = None) -> str:
-        return self.group.wait_leader(timeout=timeout, among=among)
+        return self.group.wait_leader(timeout=timeout, among=among or self.names)
 
     def wait_status(self, name: str, predicate: Callable[[dict[str, Any]], bool], timeout: float,
                     what: str) -> dict[str, Any]:
@@ -204,7 +236,8 @@ class ChaosBrokers:
         pl.link.cut(pl.stream_from(src))
 
     def all_links(self) -> list[Link]:
-        return [pl.link for pl in self.peer_links.values()] + list(self.client_links.values())
+        return ([pl.link for pl in self.peer_links.values()] + list(self.learner_links.values())
+                + list(self.client_links.values()))
 
     def latency_everywhere(self, ms: int, jitter: int) -> None:
         for link in self.all_links():

@@ -132,10 +132,12 @@ def make_scenario(request: pytest.FixtureRequest, tmp_path: Path, toxi: Toxi, ch
                   chaos_seed: int) -> Iterator[Callable[..., Scenario]]:
     made: list[Scenario] = []
 
-    def make(*, retention: bool | dict[str, object] = False, **options: object) -> Scenario:
-        """``retention``: True for RETENTION, or a dict of [raft] settings over it."""
+    def make(*, retention: bool | dict[str, object] = False, spare: int = 0,
+             **options: object) -> Scenario:
+        """``retention``: True for RETENTION, or a dict of [raft] settings over it; ``spare``:
+        nodes laid out to be added to the group (``ChaosBrokers``)."""
         raft = {**RETENTION, **(retention if isinstance(retention, dict) else {})} if retention else None
-        brokers = ChaosBrokers(tmp_path / f"brokers{len(made)}", toxi, raft)
+        brokers = ChaosBrokers(tmp_path / f"brokers{len(made)}", toxi, raft, spare=spare)
         if retention:
             options.setdefault("pad", 1000)  # bigger messages: segments fill, retention deletes
         name = request.node.name.removeprefix("test_")

@@ -1,6 +1,8 @@
 """State beyond the log, under ordered load with retention deleting the log's start every
 few seconds (``tests/chaos/brokers.py`` RETENTION): a host replaced with an empty disk, a
-follower down while the size cap deletes what it needs, leadership moved under load.
+follower down while the size cap deletes what it needs, leadership moved under load, and
+the group's membership changed 3 -> 4 -> 5 -> 3 and a host moved to a new address with
+``raftmq replica`` (the leader killed during a change).
 
 Besides the message invariants (``Scenario.finish``), every scenario checks that every
 replica's state digest is equal at every index two of them recorded, and that the
@@ -10,6 +12,8 @@ ConsumeQueues are equal unit by unit over the offsets every replica holds.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -88,4 +92,82 @@ def test_leadership_transferred_under_load_with_retention(make_scenario: MakeSce
         assert moved_to == target
         s.failover_after(at)
         s.workload.wait_more_acked(150, 30)
+    s.finish()
+
+
+def _replica(s: Scenario, *args: str) -> subprocess.Popen[str]:
+    """``raftmq replica ARGS`` against the current members (the operator's tool talks to the
+    brokers directly, as the harness does)."""
+    servers = ",".join(s.brokers.nodes[n].http for n in s.brokers.names)
+    return subprocess.Popen([sys.executable, "-m", "broker.cli", "replica", *args, "--servers", servers,
+                             "--timeout", "90"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _done(s: Scenario, proc: subprocess.Popen[str], what: str) -> str:
+    try:
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, f"{what}: {out}"
+    said = [line.strip() for line in out.splitlines()
+            if line.strip() and " raft " not in line and line.strip() != "members:"]
+    s.event(f"{what}: " + " / ".join(said[-2:]))
+    return out
+
+
+def _add(s: Scenario, name: str) -> subprocess.Popen[str]:
+    s.brokers.start_learner(name)
+    s.brokers.wait_status(name, lambda st: not st["member"], 30, f"{name} up as a learner")
+    node = s.brokers.nodes[name]
+    return _replica(s, "add", name, "--raft", node.raft, "--client", node.http)
+
+
+def _members_agree(s: Scenario) -> None:
+    want = sorted(s.brokers.names)
+    for name in s.brokers.names:
+        s.brokers.wait_status(name, lambda st: sorted(st["members"]) == want, 30, f"members {want}")
+
+
+def test_membership_3_4_5_3_and_a_host_moved_with_a_leader_kill_during_a_change(
+        make_scenario: MakeScenario) -> None:
+    s = make_scenario(retention=True, spare=3).start()
+    b = s.brokers
+    first = s.brokers.wait_status(s.leader(), lambda st: st["first_index"] > 1, 60,
+                                  "retention deleting the log's start")["first_index"]
+    s.event(f"the leader's log starts at {first}: a new replica needs the snapshot")
+    _done(s, _add(s, "n4"), "3 -> 4")
+    assert (b.status("n4") or {}).get("snapshot_installs"), "n4 caught up without the snapshot"
+    b.admit("n4")
+    _members_agree(s)
+    s.workload.wait_more_acked(100, 30)
+
+    adding = _add(s, "n5")
+    killed = s.leader()
+    _down(s, killed)
+    at = s.event(f"{killed} (leader) killed while n5 is being added")
+    s.failover_after(at)
+    _done(s, adding, "4 -> 5")
+    b.admit("n5")
+    s.restart(killed)
+    _members_agree(s)
+    s.workload.wait_more_acked(100, 30)
+
+    for name in ("n1", "n2"):  # 5 -> 3; the tool moves the leadership off a leader first
+        _done(s, _replica(s, "remove", name), f"remove {name}")
+        b.retire(name)
+        s.workload.wait_more_acked(50, 30)
+    _members_agree(s)
+
+    node = b.nodes["n6"]
+    b.start_learner("n6")
+    b.wait_status("n6", lambda st: not st["member"], 30, "n6 up as a learner")
+    _done(s, _replica(s, "replace", "n3", "--name", "n6", "--raft", node.raft, "--client", node.http),
+          "n3 replaced by n6 at a new address")
+    b.admit("n6")
+    b.retire("n3")
+    _members_agree(s)
+    assert sorted(b.names) == ["n4", "n5", "n6"]
+    s.workload.wait_more_acked(200, 45)  # clients given n1-n3 follow the group to its new hosts
     s.finish()

@@ -55,9 +55,10 @@ def test_bad_address() -> None:
         make(peers={**PEERS, "n2": "localhost"})
 
 
-def test_dial_of_unknown_peer() -> None:
-    with pytest.raises(ConfigError, match="unknown peer"):
-        make(dial={"n7": "127.0.0.1:9000"})
+def test_dial_of_a_member_added_later_is_kept_and_checked() -> None:
+    assert make(dial={"n7": "127.0.0.1:9000"}).dial == {"n7": "127.0.0.1:9000"}
+    with pytest.raises(ConfigError, match="not host:port"):
+        make(dial={"n7": "localhost"})
 
 
 def test_load_toml_with_secret_file(tmp_path: Path) -> None:

@@ -62,6 +62,7 @@ from dledger.journal import RaftJournal, silence_false_truncation_alarm
 from dledger.log_start import DumpEntry, decode_log_start, encode_log_start
 from dledger.membership import MEMBERSHIP_PREFIX, Change, Member, MemberHistory, decode_change, encode_change
 from dledger.peer_crypto import install_peer_crypto
+from dledger.prevote import PreVote
 from dledger.raft_codec import (
     APPEND_FUNC_ID,
     decode_command,
@@ -228,6 +229,10 @@ class ReplicatedLog:
             raise RuntimeError("pysyncobj numbered the append method unexpectedly")
         self._wakeup = PipeNotifier(self._node._poller)
         self._node.addOnTickCallback(self._watch_leadership)
+        self._prevote = PreVote(self._node, lambda: config.election_timeout_ms[0] / 1000,
+                                lambda: (self._conf.raftMinTimeout, self._conf.raftMaxTimeout))
+        self._transport.intercept = self._prevote.on_message
+        self._node.addOnTickCallback(self._prevote.tick)
         self._node.addOnTickCallback(self._watch_membership)
         if self._learner:
             log.warning("%s is not a member of group %s yet: it catches up as a learner (no vote, "
@@ -407,9 +412,9 @@ class ReplicatedLog:
 
     def _apply_candidacy(self) -> None:
         """Set the election timeouts on our conf object; pysyncobj reads them at each use
-        (0.3.17, pinned). There is no pre-vote: pysyncobj already never stands while it is
-        connected to no peer (a crashed or cut-off node does not raise its term), but a node
-        whose link drops messages while the connection stays up still does."""
+        (0.3.17, pinned). pysyncobj never stands while it is connected to no peer; a node
+        whose link drops messages while the connection stays up would, but
+        ``dledger.prevote`` makes it ask the members first."""
         lo, hi = (t / 1000 for t in self.config.election_timeout_ms)
         if self._not_standing:
             lo = hi = 1e9
@@ -510,6 +515,7 @@ class ReplicatedLog:
             "members": {n: {"raft": m.raft, "client": m.client} for n, m in sorted(self.members().items())},
             "member": self.is_member,
             "members_changed_at": self._history.changed_at(),
+            "pre_vote_rounds": self._prevote.rounds, "pre_vote_won": self._prevote.won,
         }
 
     # -- membership (dledger.membership) ------------------------------------------------

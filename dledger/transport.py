@@ -27,6 +27,9 @@
      not known to match the current leader; a lower nextIndex is always safe
      (Raft §5.3, the leader just sends more). It never goes below the first
      held entry + 1, which every replica holds identically.
+
+On the receive path, ``intercept`` (``dledger.prevote``) sees every message first and
+consumes pre-vote's own two message types.
 """
 
 from __future__ import annotations
@@ -72,6 +75,8 @@ class GroupTransport(TCPTransport):
     resume_hint: Callable[[], int] | None = None
     is_learner: Callable[[], bool] | None = None
     created: Callable[[GroupTransport], None] | None = None
+    #: sees every message first; True consumes it (pre-vote's own messages)
+    intercept: Callable[[Any, dict[str, Any]], bool] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -93,6 +98,11 @@ class GroupTransport(TCPTransport):
             conn.send("readonly")
         else:
             super()._sendSelfAddress(conn)
+
+    def _onMessageReceived(self, node: Any, message: Any) -> None:
+        if self.intercept is not None and isinstance(message, dict) and self.intercept(node, message):
+            return
+        super()._onMessageReceived(node, message)
 
     def reintroduce(self) -> None:
         """Drop every connection made as a learner: each is made again under this node's

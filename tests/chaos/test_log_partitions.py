@@ -135,3 +135,28 @@ def test_isolated_leader_never_serves_its_uncommitted_tail(proxied: ProxiedGroup
         new)["commit_index"], 30, "the old leader rejoining")
     for name in group.nodes:  # the stranded entry was replaced everywhere
         assert b"stranded-on-the-old-leader" not in [row[4] for row in group.all_entries(name)]
+
+
+def test_a_follower_cut_off_with_its_connections_up_forces_no_election_when_healed(
+        proxied: ProxiedGroup, toxi: Toxi) -> None:
+    """Pre-vote (issue 13, row 7): a follower whose links swallow bytes while the TCP
+    connections stay up -- so pysyncobj's "connected to no one" guard does not hold it
+    back -- asks before it stands; it raises no term, and the leader keeps leading when
+    the links heal."""
+    group = proxied.group
+    group.start()
+    leader = group.wait_leader(timeout=30)
+    follower = next(n for n in group.nodes if n != leader)
+    term = group.status(leader)["term"]  # type: ignore[index]
+    proxied.isolate(follower)
+    # three of its election timeouts (0.4-1.2 s) pass: it asks (pre-vote) or stands
+    group.wait_status(follower, lambda s: s.get("pre_vote_rounds", 0) >= 3 or s["term"] > term, 15,
+                      "the cut-off follower noticing the leader is gone")
+    cut_off = group.status(follower)
+    toxi.reset()
+    group.wait_status(follower, lambda s: s["leader"] == leader and s["role"] == "follower", 20,
+                      "the healed follower following the leader")
+    after = {n: group.status(n) for n in group.nodes}
+    assert cut_off is not None and cut_off["term"] == term, f"the cut-off follower raised its term: {cut_off}"
+    assert {s["term"] for s in after.values() if s} == {term}, f"an election happened: {after}"
+    assert group.wait_leader() == leader

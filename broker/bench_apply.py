@@ -18,9 +18,9 @@ from pathlib import Path
 
 from broker.commands import CreateTopic, encode_admin
 from broker.entry_batch import pack_entries
-from broker.message_format import Message, encode_message
 from broker.state_machine import BrokerStateMachine, Outcome
 from dledger.entry_format import Entry, EntryKind, record_size
+from protocol.message_format import Message, encode_message
 
 QUEUES = 8
 STAMP = 1_700_000_000_000

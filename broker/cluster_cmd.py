@@ -27,7 +27,7 @@ from typing import Any
 
 from dledger.local_group import LocalGroup, free_port
 
-__all__ = ["dead_processes", "find_replicas", "leader_main", "main", "namesrv_address"]
+__all__ = ["dead_processes", "find_group", "find_replicas", "leader_main", "main", "namesrv_address"]
 
 
 def _pid_alive(pid: int) -> bool:
@@ -133,6 +133,27 @@ def find_replicas(args: argparse.Namespace) -> dict[str, dict[str, str]] | None:
     return {g: {n: info["address"] for n, info in nodes.items()} for g, nodes in state["groups"].items()}
 
 
+def find_group(args: argparse.Namespace) -> dict[str, str] | None:
+    """node -> client address of the one group ``args`` name: ``--servers``, or ``--group``
+    among those ``find_replicas`` finds (needed when there are several). None after
+    printing why not."""
+    if args.servers:
+        return {a: a for a in args.servers.split(",") if a}
+    groups = find_replicas(args)
+    if groups is None:
+        return None
+    if args.group:
+        if args.group not in groups:
+            print(f"error: no group {args.group!r} (groups: {', '.join(sorted(groups))})", file=sys.stderr)
+            return None
+        return groups[args.group]
+    if len(groups) > 1:
+        print(f"error: several groups ({', '.join(sorted(groups))}): give --group", file=sys.stderr)
+        return None
+    (nodes,) = groups.values()
+    return nodes
+
+
 def _replica_status(address: str) -> dict[str, Any] | None:
     try:
         with urllib.request.urlopen(f"http://{address}/status", timeout=2) as resp:
@@ -225,21 +246,9 @@ def leader_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--namesrv", help="find the replicas through this name server")
     parser.add_argument("--servers", help="one group's replica addresses, comma separated")
     args = parser.parse_args(argv)
-    if args.servers:
-        groups: dict[str, dict[str, str]] | None = {"": {a: a for a in args.servers.split(",") if a}}
-    else:
-        groups = find_replicas(args)
-    if groups is None:
+    nodes = find_group(args)
+    if nodes is None:
         return 1
-    if args.group:
-        if args.group not in groups:
-            print(f"error: no group {args.group!r} (groups: {', '.join(sorted(groups))})", file=sys.stderr)
-            return 1
-        groups = {args.group: groups[args.group]}
-    elif len(groups) > 1:
-        print(f"error: several groups ({', '.join(sorted(groups))}): give --group", file=sys.stderr)
-        return 1
-    (nodes,) = groups.values()
     leader = next((a for a in nodes.values() if (_replica_status(a) or {}).get("role") == "leader"), None)
     if leader is None:
         print("error: no replica of the group says it leads (an election is under way?)", file=sys.stderr)

@@ -1,7 +1,7 @@
 """The records a leader puts in an entry batch, one typed dataclass per kind.
 
 Every record is a msgpack array whose first element says what it is. A stored
-message (``broker.message_format``, which starts with its version ``1``) is a
+message (``protocol.message_format``, which starts with its version ``1``) is a
 record as it is, so the ConsumeQueue can point at its bytes; a fragment carries
 a slice of a message too large for one entry; every other kind is an admin or
 state command::

@@ -64,8 +64,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import mmh3
-
 from dledger.durable_file import fsync_directory
 
 __all__ = [
@@ -80,7 +78,6 @@ __all__ = [
     "CqUnit",
     "OffsetOutOfRange",
     "cq_file_name",
-    "tag_hash",
     "topic_directory",
 ]
 
@@ -134,16 +131,6 @@ class CqRead:
 
     units: list[tuple[int, CqUnit]]
     next_offset: int
-
-
-def tag_hash(tag: str | None) -> int:
-    """The tag hash stored in a unit: 64-bit signed murmur3 of the tag; 0 for no tag.
-
-    An empty tag counts as no tag. Pure and thread-safe.
-    """
-    if not tag:
-        return 0
-    return mmh3.hash64(tag, signed=True)[0]
 
 
 def topic_directory(topic: str) -> str:

@@ -47,12 +47,12 @@ from broker.deferred import (
     retry_delay_ms,
 )
 from broker.fragments import MessageGone, read_message
-from broker.message_format import Message, decode_message, encode_message
-from broker.names import dlq_topic, retry_topic
-from broker.remoting import Frame, FrameError, RequestCode, ResponseCode
 from broker.state_machine import BrokerStateMachine
 from broker.write_path import WritePath
 from dledger.replicated_log import ReplicatedLog
+from protocol.message_format import Message, decode_message, encode_message
+from protocol.names import dlq_topic, retry_topic
+from protocol.remoting import Frame, FrameError, RequestCode, ResponseCode
 
 __all__ = ["DEFAULT_MAX_RECONSUME", "TICK_S", "DeferredService"]
 

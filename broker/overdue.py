@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from broker.names import retry_topic
 from broker.state_machine import BrokerStateMachine
+from protocol.names import retry_topic
 
 __all__ = ["DEFAULT_THRESHOLD_S", "REPEAT_S", "OverdueRetries", "OverdueWatch", "overdue_delays",
            "overdue_retries"]

@@ -25,7 +25,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from broker.cluster_cmd import find_replicas
+from broker.cluster_cmd import find_group
 
 __all__ = ["main"]
 
@@ -184,21 +184,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.action} needs --raft and --client of the new replica")
     if args.action == "replace" and not args.new_name:
         parser.error("replace needs --name of the new replica")
-    if args.servers:
-        groups: dict[str, dict[str, str]] | None = {"": {a: a for a in args.servers.split(",") if a}}
-    else:
-        groups = find_replicas(args)
-    if groups is None:
+    nodes = find_group(args)
+    if nodes is None:
         return 1
-    if args.group:
-        if args.group not in groups:
-            print(f"error: no group {args.group!r} (groups: {', '.join(sorted(groups))})", file=sys.stderr)
-            return 1
-        groups = {args.group: groups[args.group]}
-    elif len(groups) > 1:
-        print(f"error: several groups ({', '.join(sorted(groups))}): give --group", file=sys.stderr)
-        return 1
-    (nodes,) = groups.values()
     group = Group(list(nodes.values()))
     deadline = time.monotonic() + args.timeout
     try:

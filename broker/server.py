@@ -1,6 +1,6 @@
 """The broker's aiohttp server: one WebSocket of remoting frames per client, plus HTTP.
 
-    GET  /ws        binary WebSocket; every message is one ``broker.remoting`` frame
+    GET  /ws        binary WebSocket; every message is one ``protocol.remoting`` frame
     GET  /healthz   "ok" (the process serves)
     GET  /status    JSON: Raft status and applied index of this replica
     GET  /metrics   Prometheus text: role, term, indexes, send/pull counters, commit
@@ -52,11 +52,20 @@ from broker.divergence import DivergenceCheck
 from broker.entry_batch import MessageTooLarge, read_stamp
 from broker.fragments import MessageGone, read_message, read_message_at
 from broker.membership_admin import member_routes
-from broker.message_format import MAX_MESSAGE_BYTES, MessageFormatError, decode_message, encode_message
-from broker.names import InvalidName, retry_topic, validate_group, validate_topic
+from broker.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from broker.metrics import BrokerMetrics
 from broker.overdue import DEFAULT_THRESHOLD_S as DEFAULT_OVERDUE_S
 from broker.overdue import OverdueWatch
-from broker.remoting import (
+from broker.state_machine import Applied, BrokerStateMachine, Outcome
+from broker.write_path import WritePath
+from dledger.applier import Applier
+from dledger.commitlog import CommitLog
+from dledger.entry_format import HEADER_SIZE
+from dledger.errors import NoLeader, NotLeader, OutcomeUnknown, ProposeError
+from dledger.replicated_log import ReplicatedLog
+from protocol.message_format import MAX_MESSAGE_BYTES, MessageFormatError, decode_message, encode_message
+from protocol.names import InvalidName, retry_topic, validate_group, validate_topic
+from protocol.remoting import (
     DEFAULT_MAX_FRAME,
     Frame,
     FrameError,
@@ -68,14 +77,7 @@ from broker.remoting import (
     ext_ints,
     ext_str,
 )
-from broker.sql_filter import FilterSyntaxError, SqlFilter, compile_filter
-from broker.state_machine import Applied, BrokerStateMachine, Outcome
-from broker.write_path import WritePath
-from dledger.applier import Applier
-from dledger.commitlog import CommitLog
-from dledger.entry_format import HEADER_SIZE
-from dledger.errors import NoLeader, NotLeader, OutcomeUnknown, ProposeError
-from dledger.replicated_log import ReplicatedLog
+from protocol.sql_filter import FilterSyntaxError, SqlFilter, compile_filter
 
 __all__ = ["AppliedSignal", "BrokerServer"]
 
@@ -174,8 +176,7 @@ class BrokerServer:
         self.signal = signal
         self.leader_address = leader_address
         self._stamps: dict[int, int] = {}  # entry record position -> store time (committed: immutable)
-        self.counters: dict[str, float] = {"sent": 0, "pulled": 0, "commit_seconds": 0.0,
-                                           "commits": 0}
+        self.metrics = BrokerMetrics(self)
         self._handlers: dict[int, Callable[[Frame], Awaitable[Frame]]] = {
             RequestCode.SEND_MESSAGE: self._send,
             RequestCode.SEND_BATCH: self._send_batch,
@@ -343,7 +344,7 @@ class BrokerServer:
             await ws.send_bytes(reply.encode())
 
     async def handle(self, frame: Frame) -> Frame:
-        self.counters[f"requests_{frame.code}"] = self.counters.get(f"requests_{frame.code}", 0) + 1
+        self.metrics.request(frame.code)
         handler = self._handlers.get(frame.code)
         if handler is None:
             return frame.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
@@ -413,9 +414,8 @@ class BrokerServer:
     async def _timed_send(self, records: list[bytes]) -> list[Applied]:
         started = asyncio.get_running_loop().time()
         outcomes = await self.write.send(records)
-        self.counters["commit_seconds"] += asyncio.get_running_loop().time() - started
-        self.counters["commits"] += 1
-        self.counters["sent"] += sum(a.outcome == Outcome.STORED for a in outcomes)
+        self.metrics.commit_latency.observe(asyncio.get_running_loop().time() - started)
+        self.metrics.sent.inc(sum(a.outcome == Outcome.STORED for a in outcomes))
         return outcomes
 
     async def _send_batch(self, frame: Frame) -> Frame:
@@ -646,6 +646,7 @@ class BrokerServer:
                                       ext={"nextOffset": max_offset, "leaderless": leaderless})
             return frame.response(ResponseCode.PULL_NOT_FOUND,
                                   ext={"nextOffset": offset, "leaderless": leaderless})
+        served_from = loop.time()
         low = self.machine.retained_min_offset(cq, self.rlog.commitlog.start_position)
         if offset < low:  # retention deleted those messages: the first one kept
             return frame.response(ResponseCode.PULL_OFFSET_MOVED, ext={"nextOffset": low, "minOffset": low})
@@ -682,7 +683,8 @@ class BrokerServer:
             if len(rows) == max_msgs and filtered:
                 next_offset = off + 1
                 break
-        self.counters["pulled"] += len(rows)
+        self.metrics.pulled.inc(len(rows))
+        self.metrics.pull_serve.observe(loop.time() - served_from)
         return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(rows),
                               ext={"nextOffset": next_offset, "maxOffset": max_offset,
                                    "leaderless": leaderless})
@@ -775,7 +777,7 @@ class BrokerServer:
         return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(offsets))
 
     # -- HTTP: metrics and admin ----------------------------------------------------------
-    def _lag_rows(self, group: str) -> list[dict[str, object]]:
+    def lag_rows(self, group: str) -> list[dict[str, object]]:
         rows = []
         for topic, by_queue in sorted(self.machine.offsets.get(group, {}).items()):
             for qid, committed in sorted(by_queue.items()):
@@ -788,50 +790,8 @@ class BrokerServer:
         return rows
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        s = self.rlog.status()
-        labels = f'group="{s["group"]}",node="{s["node"]}"'
-        c = self.counters
-        lines = [
-            "# TYPE raftmq_is_leader gauge", f"raftmq_is_leader{{{labels}}} {int(s['role'] == 'leader')}",
-            "# TYPE raftmq_term gauge", f"raftmq_term{{{labels}}} {s['term']}",
-            "# TYPE raftmq_commit_index gauge", f"raftmq_commit_index{{{labels}}} {s['commit_index']}",
-            "# TYPE raftmq_applied_index gauge",
-            f"raftmq_applied_index{{{labels}}} {self.machine.applied_index()}",
-            "# TYPE raftmq_messages_sent_total counter",
-            f"raftmq_messages_sent_total{{{labels}}} {c['sent']}",
-            "# TYPE raftmq_messages_pulled_total counter",
-            f"raftmq_messages_pulled_total{{{labels}}} {c['pulled']}",
-            "# TYPE raftmq_commit_latency_seconds summary",
-            f"raftmq_commit_latency_seconds_sum{{{labels}}} {c['commit_seconds']:.6f}",
-            f"raftmq_commit_latency_seconds_count{{{labels}}} {c['commits']}",
-            "# TYPE raftmq_consumer_lag gauge",
-        ]
-        for group in sorted(self.machine.offsets):
-            for row in self._lag_rows(group):
-                lines.append(f'raftmq_consumer_lag{{{labels},consumer_group="{group}",'
-                             f'topic="{row["topic"]}",queue="{row["queue"]}"}} {row["lag"]}')
-        lines += ["# HELP raftmq_state_divergent 1 when this replica's state digest differs from a "
-                  "majority of its peers' (it then serves nothing)",
-                  "# TYPE raftmq_state_divergent gauge",
-                  f"raftmq_state_divergent{{{labels}}} {int(self.divergence.divergent is not None)}",
-                  "# TYPE raftmq_state_digest_mismatch_checks_total counter",
-                  f"raftmq_state_digest_mismatch_checks_total{{{labels}}} {self.divergence.mismatches}",
-                  "# TYPE raftmq_apply_stalled gauge",
-                  f"raftmq_apply_stalled{{{labels}}} {int(self.applier.stalled is not None)}"]
-        retries, delays = self.overdue.measure()
-        lines += ["# HELP raftmq_retry_overdue_messages retried messages of a live group waiting "
-                  f"longer than {self.overdue.threshold_s:g} s past their due time",
-                  "# TYPE raftmq_retry_overdue_messages gauge"]
-        lines += [f'raftmq_retry_overdue_messages{{{labels},consumer_group="{o.group}"}} {o.messages}'
-                  for o in retries]
-        lines += ["# TYPE raftmq_retry_overdue_oldest_seconds gauge"]
-        lines += [f'raftmq_retry_overdue_oldest_seconds{{{labels},consumer_group="{o.group}"}} '
-                  f"{o.oldest_s:.3f}" for o in retries]
-        lines += ["# HELP raftmq_delayed_overdue_messages held messages not released "
-                  f"{self.overdue.threshold_s:g} s after their time",
-                  "# TYPE raftmq_delayed_overdue_messages gauge",
-                  f"raftmq_delayed_overdue_messages{{{labels}}} {delays}"]
-        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+        return web.Response(body=self.metrics.exposition(), content_type=METRICS_CONTENT_TYPE,
+                            charset="utf-8")
 
     @property
     def addresses(self) -> dict[str, str]:
@@ -902,7 +862,7 @@ class BrokerServer:
 
     async def _admin_group(self, request: web.Request) -> web.Response:
         return web.json_response({"group": request.match_info["group"],
-                                  "queues": self._lag_rows(request.match_info["group"])})
+                                  "queues": self.lag_rows(request.match_info["group"])})
 
     async def _admin_messages(self, request: web.Request) -> web.Response:
         if "msgId" in request.query:

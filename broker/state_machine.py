@@ -71,7 +71,7 @@ from broker.commands import (
     decode_admin,
     record_kind,
 )
-from broker.consume_queue import ConsumeQueue, tag_hash, topic_directory
+from broker.consume_queue import ConsumeQueue, topic_directory
 from broker.deferred import (
     PROP_DELAY,
     PROP_DELIVER_AT,
@@ -86,11 +86,12 @@ from broker.deferred import (
 from broker.entry_batch import read_records
 from broker.fragments import parse_fragment
 from broker.index_file import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM, IndexHeader, IndexService
-from broker.message_format import Message, MessageFormatError, decode_message
-from broker.names import DLQ_PREFIX, RETRY_PREFIX, SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 from broker.snapshot import Snapshot, SnapshotError, SnapshotStore, cq_hash_prefix, cq_hash_step
 from dledger.durable_file import atomic_write, read_or_none
 from dledger.entry_format import HEADER_SIZE, Entry, EntryKind
+from protocol.message_format import Message, MessageFormatError, decode_message
+from protocol.names import DLQ_PREFIX, RETRY_PREFIX, SCHEDULE_TOPIC, TRANS_HALF_TOPIC
+from protocol.tags import tag_hash
 
 __all__ = ["Applied", "BrokerStateMachine", "Outcome", "TopicConfig"]
 

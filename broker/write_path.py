@@ -31,14 +31,10 @@ waiting is ``OutcomeUnknown`` (the entry may still commit).
 
 Runs on one asyncio loop; ``send`` must be called from that loop.
 
-TEST ONLY -- ``unsafe_ack_before_commit``: the deliberately broken build the chaos
-suite's self-test runs against (``tests/chaos/test_verifier_selftest.py``). When
-``broker.node`` finds ``RAFTMQ_TEST_UNSAFE_ACK=1`` in its environment it sets this
-attribute, and senders whose records are all messages are answered STORED, with
-guessed queue offsets, as soon as their entry is handed to this leader's own log --
-before a majority holds it. An acknowledged message can then be lost on failover,
-which is exactly what the verifier must catch. Off by default; no config file or
-request can turn it on. Never set it anywhere else.
+``_proposed(batch)`` is called once a batch's entries are proposed, before any of
+them commits; it does nothing here. (The chaos suite's deliberately broken build,
+``tests/support/unsafe_broker.py``, overrides it to answer early: production code has
+no switch for it.)
 """
 
 from __future__ import annotations
@@ -55,11 +51,11 @@ from typing import Any
 from broker.commands import RecordKind, record_kind
 from broker.entry_batch import MessageTooLarge, max_message_bytes, pack_entries
 from broker.fragments import chain_payloads
-from broker.message_format import MAX_MESSAGE_BYTES, MessageFormatError, decode_message, peek_msg_id
-from broker.state_machine import Applied, BrokerStateMachine, Outcome
+from broker.state_machine import Applied, BrokerStateMachine
 from dledger.applier import Applier
 from dledger.errors import OutcomeUnknown
 from dledger.replicated_log import ReplicatedLog
+from protocol.message_format import MAX_MESSAGE_BYTES, peek_msg_id
 
 __all__ = ["MAX_IN_FLIGHT", "WritePath"]
 
@@ -74,9 +70,6 @@ class _Pending:
 
 
 class WritePath:
-    #: TEST ONLY (module docstring): acknowledge messages before majority commit.
-    unsafe_ack_before_commit: bool = False
-
     def __init__(self, rlog: ReplicatedLog, machine: BrokerStateMachine, applier: Applier, *,
                  linger_ms: float = 1.0, timeout_s: float = 10.0,
                  clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
@@ -98,7 +91,6 @@ class WritePath:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []  # heap by index
         self._tie = itertools.count()
-        self._guessed_next: dict[tuple[str, int], int] = {}  # unsafe_ack_before_commit only
         machine.on_applied.append(self._on_applied)
 
     def _on_applied(self, index: int) -> None:
@@ -167,8 +159,7 @@ class WritePath:
             outcomes: list[Applied] = []
             # all proposed before the first await: the entries are back to back
             futures = [(asyncio.wrap_future(self._rlog.propose(p)), answers) for p, answers in plan]
-            if self.unsafe_ack_before_commit:
-                self._ack_unsafely(batch)  # TEST ONLY: the broken build (module docstring)
+            self._proposed(batch)
             for fut, answers in futures:
                 appended = await asyncio.wait_for(fut, self._timeout)
                 if answers:
@@ -188,25 +179,8 @@ class WritePath:
                 p.future.set_result(outcomes[start:start + len(p.records)])
             start += len(p.records)
 
-    def _ack_unsafely(self, batch: list[_Pending]) -> None:
-        """TEST ONLY: answer every caller whose records are all messages STORED now, at
-        guessed queue offsets, before the entries commit (module docstring)."""
-        for p in batch:
-            if p.future.done() or any(record_kind(r) != RecordKind.MESSAGE for r in p.records):
-                continue
-            try:
-                guessed = [self._guess_place(r) for r in p.records]
-            except MessageFormatError:
-                continue  # the apply step will refuse it; let that answer
-            p.future.set_result(guessed)
-
-    def _guess_place(self, record: bytes) -> Applied:
-        m = decode_message(record)
-        key = (m.topic, m.queue_id)
-        cq = self._machine.queue(*key)
-        offset = max(self._guessed_next.get(key, 0), cq.max_offset if cq is not None else 0)
-        self._guessed_next[key] = offset + 1
-        return Applied(Outcome.STORED, m.queue_id, offset)
+    def _proposed(self, batch: list[_Pending]) -> None:
+        """The entries of ``batch`` are proposed, none committed yet (module docstring)."""
 
     @staticmethod
     def _plan(records: list[bytes], stamp: int) -> list[tuple[bytes, bool]]:

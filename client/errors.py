@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from broker.remoting import ResponseCode
+from protocol.remoting import ResponseCode
 
 __all__ = [
     "BrokerError",

@@ -13,9 +13,9 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from broker.message_format import Message as StoredMessage
-from broker.message_format import decode_message, pack_message
 from client.queues import MessageQueue
+from protocol.message_format import Message as StoredMessage
+from protocol.message_format import decode_message, pack_message
 
 __all__ = [
     "COMPRESS_OVER",
@@ -106,7 +106,7 @@ class ReceivedMessage:
 
 def encode_for_send(m: Message, queue_id: int, msg_id: bytes, born_ms: int,
                     producer_id: str | None = None, sequence: int | None = None) -> bytes:
-    """The stored form of ``m`` (``broker.message_format``), bodies over ``COMPRESS_OVER``
+    """The stored form of ``m`` (``protocol.message_format``), bodies over ``COMPRESS_OVER``
     compressed."""
     body, flag = m.body, 0
     if len(body) > COMPRESS_OVER:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.consume_queue import tag_hash
+from protocol.tags import tag_hash
 
 __all__ = ["SUB_ALL", "TAG_SEPARATOR", "SubscriptionError", "TagSelector", "parse_tags"]
 

@@ -28,12 +28,16 @@ After the first start the member set comes from the log (``dledger.membership``)
 from __future__ import annotations
 
 import enum
+import re
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["ConfigError", "FlushPolicy", "GroupConfig", "load_group_config"]
+import msgspec
+
+__all__ = ["ConfigError", "FlushPolicy", "GroupConfig", "load_group_config", "read_section", "read_toml"]
 
 #: pysyncobj sends entries >= appendEntriesBatchSizeBytes through a broken
 #: chunking path (defect 3); every entry stays below MAX_ENTRY_BYTES and the
@@ -123,48 +127,114 @@ def _check_address(where: str, addr: str) -> None:
         raise ConfigError(f"{where} = {addr!r} is not host:port")
 
 
-def load_group_config(path: Path, *, insecure: bool = False, repair_log: bool = False,
-                      overrides: dict[str, Any] | None = None) -> GroupConfig:
-    """Read a node's TOML file (module docstring); paths are relative to the file."""
+class _NodeSection(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    data_dir: str | None = None
+
+
+class _GroupSection(msgspec.Struct, forbid_unknown_fields=True):
+    name: str = "g1"
+    peers: dict[str, str] = msgspec.field(default_factory=dict)
+    dial: dict[str, str] = msgspec.field(default_factory=dict)
+    secret: str | None = None
+    secret_file: str | None = None
+    insecure: bool = False
+    join: bool = False
+
+
+_Unset = msgspec.UnsetType
+
+
+class _RaftSection(msgspec.Struct, forbid_unknown_fields=True):
+    flush: str | _Unset = msgspec.UNSET
+    flush_interval_ms: int | _Unset = msgspec.UNSET
+    segment_bytes: int | _Unset = msgspec.UNSET
+    retention_hours: float | _Unset = msgspec.UNSET
+    retention_bytes: int | _Unset = msgspec.UNSET
+    retention_check_s: float | _Unset = msgspec.UNSET
+    heartbeat_ms: int | _Unset = msgspec.UNSET
+    election_timeout_ms: tuple[int, int] | _Unset = msgspec.UNSET
+    leader_lease_ms: int | _Unset = msgspec.UNSET
+    connect_retry_ms: int | _Unset = msgspec.UNSET
+
+
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+def read_toml(path: Path, sections: Iterable[str]) -> dict[str, Any]:
+    """The TOML document at ``path``; a top-level key other than ``sections`` is refused."""
     try:
         doc = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: {e}") from None
-    node, group, raft = doc.get("node", {}), doc.get("group", {}), doc.get("raft", {})
+    known = list(sections)
+    for key in doc:
+        if key not in known:
+            names = ", ".join(f"[{k}]" for k in known)
+            raise ConfigError(f"{path}: unknown section [{key}] (known: {names})")
+    return doc
+
+
+def read_section(path: Path, doc: dict[str, Any], name: str, schema: type[S]) -> S:
+    """``doc[name]`` checked against ``schema``: unknown keys and wrong types are refused
+    with the file, the section and the key."""
+    table = doc.get(name, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: {name} must be a section ([{name}]), not a value")
+    try:
+        return msgspec.convert(table, schema)
+    except msgspec.ValidationError as e:
+        text = str(e)
+        unknown = re.fullmatch(r"Object contains unknown field `(.+)`( - at `\$(.*)`)?", text)
+        if unknown:
+            where = f"{name}{unknown.group(3) or ''}"
+            fields = ", ".join(f for f in schema.__struct_fields__)
+            raise ConfigError(f"{path}: [{name}] has no key {unknown.group(1)!r} "
+                              f"(the keys of [{where}] are: {fields})") from None
+        located = re.fullmatch(r"(.*) - at `\$\.?(.*)`", text)
+        if located:
+            raise ConfigError(f"{path}: {name}.{located.group(2)}: {located.group(1)}") from None
+        raise ConfigError(f"{path}: [{name}]: {text}") from None
+
+
+def load_group_config(path: Path, *, insecure: bool = False, repair_log: bool = False,
+                      overrides: dict[str, Any] | None = None,
+                      other_sections: Iterable[str] = ()) -> GroupConfig:
+    """Read a node's TOML file (module docstring); paths are relative to the file.
+    ``other_sections``: top-level tables another layer reads (the broker's [broker])."""
+    doc = read_toml(path, ("node", "group", "raft", *other_sections))
+    if "name" not in doc.get("node", {}):
+        raise ConfigError(f"{path}: [node] name is missing")
+    node = read_section(path, doc, "node", _NodeSection)
+    group = read_section(path, doc, "group", _GroupSection)
+    raft = read_section(path, doc, "raft", _RaftSection)
     base = path.parent
-    secret = group.get("secret")
-    if group.get("secret_file"):
-        secret_path = base / group["secret_file"]
+    secret = group.secret
+    if group.secret_file:
+        secret_path = base / group.secret_file
         try:
             secret = secret_path.read_text().strip()
         except OSError as e:
             raise ConfigError(f"group.secret_file {secret_path}: {e.strerror}") from None
-    if "name" not in node:
-        raise ConfigError(f"{path}: [node] name is missing")
     kwargs: dict[str, Any] = {
-        "node": node["name"],
-        "data_dir": base / node.get("data_dir", f"data/{node['name']}"),
-        "group": group.get("name", "g1"),
-        "peers": dict(group.get("peers", {})),
-        "dial": dict(group.get("dial", {})),
+        "node": node.name,
+        "data_dir": base / (node.data_dir or f"data/{node.name}"),
+        "group": group.name,
+        "peers": dict(group.peers),
+        "dial": dict(group.dial),
         "secret": secret,
-        "insecure": insecure or bool(group.get("insecure", False)),
+        "insecure": insecure or group.insecure,
         "repair_log": repair_log,
-        "join": bool(group.get("join", False)),
+        "join": group.join,
     }
-    for key in ("flush_interval_ms", "segment_bytes", "retention_hours", "retention_bytes",
-                "retention_check_s",
-                "heartbeat_ms", "leader_lease_ms", "connect_retry_ms"):
-        if key in raft:
-            kwargs[key] = raft[key]
-    if "flush" in raft:
+    kwargs.update({key: getattr(raft, key) for key in raft.__struct_fields__
+                   if getattr(raft, key) is not msgspec.UNSET})
+    if "flush" in kwargs:
         try:
-            kwargs["flush"] = FlushPolicy(raft["flush"])
+            kwargs["flush"] = FlushPolicy(kwargs["flush"])
         except ValueError:
-            raise ConfigError(f"raft.flush = {raft['flush']!r}: use \"sync\" or \"async\"") from None
-    if "election_timeout_ms" in raft:
-        kwargs["election_timeout_ms"] = tuple(raft["election_timeout_ms"])
+            raise ConfigError(f"{path}: raft.flush = {raft.flush!r}: use \"sync\" or \"async\"") from None
     kwargs.update(overrides or {})
     return GroupConfig(**kwargs)

@@ -89,11 +89,13 @@ class LocalGroup:
     def __init__(self, base: Path, n: int = 3, *, raft: dict[str, Any] | None = None,
                  dial: dict[str, dict[str, str]] | None = None, log_level: str = "INFO",
                  module: str = "dledger", broker: dict[str, Any] | None = None,
-                 group: str = "g1") -> None:
+                 group: str = "g1", entry: str | None = None) -> None:
         """``module`` is what each node runs: ``dledger`` (a log node) or ``broker``
-        (then ``broker`` holds extra [broker] settings)."""
+        (then ``broker`` holds extra [broker] settings); ``entry`` the module started
+        with ``python -m`` (default: ``module``)."""
         self.base = base
         self.module = module
+        self.entry = entry or module
         self.broker_options = broker or {}
         self.group = group
         self.base.mkdir(parents=True, exist_ok=True)
@@ -160,7 +162,7 @@ class LocalGroup:
             raise RuntimeError(f"{name} is already running (pid {node.proc.pid})")  # type: ignore[union-attr]
         out = open(self.base / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
         node.proc = subprocess.Popen(
-            [sys.executable, "-m", self.module, "--config", str(self.base / f"{name}.toml"),
+            [sys.executable, "-m", self.entry, "--config", str(self.base / f"{name}.toml"),
              *(["--http", node.http] if self.module == "dledger" else []),
              "--log-level", self.log_level, *extra],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
@@ -27,13 +27,16 @@ def add_replica_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def open_replica(args: argparse.Namespace,
-                 read_extra: Callable[[Path], T] = lambda _path: None) -> tuple[ReplicatedLog, T]:
-    """Configure logging, load and check the config (and ``read_extra`` of the same file),
-    open the replica. Any problem is printed as one ``error:`` line and exits with 2."""
+                 read_extra: Callable[[Path], T] = lambda _path: None,
+                 sections: Iterable[str] = ("node", "group", "raft")) -> tuple[ReplicatedLog, T]:
+    """Configure logging, load and check the config (and ``read_extra`` of the same file,
+    whose top-level tables are ``sections``), open the replica. Any problem is printed as
+    one ``error:`` line and exits with 2."""
     logging.basicConfig(level=args.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        config = load_group_config(args.config, insecure=args.insecure, repair_log=args.repair_log)
+        config = load_group_config(args.config, insecure=args.insecure, repair_log=args.repair_log,
+                                   other_sections=[s for s in sections if s not in ("node", "group", "raft")])
         extra = read_extra(args.config)
         return ReplicatedLog(config), extra
     except (ConfigError, OSError, ValueError) as e:

@@ -27,11 +27,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.remoting import Frame, RequestCode
 from client.aio.core import ClientCore
 from client.aio.routes import PERM_READ, GroupRoute
 from client.backoff import Deadline
 from client.errors import ClientError
+from protocol.remoting import Frame, RequestCode
 from spark.errors import DataLossError, ReadError, ReplicaUnavailableError
 from spark.options import EARLIEST, LATEST, OffsetSpec, OptionError, SourceOptions
 from spark.replicas import no_replica_message, plan_sources, replica_roles

@@ -23,10 +23,10 @@ from typing import Any
 
 import msgpack
 
-from broker.remoting import Frame, RequestCode, ResponseCode
 from client.aio.core import ClientCore
 from client.backoff import Deadline
 from client.errors import ClientError
+from protocol.remoting import Frame, RequestCode, ResponseCode
 from spark.errors import DataLossError, RangeMismatchError, ReadError, ReplicaUnavailableError
 from spark.options import SourceOptions
 from spark.pages import Columns, decode_page

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import msgpack
 
-from broker.remoting import RequestCode
 from client.aio.core import ClientCore
 from client.aio.pull_consumer import committed_offset, fetch, queue_offsets
 from client.aio.routes import PERM_READ
@@ -16,6 +15,7 @@ from client.backoff import Deadline
 from client.errors import BrokerError, ClientError
 from client.message import ReceivedMessage, decode_received
 from client.queues import MessageQueue
+from protocol.remoting import RequestCode
 
 __all__ = ["AsyncAdmin", "QueueProgress"]
 

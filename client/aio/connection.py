@@ -17,8 +17,8 @@ from typing import Any
 
 import aiohttp
 
-from broker.remoting import DEFAULT_MAX_FRAME, Frame, FrameError, ResponseCode, decode_frame
 from client.errors import ConnectionLostError, RequestTimeoutError, broker_error
+from protocol.remoting import DEFAULT_MAX_FRAME, Frame, FrameError, ResponseCode, decode_frame
 
 __all__ = ["Connection", "ConnectionPool"]
 

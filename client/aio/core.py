@@ -20,11 +20,11 @@ from typing import Any
 
 import mmh3
 
-from broker.remoting import Frame, RequestCode
 from client.aio.connection import ConnectionPool
 from client.aio.routes import RouteBook
 from client.backoff import Deadline, backoff_delays
 from client.errors import BrokerError, ClientError, NotLeaderError, RouteNotFoundError
+from protocol.remoting import Frame, RequestCode
 
 __all__ = ["READ_FROM", "ClientCore"]
 

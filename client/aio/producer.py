@@ -38,8 +38,6 @@ from typing import cast
 
 import msgpack
 
-from broker.names import InvalidName, validate_topic
-from broker.remoting import RequestCode, ResponseCode
 from client.aio.core import ClientCore
 from client.aio.routes import PERM_WRITE
 from client.backoff import Deadline
@@ -52,6 +50,8 @@ from client.errors import (
 )
 from client.message import COMPRESS_OVER, Message, SendResult, SendStatus, encode_for_send, new_msg_id
 from client.queues import MessageQueue, shard_queue
+from protocol.names import InvalidName, validate_topic
+from protocol.remoting import RequestCode, ResponseCode
 
 __all__ = ["MAX_MESSAGE_BYTES", "AsyncProducer"]
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import msgpack
 
-from broker.remoting import RequestCode, ResponseCode
 from client.aio.core import READ_FROM, ClientCore
 from client.aio.routes import PERM_READ
 from client.backoff import Deadline
@@ -24,6 +23,7 @@ from client.errors import ClientError
 from client.message import ReceivedMessage, decode_received
 from client.queues import MessageQueue
 from client.tag_filter import TagSelector, parse_tags
+from protocol.remoting import RequestCode, ResponseCode
 
 __all__ = ["AsyncPullConsumer", "PullResult", "fetch", "queue_offsets"]
 

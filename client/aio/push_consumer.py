@@ -42,9 +42,6 @@ from typing import Any
 
 import msgpack
 
-from broker.names import retry_topic
-from broker.remoting import RequestCode
-from broker.sql_filter import FilterSyntaxError, compile_filter
 from client.aio.core import READ_FROM, ClientCore
 from client.aio.pull_consumer import commit_offset, committed_offset, fetch, queue_offsets
 from client.aio.routes import PERM_READ, TopicRoute
@@ -54,6 +51,9 @@ from client.message import ConsumeStatus, ReceivedMessage
 from client.queues import MessageQueue
 from client.rebalance import STRATEGIES
 from client.tag_filter import SubscriptionError, parse_tags
+from protocol.names import retry_topic
+from protocol.remoting import RequestCode
+from protocol.sql_filter import FilterSyntaxError, compile_filter
 
 __all__ = ["AsyncPushConsumer", "ConsumeContext", "Listener"]
 

@@ -26,10 +26,10 @@ import aiohttp
 import msgpack
 import yarl
 
-from broker.remoting import RequestCode, ResponseCode
 from client.aio.connection import ConnectionPool
 from client.errors import ClientError, RouteNotFoundError, TopicNotExistError
 from client.queues import MessageQueue
+from protocol.remoting import RequestCode, ResponseCode
 
 __all__ = ["GroupRoute", "RouteBook", "TopicRoute", "route_url"]
 

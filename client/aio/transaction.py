@@ -23,13 +23,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from broker.message_format import decode_message
-from broker.remoting import Frame, RequestCode
 from client.aio.producer import AsyncProducer
 from client.backoff import Deadline
 from client.errors import ClientError
 from client.message import Message, ReceivedMessage, SendResult, decode_received
 from client.queues import MessageQueue
+from protocol.message_format import decode_message
+from protocol.remoting import Frame, RequestCode
 
 __all__ = ["AsyncTransactionProducer", "LocalTransactionState", "TransactionListener",
            "TransactionResult"]

@@ -63,15 +63,16 @@ class ChaosBrokers:
     and added to the group (``start_learner``, ``retire``)."""
 
     def __init__(self, base: Path, toxi: Toxi, raft: dict[str, Any] | None = None,
-                 spare: int = 0) -> None:
-        """``raft``: settings over the default (4 MiB segments, no retention), e.g. RETENTION."""
+                 spare: int = 0, entry: str = "broker") -> None:
+        """``raft``: settings over the default (4 MiB segments, no retention), e.g. RETENTION;
+        ``entry``: the module the nodes run (the self-test's broken build)."""
         self.base = base
         self.toxi = toxi
         raft = {"segment_bytes": SEGMENT_BYTES, **(raft or {})}
         self.segment_bytes = int(raft["segment_bytes"])
         self.retention = "retention_bytes" in raft
         self.group = LocalGroup(base, 3, module="broker", group=BROKER_GROUP, raft=raft,
-                                broker={"index_slots": 4096, "index_entries": 65536})
+                                broker={"index_slots": 4096, "index_entries": 65536}, entry=entry)
         self.nodes = self.group.nodes
         #: the current members: what converge, the verifier and the watchers look at
         self.names = list(self.nodes)

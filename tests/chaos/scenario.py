@@ -34,9 +34,9 @@ import aiohttp
 import msgpack
 
 from broker.consume_queue import UNIT_SIZE
-from broker.remoting import RequestCode, ResponseCode
 from client.message import decode_received
 from client.queues import MessageQueue
+from protocol.remoting import RequestCode, ResponseCode
 from tests.chaos.brokers import BROKER_GROUP, ChaosBrokers
 from tests.chaos.report import ChaosReport
 from tests.chaos.workload import CONSUMER_GROUP, TOPIC, OrderedWorkload

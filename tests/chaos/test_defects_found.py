@@ -26,7 +26,6 @@ import pytest
 
 from broker.commands import CreateTopic, encode_admin
 from broker.entry_batch import pack_entries
-from broker.remoting import RequestCode, ResponseCode
 from broker.state_machine import BrokerStateMachine
 from client.aio import AsyncAdmin, AsyncProducer, AsyncPushConsumer
 from client.aio.connection import Connection
@@ -34,6 +33,7 @@ from client.aio.producer import BATCH_MAX_MESSAGES
 from client.errors import ClientError
 from client.message import Message, encode_for_send, new_msg_id
 from dledger.entry_format import Entry, EntryKind
+from protocol.remoting import RequestCode, ResponseCode
 from tests.chaos.brokers import ChaosBrokers
 from tests.chaos.toxi import Toxi
 from tests.support.broker_client import FrameClient

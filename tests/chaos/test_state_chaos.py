@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.chaos.scenario import Scenario
+from tests.support.replica_cmd import finished, replica_cmd
 
 pytestmark = [pytest.mark.chaos, pytest.mark.cluster, pytest.mark.timeout(180)]
 
@@ -98,19 +98,11 @@ def test_leadership_transferred_under_load_with_retention(make_scenario: MakeSce
 def _replica(s: Scenario, *args: str) -> subprocess.Popen[str]:
     """``raftmq replica ARGS`` against the current members (the operator's tool talks to the
     brokers directly, as the harness does)."""
-    servers = ",".join(s.brokers.nodes[n].http for n in s.brokers.names)
-    return subprocess.Popen([sys.executable, "-m", "broker.cli", "replica", *args, "--servers", servers,
-                             "--timeout", "90"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return replica_cmd([s.brokers.nodes[n].http for n in s.brokers.names], *args, timeout_s=90)
 
 
 def _done(s: Scenario, proc: subprocess.Popen[str], what: str) -> str:
-    try:
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, f"{what}: {out}"
+    out = finished(proc, what, timeout=120)
     said = [line.strip() for line in out.splitlines()
             if line.strip() and " raft " not in line and line.strip() != "members:"]
     s.event(f"{what}: " + " / ".join(said[-2:]))

@@ -1,8 +1,8 @@
 """The checker can fail: the verifier against a deliberately broken broker and broken histories.
 
-``test_unsafe_ack_build_is_caught`` runs the brokers with ``RAFTMQ_TEST_UNSAFE_ACK=1``
-(test-only: ``broker.node`` makes the leader's ``WritePath`` acknowledge a send as soon
-as it is proposed, before a majority holds it) and cuts the leader from its peers while
+``test_unsafe_ack_build_is_caught`` runs the brokers as ``tests/support/unsafe_broker.py``
+(the real broker whose leader's ``WritePath`` acknowledges a send as soon as it is
+proposed, before a majority holds it) and cuts the leader from its peers while
 clients still reach it. The old leader keeps acknowledging until its lease runs out;
 those messages never commit. The scenario must end in a :class:`Violation` naming lost
 acknowledged messages -- the same scenario passes on the real build
@@ -13,11 +13,12 @@ The other tests feed the verifier small hand-made histories, one broken invarian
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from broker.node import UNSAFE_ACK_ENV
 from tests.chaos.scenario import Scenario
 from tests.support.message_history import MessageHistory, Stored, Violation
 
@@ -28,8 +29,9 @@ pytestmark = pytest.mark.chaos
 @pytest.mark.timeout(150)
 def test_unsafe_ack_build_is_caught(make_scenario: Callable[..., Scenario],
                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(UNSAFE_ACK_ENV, "1")  # inherited by the broker processes only
-    s = make_scenario()
+    root = str(Path(__file__).resolve().parents[2])  # the broker processes import tests.support
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    s = make_scenario(entry="tests.support.unsafe_broker")
     s.expect_violation = True
     s.start()
     old = s.leader()

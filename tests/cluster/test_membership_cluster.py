@@ -7,7 +7,6 @@ before they count; clients given only the first three addresses follow the group
 from __future__ import annotations
 
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +18,8 @@ import pytest
 from client import Admin, Message, Producer, PullConsumer
 from dledger.config import MAX_ENTRY_BYTES
 from dledger.local_group import LocalGroup
+from tests.support.broker_group import running_brokers
+from tests.support.replica_cmd import finished, replica_cmd
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -28,16 +29,10 @@ KEYS = 4
 
 @pytest.fixture
 def brokers(tmp_path: Path) -> Iterator[LocalGroup]:
-    group = LocalGroup(tmp_path / "brokers", 3, module="broker",
-                       raft={"segment_bytes": SEGMENT, "retention_bytes": 24 * SEGMENT,
-                             "retention_check_s": 0.2},
-                       broker={"index_slots": 4096, "index_entries": 4096, "cq_units_per_file": 256})
-    try:
-        group.start()
-        group.wait_leader(timeout=30)
+    with running_brokers(tmp_path / "brokers", segment_bytes=SEGMENT,
+                         raft={"retention_bytes": 24 * SEGMENT, "retention_check_s": 0.2},
+                         index_entries=4096, cq_units_per_file=256) as group:
         yield group
-    finally:
-        group.stop()
 
 
 class OrderedLoad:
@@ -74,20 +69,7 @@ class OrderedLoad:
 
 
 def replica(group: LocalGroup, *args: str, servers: list[str]) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "broker.cli", "replica", *args,
-                             "--servers", ",".join(servers), "--timeout", "120"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def finish(proc: subprocess.Popen[str]) -> str:
-    try:
-        out, _ = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, out
-    return out
+    return replica_cmd(servers, *args)
 
 
 def start_new(group: LocalGroup, name: str, members: list[str]) -> None:
@@ -141,7 +123,7 @@ def test_grow_to_five_shrink_to_three_and_replace_a_host_under_ordered_load(brok
     try:
         # 3 -> 4: the learner is sent the leader's snapshot, then the log
         start_new(brokers, "n4", first)
-        out = finish(replica(brokers, "add", "n4", "--raft", brokers.nodes["n4"].raft,
+        out = finished(replica(brokers, "add", "n4", "--raft", brokers.nodes["n4"].raft,
                              "--client", brokers.nodes["n4"].http, servers=initial_servers))
         assert "n4 is a member" in out
         n4 = brokers.status("n4")
@@ -156,7 +138,7 @@ def test_grow_to_five_shrink_to_three_and_replace_a_host_under_ordered_load(brok
                        "--client", brokers.nodes["n5"].http, servers=initial_servers)
         killed = brokers.wait_leader()
         brokers.kill(killed)
-        finish(proc)
+        finished(proc)
         brokers.start_node(killed)
         five = ["n1", "n2", "n3", "n4", "n5"]
         for name in five:
@@ -164,10 +146,10 @@ def test_grow_to_five_shrink_to_three_and_replace_a_host_under_ordered_load(brok
 
         # 5 -> 3: remove two of the first three (the CLI moves the leadership off them first)
         for name in ("n1", "n2"):
-            finish(replica(brokers, "remove", name, servers=initial_servers))
+            finished(replica(brokers, "remove", name, servers=initial_servers))
         # replace a host: n3 -> n6 at a new address, one command
         start_new(brokers, "n6", ["n3", "n4", "n5"])
-        finish(replica(brokers, "replace", "n3", "--name", "n6", "--raft", brokers.nodes["n6"].raft,
+        finished(replica(brokers, "replace", "n3", "--name", "n6", "--raft", brokers.nodes["n6"].raft,
                        "--client", brokers.nodes["n6"].http, servers=initial_servers))
         final = ["n4", "n5", "n6"]
         for name in final:

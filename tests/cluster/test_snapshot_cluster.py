@@ -24,7 +24,7 @@ from client import Admin, Message, Producer, PullConsumer
 from client.queues import MessageQueue
 from dledger.config import MAX_ENTRY_BYTES
 from dledger.local_group import LocalGroup
-from tests.support.broker_group import servers
+from tests.support.broker_group import running_brokers, servers
 from tests.support.procs import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -35,16 +35,10 @@ BODY = b"x" * 900
 
 @pytest.fixture
 def brokers(tmp_path: Path) -> Iterator[LocalGroup]:
-    group = LocalGroup(tmp_path / "brokers", 3, module="broker",
-                       raft={"segment_bytes": SEGMENT, "retention_bytes": 4 * SEGMENT,
-                             "retention_check_s": 0.2},
-                       broker={"index_slots": 4096, "index_entries": 1024, "cq_units_per_file": 64})
-    try:
-        group.start()
-        group.wait_leader(timeout=30)
+    with running_brokers(tmp_path / "brokers", segment_bytes=SEGMENT,
+                         raft={"retention_bytes": 4 * SEGMENT, "retention_check_s": 0.2},
+                         index_entries=1024, cq_units_per_file=64) as group:
         yield group
-    finally:
-        group.stop()
 
 
 def http(group: LocalGroup, name: str, path: str) -> Any:
@@ -169,7 +163,7 @@ def test_a_replica_whose_state_differs_from_its_peers_stops_serving_and_cluster_
     next digest point, so it answers 503 and SYSTEM_BUSY, and clients read elsewhere."""
     import msgpack
 
-    from broker.remoting import RequestCode, ResponseCode
+    from protocol.remoting import RequestCode, ResponseCode
     from tests.support.broker_client import FrameClient
 
     group = LocalGroup(tmp_path / "brokers", 3, module="broker", raft={"segment_bytes": SEGMENT},
@@ -236,8 +230,8 @@ def test_consumers_behind_the_retained_start_move_on_and_derived_files_go_with_t
     (a MessageGone traceback per pull); ConsumeQueue and IndexFile files were never trimmed."""
     import logging
 
-    from broker.remoting import RequestCode, ResponseCode
     from client import Admin as SyncAdmin
+    from protocol.remoting import RequestCode, ResponseCode
     from tests.support.broker_client import FrameClient
 
     create_topic(brokers, "orders", 1)

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import msgpack
 from aiohttp import WSMsgType, web
 
-from broker.consume_queue import tag_hash
-from broker.message_format import Message, encode_message
-from broker.remoting import Frame, RequestCode, ResponseCode, decode_frame
+from protocol.message_format import Message, encode_message
+from protocol.remoting import Frame, RequestCode, ResponseCode, decode_frame
+from protocol.tags import tag_hash
 
 TOPIC = "t"
 QUEUE = 0

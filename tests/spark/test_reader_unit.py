@@ -153,7 +153,7 @@ def test_spark_schema_is_the_arrow_schema_spark_checks_batches_against() -> None
 def test_compressed_bodies_are_inflated() -> None:
     import zlib
 
-    from broker.message_format import Message, encode_message
+    from protocol.message_format import Message, encode_message
     body = b"x" * 10_000
     data = encode_message(Message(TOPIC, zlib.compress(body), QUEUE, flag=1))
     cols = decode_page([[0, 0, 0, data]], QueueRange(TOPIC, "g1", QUEUE, 0, 1, ("x",)), None)
@@ -214,7 +214,7 @@ def test_a_follower_dying_mid_read_hands_over_to_the_other(replicas: dict[str, F
 
 
 def test_a_replica_answering_errors_is_left_for_another(replicas: dict[str, FakeReplica]) -> None:
-    from broker.remoting import ResponseCode
+    from protocol.remoting import ResponseCode
 
     replicas["f1"].error_code = ResponseCode.SYSTEM_ERROR
     assert _read(replicas) == list(range(1000))

@@ -11,7 +11,7 @@ from typing import Any
 
 import aiohttp
 
-from broker.remoting import Frame, decode_frame
+from protocol.remoting import Frame, decode_frame
 
 __all__ = ["FrameClient"]
 

@@ -14,10 +14,10 @@ __all__ = ["running_brokers", "servers"]
 
 @contextlib.contextmanager
 def running_brokers(base: Path, *, segment_bytes: int = 4 << 20, log_level: str = "INFO",
-                    **broker: Any) -> Iterator[LocalGroup]:
+                    raft: dict[str, Any] | None = None, **broker: Any) -> Iterator[LocalGroup]:
     """Three broker processes under ``base`` with a leader; stopped by PID on exit.
-    ``broker`` adds [broker] settings (small IndexFiles by default)."""
-    group = LocalGroup(base, 3, module="broker", raft={"segment_bytes": segment_bytes},
+    ``raft`` adds [raft] settings, ``broker`` [broker] settings (small IndexFiles by default)."""
+    group = LocalGroup(base, 3, module="broker", raft={"segment_bytes": segment_bytes, **(raft or {})},
                        broker={"index_slots": 4096, "index_entries": 65536, **broker},
                        log_level=log_level)
     try:

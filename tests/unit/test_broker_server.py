@@ -11,14 +11,15 @@ import aiohttp
 import msgpack
 import yarl
 from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
 
-from broker.message_format import MAX_MESSAGE_BYTES, Message, decode_message, encode_message
-from broker.remoting import Frame, RequestCode, ResponseCode
 from broker.server import AppliedSignal, BrokerServer
 from broker.state_machine import BrokerStateMachine
 from dledger.applier import Applier
 from dledger.local_group import free_port
 from dledger.replicated_log import ReplicatedLog
+from protocol.message_format import MAX_MESSAGE_BYTES, Message, decode_message, encode_message
+from protocol.remoting import Frame, RequestCode, ResponseCode
 from tests.support.broker_client import FrameClient
 
 
@@ -158,10 +159,19 @@ def test_metrics_and_admin_api(one_node_broker) -> None:  # type: ignore[no-unty
                 (found,) = await r.json()
                 assert found["msg_id"] == m.msg_id.hex() and found["body_base64"] == "aGVsbG8="
             async with http.get(base.with_path("/metrics")) as r:
+                assert r.content_type == "text/plain"
                 text = await r.text()
-            assert 'raftmq_is_leader{group="g1",node="n1"} 1' in text
-            assert "raftmq_messages_sent_total" in text and 'consumer_group="g1"' in text
-            assert any(line.endswith(" 1") for line in text.splitlines() if "raftmq_consumer_lag{" in line)
+            samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                       for family in text_string_to_metric_families(text) for s in family.samples}
+            node = (("group", "g1"), ("node", "n1"))
+            assert samples[("raftmq_is_leader", node)] == 1
+            assert samples[("raftmq_messages_sent_total", node)] == 1
+            assert samples[("raftmq_commit_latency_seconds_count", node)] == 1
+            every = (node[0], ("le", "+Inf"), node[1])
+            assert samples[("raftmq_commit_latency_seconds_bucket", every)] == 1
+            assert samples[("raftmq_consumer_lag", tuple(sorted(
+                (*node, ("consumer_group", "g1"), ("topic", "adm"), ("queue", "0")))))] == 1
+            assert samples[("raftmq_requests_total", tuple(sorted((*node, ("code", "10")))))] >= 1
 
     run(one_node_broker, scenario)
 
@@ -197,7 +207,7 @@ def test_consumer_membership_route_and_tag_filtered_pull(one_node_broker) -> Non
         assert r.code == ResponseCode.INVALID_ARGUMENT
 
         # the broker's tag-hash filter skips units of other tags; nextOffset moves past them
-        from broker.consume_queue import tag_hash
+        from protocol.tags import tag_hash
         for i, tag in enumerate(["paid", "created", "paid", None, "paid"]):
             r = await c.call(RequestCode.SEND_MESSAGE, body=encode_message(
                 Message("orders", f"m{i}".encode(), 0, tags=tag)))

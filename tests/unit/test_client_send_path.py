@@ -1,5 +1,5 @@
 """The producer's send path, cheaper but unchanged: ``encode_for_send`` makes exactly the
-bytes ``broker.message_format.encode_message`` makes, and ``send_batch`` keeps its order,
+bytes ``protocol.message_format.encode_message`` makes, and ``send_batch`` keeps its order,
 outcomes, deadlines and cancellation against a scripted broker."""
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from typing import Any
 import msgpack
 import pytest
 
-from broker.message_format import Message as StoredMessage
-from broker.message_format import decode_message, encode_message
-from broker.remoting import Frame, ResponseCode
 from client.aio.producer import AsyncProducer
 from client.aio.routes import GroupRoute, TopicRoute
 from client.backoff import Deadline
 from client.errors import TopicNotExistError
 from client.message import _HOST, COMPRESS_OVER, FLAG_COMPRESSED, Message, encode_for_send
+from protocol.message_format import Message as StoredMessage
+from protocol.message_format import decode_message, encode_message
+from protocol.remoting import Frame, ResponseCode
 
 # -- encode_for_send == encode_message ----------------------------------------------
 

@@ -22,8 +22,8 @@ from broker.consume_queue import (
     CqUnit,
     OffsetOutOfRange,
     cq_file_name,
-    tag_hash,
 )
+from protocol.tags import tag_hash
 
 UPF = 4  # units per file in these tests
 TAGS = [None, "a", "b", "c"]

@@ -21,10 +21,10 @@ from broker.fragments import (
     read_message,
     read_message_at,
 )
-from broker.message_format import MAX_MESSAGE_BYTES, Message, encode_message, peek_msg_id
 from dledger.commitlog import CommitLog
 from dledger.config import MAX_ENTRY_BYTES
 from dledger.entry_format import HEADER_SIZE, EntryKind
+from protocol.message_format import MAX_MESSAGE_BYTES, Message, encode_message, peek_msg_id
 
 ID = bytes(range(16))
 

@@ -6,9 +6,9 @@ import random
 
 import msgpack
 
-from broker.message_format import MAX_MESSAGE_BYTES, Message, decode_message, encode_message
-from broker.remoting import DEFAULT_MAX_FRAME, RequestCode, ResponseCode
 from broker.server import PULL_BODY_BYTES
+from protocol.message_format import MAX_MESSAGE_BYTES, Message, decode_message, encode_message
+from protocol.remoting import DEFAULT_MAX_FRAME, RequestCode, ResponseCode
 from tests.support.broker_client import FrameClient
 from tests.unit.test_broker_server import run
 

@@ -4,7 +4,6 @@ catches up without a vote, then counts; pysyncobj's own set is kept equal to the
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,16 +15,9 @@ from dledger.local_group import free_port
 from dledger.log_start import DumpEntry, decode_log_start, encode_log_start
 from dledger.membership import Change, Member, MemberHistory, decode_change, encode_change
 from dledger.replicated_log import ReplicatedLog
+from tests.support.procs import wait_until
 
 N1, N2, N3 = Member("n1", "h:1", "c:1"), Member("n2", "h:2"), Member("n3", "h:3", "c:3")
-
-
-def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not reached within {timeout}s")
-        time.sleep(0.02)
 
 
 def test_a_change_is_plain_data_in_pysyncobjs_membership_command() -> None:
@@ -95,17 +87,17 @@ def test_a_learner_catches_up_without_a_vote_then_counts_and_a_removed_member_st
         open_logs: Callable[..., ReplicatedLog]) -> None:
     peers = {f"n{i}": f"127.0.0.1:{free_port()}" for i in (1, 2)}
     logs = {n: open_logs(n, peers) for n in peers}
-    wait_for(lambda: any(r.is_leader for r in logs.values()), 15, "a leader")
+    wait_until(lambda: any(r.is_leader for r in logs.values()), 15, what="a leader")
     leader = next(r for r in logs.values() if r.is_leader)
     for i in range(30):
         leader.propose(f"m{i}".encode()).result(timeout=10)
     learner = open_logs("n3", {**peers, "n3": f"127.0.0.1:{free_port()}"}, join=True)
     assert not learner.is_member and learner.status()["member"] is False
-    wait_for(lambda: learner.committed_index >= leader.committed_index, 15, "the learner caught up")
+    wait_until(lambda: learner.committed_index >= leader.committed_index, 15, what="the learner caught up")
     assert sorted(leader.members()) == ["n1", "n2"]  # it does not count yet
     members = leader.change_membership(Change("add", Member("n3", learner.config.address, "c:3")))
     assert sorted(members) == ["n1", "n2", "n3"]
-    wait_for(lambda: learner.is_member and not learner.is_learner, 10, "n3 a member")
+    wait_until(lambda: learner.is_member and not learner.is_learner, 10, what="n3 a member")
     assert learner.client_addresses()["n3"] == "c:3"
     # with n3 a member, the group of three commits with either old node down: stop the follower
     follower = next(r for r in logs.values() if not r.is_leader)
@@ -121,7 +113,7 @@ def test_a_learner_catches_up_without_a_vote_then_counts_and_a_removed_member_st
 def test_pysyncobjs_member_set_is_put_back_to_the_logs(open_logs: Callable[..., ReplicatedLog]) -> None:
     peers = {f"n{i}": f"127.0.0.1:{free_port()}" for i in (1, 2, 3)}
     logs = {n: open_logs(n, peers) for n in peers}
-    wait_for(lambda: any(r.is_leader for r in logs.values()), 15, "a leader")
+    wait_until(lambda: any(r.is_leader for r in logs.values()), 15, what="a leader")
     follower = next(r for r in logs.values() if not r.is_leader)
     other = next(m for m in follower.members().values()
                  if m.raft not in (follower.config.address, follower._node._getLeader().address))
@@ -134,4 +126,4 @@ def test_pysyncobjs_member_set_is_put_back_to_the_logs(open_logs: Callable[..., 
 
     assert other.raft not in partners()
     follower._mark_members_dirty()
-    wait_for(lambda: other.raft in partners(), 5, "the member put back")
+    wait_until(lambda: other.raft in partners(), 5, what="the member put back")

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.message_format import Message, MessageFormatError, decode_message, encode_message
+from protocol.message_format import Message, MessageFormatError, decode_message, encode_message
 
 text = st.text(max_size=20)
 messages = st.builds(

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.names import (
+from protocol.names import (
     GROUP_MAX_LENGTH,
     TOPIC_MAX_LENGTH,
     InvalidName,

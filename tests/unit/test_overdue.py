@@ -9,9 +9,9 @@ import pytest
 
 from broker.commands import CommitOffset, CreateTopic, encode_admin
 from broker.deferred import PROP_DELIVER_AT
-from broker.message_format import Message, encode_message
 from broker.overdue import OverdueRetries, OverdueWatch, overdue_delays, overdue_retries
 from broker.state_machine import BrokerStateMachine
+from protocol.message_format import Message, encode_message
 from tests.unit.test_state_machine import Log
 
 T0 = 1_700_000_000_000

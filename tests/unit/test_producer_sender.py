@@ -9,13 +9,13 @@ from typing import Any
 
 import msgpack
 
-from broker.message_format import decode_message
-from broker.remoting import Frame, ResponseCode
 from client.aio.producer import QueueSender, _Item
 from client.backoff import Deadline
 from client.errors import OutcomeUnknownError, TopicNotExistError
 from client.message import Message
 from client.queues import MessageQueue
+from protocol.message_format import decode_message
+from protocol.remoting import Frame, ResponseCode
 
 Q = MessageQueue("t", "g1", 0)
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.remoting import (
+from protocol.remoting import (
     DEFAULT_MAX_FRAME,
     MAX_CODE,
     MAX_EXT_ITEMS,

@@ -10,10 +10,10 @@ import pytest
 from broker.commands import CommitOffset, CreateTopic, DeleteTopic, LockQueue, encode_admin
 from broker.deferred import PROP_DELIVER_AT
 from broker.entry_batch import pack_entries
-from broker.message_format import Message, encode_message
 from broker.snapshot import Snapshot, SnapshotError
 from broker.state_machine import BrokerStateMachine
 from dledger.entry_format import Entry, EntryKind, record_size
+from protocol.message_format import Message, encode_message
 
 SEGMENT = 4096
 T0 = 1_700_000_000_000

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.sql_filter import (
+from protocol.sql_filter import (
     MAX_EXPRESSION_LENGTH,
     MAX_NESTING,
     FilterSyntaxError,

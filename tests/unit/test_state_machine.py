@@ -25,10 +25,10 @@ from broker.commands import (
 )
 from broker.entry_batch import pack_entries, unpack_entry
 from broker.fragments import chain_payloads, encode_fragments, read_message, read_message_at
-from broker.message_format import Message, decode_message, encode_message
 from broker.state_machine import BrokerStateMachine, Outcome
 from dledger.commitlog import CommitLog
 from dledger.entry_format import Entry, EntryKind, record_size
+from protocol.message_format import Message, decode_message, encode_message
 
 
 class Log:

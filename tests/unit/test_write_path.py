@@ -9,11 +9,11 @@ import pytest
 from broker.commands import CreateTopic, RecordKind, encode_admin, record_kind
 from broker.entry_batch import MessageTooLarge, max_message_bytes, read_stamp, unpack_entry
 from broker.fragments import parse_fragment, read_message
-from broker.message_format import Message, decode_message, encode_message
 from broker.state_machine import BrokerStateMachine, Outcome
 from broker.write_path import WritePath
 from dledger.applier import Applier
 from dledger.replicated_log import ReplicatedLog
+from protocol.message_format import Message, decode_message, encode_message
 
 
 def test_concurrent_sends_share_entries_and_get_their_own_outcomes(

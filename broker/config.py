@@ -1,0 +1,85 @@
+"""The ``[broker]`` section of a replica's TOML file (the other sections: ``dledger.config``)::
+
+    [broker]
+    listen = "10.0.0.11:10911"          # clients' WebSocket (ws://.../ws) and HTTP admin/metrics
+    addresses = { n1 = "10.0.0.11:10911", n2 = "10.0.0.12:10911", n3 = "10.0.0.13:10911" }
+    namesrv = ["10.0.0.21:9876"]        # name servers to register with (optional)
+    # max_message_bytes = 4194304       # largest encoded message accepted (1 .. 64 MiB)
+    # delay_levels = "1s 5s 10s 30s 1m ..."   # RocketMQ's 18 levels by default
+    # retry_delays = "10s 30s 1m ..."         # the 16-step retry schedule by default
+    # retry_overdue_s = 15              # a retried message this late past due is reported
+    # digest_every = 4096               # entries between the state digests replicas compare
+    # index_slots, index_entries        # IndexFile geometry (the full-size files)
+    # cq_units_per_file = 300000        # ConsumeQueue file size in 20-byte units
+
+Unknown keys and wrong types are refused naming the file and the key (``msgspec``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from broker.deferred import parse_delay_levels
+from broker.index_file import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
+from broker.state_machine import DIGEST_EVERY
+from dledger.config import ConfigError, read_section, read_toml
+from protocol.message_format import MAX_MESSAGE_BYTES
+
+__all__ = ["MAX_MESSAGE_BYTES_LIMIT", "SECTIONS", "BrokerSection", "read_broker_section"]
+
+#: Upper bound of ``[broker] max_message_bytes``: a request frame and a message being
+#: reassembled from its fragments are held in memory whole.
+MAX_MESSAGE_BYTES_LIMIT = 64 * 1024 * 1024
+#: the top-level tables of a broker replica's file
+SECTIONS = ("node", "group", "raft", "broker")
+
+
+class BrokerSection(msgspec.Struct, forbid_unknown_fields=True):
+    listen: str
+    addresses: dict[str, str] = msgspec.field(default_factory=dict)
+    namesrv: list[str] = msgspec.field(default_factory=list)
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    delay_levels: str | msgspec.UnsetType = msgspec.UNSET
+    retry_delays: str | msgspec.UnsetType = msgspec.UNSET
+    retry_overdue_s: float | msgspec.UnsetType = msgspec.UNSET
+    digest_every: int = DIGEST_EVERY
+    index_slots: int = DEFAULT_SLOT_NUM
+    index_entries: int = DEFAULT_INDEX_NUM
+    cq_units_per_file: int = 300_000
+
+    def server_options(self) -> dict[str, Any]:
+        """The BrokerServer keyword arguments this section sets (the rest keep its defaults)."""
+        options: dict[str, Any] = {"max_message_bytes": self.max_message_bytes}
+        for key in ("delay_levels", "retry_delays", "retry_overdue_s"):
+            if getattr(self, key) is not msgspec.UNSET:
+                options[key] = getattr(self, key)
+        return options
+
+
+def read_broker_section(path: Path) -> BrokerSection:
+    """The checked ``[broker]`` section of the file at ``path``; ConfigError says what to fix."""
+    doc = read_toml(path, SECTIONS)
+    if not doc.get("broker", {}).get("listen"):
+        raise ConfigError(f"{path}: [broker] listen = \"host:port\" is missing")
+    section = read_section(path, doc, "broker", BrokerSection)
+    if not 1 <= section.max_message_bytes <= MAX_MESSAGE_BYTES_LIMIT:
+        raise ConfigError(f"{path}: broker.max_message_bytes must be in 1..{MAX_MESSAGE_BYTES_LIMIT}, "
+                          f"not {section.max_message_bytes}")
+    for key in ("delay_levels", "retry_delays"):
+        value = getattr(section, key)
+        if value is not msgspec.UNSET:
+            try:
+                parse_delay_levels(value)
+            except ValueError as e:
+                raise ConfigError(f"{path}: broker.{key}: {e}") from None
+    if not 64 <= section.digest_every <= 10_000_000:
+        raise ConfigError(f"{path}: broker.digest_every (entries between state digests the replicas "
+                          f"compare) must be in 64..10000000, not {section.digest_every}")
+    overdue = section.retry_overdue_s
+    if overdue is not msgspec.UNSET and not 1 <= overdue <= 86_400:
+        raise ConfigError(f"{path}: broker.retry_overdue_s must be a number of seconds in 1..86400, "
+                          f"not {overdue}")
+    return section

@@ -1,0 +1,153 @@
+"""Golden bytes: one checked-in sample per wire and on-disk format.
+
+Each sample is built here from fixed inputs and compared with ``tests/golden/<name>.hex``
+(hex, 32 bytes a line, so a diff shows where a layout moved). A test fails when an
+encoder's output changes -- a layout change must be deliberate: bump the format's
+version, keep reading the old one where stores or peers may still hold it, and rewrite
+the samples with ``RAFTMQ_WRITE_GOLDEN=1 pytest tests/unit/test_golden_bytes.py``.
+Decoders are checked on the same bytes, so a sample also pins what old data must
+still decode to.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from broker.commands import (
+    CheckHalf,
+    CommitOffset,
+    CreateTopic,
+    DeleteTopic,
+    LockQueue,
+    Perm,
+    RollbackHalf,
+    decode_admin,
+    encode_admin,
+)
+from broker.consume_queue import UNIT
+from broker.entry_batch import pack_entries, unpack_entry
+from broker.index_file import IndexFile, key_hash
+from broker.snapshot import Snapshot, cq_hash_prefix, cq_hash_step
+from dledger.entry_format import EntryKind, decode_entry, encode_blank, encode_entry
+from dledger.log_start import DumpEntry, decode_log_start, encode_log_start
+from dledger.membership import MEMBERSHIP_PREFIX, Change, Member, decode_change, encode_change
+from protocol.message_format import decode_message, pack_message
+from protocol.remoting import Frame, RequestCode, ResponseCode, decode_frame
+from protocol.tags import tag_hash
+
+GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+WRITE = os.environ.get("RAFTMQ_WRITE_GOLDEN") == "1"
+
+MSG_ID = bytes(range(16))
+STORE_MS = 1_795_000_000_123
+
+
+def _hex(data: bytes) -> str:
+    return "".join(data[i:i + 32].hex() + "\n" for i in range(0, len(data), 32))
+
+
+def check(name: str, data: bytes) -> None:
+    path = GOLDEN / f"{name}.hex"
+    if WRITE:
+        path.write_text(_hex(data))
+        return
+    assert path.exists(), f"no sample {path}: write it with RAFTMQ_WRITE_GOLDEN=1"
+    want = path.read_text()
+    got = _hex(data)
+    if got != want:
+        lines = zip(want.splitlines(), got.splitlines(), strict=False)
+        where = next((i for i, (a, b) in enumerate(lines) if a != b), min(len(want), len(got)) // 65)
+        raise AssertionError(f"{name}: the encoding changed at byte ~{where * 32} "
+                             f"({len(data)} bytes now, {len(bytes.fromhex(want.replace(chr(10), '')))} "
+                             "in the sample); see this module's docstring")
+
+
+def message() -> bytes:
+    return pack_message(MSG_ID, "orders", 3, 0, "tagA", ["k1", "k2"], {"color": "red"},
+                        1_795_000_000_000, "10.0.0.9:52000", "producer-1", 41, 0, b"hello")
+
+
+def test_frames() -> None:
+    request = Frame.request(RequestCode.SEND_MESSAGE, 7, {"topic": "orders", "queueId": 3, "ok": True},
+                            body=b"\x01\x02")
+    check("frame_request", request.encode())
+    response = request.response(ResponseCode.SUCCESS, {"offset": 12, "ids": [1, 2]}, body=b"")
+    check("frame_response", response.encode())
+    assert decode_frame(request.encode()) == request
+
+
+def test_commitlog_entry_record_and_blank() -> None:
+    record = encode_entry(1_000_001, 7, EntryKind(1), b"payload bytes")
+    check("commitlog_entry", record)
+    assert decode_entry(record).body == b"payload bytes"
+    check("commitlog_blank", encode_blank(24))
+
+
+def test_message_and_entry_batch() -> None:
+    check("message", message())
+    assert decode_message(message()).body == b"hello"
+    (payload,) = pack_entries([message(), message()], STORE_MS)
+    check("entry_batch", payload)
+    batch = unpack_entry(payload)
+    assert batch.store_timestamp_ms == STORE_MS and len(batch.messages) == 2
+
+
+@pytest.mark.parametrize("record", [
+    CreateTopic("orders", 8, Perm.READ_WRITE), DeleteTopic("orders"), CommitOffset("g-1", "orders", 3, 99),
+    RollbackHalf(4096), CheckHalf(4096, STORE_MS), LockQueue("g-1", "client-1", "orders", 3, True),
+], ids=lambda r: type(r).__name__)
+def test_admin_records(record: object) -> None:
+    data = encode_admin(record)  # type: ignore[arg-type]
+    check(f"admin_{type(record).__name__}", data)
+    assert decode_admin(data) == record
+
+
+def test_consume_queue_unit_and_hashes() -> None:
+    check("cq_unit", UNIT.pack(123_456_789, 310, tag_hash("tagA")))
+    hashes = [tag_hash("tagA"), tag_hash(None), key_hash("order-17"),
+              cq_hash_step(0, cq_hash_prefix("orders", 3), 5, 123_456_789, 310, tag_hash("tagA"))]
+    check("hashes", b"".join(h.to_bytes(16, "big", signed=True) for h in hashes))
+
+
+def test_index_file(tmp_path: Path) -> None:
+    f = IndexFile.create(tmp_path / "idx", 4, 4)
+    try:
+        f.put("order-17", 4096, STORE_MS)
+        f.put("order-18", 8192, STORE_MS + 2500)
+        f.flush()
+    finally:
+        f.close()
+    check("index_file", (tmp_path / "idx").read_bytes())
+
+
+def test_snapshot_log_start_and_membership_change() -> None:
+    state = {"topics": {"orders": [8, 6]}, "queues": {"orders": {3: 12}},
+             "offsets": {"g-1": {"orders": {3: 10}}}, "producers": {}, "timers": {4096: [310, STORE_MS]},
+             "halves": {}, "locks": {}, "sent_back": {}, "last_store_ms": STORE_MS, "cq_hash": bytes(16)}
+    snap = Snapshot.of(41, state).encode()
+    check("snapshot", snap)
+    assert Snapshot.decode(snap).index == 41
+    change = MEMBERSHIP_PREFIX + encode_change(Change("add", Member("n4", "10.0.0.14:20001",
+                                                                    "10.0.0.14:10911")))
+    check("membership_change", change)
+    assert decode_change(change) == Change("add", Member("n4", "10.0.0.14:20001", "10.0.0.14:10911"))
+    dump = encode_log_start(DumpEntry(b"\x00first", 42, 3, 1 << 20),
+                            DumpEntry(b"\x00second", 43, 3, (1 << 20) + 64), snap,
+                            [Member("n1", "10.0.0.11:20001", "10.0.0.11:10911").member_id])
+    check("log_start", dump)
+    assert decode_log_start(dump).state == snap
+
+
+def test_every_sample_is_used() -> None:
+    """A sample nobody checks any more is a format that silently went away."""
+    names = {p.stem for p in GOLDEN.glob("*.hex")}
+    expected = {"frame_request", "frame_response", "commitlog_entry", "commitlog_blank", "message",
+                "entry_batch", "cq_unit", "hashes", "index_file", "snapshot", "membership_change",
+                "log_start"} | {f"admin_{n}" for n in ("CreateTopic", "DeleteTopic", "CommitOffset",
+                                                       "RollbackHalf", "CheckHalf", "LockQueue")}
+    if WRITE:
+        return
+    assert names == expected

@@ -1,0 +1,57 @@
+"""The layering contract (docs/ARCHITECTURE.md), read from every module's imports:
+
+    protocol  <-  broker, client, spark        protocol imports nothing of RaftMQ
+    dledger   <-  broker                       dledger imports none of broker, client, spark, protocol
+    client, spark never import broker; broker never imports client
+
+``KNOWN`` lists the imports that still break it (issue 14: one CLI tree; local clusters
+for the benchmarks started without reaching into dledger). It may only shrink: a new
+crossing fails here, and so does an entry that is no longer needed.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("protocol", "dledger", "broker", "client", "spark")
+FORBIDDEN = {
+    "protocol": {"dledger", "broker", "client", "spark"},
+    "dledger": {"protocol", "broker", "client", "spark"},
+    "broker": {"client", "spark"},
+    "client": {"broker", "dledger", "spark"},
+    "spark": {"broker", "dledger"},
+}
+KNOWN = {
+    ("broker/cli.py", "client.cli"),  # `raftmq` forwards the client commands
+    ("broker/cli.py", "client.bench"),  # ... and `raftmq bench`
+    ("client/bench.py", "broker"),  # `raftmq bench` starts a local cluster (broker.cluster_cmd)
+    ("spark/bench.py", "dledger.local_group"),  # the Spark benchmark starts a local cluster
+}
+
+
+def _imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def crossings() -> set[tuple[str, str]]:
+    out = set()
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for module in _imports(path):
+                if module.split(".")[0] in FORBIDDEN[package]:
+                    out.add((str(path.relative_to(ROOT)), module))
+    return out
+
+
+def test_the_packages_import_only_down_the_layers() -> None:
+    found = crossings()
+    assert not found - KNOWN, f"new imports across the layers: {sorted(found - KNOWN)}"
+    assert not KNOWN - found, f"no longer needed, remove from KNOWN: {sorted(KNOWN - found)}"

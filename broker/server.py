@@ -3,14 +3,8 @@
     GET  /ws        binary WebSocket; every message is one ``protocol.remoting`` frame
     GET  /healthz   "ok" (the process serves)
     GET  /status    JSON: Raft status and applied index of this replica
-    GET  /metrics   Prometheus text: role, term, indexes, send/pull counters, commit
-                    latency, consumer lag per group and queue, overdue redeliveries
-                    (``broker.overdue``)
-    GET  /admin/cluster                     this group: replicas, leader, Raft status, consumers
-    GET  /admin/topics                      topics with queues, permissions, max offsets
-    POST /admin/topics   {"topic","queues","perm"}   create or update (leader; 421 names it)
-    GET  /admin/groups/{group}/offsets      committed offset, max offset and lag per queue
-    GET  /admin/messages?key=K | ?msgId=ID  query stored messages (JSON, body in base64)
+    GET  /metrics, /admin/...               the admin API (``broker.admin_api``) and the
+                                            members (``broker.membership_admin``)
 
 Requests handled (``RequestCode``): SEND_MESSAGE (body: one encoded message),
 SEND_BATCH (body: msgpack list of encoded messages), PULL_MESSAGE (long poll,
@@ -32,7 +26,6 @@ connection stays open; an unknown code gets REQUEST_CODE_NOT_SUPPORTED.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import contextvars
 import itertools
@@ -44,22 +37,22 @@ import aiohttp
 import msgpack
 from aiohttp import WSMsgType, web
 
+from broker.admin_api import admin_routes
 from broker.commands import CommitOffset, CreateTopic, DeleteTopic, LockQueue, Perm, encode_admin
 from broker.consumer_registry import ConsumerRegistry
 from broker.deferred import DEFAULT_DELAY_LEVELS, RETRY_DELAYS
 from broker.deferred_service import DEFAULT_MAX_RECONSUME, DeferredService
 from broker.divergence import DivergenceCheck
 from broker.entry_batch import MessageTooLarge, read_stamp
-from broker.fragments import MessageGone, read_message, read_message_at
+from broker.fragments import MessageGone, read_message_at
 from broker.membership_admin import member_routes
-from broker.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from broker.metrics import BrokerMetrics
 from broker.overdue import DEFAULT_THRESHOLD_S as DEFAULT_OVERDUE_S
 from broker.overdue import OverdueWatch
+from broker.pull_processor import PullProcessor
 from broker.state_machine import Applied, BrokerStateMachine, Outcome
 from broker.write_path import WritePath
 from dledger.applier import Applier
-from dledger.commitlog import CommitLog
 from dledger.entry_format import HEADER_SIZE
 from dledger.errors import NoLeader, NotLeader, OutcomeUnknown, ProposeError
 from dledger.replicated_log import ReplicatedLog
@@ -74,28 +67,15 @@ from protocol.remoting import (
     decode_frame,
     ext_bool,
     ext_int,
-    ext_ints,
     ext_str,
 )
-from protocol.sql_filter import FilterSyntaxError, SqlFilter, compile_filter
 
 __all__ = ["AppliedSignal", "BrokerServer"]
 
 log = logging.getLogger("broker.server")
 
-MAX_PULL = 256
 OVERDUE_CHECK_S = 5.0
 TRIM_CHECK_S = 5.0
-MAX_SUSPEND_MS = 30_000
-#: Longest long poll a replica that knows no leader holds (see _pull).
-LEADERLESS_SUSPEND_S = 0.5
-#: Most ConsumeQueue units one filtered pull looks at before answering (an empty page).
-MAX_FILTER_SCAN = 4096
-#: A pull stops adding rows past this many body bytes (it always returns one message):
-#: with the largest default message, the response frame stays within DEFAULT_MAX_FRAME,
-#: which is what clients accept by default.
-PULL_BODY_BYTES = 4 * 1024 * 1024
-_ROW_OVERHEAD = 40  # msgpack of [offset, position, stamp, bin header]
 #: A frame's bytes beyond its body (header fields, ext).
 FRAME_SLACK = 64 * 1024
 
@@ -171,16 +151,16 @@ class BrokerServer:
         self.overdue = OverdueWatch(machine, lambda: self.consumers.groups().keys(), self._store_time,
                                     lambda: rlog.is_leader, threshold_s=retry_overdue_s)
         self._session: aiohttp.ClientSession | None = None  # to peers (divergence check)
-        self._filters: dict[str, SqlFilter] = {}
         self._sockets: set[web.WebSocketResponse] = set()
         self.signal = signal
         self.leader_address = leader_address
         self._stamps: dict[int, int] = {}  # entry record position -> store time (committed: immutable)
         self.metrics = BrokerMetrics(self)
+        self.pulls = PullProcessor(machine, rlog, signal, self.metrics, self._store_time)
         self._handlers: dict[int, Callable[[Frame], Awaitable[Frame]]] = {
             RequestCode.SEND_MESSAGE: self._send,
             RequestCode.SEND_BATCH: self._send_batch,
-            RequestCode.PULL_MESSAGE: self._pull,
+            RequestCode.PULL_MESSAGE: self.pulls.pull,
             RequestCode.CREATE_TOPIC: self._create_topic,
             RequestCode.DELETE_TOPIC: self._delete_topic,
             RequestCode.GET_TOPICS: self._topics,
@@ -203,14 +183,7 @@ class BrokerServer:
     def app(self) -> web.Application:
         app = web.Application()
         app.add_routes([web.get("/ws", self._ws), web.get("/healthz", self._healthz),
-                        web.get("/status", self._status), web.get("/metrics", self._metrics),
-                        web.get("/admin/topics", self._admin_topics),
-                        web.post("/admin/topics", self._admin_create_topic),
-                        web.get("/admin/cluster", self._admin_cluster),
-                        web.get("/admin/groups/{group}/offsets", self._admin_group),
-                        web.get("/admin/messages", self._admin_messages),
-                        web.post("/admin/leader/transfer", self._admin_transfer),
-                        *member_routes(self)])
+                        web.get("/status", self._status), *admin_routes(self), *member_routes(self)])
         app.cleanup_ctx.append(self._background)
         return app
 
@@ -587,20 +560,6 @@ class BrokerServer:
         outcome = await self.deferred.end_transaction(position, ext_bool(frame, "commit"))
         return frame.response(ResponseCode.SUCCESS, ext={"outcome": outcome})
 
-    def _sql_filter(self, expression: str | None) -> SqlFilter | None:
-        if expression is None:
-            return None
-        found = self._filters.get(expression)
-        if found is None:
-            try:
-                found = compile_filter(expression)
-            except FilterSyntaxError as e:
-                raise FrameError(ResponseCode.SUBSCRIPTION_INVALID, str(e)) from None
-            if len(self._filters) > 1024:
-                self._filters.clear()
-            self._filters[expression] = found
-        return found
-
     async def _route(self, frame: Frame) -> Frame:
         """This group's part of a topic's route, in the name server's shape."""
         topic = ext_str(frame, "topic")
@@ -614,80 +573,6 @@ class BrokerServer:
             "term": status["term"], "leader": self.addresses.get(leader) if leader else None,
             "replicas": dict(sorted(self.addresses.items()))}]}
         return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(doc))
-
-    async def _pull(self, frame: Frame) -> Frame:
-        topic = ext_str(frame, "topic")
-        queue_id = ext_int(frame, "queueId", minimum=0)
-        offset = ext_int(frame, "offset", minimum=0)
-        max_msgs = ext_int(frame, "maxMsgs", 32, minimum=1, maximum=MAX_PULL)
-        suspend_s = ext_int(frame, "suspendMs", 0, minimum=0, maximum=MAX_SUSPEND_MS) / 1000
-        wanted = ext_ints(frame, "tagHashes", None)
-        wanted_set = None if wanted is None else frozenset(wanted)
-        sql = self._sql_filter(ext_str(frame, "sql", None))
-        if topic not in self.machine.topics:
-            raise FrameError(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
-        loop = asyncio.get_running_loop()
-        # A replica that knows no leader may be cut off and fall behind: it says so
-        # ("leaderless") and holds a long poll briefly, so clients try another replica
-        # first -- and still read here when it is the only one left (no leader anywhere).
-        leaderless = self.rlog.leader is None
-        if leaderless:
-            suspend_s = min(suspend_s, LEADERLESS_SUSPEND_S)
-        deadline = loop.time() + suspend_s
-        while True:
-            cq = self.machine.queue(topic, queue_id)
-            max_offset = cq.max_offset if cq is not None else 0
-            if offset < max_offset or loop.time() >= deadline:
-                break
-            await self.signal.wait(deadline - loop.time())
-        if cq is None or offset >= max_offset:
-            if offset > max_offset:
-                return frame.response(ResponseCode.PULL_OFFSET_MOVED,
-                                      ext={"nextOffset": max_offset, "leaderless": leaderless})
-            return frame.response(ResponseCode.PULL_NOT_FOUND,
-                                  ext={"nextOffset": offset, "leaderless": leaderless})
-        served_from = loop.time()
-        low = self.machine.retained_min_offset(cq, self.rlog.commitlog.start_position)
-        if offset < low:  # retention deleted those messages: the first one kept
-            return frame.response(ResponseCode.PULL_OFFSET_MOVED, ext={"nextOffset": low, "minOffset": low})
-        filtered = wanted_set is not None or sql is not None
-        read = cq.read(offset, MAX_FILTER_SCAN if filtered else max_msgs)
-        units = read.units
-        next_offset = read.next_offset
-        if wanted_set is not None:
-            units = [(off, u) for off, u in units if u.tag_hash in wanted_set]
-        rows: list[list[object]] = []
-        size = 0
-        entry = _EntryWindow(self.rlog.commitlog)  # consecutive messages share an entry: one read
-        for off, unit in units:
-            if rows and size + unit.size + _ROW_OVERHEAD > PULL_BODY_BYTES:
-                next_offset = off  # the rest on the next pull
-                break
-            try:
-                data = entry.slice(unit.position, unit.size)
-                stamp = entry.stamp
-                if data is None:  # a message chained over several entries
-                    data = read_message(self.rlog.commitlog, unit.position, unit.size)
-                    stamp = self._store_time(unit.position)
-            except MessageGone:  # retention deleted it while this pull read the queue
-                if rows:
-                    next_offset = off
-                    break
-                low = self.machine.retained_min_offset(cq, self.rlog.commitlog.start_position)
-                return frame.response(ResponseCode.PULL_OFFSET_MOVED,
-                                      ext={"nextOffset": max(low, off + 1), "minOffset": low})
-            if sql is not None and not sql.matches(_properties(data)):
-                continue
-            rows.append([off, unit.position, stamp, data])
-            size += unit.size + _ROW_OVERHEAD
-            if len(rows) == max_msgs and filtered:
-                next_offset = off + 1
-                break
-        self.metrics.pulled.inc(len(rows))
-        self.metrics.pull_serve.observe(loop.time() - served_from)
-        return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(rows),
-                              ext={"nextOffset": next_offset, "maxOffset": max_offset,
-                                   "leaderless": leaderless})
 
     # -- store time, queries ------------------------------------------------------------
     def _store_time(self, position: int) -> int:
@@ -789,44 +674,10 @@ class BrokerServer:
                              "max_offset": top, "lag": max(0, top - max(committed, low))})
         return rows
 
-    async def _metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=self.metrics.exposition(), content_type=METRICS_CONTENT_TYPE,
-                            charset="utf-8")
-
     @property
     def addresses(self) -> dict[str, str]:
         """name -> broker address of every member of the group (the log says who)."""
         return self.rlog.client_addresses()
-
-    async def _admin_topics(self, request: web.Request) -> web.Response:
-        out = {}
-        for topic, cfg in sorted(self.machine.topics.items()):
-            queues = [self.machine.queue(topic, q) for q in range(cfg.queues)]
-            out[topic] = {"queues": cfg.queues, "perm": cfg.perm,
-                          "max_offsets": [q.max_offset if q else 0 for q in queues]}
-        return web.json_response(out)
-
-    async def _admin_cluster(self, request: web.Request) -> web.Response:
-        """This group as this replica sees it: replicas, leader, Raft status, consumers."""
-        status = self.rlog.status()
-        leader = self.rlog.leader
-        return web.json_response({
-            "group": self.rlog.config.group, "node": self.rlog.config.node,
-            "leader": leader, "leader_address": self.addresses.get(leader) if leader else None,
-            "replicas": self.addresses, "status": {**status, "applied_index": self.machine.applied_index()},
-            "consumers": {g: [m.client_id for m in members]
-                          for g, members in self.consumers.groups().items()},
-            "held": {"delayed": len(self.machine.timers), "transaction_halves": len(self.machine.halves)}})
-
-    async def _admin_create_topic(self, request: web.Request) -> web.Response:
-        try:
-            doc = await request.json()
-            ext = {"topic": doc["topic"], "queues": int(doc.get("queues", 8)),
-                   "perm": int(doc.get("perm", int(Perm.READ_WRITE)))}
-        except (ValueError, KeyError, TypeError):
-            return web.json_response({"error": "body must be JSON with topic, queues, perm"}, status=400)
-        reply = await self.handle(Frame.request(RequestCode.CREATE_TOPIC, 0, ext))
-        return self._http_reply(reply)
 
     async def transfer_leadership(self, to: str | None = None, timeout: float = 3.0) -> str | None:
         """Hand this leader's role to ``to`` (default: the most up-to-date follower); the new
@@ -837,89 +688,3 @@ class BrokerServer:
         log.info("leadership transfer to %s: %s after %.0f ms", to or "the most up-to-date follower",
                  new or "did not complete", (loop.time() - started) * 1000)
         return new
-
-    async def _admin_transfer(self, request: web.Request) -> web.Response:
-        """POST /admin/leader/transfer {"to": node (optional)} on the leader."""
-        try:
-            doc = await request.json() if request.can_read_body else {}
-            to = doc.get("to") if isinstance(doc, dict) else None
-            if to is not None and not isinstance(to, str):
-                raise ValueError
-        except ValueError:
-            return web.json_response({"error": 'body must be JSON {"to": "n2"} or empty'}, status=400)
-        try:
-            new = await self.transfer_leadership(to)
-        except ValueError as e:
-            return web.json_response({"error": str(e)}, status=400)
-        except (NotLeader, NoLeader) as e:
-            leader = self.rlog.leader
-            return web.json_response({"error": str(e), "leader": leader,
-                                      "leader_address": self.addresses.get(leader or "")}, status=421)
-        if new is None:
-            return web.json_response({"error": "the leadership did not move within 3 s (is the target "
-                                               "up and caught up?); this node still leads"}, status=503)
-        return web.json_response({"leader": new, "leader_address": self.addresses.get(new)})
-
-    async def _admin_group(self, request: web.Request) -> web.Response:
-        return web.json_response({"group": request.match_info["group"],
-                                  "queues": self.lag_rows(request.match_info["group"])})
-
-    async def _admin_messages(self, request: web.Request) -> web.Response:
-        if "msgId" in request.query:
-            frame = Frame.request(RequestCode.VIEW_MESSAGE_BY_ID, 0, {"msgId": request.query["msgId"]})
-        elif "key" in request.query:
-            frame = Frame.request(RequestCode.QUERY_MESSAGE, 0, {"key": request.query["key"]})
-        else:
-            return web.json_response({"error": "give key=... or msgId=..."}, status=400)
-        reply = await self.handle(frame)
-        if reply.code != ResponseCode.SUCCESS:
-            return self._http_reply(reply)
-        out = []
-        for position, stamp, data in msgpack.unpackb(reply.body):
-            m = decode_message(data)
-            out.append({"position": position, "store_timestamp": stamp, "msg_id": m.msg_id.hex(),
-                        "topic": m.topic, "queue_id": m.queue_id, "tags": m.tags, "keys": list(m.keys),
-                        "properties": m.properties, "body_base64": base64.b64encode(m.body).decode()})
-        return web.json_response(out)
-
-    def _http_reply(self, reply: Frame) -> web.Response:
-        status = {ResponseCode.SUCCESS: 200, ResponseCode.NOT_LEADER: 421, ResponseCode.NO_LEADER: 503,
-                  ResponseCode.QUERY_NOT_FOUND: 404, ResponseCode.TOPIC_NOT_EXIST: 404,
-                  ResponseCode.OUTCOME_UNKNOWN: 409}.get(reply.code, 400)
-        body: dict[str, object] = {"code": reply.code, "message": reply.remark, **reply.ext}
-        return web.json_response(body, status=status)
-
-
-def _properties(data: bytes) -> dict[str, str]:
-    try:
-        return decode_message(data).properties
-    except MessageFormatError:
-        return {}
-
-
-class _EntryWindow:
-    """The last entry record a pull read: the messages a ConsumeQueue lists one after the
-    other mostly sit in the same entry, so each entry is read (and its store time parsed)
-    once, not once per message."""
-
-    __slots__ = ("_commitlog", "_data", "_end", "_start", "stamp")
-
-    def __init__(self, commitlog: CommitLog) -> None:
-        self._commitlog = commitlog
-        self._start, self._end, self._data = -1, -1, b""
-        self.stamp = -1  # the store time of the entry last sliced
-
-    def slice(self, position: int, size: int) -> bytes | None:
-        """The ``size`` bytes at ``position`` if they lie inside one entry record, else None."""
-        if not (self._start <= position and position + size <= self._end):
-            found = self._commitlog.entry_containing(position)
-            if found is None:
-                return None
-            index, start = found
-            self._data = self._commitlog.read_at(start, self._commitlog.record_size_of(index))
-            self._start, self._end = start, start + len(self._data)
-            self.stamp = read_stamp(self._data[HEADER_SIZE:HEADER_SIZE + 16])
-            if position + size > self._end:
-                return None
-        offset = position - self._start
-        return self._data[offset:offset + size]

@@ -30,7 +30,7 @@ __all__ = ["EARLIEST", "LATEST", "OffsetSpec", "OptionError", "SourceOptions", "
 READ_FROM = ("follower", "leader", "any")
 EARLIEST = -2
 LATEST = -1
-MAX_PULL = 256  # the broker's largest page (broker.server.MAX_PULL)
+MAX_PULL = 256  # the broker's largest page (broker.pull_processor.MAX_PULL)
 
 
 class OptionError(ValueError):

@@ -1,0 +1,128 @@
+"""The broker's HTTP admin API and ``/metrics`` (``raftmq`` and operators use it)::
+
+    GET  /metrics                          Prometheus text (``broker.metrics``)
+    GET  /admin/topics                     {topic: {queues, perm, max_offsets}}
+    POST /admin/topics                     {"topic", "queues", "perm"} (on the leader)
+    GET  /admin/cluster                    this group as this replica sees it
+    GET  /admin/groups/{group}/offsets     committed offset, retained range and lag per queue
+    GET  /admin/messages?key=K | ?msgId=I  messages with their properties and body (base64)
+    POST /admin/leader/transfer            {"to": node} or empty (on the leader)
+
+Requests that change state go through the same frame handlers as the WebSocket
+(``BrokerServer.handle``); ``http_reply`` maps their response codes to HTTP statuses.
+The group's members: ``broker.membership_admin``.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import TYPE_CHECKING
+
+import msgpack
+from aiohttp import web
+
+from broker.commands import Perm
+from broker.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from dledger.errors import NoLeader, NotLeader
+from protocol.message_format import decode_message
+from protocol.remoting import Frame, RequestCode, ResponseCode
+
+if TYPE_CHECKING:
+    from broker.server import BrokerServer
+
+__all__ = ["admin_routes", "http_reply"]
+
+
+def http_reply(reply: Frame) -> web.Response:
+    status = {ResponseCode.SUCCESS: 200, ResponseCode.NOT_LEADER: 421, ResponseCode.NO_LEADER: 503,
+              ResponseCode.QUERY_NOT_FOUND: 404, ResponseCode.TOPIC_NOT_EXIST: 404,
+              ResponseCode.OUTCOME_UNKNOWN: 409}.get(reply.code, 400)
+    body: dict[str, object] = {"code": reply.code, "message": reply.remark, **reply.ext}
+    return web.json_response(body, status=status)
+
+
+def admin_routes(server: BrokerServer) -> list[web.RouteDef]:
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=server.metrics.exposition(), content_type=METRICS_CONTENT_TYPE,
+                            charset="utf-8")
+
+    async def admin_topics(request: web.Request) -> web.Response:
+        out = {}
+        for topic, cfg in sorted(server.machine.topics.items()):
+            queues = [server.machine.queue(topic, q) for q in range(cfg.queues)]
+            out[topic] = {"queues": cfg.queues, "perm": cfg.perm,
+                          "max_offsets": [q.max_offset if q else 0 for q in queues]}
+        return web.json_response(out)
+
+    async def admin_cluster(request: web.Request) -> web.Response:
+        """This group as this replica sees it: replicas, leader, Raft status, consumers."""
+        status = server.rlog.status()
+        leader = server.rlog.leader
+        machine = server.machine
+        return web.json_response({
+            "group": server.rlog.config.group, "node": server.rlog.config.node,
+            "leader": leader, "leader_address": server.addresses.get(leader) if leader else None,
+            "replicas": server.addresses, "status": {**status, "applied_index": machine.applied_index()},
+            "consumers": {g: [m.client_id for m in members]
+                          for g, members in server.consumers.groups().items()},
+            "held": {"delayed": len(machine.timers), "transaction_halves": len(machine.halves)}})
+
+    async def admin_create_topic(request: web.Request) -> web.Response:
+        try:
+            doc = await request.json()
+            ext = {"topic": doc["topic"], "queues": int(doc.get("queues", 8)),
+                   "perm": int(doc.get("perm", int(Perm.READ_WRITE)))}
+        except (ValueError, KeyError, TypeError):
+            return web.json_response({"error": "body must be JSON with topic, queues, perm"}, status=400)
+        reply = await server.handle(Frame.request(RequestCode.CREATE_TOPIC, 0, ext))
+        return http_reply(reply)
+
+    async def admin_transfer(request: web.Request) -> web.Response:
+        """POST /admin/leader/transfer {"to": node (optional)} on the leader."""
+        try:
+            doc = await request.json() if request.can_read_body else {}
+            to = doc.get("to") if isinstance(doc, dict) else None
+            if to is not None and not isinstance(to, str):
+                raise ValueError
+        except ValueError:
+            return web.json_response({"error": 'body must be JSON {"to": "n2"} or empty'}, status=400)
+        try:
+            new = await server.transfer_leadership(to)
+        except ValueError as e:
+            return web.json_response({"error": str(e)}, status=400)
+        except (NotLeader, NoLeader) as e:
+            leader = server.rlog.leader
+            return web.json_response({"error": str(e), "leader": leader,
+                                      "leader_address": server.addresses.get(leader or "")}, status=421)
+        if new is None:
+            return web.json_response({"error": "the leadership did not move within 3 s (is the target "
+                                               "up and caught up?); this node still leads"}, status=503)
+        return web.json_response({"leader": new, "leader_address": server.addresses.get(new)})
+
+    async def admin_group(request: web.Request) -> web.Response:
+        return web.json_response({"group": request.match_info["group"],
+                                  "queues": server.lag_rows(request.match_info["group"])})
+
+    async def admin_messages(request: web.Request) -> web.Response:
+        if "msgId" in request.query:
+            frame = Frame.request(RequestCode.VIEW_MESSAGE_BY_ID, 0, {"msgId": request.query["msgId"]})
+        elif "key" in request.query:
+            frame = Frame.request(RequestCode.QUERY_MESSAGE, 0, {"key": request.query["key"]})
+        else:
+            return web.json_response({"error": "give key=... or msgId=..."}, status=400)
+        reply = await server.handle(frame)
+        if reply.code != ResponseCode.SUCCESS:
+            return http_reply(reply)
+        out = []
+        for position, stamp, data in msgpack.unpackb(reply.body):
+            m = decode_message(data)
+            out.append({"position": position, "store_timestamp": stamp, "msg_id": m.msg_id.hex(),
+                        "topic": m.topic, "queue_id": m.queue_id, "tags": m.tags, "keys": list(m.keys),
+                        "properties": m.properties, "body_base64": base64.b64encode(m.body).decode()})
+        return web.json_response(out)
+
+    return [web.get("/metrics", metrics), web.get("/admin/topics", admin_topics),
+            web.post("/admin/topics", admin_create_topic), web.get("/admin/cluster", admin_cluster),
+            web.get("/admin/groups/{group}/offsets", admin_group),
+            web.get("/admin/messages", admin_messages),
+            web.post("/admin/leader/transfer", admin_transfer)]

@@ -1,0 +1,190 @@
+"""PULL_MESSAGE: a page of one queue's messages, served by any replica from applied --
+hence committed -- state, with a long poll, tag-hash and SQL92 filters::
+
+    ext: topic, queueId, offset, maxMsgs (<= MAX_PULL), suspendMs (long poll, <= 30 s),
+         tagHashes (optional), sql (optional SQL92 on properties)
+    SUCCESS             body: msgpack [[queue offset, CommitLog position, store ms, message]]
+                        ext: nextOffset, maxOffset, leaderless
+    PULL_NOT_FOUND      nothing at ``offset`` yet (after the long poll); nextOffset
+    PULL_OFFSET_MOVED   ``offset`` is past the end, or below what retention kept: nextOffset
+                        (and minOffset) say where to go on
+
+A page stops at ``PULL_BODY_BYTES`` of rows but holds at least one message. Messages the
+ConsumeQueue lists one after the other mostly share an entry, which is read once
+(``_EntryWindow``). A replica that knows no leader marks its answers ``leaderless`` and
+holds long polls at most ``LEADERLESS_SUSPEND_S``, so clients try another replica first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Protocol
+
+import msgpack
+
+from broker.entry_batch import read_stamp
+from broker.fragments import MessageGone, read_message
+from broker.metrics import BrokerMetrics
+from broker.state_machine import BrokerStateMachine
+from dledger.commitlog import CommitLog
+from dledger.entry_format import HEADER_SIZE
+from dledger.replicated_log import ReplicatedLog
+from protocol.message_format import MessageFormatError, decode_message
+from protocol.remoting import Frame, FrameError, ResponseCode, ext_int, ext_ints, ext_str
+from protocol.sql_filter import FilterSyntaxError, SqlFilter, compile_filter
+
+__all__ = ["LEADERLESS_SUSPEND_S", "MAX_FILTER_SCAN", "MAX_PULL", "MAX_SUSPEND_MS", "PULL_BODY_BYTES",
+           "PullProcessor"]
+
+MAX_PULL = 256
+MAX_SUSPEND_MS = 30_000
+#: Longest long poll a replica that knows no leader holds (module docstring).
+LEADERLESS_SUSPEND_S = 0.5
+#: Most ConsumeQueue units one filtered pull looks at before answering (an empty page).
+MAX_FILTER_SCAN = 4096
+#: A pull stops adding rows past this many body bytes (it always returns one message):
+#: with the largest default message, the response frame stays within DEFAULT_MAX_FRAME,
+#: which is what clients accept by default.
+PULL_BODY_BYTES = 4 * 1024 * 1024
+_ROW_OVERHEAD = 40  # msgpack of [offset, position, stamp, bin header]
+
+
+class AppliedWaiter(Protocol):
+    async def wait(self, timeout: float) -> None:
+        """Return when an entry was applied, or after ``timeout`` seconds."""
+
+
+class PullProcessor:
+    def __init__(self, machine: BrokerStateMachine, rlog: ReplicatedLog, signal: AppliedWaiter,
+                 metrics: BrokerMetrics, store_time: Callable[[int], int]) -> None:
+        self._machine = machine
+        self._rlog = rlog
+        self._signal = signal
+        self._metrics = metrics
+        self._store_time = store_time
+        self._filters: dict[str, SqlFilter] = {}
+
+    async def pull(self, frame: Frame) -> Frame:
+        """PULL_MESSAGE (module docstring)."""
+        topic = ext_str(frame, "topic")
+        queue_id = ext_int(frame, "queueId", minimum=0)
+        offset = ext_int(frame, "offset", minimum=0)
+        max_msgs = ext_int(frame, "maxMsgs", 32, minimum=1, maximum=MAX_PULL)
+        suspend_s = ext_int(frame, "suspendMs", 0, minimum=0, maximum=MAX_SUSPEND_MS) / 1000
+        wanted = ext_ints(frame, "tagHashes", None)
+        wanted_set = None if wanted is None else frozenset(wanted)
+        sql = self._sql_filter(ext_str(frame, "sql", None))
+        if topic not in self._machine.topics:
+            raise FrameError(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
+        loop = asyncio.get_running_loop()
+        # A replica that knows no leader may be cut off and fall behind: it says so
+        # ("leaderless") and holds a long poll briefly, so clients try another replica
+        # first -- and still read here when it is the only one left (no leader anywhere).
+        leaderless = self._rlog.leader is None
+        if leaderless:
+            suspend_s = min(suspend_s, LEADERLESS_SUSPEND_S)
+        deadline = loop.time() + suspend_s
+        while True:
+            cq = self._machine.queue(topic, queue_id)
+            max_offset = cq.max_offset if cq is not None else 0
+            if offset < max_offset or loop.time() >= deadline:
+                break
+            await self._signal.wait(deadline - loop.time())
+        if cq is None or offset >= max_offset:
+            if offset > max_offset:
+                return frame.response(ResponseCode.PULL_OFFSET_MOVED,
+                                      ext={"nextOffset": max_offset, "leaderless": leaderless})
+            return frame.response(ResponseCode.PULL_NOT_FOUND,
+                                  ext={"nextOffset": offset, "leaderless": leaderless})
+        served_from = loop.time()
+        low = self._machine.retained_min_offset(cq, self._rlog.commitlog.start_position)
+        if offset < low:  # retention deleted those messages: the first one kept
+            return frame.response(ResponseCode.PULL_OFFSET_MOVED, ext={"nextOffset": low, "minOffset": low})
+        filtered = wanted_set is not None or sql is not None
+        read = cq.read(offset, MAX_FILTER_SCAN if filtered else max_msgs)
+        units = read.units
+        next_offset = read.next_offset
+        if wanted_set is not None:
+            units = [(off, u) for off, u in units if u.tag_hash in wanted_set]
+        rows: list[list[object]] = []
+        size = 0
+        entry = _EntryWindow(self._rlog.commitlog)  # consecutive messages share an entry: one read
+        for off, unit in units:
+            if rows and size + unit.size + _ROW_OVERHEAD > PULL_BODY_BYTES:
+                next_offset = off  # the rest on the next pull
+                break
+            try:
+                data = entry.slice(unit.position, unit.size)
+                stamp = entry.stamp
+                if data is None:  # a message chained over several entries
+                    data = read_message(self._rlog.commitlog, unit.position, unit.size)
+                    stamp = self._store_time(unit.position)
+            except MessageGone:  # retention deleted it while this pull read the queue
+                if rows:
+                    next_offset = off
+                    break
+                low = self._machine.retained_min_offset(cq, self._rlog.commitlog.start_position)
+                return frame.response(ResponseCode.PULL_OFFSET_MOVED,
+                                      ext={"nextOffset": max(low, off + 1), "minOffset": low})
+            if sql is not None and not sql.matches(_properties(data)):
+                continue
+            rows.append([off, unit.position, stamp, data])
+            size += unit.size + _ROW_OVERHEAD
+            if len(rows) == max_msgs and filtered:
+                next_offset = off + 1
+                break
+        self._metrics.pulled.inc(len(rows))
+        self._metrics.pull_serve.observe(loop.time() - served_from)
+        return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(rows),
+                              ext={"nextOffset": next_offset, "maxOffset": max_offset,
+                                   "leaderless": leaderless})
+
+    def _sql_filter(self, expression: str | None) -> SqlFilter | None:
+        if expression is None:
+            return None
+        found = self._filters.get(expression)
+        if found is None:
+            try:
+                found = compile_filter(expression)
+            except FilterSyntaxError as e:
+                raise FrameError(ResponseCode.SUBSCRIPTION_INVALID, str(e)) from None
+            if len(self._filters) > 1024:
+                self._filters.clear()
+            self._filters[expression] = found
+        return found
+
+
+def _properties(data: bytes) -> dict[str, str]:
+    try:
+        return decode_message(data).properties
+    except MessageFormatError:
+        return {}
+
+
+class _EntryWindow:
+    """The last entry record a pull read: the messages a ConsumeQueue lists one after the
+    other mostly sit in the same entry, so each entry is read (and its store time parsed)
+    once, not once per message."""
+
+    __slots__ = ("_commitlog", "_data", "_end", "_start", "stamp")
+
+    def __init__(self, commitlog: CommitLog) -> None:
+        self._commitlog = commitlog
+        self._start, self._end, self._data = -1, -1, b""
+        self.stamp = -1  # the store time of the entry last sliced
+
+    def slice(self, position: int, size: int) -> bytes | None:
+        """The ``size`` bytes at ``position`` if they lie inside one entry record, else None."""
+        if not (self._start <= position and position + size <= self._end):
+            found = self._commitlog.entry_containing(position)
+            if found is None:
+                return None
+            index, start = found
+            self._data = self._commitlog.read_at(start, self._commitlog.record_size_of(index))
+            self._start, self._end = start, start + len(self._data)
+            self.stamp = read_stamp(self._data[HEADER_SIZE:HEADER_SIZE + 16])
+            if position + size > self._end:
+                return None
+        offset = position - self._start
+        return self._data[offset:offset + size]

@@ -6,14 +6,14 @@
     GET  /metrics, /admin/...               the admin API (``broker.admin_api``) and the
                                             members (``broker.membership_admin``)
 
-Requests handled (``RequestCode``): SEND_MESSAGE (body: one encoded message),
-SEND_BATCH (body: msgpack list of encoded messages), PULL_MESSAGE (long poll,
-optional tag-hash filter), CREATE_TOPIC, GET_TOPICS, GET_ROUTE, COMMIT_OFFSET,
-QUERY_OFFSET, RESET_OFFSET, QUERY_MESSAGE, VIEW_MESSAGE_BY_ID, HEARTBEAT (consumer
-membership; the leader creates a subscribing group's %RETRY% topic), UNREGISTER_CLIENT,
-GET_CONSUMER_LIST; the server sends
-NOTIFY_CONSUMER_IDS_CHANGED (oneway) to a group's members when it changes. Writes go
-through the leader's ``WritePath``; a follower answers NOT_LEADER naming the
+Requests are dispatched by code (``_handlers``) to their processors -- sends
+(``broker.send_processor``), pulls (``broker.pull_processor``), queries and resets by
+time (``broker.query_processor``) -- or handled here: CREATE_TOPIC, DELETE_TOPIC,
+GET_TOPICS, GET_ROUTE, COMMIT_OFFSET, QUERY_OFFSET, LOCK/UNLOCK_BATCH_MQ, HEARTBEAT
+(consumer membership; the leader creates a subscribing group's %RETRY% topic),
+UNREGISTER_CLIENT, GET_CONSUMER_LIST, CONSUMER_SEND_MSG_BACK, END_TRANSACTION; the
+server sends NOTIFY_CONSUMER_IDS_CHANGED (oneway) to a group's members when it changes.
+Writes go through the leader's ``WritePath``; a follower answers NOT_LEADER naming the
 leader. A message may be up to ``max_message_bytes`` encoded (4 MiB by default;
 larger ones get MESSAGE_TOO_LARGE and nothing is stored); one that does not fit in
 a Raft entry is stored as a chain of fragments (``broker.fragments``) and read
@@ -43,17 +43,18 @@ from broker.consumer_registry import ConsumerRegistry
 from broker.deferred import DEFAULT_DELAY_LEVELS, RETRY_DELAYS
 from broker.deferred_service import DEFAULT_MAX_RECONSUME, DeferredService
 from broker.divergence import DivergenceCheck
-from broker.entry_batch import MessageTooLarge, read_stamp
+from broker.entry_batch import MessageTooLarge
 from broker.fragments import MessageGone, read_message_at
 from broker.membership_admin import member_routes
 from broker.metrics import BrokerMetrics
 from broker.overdue import DEFAULT_THRESHOLD_S as DEFAULT_OVERDUE_S
 from broker.overdue import OverdueWatch
 from broker.pull_processor import PullProcessor
-from broker.state_machine import Applied, BrokerStateMachine, Outcome
+from broker.query_processor import QueryProcessor
+from broker.send_processor import SendProcessor, answer
+from broker.state_machine import BrokerStateMachine, Outcome
 from broker.write_path import WritePath
 from dledger.applier import Applier
-from dledger.entry_format import HEADER_SIZE
 from dledger.errors import NoLeader, NotLeader, OutcomeUnknown, ProposeError
 from dledger.replicated_log import ReplicatedLog
 from protocol.message_format import MAX_MESSAGE_BYTES, MessageFormatError, decode_message, encode_message
@@ -83,18 +84,6 @@ FRAME_SLACK = 64 * 1024
 _connection: contextvars.ContextVar[web.WebSocketResponse | None] = contextvars.ContextVar(
     "connection", default=None)
 
-_OUTCOME_CODE = {
-    Outcome.STORED: ResponseCode.SUCCESS,
-    Outcome.DUPLICATE: ResponseCode.SUCCESS,
-    Outcome.DONE: ResponseCode.SUCCESS,
-    Outcome.TOPIC_NOT_EXIST: ResponseCode.TOPIC_NOT_EXIST,
-    Outcome.NO_PERMISSION: ResponseCode.NO_PERMISSION,
-    Outcome.INVALID: ResponseCode.INVALID_ARGUMENT,
-    Outcome.SEQUENCE_GAP: ResponseCode.SEQUENCE_GAP,
-    Outcome.LOCKED: ResponseCode.NO_PERMISSION,
-    Outcome.ABANDONED: ResponseCode.SYSTEM_BUSY,  # not stored; a retry may succeed
-    Outcome.FRAGMENT: ResponseCode.SYSTEM_ERROR,  # never a caller's outcome
-}
 
 
 #: Requests an unhealthy replica still answers: none of them reads or changes state.
@@ -148,18 +137,19 @@ class BrokerServer:
                                           machine.recent_digests, self._peer_digests,
                                           lambda: rlog.is_leader,
                                           lambda _why: rlog.stand_for_election(False))
-        self.overdue = OverdueWatch(machine, lambda: self.consumers.groups().keys(), self._store_time,
+        self.queries = QueryProcessor(self)
+        self.sends = SendProcessor(self)
+        self.overdue = OverdueWatch(machine, lambda: self.consumers.groups().keys(), self.queries.store_time,
                                     lambda: rlog.is_leader, threshold_s=retry_overdue_s)
         self._session: aiohttp.ClientSession | None = None  # to peers (divergence check)
         self._sockets: set[web.WebSocketResponse] = set()
         self.signal = signal
         self.leader_address = leader_address
-        self._stamps: dict[int, int] = {}  # entry record position -> store time (committed: immutable)
         self.metrics = BrokerMetrics(self)
-        self.pulls = PullProcessor(machine, rlog, signal, self.metrics, self._store_time)
+        self.pulls = PullProcessor(machine, rlog, signal, self.metrics, self.queries.store_time)
         self._handlers: dict[int, Callable[[Frame], Awaitable[Frame]]] = {
-            RequestCode.SEND_MESSAGE: self._send,
-            RequestCode.SEND_BATCH: self._send_batch,
+            RequestCode.SEND_MESSAGE: self.sends.send,
+            RequestCode.SEND_BATCH: self.sends.send_batch,
             RequestCode.PULL_MESSAGE: self.pulls.pull,
             RequestCode.CREATE_TOPIC: self._create_topic,
             RequestCode.DELETE_TOPIC: self._delete_topic,
@@ -169,11 +159,11 @@ class BrokerServer:
             RequestCode.UNLOCK_BATCH_MQ: self._lock_queues,
             RequestCode.QUERY_OFFSET: self._query_offset,
             RequestCode.HEARTBEAT: self._heartbeat,
-            RequestCode.QUERY_MESSAGE: self._query_by_key,
-            RequestCode.VIEW_MESSAGE_BY_ID: self._view_by_id,
-            RequestCode.RESET_OFFSET: self._reset_offset,
+            RequestCode.QUERY_MESSAGE: self.queries.query_by_key,
+            RequestCode.VIEW_MESSAGE_BY_ID: self.queries.view_by_id,
+            RequestCode.RESET_OFFSET: self.queries.reset_offset,
             RequestCode.GET_ROUTE: self._route,
-            RequestCode.SEARCH_OFFSET: self._search_offset,
+            RequestCode.SEARCH_OFFSET: self.queries.search_offset,
             RequestCode.UNREGISTER_CLIENT: self._unregister,
             RequestCode.GET_CONSUMER_LIST: self._consumer_list,
             RequestCode.CONSUMER_SEND_MSG_BACK: self._send_back,
@@ -349,102 +339,44 @@ class BrokerServer:
             return frame.response(ResponseCode.SYSTEM_ERROR, remark="internal error; see the broker log")
 
     # -- writes ----------------------------------------------------------------------
-    def _require_leader(self) -> None:
+    def require_leader(self) -> None:
         if not self.rlog.is_leader:
             leader = self.rlog.leader
             if leader is None:
                 raise NoLeader("the group has no leader right now; retry shortly")
             raise NotLeader(leader, getattr(self.rlog.members().get(leader), "raft", ""))
 
-    def _check_message(self, record: bytes, checked_topics: set[str] | None = None) -> bytes:
-        """The record as it will be stored (delays become a delivery time); raises for bad ones.
-        Topics in ``checked_topics`` (a batch's, checked once) are not checked again."""
-        if len(record) > self.max_message_bytes:
-            raise MessageTooLarge(f"message of {len(record)} bytes exceeds this broker's "
-                                  f"{self.max_message_bytes}-byte limit (max_message_bytes)")
-        try:
-            m = decode_message(record)
-        except MessageFormatError as e:
-            raise FrameError(ResponseCode.INVALID_ARGUMENT, str(e)) from None
-        if checked_topics is None or m.topic not in checked_topics:
-            validate_topic(m.topic, system=False)
-            if m.topic not in self.machine.topics:
-                raise FrameError(ResponseCode.TOPIC_NOT_EXIST,
-                                 f"topic {m.topic!r} does not exist; create it first (auto-create is off)")
-            if checked_topics is not None:
-                checked_topics.add(m.topic)
-        if not m.properties:
-            return record
-        prepared = self.deferred.prepare(m)
-        return record if prepared is m else encode_message(prepared)
-
-    async def _send(self, frame: Frame) -> Frame:
-        self._require_leader()
-        record = self._check_message(frame.body)
-        (applied,) = await self._timed_send([record])
-        return self._answer(frame, applied)
-
-    async def _timed_send(self, records: list[bytes]) -> list[Applied]:
-        started = asyncio.get_running_loop().time()
-        outcomes = await self.write.send(records)
-        self.metrics.commit_latency.observe(asyncio.get_running_loop().time() - started)
-        self.metrics.sent.inc(sum(a.outcome == Outcome.STORED for a in outcomes))
-        return outcomes
-
-    async def _send_batch(self, frame: Frame) -> Frame:
-        self._require_leader()
-        try:
-            records = msgpack.unpackb(frame.body, use_list=True)
-            if not isinstance(records, list) or not all(isinstance(r, bytes) for r in records):
-                raise ValueError("a list of encoded messages")
-        except Exception as e:
-            raise FrameError(ResponseCode.INVALID_ARGUMENT, f"batch body must be {e}") from None
-        checked: set[str] = set()
-        records = [self._check_message(r, checked) for r in records]  # all before anything is proposed
-        outcomes = await self._timed_send(records)
-        rows = [[_OUTCOME_CODE[a.outcome], a.queue_id, a.queue_offset, a.reason, a.position]
-                for a in outcomes]
-        return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(rows))
-
-    def _answer(self, frame: Frame, applied: Applied) -> Frame:
-        code = _OUTCOME_CODE[applied.outcome]
-        if code != ResponseCode.SUCCESS:
-            return frame.response(code, remark=applied.reason)
-        return frame.response(code, ext={
-            "queueId": applied.queue_id, "queueOffset": applied.queue_offset, "position": applied.position,
-            "duplicate": applied.outcome == Outcome.DUPLICATE})
-
     async def _create_topic(self, frame: Frame) -> Frame:
-        self._require_leader()
+        self.require_leader()
         topic = validate_topic(ext_str(frame, "topic"))
         queues = ext_int(frame, "queues", 8, minimum=1, maximum=1024)
         perm = ext_int(frame, "perm", int(Perm.READ_WRITE))
         if perm not in (2, 4, 6):
             raise FrameError(ResponseCode.INVALID_ARGUMENT, "perm must be 2 (write), 4 (read) or 6")
         (applied,) = await self.write.send([encode_admin(CreateTopic(topic, queues, Perm(perm)))])
-        return self._answer(frame, applied)
+        return answer(frame, applied)
 
     async def _delete_topic(self, frame: Frame) -> Frame:
         """Delete a topic: its queues and consumer offsets go; its messages stay in the
         CommitLog until retention removes their segments."""
-        self._require_leader()
+        self.require_leader()
         topic = validate_topic(ext_str(frame, "topic"))
         (applied,) = await self.write.send([encode_admin(DeleteTopic(topic))])
-        return self._answer(frame, applied)
+        return answer(frame, applied)
 
     async def _commit_offset(self, frame: Frame) -> Frame:
-        self._require_leader()
+        self.require_leader()
         cmd = CommitOffset(validate_group(ext_str(frame, "group")),
                            validate_topic(ext_str(frame, "topic"), system=True),
                            ext_int(frame, "queueId", minimum=0), ext_int(frame, "offset", minimum=0))
         (applied,) = await self.write.send([encode_admin(cmd)])
-        return self._answer(frame, applied)
+        return answer(frame, applied)
 
     async def _lock_queues(self, frame: Frame) -> Frame:
         """LOCK_BATCH_MQ / UNLOCK_BATCH_MQ: ext group, clientId, topic, queues (ids); the body
         of the answer is the msgpack list of the queue ids this client now holds (lock) or
         gave back (unlock). Decided by the apply step, so a new leader knows every lock."""
-        self._require_leader()
+        self.require_leader()
         group = validate_group(ext_str(frame, "group"))
         topic = validate_topic(ext_str(frame, "topic"), system=True)
         client_id = ext_str(frame, "clientId")
@@ -536,7 +468,7 @@ class BrokerServer:
         """A consumer could not consume the message at ``position``: store a retry copy in
         %RETRY%group (delayed by the retry schedule) or, past ``maxReconsumeTimes``, in
         %DLQ%group."""
-        self._require_leader()
+        self.require_leader()
         group = validate_group(ext_str(frame, "group"))
         position = ext_int(frame, "position", minimum=0)
         max_times = ext_int(frame, "maxReconsumeTimes", DEFAULT_MAX_RECONSUME, minimum=0, maximum=10_000)
@@ -547,7 +479,7 @@ class BrokerServer:
                              f"no message at position {position}: {e}") from None
         copy = self.deferred.retry_copy(stored, group, max_times, position)
         (applied,) = await self.write.send([encode_message(copy)])
-        reply = self._answer(frame, applied)
+        reply = answer(frame, applied)
         if reply.code != ResponseCode.SUCCESS:
             return reply
         return frame.response(ResponseCode.SUCCESS, ext={**reply.ext, "topic": copy.topic,
@@ -555,7 +487,7 @@ class BrokerServer:
 
     async def _end_transaction(self, frame: Frame) -> Frame:
         """Commit (make the half message visible in its topic) or roll back a transaction."""
-        self._require_leader()
+        self.require_leader()
         position = ext_int(frame, "position", minimum=0)
         outcome = await self.deferred.end_transaction(position, ext_bool(frame, "commit"))
         return frame.response(ResponseCode.SUCCESS, ext={"outcome": outcome})
@@ -573,93 +505,6 @@ class BrokerServer:
             "term": status["term"], "leader": self.addresses.get(leader) if leader else None,
             "replicas": dict(sorted(self.addresses.items()))}]}
         return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(doc))
-
-    # -- store time, queries ------------------------------------------------------------
-    def _store_time(self, position: int) -> int:
-        """The store time of the entry holding ``position`` (messages of one entry share it;
-        a chained message's position is in its first fragment's entry, whose stamp it has)."""
-        found = self.rlog.commitlog.entry_containing(position)
-        if found is None:
-            return -1
-        index, start = found
-        stamp = self._stamps.get(start)
-        if stamp is None:
-            size = self.rlog.commitlog.record_size_of(index) - HEADER_SIZE
-            stamp = read_stamp(self.rlog.commitlog.read_at(start + HEADER_SIZE, min(16, size)))
-            if len(self._stamps) >= 4096:
-                self._stamps.clear()
-            self._stamps[start] = stamp
-        return stamp
-
-    def _message_at(self, position: int) -> tuple[bytes, int]:
-        """The message bytes starting at ``position`` (whole, if chained) and their store time."""
-        try:
-            data = read_message_at(self.rlog.commitlog, position)
-        except MessageGone:
-            raise FrameError(ResponseCode.QUERY_NOT_FOUND, f"position {position} is not retained") from None
-        return data, self._store_time(position)
-
-    async def _query_by_key(self, frame: Frame) -> Frame:
-        key = ext_str(frame, "key")
-        begin = ext_int(frame, "beginMs", 0)
-        end = ext_int(frame, "endMs", 2**62)
-        limit = ext_int(frame, "maxResults", 32, minimum=1, maximum=256)
-        return self._query_rows(frame, key, begin, end, limit, by_id=False)
-
-    async def _view_by_id(self, frame: Frame) -> Frame:
-        return self._query_rows(frame, ext_str(frame, "msgId"), 0, 2**62, 1, by_id=True)
-
-    def _query_rows(self, frame: Frame, key: str, begin: int, end: int, limit: int,
-                    by_id: bool) -> Frame:
-        rows = []
-        for position in self.machine.query_key(key, begin, end, limit * 4):
-            data, stamp = self._message_at(position)
-            m = decode_message(data)
-            real = m.msg_id.hex() == key if by_id else key in m.keys
-            if real and begin <= stamp <= end:  # hash collisions and second-granular times
-                rows.append([position, stamp, data])
-            if len(rows) >= limit:
-                break
-        if not rows:
-            return frame.response(ResponseCode.QUERY_NOT_FOUND, remark=f"no message for {key!r}")
-        return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(rows))
-
-    async def _search_offset(self, frame: Frame) -> Frame:
-        """ext topic, queueId, timestamp (ms, optional) -> minOffset, maxOffset and, with a
-        timestamp, ``offset``: the first message stored at or after it (maxOffset if none)."""
-        topic = ext_str(frame, "topic")
-        queue_id = ext_int(frame, "queueId", minimum=0)
-        ts = ext_int(frame, "timestamp", None, minimum=0)
-        if topic not in self.machine.topics:
-            raise FrameError(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
-        cq = self.machine.queue(topic, queue_id)
-        low, high = (0, 0) if cq is None else (
-            self.machine.retained_min_offset(cq, self.rlog.commitlog.start_position), cq.max_offset)
-        ext = {"minOffset": low, "maxOffset": high}
-        if ts is not None:
-            ext["offset"] = 0 if cq is None else cq.bisect(lambda u: self._store_time(u.position), ts)
-        return frame.response(ResponseCode.SUCCESS, ext=ext)
-
-    async def _reset_offset(self, frame: Frame) -> Frame:
-        """Set a group's offsets on every queue of a topic to the first message stored at
-        or after ``timestamp`` (ms); binary search on store time per queue."""
-        self._require_leader()
-        group = validate_group(ext_str(frame, "group"))
-        topic = ext_str(frame, "topic")
-        ts = ext_int(frame, "timestamp", minimum=0)
-        config = self.machine.topics.get(topic)
-        if config is None:
-            raise FrameError(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
-        offsets = {}
-        for qid in range(config.queues):
-            cq = self.machine.queue(topic, qid)
-            offsets[qid] = 0 if cq is None else cq.bisect(lambda u: self._store_time(u.position), ts)
-        records = [encode_admin(CommitOffset(group, topic, q, o)) for q, o in offsets.items()]
-        outcomes = await self.write.send(records)
-        bad = [a for a in outcomes if a.outcome != Outcome.DONE]
-        if bad:
-            return frame.response(_OUTCOME_CODE[bad[0].outcome], remark=bad[0].reason)
-        return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(offsets))
 
     # -- HTTP: metrics and admin ----------------------------------------------------------
     def lag_rows(self, group: str) -> list[dict[str, object]]:

@@ -1,0 +1,126 @@
+"""Reads by key, id and time, and resets by time (RocketMQ's QueryMessageProcessor and
+the offset-by-time requests)::
+
+    QUERY_MESSAGE        ext key, beginMs, endMs, maxResults -> body [[position, store ms, message]]
+    VIEW_MESSAGE_BY_ID   ext msgId                          -> the same, one row
+    SEARCH_OFFSET        ext topic, queueId, timestamp?     -> ext minOffset, maxOffset, offset
+    RESET_OFFSET         ext group, topic, timestamp (leader) -> body {queue id: offset}
+
+Keys come from the IndexFile, which may hold hash collisions and whole-second times: every
+row is checked against the message. ``store_time`` (the store time of the entry holding a
+position, cached: committed entries never change) also serves pulls and the overdue watch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import msgpack
+
+from broker.commands import CommitOffset, encode_admin
+from broker.entry_batch import read_stamp
+from broker.fragments import MessageGone, read_message_at
+from broker.send_processor import OUTCOME_CODE
+from broker.state_machine import Outcome
+from dledger.entry_format import HEADER_SIZE
+from protocol.message_format import decode_message
+from protocol.names import validate_group
+from protocol.remoting import Frame, FrameError, ResponseCode, ext_int, ext_str
+
+if TYPE_CHECKING:
+    from broker.server import BrokerServer
+
+__all__ = ["QueryProcessor"]
+
+
+class QueryProcessor:
+    def __init__(self, server: BrokerServer) -> None:
+        self._server = server
+        self._stamps: dict[int, int] = {}  # entry record position -> store time (committed: immutable)
+
+    def store_time(self, position: int) -> int:
+        """The store time of the entry holding ``position`` (messages of one entry share it;
+        a chained message's position is in its first fragment's entry, whose stamp it has)."""
+        found = self._server.rlog.commitlog.entry_containing(position)
+        if found is None:
+            return -1
+        index, start = found
+        stamp = self._stamps.get(start)
+        if stamp is None:
+            size = self._server.rlog.commitlog.record_size_of(index) - HEADER_SIZE
+            stamp = read_stamp(self._server.rlog.commitlog.read_at(start + HEADER_SIZE, min(16, size)))
+            if len(self._stamps) >= 4096:
+                self._stamps.clear()
+            self._stamps[start] = stamp
+        return stamp
+
+    def _message_at(self, position: int) -> tuple[bytes, int]:
+        """The message bytes starting at ``position`` (whole, if chained) and their store time."""
+        try:
+            data = read_message_at(self._server.rlog.commitlog, position)
+        except MessageGone:
+            raise FrameError(ResponseCode.QUERY_NOT_FOUND, f"position {position} is not retained") from None
+        return data, self.store_time(position)
+
+    async def query_by_key(self, frame: Frame) -> Frame:
+        key = ext_str(frame, "key")
+        begin = ext_int(frame, "beginMs", 0)
+        end = ext_int(frame, "endMs", 2**62)
+        limit = ext_int(frame, "maxResults", 32, minimum=1, maximum=256)
+        return self._query_rows(frame, key, begin, end, limit, by_id=False)
+
+    async def view_by_id(self, frame: Frame) -> Frame:
+        return self._query_rows(frame, ext_str(frame, "msgId"), 0, 2**62, 1, by_id=True)
+
+    def _query_rows(self, frame: Frame, key: str, begin: int, end: int, limit: int,
+                    by_id: bool) -> Frame:
+        rows = []
+        for position in self._server.machine.query_key(key, begin, end, limit * 4):
+            data, stamp = self._message_at(position)
+            m = decode_message(data)
+            real = m.msg_id.hex() == key if by_id else key in m.keys
+            if real and begin <= stamp <= end:  # hash collisions and second-granular times
+                rows.append([position, stamp, data])
+            if len(rows) >= limit:
+                break
+        if not rows:
+            return frame.response(ResponseCode.QUERY_NOT_FOUND, remark=f"no message for {key!r}")
+        return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(rows))
+
+    async def search_offset(self, frame: Frame) -> Frame:
+        """ext topic, queueId, timestamp (ms, optional) -> minOffset, maxOffset and, with a
+        timestamp, ``offset``: the first message stored at or after it (maxOffset if none)."""
+        topic = ext_str(frame, "topic")
+        queue_id = ext_int(frame, "queueId", minimum=0)
+        ts = ext_int(frame, "timestamp", None, minimum=0)
+        if topic not in self._server.machine.topics:
+            raise FrameError(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
+        machine = self._server.machine
+        cq = machine.queue(topic, queue_id)
+        low, high = (0, 0) if cq is None else (
+            machine.retained_min_offset(cq, self._server.rlog.commitlog.start_position), cq.max_offset)
+        ext = {"minOffset": low, "maxOffset": high}
+        if ts is not None:
+            ext["offset"] = 0 if cq is None else cq.bisect(lambda u: self.store_time(u.position), ts)
+        return frame.response(ResponseCode.SUCCESS, ext=ext)
+
+    async def reset_offset(self, frame: Frame) -> Frame:
+        """Set a group's offsets on every queue of a topic to the first message stored at
+        or after ``timestamp`` (ms); binary search on store time per queue."""
+        self._server.require_leader()
+        group = validate_group(ext_str(frame, "group"))
+        topic = ext_str(frame, "topic")
+        ts = ext_int(frame, "timestamp", minimum=0)
+        config = self._server.machine.topics.get(topic)
+        if config is None:
+            raise FrameError(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
+        offsets = {}
+        for qid in range(config.queues):
+            cq = self._server.machine.queue(topic, qid)
+            offsets[qid] = 0 if cq is None else cq.bisect(lambda u: self.store_time(u.position), ts)
+        records = [encode_admin(CommitOffset(group, topic, q, o)) for q, o in offsets.items()]
+        outcomes = await self._server.write.send(records)
+        bad = [a for a in outcomes if a.outcome != Outcome.DONE]
+        if bad:
+            return frame.response(OUTCOME_CODE[bad[0].outcome], remark=bad[0].reason)
+        return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(offsets))

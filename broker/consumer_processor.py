@@ -1,0 +1,104 @@
+"""Who is connected (RocketMQ's ClientManageProcessor): HEARTBEAT (consumer subscriptions,
+producer groups for transaction check-backs), UNREGISTER_CLIENT, GET_CONSUMER_LIST, and
+NOTIFY_CONSUMER_IDS_CHANGED pushed to a group's members when it changes. Membership is
+per WebSocket (``CONNECTION``, set by the server for the frame being handled) and per
+replica: it is not in the log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import itertools
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import msgpack
+from aiohttp import web
+
+from broker.commands import CreateTopic, Perm, encode_admin
+from dledger.errors import ProposeError
+from protocol.names import retry_topic, validate_group
+from protocol.remoting import Frame, FrameError, RequestCode, ResponseCode, ext_str
+
+if TYPE_CHECKING:
+    from broker.server import BrokerServer
+
+__all__ = ["CONNECTION", "ConsumerProcessor"]
+
+log = logging.getLogger("broker.consumers")
+
+#: The WebSocket the frame being handled arrived on (consumer membership is per connection).
+CONNECTION: contextvars.ContextVar[web.WebSocketResponse | None] = contextvars.ContextVar(
+    "connection", default=None)
+
+
+class ConsumerProcessor:
+    def __init__(self, server: BrokerServer) -> None:
+        self._server = server
+        self._opaques = itertools.count(1)  # of the requests this broker sends to clients
+
+    async def heartbeat(self, frame: Frame) -> Frame:
+        """ext clientId; body (optional): msgpack {consumer group: [topics]}."""
+        client_id = ext_str(frame, "clientId", "")
+        subscriptions: dict[str, list[str]] = {}
+        if frame.body:
+            try:
+                doc = msgpack.unpackb(frame.body)
+                if not (isinstance(doc, dict) and all(
+                        isinstance(g, str) and isinstance(t, list) and all(isinstance(x, str) for x in t)
+                        for g, t in doc.items())):
+                    raise ValueError
+            except Exception:
+                raise FrameError(ResponseCode.INVALID_ARGUMENT,
+                                 "heartbeat body must be a msgpack map {group: [topics]}") from None
+            if not client_id:
+                raise FrameError(ResponseCode.INVALID_ARGUMENT, "a consumer heartbeat needs clientId")
+            subscriptions = {validate_group(g): t for g, t in doc.items()}
+        ws = CONNECTION.get()
+        producer_group = ext_str(frame, "producerGroup", None)
+        if producer_group and ws is not None:
+            self._server.producers.heartbeat(ws, client_id or str(id(ws)),
+                                             {validate_group(producer_group): []})
+        if subscriptions and ws is not None:
+            await self.members_changed(self._server.consumers.heartbeat(ws, client_id, subscriptions))
+        await self._create_retry_topics(subscriptions)
+        return frame.response(ResponseCode.SUCCESS)
+
+    async def _create_retry_topics(self, subscriptions: Mapping[str, list[str]]) -> None:
+        """The leader creates ``%RETRY%group`` (one queue) for a group that subscribes to it
+        (clustering consumers do), as RocketMQ does at the heartbeat: the consumer routes and
+        pulls its retry queue from the start, so the first redelivery is on time."""
+        missing = [retry_topic(g) for g, topics in sorted(subscriptions.items())
+                   if retry_topic(g) in topics and retry_topic(g) not in self._server.machine.topics]
+        if not missing or not self._server.rlog.is_leader:
+            return
+        try:
+            outcomes = await self._server.write.send([encode_admin(CreateTopic(t, 1, Perm.READ_WRITE))
+                                              for t in missing])
+        except ProposeError as e:  # the next heartbeat (or the first send-back) creates it
+            log.info("could not create %s yet: %s", missing, e)
+            return
+        for topic, applied in zip(missing, outcomes, strict=True):
+            log.info("created retry topic %s: %s", topic, applied.outcome)
+
+    async def unregister(self, frame: Frame) -> Frame:
+        changed = self._server.consumers.unregister(ext_str(frame, "clientId"), ext_str(frame, "group", None))
+        await self.members_changed(changed)
+        return frame.response(ResponseCode.SUCCESS)
+
+    async def consumer_list(self, frame: Frame) -> Frame:
+        clients = self._server.consumers.clients(validate_group(ext_str(frame, "group")))
+        return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(clients))
+
+    async def members_changed(self, groups: set[str]) -> None:
+        """Tell the members of each group that its membership changed (oneway, best effort)."""
+        for group in sorted(groups):
+            for conn in self._server.consumers.connections(group):
+                if isinstance(conn, web.WebSocketResponse) and not conn.closed:
+                    note = Frame.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                                         next(self._opaques) % (2**32), {"group": group},
+                                         oneway=True)
+                    with contextlib.suppress(ConnectionError, RuntimeError):
+                        await conn.send_bytes(note.encode())

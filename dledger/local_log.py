@@ -1,0 +1,146 @@
+"""``LocalLog``: a group of one replica without Raft -- a proposal is appended to the
+CommitLog, fsynced, and committed at once. The same surface the broker uses of
+``ReplicatedLog`` (propose, read committed entries, status, leadership events, the
+snapshot and retention hooks), so broker and client tests run in one process with no
+pysyncobj node, no election and no Raft socket (as hashicorp raft's ``InmemStore`` or
+etcd's ``MemoryStorage`` stand in for a real log). The CommitLog is the real one, in a
+directory: the broker reads messages by CommitLog position, so the bytes must be the
+ones a replica would hold.
+
+It always leads (term 1); membership changes and leadership transfers are refused.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from dledger.commitlog import CommitLog
+from dledger.config import MAX_ENTRY_BYTES, FlushPolicy, GroupConfig
+from dledger.entry_format import Entry, EntryKind
+from dledger.errors import EntryTooLarge, ProposalRejected
+from dledger.journal import LogGap
+from dledger.membership import Change, Member
+from dledger.replicated_log import Appended, LeaderChange, Role, SnapshotSource
+
+__all__ = ["LocalLog"]
+
+TERM = 1
+
+
+class LocalLog:
+    def __init__(self, config: GroupConfig) -> None:
+        self.config = config
+        self.commitlog = CommitLog(config.data_dir / "commitlog", config.segment_bytes)
+        self._cond = threading.Condition()
+        self._committed = self.commitlog.last_index
+        self._clients: dict[str, str] = {}
+        self._standing = True
+        self._closed = False
+
+    # -- writing and reading -----------------------------------------------------------
+    def propose(self, payload: bytes) -> concurrent.futures.Future[Appended]:
+        """Append ``payload`` as one DATA entry, fsync it (flush ``sync``) and commit it."""
+        if len(payload) > MAX_ENTRY_BYTES:
+            raise EntryTooLarge(f"entry payload is {len(payload)} bytes; the limit is {MAX_ENTRY_BYTES}")
+        future: concurrent.futures.Future[Appended] = concurrent.futures.Future()
+        with self._cond:
+            if self._closed:
+                future.set_exception(ProposalRejected("the log is closed"))
+                return future
+            index = self.commitlog.last_index + 1
+            position = self.commitlog.append(index, TERM, EntryKind.DATA, payload)
+            if self.config.flush == FlushPolicy.SYNC:
+                self.commitlog.flush()
+            self._committed = index
+            self._cond.notify_all()
+        future.set_result(Appended(index, TERM, position))
+        return future
+
+    @property
+    def committed_index(self) -> int:
+        return self._committed
+
+    def read(self, from_index: int, max_bytes: int = 1 << 20) -> list[Entry]:
+        """Committed entries from ``from_index``; ``LogGap`` below the first held one."""
+        upto = self._committed
+        if from_index > upto:
+            return []
+        first = self.commitlog.first_index
+        if from_index < first:
+            raise LogGap(from_index, first)
+        return self.commitlog.entries(from_index, max_bytes, upto)
+
+    def wait_committed(self, index: int, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self._committed >= index, timeout)
+
+    # -- leadership and members: one replica, always leading -----------------------------
+    @property
+    def is_leader(self) -> bool:
+        return self._standing
+
+    @property
+    def leader(self) -> str | None:
+        return self.config.node if self._standing else None
+
+    def stand_for_election(self, allowed: bool, reason: str = "its state is known to be wrong") -> None:
+        self._standing = allowed
+
+    def add_leader_listener(self, listener: Callable[[LeaderChange], None]) -> None:
+        listener(LeaderChange(Role.LEADER, TERM, self.config.node))
+
+    def transfer_leadership(self, target: str | None = None, timeout: float = 3.0) -> str | None:
+        raise ValueError("a local log has no other member to lead")
+
+    def members(self) -> dict[str, Member]:
+        return {self.config.node: Member(self.config.node, self.config.address,
+                                         self._clients.get(self.config.node, ""))}
+
+    @property
+    def is_member(self) -> bool:
+        return True
+
+    def change_membership(self, change: Change, timeout: float = 10.0) -> dict[str, Member]:
+        raise ProposalRejected("a local log has exactly one member")
+
+    def set_client_addresses(self, clients: dict[str, str]) -> None:
+        self._clients = dict(clients)
+
+    def client_addresses(self) -> dict[str, str]:
+        return {n: a for n, a in self._clients.items() if n == self.config.node and a}
+
+    def status(self) -> dict[str, Any]:
+        me = self.members()[self.config.node]
+        return {
+            "group": self.config.group, "node": self.config.node,
+            "role": (Role.LEADER if self._standing else Role.FOLLOWER).value, "term": TERM,
+            "leader": self.leader, "commit_index": self._committed, "raft_commit_index": self._committed,
+            "first_index": self.commitlog.first_index, "last_index": self.commitlog.last_index,
+            "write_position": self.commitlog.write_position, "follower_match_index": {},
+            "peers_connected": {}, "last_fsync_time": None, "flush": self.config.flush.value,
+            "conflict_truncations": 0, "followers_behind_retained_start": [], "log_resets": [],
+            "members": {me.name: {"raft": me.raft, "client": me.client}}, "member": True,
+            "members_changed_at": 0, "pre_vote_rounds": 0, "pre_vote_won": 0,
+        }
+
+    # -- hooks the broker sets (snapshots, retention): nothing is ever cut here -----------
+    def set_snapshot_source(self, source: SnapshotSource) -> None:
+        self._snapshots = source
+
+    def set_applied_floor(self, applied_index: Callable[[], int]) -> None:
+        self._applied_floor = applied_index
+
+    def received_snapshot(self) -> tuple[int, bytes] | None:
+        return None
+
+    def forget_received_snapshot(self) -> None:
+        pass
+
+    def close(self) -> None:
+        with self._cond:
+            if not self._closed:
+                self._closed = True
+                self.commitlog.close()

@@ -49,7 +49,7 @@ from broker.deferred import (
 from broker.fragments import MessageGone, read_message
 from broker.state_machine import BrokerStateMachine
 from broker.write_path import WritePath
-from dledger.replicated_log import ReplicatedLog
+from dledger.log import Log
 from protocol.message_format import Message, decode_message, encode_message
 from protocol.names import dlq_topic, retry_topic
 from protocol.remoting import Frame, FrameError, RequestCode, ResponseCode
@@ -68,7 +68,7 @@ def _without(props: dict[str, str], *names: str) -> dict[str, str]:
 
 
 class DeferredService:
-    def __init__(self, rlog: ReplicatedLog, machine: BrokerStateMachine, write: WritePath,
+    def __init__(self, rlog: Log, machine: BrokerStateMachine, write: WritePath,
                  producers: ConsumerRegistry, *, delay_levels: str = DEFAULT_DELAY_LEVELS,
                  retry_delays: str = RETRY_DELAYS,
                  clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:

@@ -1,4 +1,4 @@
-"""A broker replica process: ReplicatedLog + apply step + WebSocket server.
+"""A broker replica process: a ReplicatedLog (the Log) + apply step + WebSocket server.
 
 Usage: ``raftmq broker --config node.toml`` (or ``python -m broker``). The node's
 TOML is the group config (``dledger.config``) plus::
@@ -37,14 +37,14 @@ from broker.namesrv import REGISTER_EVERY_S
 from broker.server import AppliedSignal, BrokerServer
 from broker.state_machine import BrokerStateMachine
 from dledger.applier import Applier
+from dledger.log import Log
 from dledger.replica_args import add_replica_arguments, open_replica
-from dledger.replicated_log import ReplicatedLog
 
 __all__ = ["main"]
 
 log = logging.getLogger("broker.node")
 
-async def _register_forever(rlog: ReplicatedLog, machine: BrokerStateMachine, listen: str,
+async def _register_forever(rlog: Log, machine: BrokerStateMachine, listen: str,
                             namesrvs: list[str]) -> None:
     """Tell every name server who we are: every REGISTER_EVERY_S, and at once when the
     role or the topics change."""
@@ -75,7 +75,7 @@ async def _register_forever(rlog: ReplicatedLog, machine: BrokerStateMachine, li
             await asyncio.sleep(0.5)  # poll role and topics; registrations are rate-limited
 
 
-async def _serve(rlog: ReplicatedLog, machine: BrokerStateMachine, applier: Applier,
+async def _serve(rlog: Log, machine: BrokerStateMachine, applier: Applier,
                  listen: str, addresses: dict[str, str], namesrvs: list[str],
                  **options: Any) -> None:
     sig = AppliedSignal(asyncio.get_running_loop())

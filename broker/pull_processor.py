@@ -29,7 +29,7 @@ from broker.metrics import BrokerMetrics
 from broker.state_machine import BrokerStateMachine
 from dledger.commitlog import CommitLog
 from dledger.entry_format import HEADER_SIZE
-from dledger.replicated_log import ReplicatedLog
+from dledger.log import Log
 from protocol.message_format import MessageFormatError, decode_message
 from protocol.remoting import Frame, FrameError, ResponseCode, ext_int, ext_ints, ext_str
 from protocol.sql_filter import FilterSyntaxError, SqlFilter, compile_filter
@@ -56,7 +56,7 @@ class AppliedWaiter(Protocol):
 
 
 class PullProcessor:
-    def __init__(self, machine: BrokerStateMachine, rlog: ReplicatedLog, signal: AppliedWaiter,
+    def __init__(self, machine: BrokerStateMachine, rlog: Log, signal: AppliedWaiter,
                  metrics: BrokerMetrics, store_time: Callable[[int], int]) -> None:
         self._machine = machine
         self._rlog = rlog

@@ -55,7 +55,7 @@ from broker.topic_processor import TopicProcessor
 from broker.write_path import WritePath
 from dledger.applier import Applier
 from dledger.errors import NoLeader, NotLeader, OutcomeUnknown, ProposeError
-from dledger.replicated_log import ReplicatedLog
+from dledger.log import Log
 from protocol.message_format import MAX_MESSAGE_BYTES
 from protocol.names import InvalidName
 from protocol.remoting import (
@@ -105,7 +105,7 @@ class AppliedSignal:
 
 
 class BrokerServer:
-    def __init__(self, rlog: ReplicatedLog, machine: BrokerStateMachine, applier: Applier,
+    def __init__(self, rlog: Log, machine: BrokerStateMachine, applier: Applier,
                  signal: AppliedSignal, leader_address: Callable[[str], str | None], *,
                  addresses: Mapping[str, str] | None = None,
                  max_message_bytes: int = MAX_MESSAGE_BYTES, delay_levels: str = DEFAULT_DELAY_LEVELS,

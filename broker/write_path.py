@@ -10,7 +10,7 @@ is split into a chain of fragments (``broker.fragments``), proposed as consecuti
 entries in its place among the batch's records; its caller gets one outcome, the
 result of the last fragment's entry. The entries of one batch are proposed back to
 back, in one step of the event loop, so no other entry from this leader lands
-between the fragments of a chain. There must be one WritePath per ReplicatedLog.
+between the fragments of a chain. There must be one WritePath per Log.
 
 Batches are pipelined: a batch is proposed as soon as it is packed, while earlier
 ones are still replicating (at most ``MAX_IN_FLIGHT`` batches), and Raft keeps them
@@ -54,7 +54,7 @@ from broker.fragments import chain_payloads
 from broker.state_machine import Applied, BrokerStateMachine
 from dledger.applier import Applier
 from dledger.errors import OutcomeUnknown
-from dledger.replicated_log import ReplicatedLog
+from dledger.log import Log
 from protocol.message_format import MAX_MESSAGE_BYTES, peek_msg_id
 
 __all__ = ["MAX_IN_FLIGHT", "WritePath"]
@@ -70,7 +70,7 @@ class _Pending:
 
 
 class WritePath:
-    def __init__(self, rlog: ReplicatedLog, machine: BrokerStateMachine, applier: Applier, *,
+    def __init__(self, rlog: Log, machine: BrokerStateMachine, applier: Applier, *,
                  linger_ms: float = 1.0, timeout_s: float = 10.0,
                  clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
                  max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:

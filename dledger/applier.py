@@ -22,7 +22,7 @@ from typing import Protocol
 
 from dledger.entry_format import Entry
 from dledger.journal import LogGap
-from dledger.replicated_log import ReplicatedLog
+from dledger.log import Log
 
 __all__ = ["Applier", "StateMachine"]
 
@@ -53,7 +53,7 @@ class StateMachine(Protocol):
 class Applier:
     """A thread applying ``rlog``'s committed entries to ``machine``."""
 
-    def __init__(self, rlog: ReplicatedLog, machine: StateMachine,
+    def __init__(self, rlog: Log, machine: StateMachine,
                  batch_bytes: int = 4 << 20) -> None:
         self._rlog = rlog
         self._machine = machine

@@ -7,7 +7,6 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from aiohttp import web
@@ -18,14 +17,14 @@ from dledger.applier import Applier
 from dledger.config import GroupConfig
 from dledger.local_group import free_port
 from dledger.local_log import LocalLog
-from dledger.replicated_log import ReplicatedLog
+from dledger.log import Log
 
 
 @pytest.fixture
-def one_node_broker(tmp_path: Path) -> Iterator[tuple[ReplicatedLog, BrokerStateMachine, Applier]]:
+def one_node_broker(tmp_path: Path) -> Iterator[tuple[Log, BrokerStateMachine, Applier]]:
     """A one-replica group (leader once yielded) with the broker's apply step behind it:
     a ``LocalLog`` (no pysyncobj node, no election, no Raft socket)."""
-    rlog: Any = LocalLog(GroupConfig(node="n1", peers={"n1": "127.0.0.1:1"}, data_dir=tmp_path / "log"))
+    rlog = LocalLog(GroupConfig(node="n1", peers={"n1": "127.0.0.1:1"}, data_dir=tmp_path / "log"))
     machine = BrokerStateMachine(tmp_path / "store", index_slots=64, index_entries=4096)
     applier = Applier(rlog, machine).start()
     try:

@@ -668,6 +668,7 @@ class BrokerStateMachine:
                 if self.topics.pop(cmd.topic, None) is None:
                     return Applied(Outcome.TOPIC_NOT_EXIST, reason=f"no topic {cmd.topic!r}")
                 self._drop_queues(cmd.topic)
+                self._forget_topic(cmd.topic)
             elif isinstance(cmd, CommitOffset):
                 if cmd.topic not in self.topics:
                     return Applied(Outcome.TOPIC_NOT_EXIST, reason=f"no topic {cmd.topic!r}")
@@ -706,6 +707,19 @@ class BrokerStateMachine:
             with self._lock:
                 self._queues[(topic, queue_id)] = cq
         return cq
+
+    def _forget_topic(self, topic: str) -> None:
+        """Deleted means deleted (guarantee 6): the topic's consumer offsets, its producers'
+        sequence windows and its queue locks go with it, so a topic created again under the
+        name starts empty -- no group skips its first messages, no producer's sequence 0 is
+        taken for a resend."""
+        for by_topic in self.offsets.values():
+            by_topic.pop(topic, None)
+        for group in [g for g, by_topic in self.offsets.items() if not by_topic]:
+            del self.offsets[group]
+        for table in (self._producers, self._locks):
+            for key in [k for k in table if k.split("\x00")[1:2] == [topic]]:
+                del table[key]
 
     def _drop_queues(self, topic: str) -> None:
         for key in [k for k in self._appends if k[0] == topic]:

@@ -115,6 +115,7 @@ def test_pysyncobjs_member_set_is_put_back_to_the_logs(open_logs: Callable[..., 
     logs = {n: open_logs(n, peers) for n in peers}
     wait_until(lambda: any(r.is_leader for r in logs.values()), 15, what="a leader")
     follower = next(r for r in logs.values() if not r.is_leader)
+    wait_until(lambda: follower._node._getLeader() is not None, 15, what="the follower knowing its leader")
     other = next(m for m in follower.members().values()
                  if m.raft not in (follower.config.address, follower._node._getLeader().address))
     # as pysyncobj does after a stale prevLogIdx: it undoes a change the journal keeps

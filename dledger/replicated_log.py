@@ -424,10 +424,11 @@ class ReplicatedLog:
     # -- leadership transfer (the leader's side) ------------------------------------------
     def transfer_leadership(self, target: str | None = None, timeout: float = 3.0) -> str | None:
         """Leader: hand the leadership to ``target`` (default: the connected member with the
-        highest match index) -- pause new proposals (NoLeader, retriable), wait until the target
-        holds every entry, then pysyncobj's ``transferLeadership`` (Raft's TimeoutNow) on the
-        tick thread. Returns the new leader, or None if it did not move within ``timeout``.
-        Any thread but the tick thread."""
+        highest match index) -- pause new proposals (NoLeader, retriable), then on every tick
+        offer pysyncobj's ``transferLeadership`` (Raft's TimeoutNow) until it accepts: it
+        refuses while the target lacks an entry, and proposals made before the pause may
+        still be appended, so the check must be the tick thread's own. Returns the new
+        leader, or None if it did not move within ``timeout``. Any thread but the tick thread."""
         if not self.is_leader:
             raise self._not_leader()
         if target is None:
@@ -444,11 +445,6 @@ class ReplicatedLog:
         deadline = time.monotonic() + timeout
         self._paused_until = deadline + 1.0
         try:
-            address = others[target].raft
-            while self._raft_status().get(f"match_idx_server_{address}", 0) < self.commitlog.last_index:
-                if time.monotonic() >= deadline or not self.is_leader:
-                    return None
-                time.sleep(0.001)
             self._transfer_to = self._peer_node(others[target])
             with contextlib.suppress(BlockingIOError):
                 self._wakeup.notify()
@@ -471,10 +467,14 @@ class ReplicatedLog:
 
     def _watch_leadership(self) -> None:
         self._apply_candidacy()
-        target, self._transfer_to = self._transfer_to, None
-        if target is not None:
-            self._node.transferLeadership(target, lambda _res, err: err == FAIL_REASON.SUCCESS or log.warning(
-                "leadership transfer to %s refused by pysyncobj (code %s)", target.address, err))
+        target = self._transfer_to
+        if target is not None and self.is_leader:
+            answers: list[int] = []
+            self._node.transferLeadership(target, lambda _res, err: answers.append(err))
+            if answers and answers[0] == FAIL_REASON.SUCCESS:
+                self._transfer_to = None  # TimeoutNow sent; the caller waits for the election
+                log.info("leadership transfer: TimeoutNow sent to %s", target.address)
+            # REQUEST_DENIED: the target lacks an entry yet -- offered again next tick
         status = self._raft_status()
         change = LeaderChange(_ROLE_OF_STATE[status["state"]], status["raft_term"], self.leader)
         if change != self._last_change:

@@ -12,7 +12,9 @@ compares those at the indexes both hold::
                                           another replica), I stop standing for
                                           election, an ERROR names the index, and
                                           raftmq_state_divergent is 1 -- until an
-                                          operator resyncs me (docs/DEPLOY.md)
+                                          operator resyncs me (docs/DEPLOY.md); the
+                                          verdict is kept in ``DIVERGENT`` in the data
+                                          directory, so a restart does not forget it
     no majority either way                an ERROR each time (a 3-node group with one
                                           replica down cannot tell who is wrong)
 
@@ -27,12 +29,16 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
-__all__ = ["CHECK_EVERY_S", "DivergenceCheck", "Verdict", "judge"]
+from dledger.durable_file import atomic_write, read_or_none
+
+__all__ = ["CHECK_EVERY_S", "MARKER", "DivergenceCheck", "Verdict", "judge"]
 
 log = logging.getLogger("broker.divergence")
 
 CHECK_EVERY_S = 10.0
+MARKER = "DIVERGENT"  # in the data directory: this replica was found divergent, and why
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,9 +80,10 @@ class DivergenceCheck:
                  mine: Callable[[], Mapping[int, str]],
                  fetch: Callable[[str], Awaitable[Mapping[int, str] | None]],
                  is_leader: Callable[[], bool],
-                 on_divergent: Callable[[str], None]) -> None:
+                 on_divergent: Callable[[str], None], marker: Path | None = None) -> None:
         """``peers``: node -> address (or a function giving the current ones: members change);
-        ``fetch(address)`` returns a peer's digests or None."""
+        ``fetch(address)`` returns a peer's digests or None; ``marker``: the file that keeps
+        the verdict across restarts (an earlier one is in force at once)."""
         self.me = me
         self._peers = peers if callable(peers) else (lambda fixed=dict(peers): fixed)
         self._group_size = group_size if callable(group_size) else (lambda fixed=group_size: fixed)
@@ -84,6 +91,13 @@ class DivergenceCheck:
         self.divergent: str | None = None
         self.last = Verdict()
         self.mismatches = 0
+        self._marker = marker
+        kept = read_or_none(marker) if marker is not None else None
+        if kept is not None:
+            self.divergent = kept.decode(errors="replace")
+            log.error("%s (found before this start): it serves nothing and does not stand for "
+                      "election", self.divergent)
+            on_divergent(self.divergent)
 
     async def check_once(self) -> Verdict:
         addresses = self._peers()
@@ -103,6 +117,11 @@ class DivergenceCheck:
             self.divergent = (f"this replica's state differs from its peers' at index "
                               f"{verdict.divergent_at}; resync it (docs/DEPLOY.md)")
             log.error("%s: it stops serving and standing for election", self.divergent)
+            if self._marker is not None:
+                try:
+                    atomic_write(self._marker, self.divergent.encode())
+                except OSError as e:
+                    log.error("cannot keep the verdict in %s (a restart forgets it): %s", self._marker, e)
             self.on_divergent(self.divergent)
         elif verdict.undecided_at is not None:
             log.error("state digests differ at index %d and no majority agrees: cannot tell "

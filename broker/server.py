@@ -40,6 +40,7 @@ from broker.consumer_registry import ConsumerRegistry
 from broker.deferred import DEFAULT_DELAY_LEVELS, RETRY_DELAYS
 from broker.deferred_processor import DeferredProcessor
 from broker.deferred_service import DeferredService
+from broker.divergence import MARKER as DIVERGENT_MARKER
 from broker.divergence import DivergenceCheck
 from broker.entry_batch import MessageTooLarge
 from broker.membership_admin import member_routes
@@ -129,7 +130,8 @@ class BrokerServer:
                                           lambda: len(rlog.members()),
                                           machine.recent_digests, self._peer_digests,
                                           lambda: rlog.is_leader,
-                                          lambda _why: rlog.stand_for_election(False))
+                                          lambda _why: rlog.stand_for_election(False),
+                                          marker=rlog.config.data_dir / DIVERGENT_MARKER)
         self.queries = QueryProcessor(self)
         self.sends = SendProcessor(self)
         self.topic_requests = TopicProcessor(self)

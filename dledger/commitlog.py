@@ -302,7 +302,12 @@ class CommitLog:
             if not self._positions or index > self._last():
                 return
             i = self._slot(index)
-            self._files.truncate(self._positions[i])
+            # Cut at the end of the entry before, not at this entry's position: an entry
+            # that rolled the segment has a blank before it, and the next append must
+            # land where a log that never held the entry would put it (positions are
+            # the same on every replica: ConsumeQueue units name them).
+            end = self._positions[i - 1] + self._size(i - 1) if i else self._positions[0]
+            self._files.truncate(end)
             for arr in (self._positions, self._terms, self._lens, self._kinds):
                 del arr[i:]
 

@@ -76,6 +76,11 @@ class PreVote:
     def _members(self) -> Any:
         return self._get("otherNodes")
 
+    @property
+    def heard_at(self) -> float:
+        """When an append from a leader of the current term (or newer) last arrived."""
+        return self._heard_at
+
     # -- the candidate's side ------------------------------------------------------------
     def tick(self) -> None:
         if self._get("raftState") == _LEADER or self._get("selfNode") is None:

@@ -81,6 +81,11 @@ log = logging.getLogger("dledger.replicated_log")
 
 _NEVER = 2**62  # log compaction thresholds: never compact
 NOT_A_MEMBER = "this replica is not a voting member of the group"
+#: A member that does not stand (its state is wrong, or waits for a snapshot) still holds
+#: the log: it may hold committed entries no other reachable member has, and then no
+#: other member can win an election (their logs are older). After this many maximum
+#: election timeouts without a leader it stands -- only to hand the leadership over.
+HANDOVER_AFTER_TIMEOUTS = 3
 MEMBER_VIEW_CHECK_S = 1.0
 SOCKET_BUFFER_BYTES = 4 << 20  # fewer, larger socket writes (the kernel may clamp it)
 
@@ -182,6 +187,10 @@ class ReplicatedLog:
         self._not_standing: set[str] = set()  # why this node must not become a candidate
         self._paused_until = 0.0  # proposals refused while the leadership moves
         self._transfer_to: PeerNode | None = None  # handed to pysyncobj on the tick thread
+        self._started = time.monotonic()
+        self._handing_over = False  # standing only to hand over (see HANDOVER_AFTER_TIMEOUTS)
+        self._hand_over_thread: threading.Thread | None = None
+        self._hand_over_lock = threading.Lock()
         self.commitlog_dir = config.data_dir / "commitlog"
         self.commitlog = CommitLog(self.commitlog_dir, config.segment_bytes,
                                    repair=config.repair_log)
@@ -297,7 +306,7 @@ class ReplicatedLog:
         if not self.is_leader:
             future.set_exception(self._not_leader())
             return future
-        if time.monotonic() < self._paused_until:
+        if time.monotonic() < self._paused_until or self._not_standing:
             future.set_exception(NoLeader("leadership is being transferred; retry shortly"))
             return future
         with self._in_flight_lock:
@@ -399,7 +408,10 @@ class ReplicatedLog:
     def stand_for_election(self, allowed: bool, reason: str = "its state is known to be wrong") -> None:
         """Whether this node may become a candidate for ``reason`` (it always votes): a replica
         whose state is wrong or behind what it can apply must not lead. It stands again once
-        no reason is left."""
+        no reason is left. A member (not a learner) that must not lead still stands when the
+        group has had no leader for ``HANDOVER_AFTER_TIMEOUTS`` election timeouts -- its log
+        may be the only one a majority accepts -- and then hands the leadership to the most
+        caught-up member at once, accepting no proposal meanwhile."""
         if allowed:
             if reason in self._not_standing:
                 self._not_standing.discard(reason)
@@ -408,6 +420,8 @@ class ReplicatedLog:
             self._not_standing.add(reason)
             log.log(logging.INFO if reason == NOT_A_MEMBER else logging.ERROR,
                     "this node no longer stands for election: %s", reason)
+            if self.is_leader:
+                self._start_hand_over()
         self._apply_candidacy()
 
     def _apply_candidacy(self) -> None:
@@ -416,10 +430,49 @@ class ReplicatedLog:
         whose link drops messages while the connection stays up would, but
         ``dledger.prevote`` makes it ask the members first."""
         lo, hi = (t / 1000 for t in self.config.election_timeout_ms)
-        if self._not_standing:
+        if self._not_standing and not self._may_stand_to_hand_over(hi):
             lo = hi = 1e9
         if (self._conf.raftMinTimeout, self._conf.raftMaxTimeout) != (lo, hi):
             self._conf.raftMinTimeout, self._conf.raftMaxTimeout = lo, hi
+
+    def _may_stand_to_hand_over(self, max_timeout_s: float) -> bool:
+        if NOT_A_MEMBER in self._not_standing:
+            return False
+        if self.is_leader:
+            return True  # the hand-over thread is at work; the timeouts do not matter now
+        # pysyncobj's follower keeps naming a dead leader until a vote request arrives
+        # (and none comes when this replica refuses the others' pre-votes): what counts is
+        # when a leader's append was last heard.
+        quiet = time.monotonic() - max(self._started, self._prevote.heard_at)
+        leaderless = quiet > HANDOVER_AFTER_TIMEOUTS * max_timeout_s
+        if leaderless != self._handing_over:
+            self._handing_over = leaderless
+            if leaderless:
+                log.warning("no leader heard for %.1f s and this replica's log may be the newest: "
+                            "standing for election only to hand the leadership over (%s)",
+                            quiet, "; ".join(sorted(self._not_standing)))
+        return leaderless
+
+    def _start_hand_over(self) -> None:
+        with self._hand_over_lock:
+            if self._hand_over_thread is not None and self._hand_over_thread.is_alive():
+                return
+            self._hand_over_thread = threading.Thread(target=self._hand_over, name="dledger-hand-over",
+                                                      daemon=True)
+            self._hand_over_thread.start()
+
+    def _hand_over(self) -> None:
+        """A replica that must not lead leads (it won an election, or was found wrong while
+        leading): pass the leadership on as soon as a member has every entry
+        (``transfer_leadership`` waits for that)."""
+        pause = threading.Event()
+        try:
+            while self.is_leader and self._not_standing:
+                if self.transfer_leadership(timeout=5.0) is not None:
+                    return
+                pause.wait(0.2)  # no member connected, or none caught up within the timeout
+        except ProposeError:
+            pass  # deposed meanwhile
 
     # -- leadership transfer (the leader's side) ------------------------------------------
     def transfer_leadership(self, target: str | None = None, timeout: float = 3.0) -> str | None:
@@ -480,6 +533,10 @@ class ReplicatedLog:
         if change != self._last_change:
             log.info("%s is now %s in term %d (leader: %s)", self.config.node, change.role.value,
                      change.term, change.leader or "none known")
+            if change.role == Role.LEADER and self._not_standing:
+                log.warning("leading only to hand over: this replica must not lead (%s)",
+                            "; ".join(sorted(self._not_standing)))
+                self._start_hand_over()
             was_leader = self._last_change is not None and self._last_change.role == Role.LEADER
             if was_leader and change.role != Role.LEADER:
                 self._fail_in_flight()

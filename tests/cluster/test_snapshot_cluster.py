@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import signal
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -160,7 +162,8 @@ def test_a_replica_whose_state_differs_from_its_peers_stops_serving_and_cluster_
         tmp_path: Path) -> None:
     """A follower's checkpoint is altered while it is down (a committed offset: what a bug or
     a damaged disk could do); after its restart its digest differs from both peers' at the
-    next digest point, so it answers 503 and SYSTEM_BUSY, and clients read elsewhere."""
+    next digest point, so it answers 503 and SYSTEM_BUSY, hands over the leadership it
+    held, and clients read elsewhere."""
     import msgpack
 
     from protocol.remoting import RequestCode, ResponseCode
@@ -182,6 +185,18 @@ def test_a_replica_whose_state_differs_from_its_peers_stops_serving_and_cluster_
         state["offsets"]["billing"]["orders"][0] = 2
         path.write_bytes(msgpack.packb(state, use_bin_type=True))
         group.start_node(bad)
+        caught_up(group, list(group.nodes))
+        group.wait_status(bad, lambda s: s["leader"] == leader, 30, f"{bad} to hear {leader}")
+        # It leads when its check finds it wrong (it was made leader before the first check):
+        # it hands the leadership over rather than hold the group while refusing requests.
+        request = urllib.request.Request(f"http://{group.nodes[leader].http}/admin/leader/transfer",
+                                         data=json.dumps({"to": bad}).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as r:
+                assert json.loads(r.read())["leader"] == bad
+        except urllib.error.HTTPError as e:
+            raise AssertionError(e.read()) from e
         send(group, 400, 100)  # past several digest points
 
         def health(name: str) -> int:
@@ -190,8 +205,11 @@ def test_a_replica_whose_state_differs_from_its_peers_stops_serving_and_cluster_
                     return r.status
             except urllib.error.HTTPError as e:
                 return e.code
+            except OSError:
+                return 0  # not up
 
         wait_until(lambda: health(bad) == 503, 60, what=f"{bad} to find itself divergent")
+        assert group.wait_leader(timeout=30, among=[n for n in group.nodes if n != bad]) != bad
         assert all(health(n) == 200 for n in group.nodes if n != bad)
         import subprocess
         import sys
@@ -220,6 +238,32 @@ def test_a_replica_whose_state_differs_from_its_peers_stops_serving_and_cluster_
                 assert len(c.pull(c.queues("orders")[1], 0, max_msgs=8).messages) == 8
         finally:
             c.shutdown()
+
+        # Restarted, it still knows (found by the soak: it served for 10 s after each restart).
+        group.terminate(bad)
+        group.start_node(bad)
+        wait_until(lambda: health(bad) != 0, 30, what=f"{bad} to answer after its restart")
+        assert health(bad) == 503
+
+        # Found by the soak: the divergent replica may hold the only log a majority accepts.
+        # The healthy follower is stopped while the leader and the divergent one commit, then
+        # the leader dies: the follower's log is older, so the divergent replica refuses it
+        # its vote -- and did not stand either: no leader until an operator came.
+        leader = group.wait_leader(timeout=30)
+        lagging = next(n for n in group.nodes if n not in (bad, leader))
+        pid = group.nodes[lagging].proc.pid  # type: ignore[union-attr]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            send(group, 40, 500)
+            newest = group.status(leader)["commit_index"]  # type: ignore[index]
+            group.wait_status(bad, lambda s: s["last_index"] >= newest, 30, f"{bad} to hold {newest}")
+            group.kill(leader)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert group.wait_leader(timeout=60, among=[lagging]) == lagging  # handed over by `bad`
+        send(group, 20, 540)
+        assert health(bad) == 503
+        assert "leading only to hand over" in group.log_tail(bad, 400)
     finally:
         group.stop()
 

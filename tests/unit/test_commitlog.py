@@ -325,6 +325,33 @@ def test_truncate_from_then_append_again(tmp_path: Path) -> None:
     assert log.append(7, 3, EntryKind.NOOP, b"") == 0
     log.close()
 
+def test_truncating_an_entry_that_rolled_the_segment_also_drops_the_blank_before_it(
+        tmp_path: Path) -> None:
+    """Found by the soak: a leader's entry too large for its segment's rest went to the
+    next segment behind a blank; a new leader's conflict truncated it, and the next
+    (small) entry landed after the blank instead of where the peers put it: every
+    later position, and every ConsumeQueue unit, differed from the peers'."""
+    peer, replica = open_log(tmp_path / "peer"), open_log(tmp_path / "replica")
+    fill(peer, 30)
+    fill(replica, 30)
+    room = SEG - peer.write_position % SEG
+    big = b"x" * room  # its record (header + body) does not fit in the room left
+    assert replica.append(31, 1, EntryKind.DATA, big) == peer.write_position + room  # rolled
+    replica.truncate_from(31)  # the conflict: entry 31 of term 1 is replaced by term 2's
+    assert replica.write_position == peer.write_position
+    for log in (peer, replica):
+        log.append(31, 2, EntryKind.NOOP, b"")
+        log.append(32, 2, EntryKind.DATA, body(32))
+    assert [replica.position_of(i) for i in (31, 32)] == [peer.position_of(i) for i in (31, 32)]
+    replica.flush()
+    replica.close()
+    replica = open_log(tmp_path / "replica")  # and recovery sees a well-formed log
+    assert replica.entry(32).body == body(32)
+    assert replica.write_position == peer.write_position
+    peer.close()
+    replica.close()
+
+
 
 def test_entries_limits_and_one_read_per_segment(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:

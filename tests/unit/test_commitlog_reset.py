@@ -321,7 +321,9 @@ def test_truncate_everything_after_reset(tmp_path: Path, leader: tuple[Path, lis
     b = reset_follower(tmp_path / "b", positions, upto=N)
     assert len(b.segments()) > 2
     b.truncate_from(RESET_AT + 3)
-    assert (b.last_index, b.write_position) == (RESET_AT + 2, positions[RESET_AT + 2])
+    end = b.position_of(RESET_AT + 2) + b.record_size_of(RESET_AT + 2)  # no blank kept after it
+    assert (b.last_index, b.write_position) == (RESET_AT + 2, end)
+    assert fill(b, RESET_AT + 3, RESET_AT + 3) == [positions[RESET_AT + 2]]  # where the leader has it
     b.truncate_from(RESET_AT)
     check_empty_at(b, RESET_AT, start)
     assert [p.name for p in segment_files(tmp_path / "b")] == [segment_name(start - start % SEG)]

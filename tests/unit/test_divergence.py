@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +62,21 @@ def test_the_check_marks_this_replica_once_and_a_leader_names_followers(
     asyncio.run(check.check_once())
     asyncio.run(check.check_once())
     assert len(marked) == 1 and "index 7" in marked[0] and check.divergent == marked[0]
+
+
+def test_the_verdict_survives_a_restart(tmp_path: Path) -> None:
+    """Found by the soak: a divergent replica restarted served again until the next check."""
+    marker = tmp_path / "DIVERGENT"
+
+    async def fetch(address: str):  # type: ignore[no-untyped-def]
+        return {7: B}
+
+    peers = {"n1": "me", "n2": "10.0.0.2:1", "n3": "10.0.0.3:1"}
+    first: list[str] = []
+    check = DivergenceCheck("n1", peers, 3, lambda: {7: A}, fetch, lambda: False, first.append, marker=marker)
+    assert check.divergent is None and not marker.exists()
+    asyncio.run(check.check_once())
+    assert first and marker.read_text() == first[0]
+    again: list[str] = []  # the restarted replica: refused at once, before any check ran
+    restarted = DivergenceCheck("n1", peers, 3, lambda: {}, fetch, lambda: False, again.append, marker=marker)
+    assert restarted.divergent == first[0] and again == first

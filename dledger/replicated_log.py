@@ -70,6 +70,7 @@ from dledger.raft_codec import (
     install_wire_codec,
 )
 from dledger.retention import RetentionPlan, plan_retention
+from dledger.snapshot_fetch import SnapshotFetch
 from dledger.transport import PeerNode, make_transport_class
 
 __all__ = ["NOT_A_MEMBER", "Appended", "LeaderChange", "ReplicatedLog", "Role", "SnapshotSource"]
@@ -240,8 +241,15 @@ class ReplicatedLog:
         self._node.addOnTickCallback(self._watch_leadership)
         self._prevote = PreVote(self._node, lambda: config.election_timeout_ms[0] / 1000,
                                 lambda: (self._conf.raftMinTimeout, self._conf.raftMaxTimeout))
-        self._transport.intercept = self._prevote.on_message
+        self._fetch = SnapshotFetch(
+            config.data_dir, members=lambda: list(self._node._SyncObj__otherNodes),
+            leader=self._node._getLeader, send=lambda node, m: self._transport.send(node, m),
+            snapshot_bytes=lambda i: self._snapshots.snapshot_bytes(i) if self._snapshots else None,
+            done=lambda index, data: atomic_write(self._received_path, msgpack.packb([index, data])))
+        self._transport.intercept = (
+            lambda node, m: self._prevote.on_message(node, m) or self._fetch.on_message(node, m))
         self._node.addOnTickCallback(self._prevote.tick)
+        self._node.addOnTickCallback(self._fetch.tick)
         self._node.addOnTickCallback(self._watch_membership)
         if self._learner:
             log.warning("%s is not a member of group %s yet: it catches up as a learner (no vote, "
@@ -573,6 +581,7 @@ class ReplicatedLog:
             "member": self.is_member,
             "members_changed_at": self._history.changed_at(),
             "pre_vote_rounds": self._prevote.rounds, "pre_vote_won": self._prevote.won,
+            "snapshot_fetch": self._fetch.progress(),
         }
 
     # -- membership (dledger.membership) ------------------------------------------------
@@ -769,7 +778,12 @@ class ReplicatedLog:
             # pysyncobj loads the dump file at start-up too (first tick): our own log start
             nodes = [self._peer_node(m) for m in self.members().values()]
             return start.second.raft_tuple, start.first.raft_tuple, nodes
-        if start.state is not None:
+        if start.state_ref is not None:
+            log.warning("the leader's log starts at %d, after this replica's: the log restarts "
+                        "there, and the state snapshot at %d (%d bytes) is fetched",
+                        start.first.index, start.state_index, start.state_ref.size)
+            self._fetch.want(start.state_ref)
+        elif start.state is not None:  # a leader of an older version: the snapshot inline
             atomic_write(self._received_path, msgpack.packb([start.state_index, start.state]))
             log.warning("received the leader's state snapshot at index %d (%d bytes); the log "
                         "restarts at %d", start.state_index, len(start.state), start.first.index)

@@ -11,6 +11,7 @@ still decode to.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from broker.entry_batch import pack_entries, unpack_entry
 from broker.index_file import IndexFile, key_hash
 from broker.snapshot import Snapshot, cq_hash_prefix, cq_hash_step
 from dledger.entry_format import EntryKind, decode_entry, encode_blank, encode_entry
-from dledger.log_start import DumpEntry, decode_log_start, encode_log_start
+from dledger.log_start import DumpEntry, StateRef, decode_log_start, encode_log_start
 from dledger.membership import MEMBERSHIP_PREFIX, Change, Member, decode_change, encode_change
 from protocol.message_format import decode_message, pack_message
 from protocol.remoting import Frame, RequestCode, ResponseCode, decode_frame
@@ -138,7 +139,12 @@ def test_snapshot_log_start_and_membership_change() -> None:
                             DumpEntry(b"\x00second", 43, 3, (1 << 20) + 64), snap,
                             [Member("n1", "10.0.0.11:20001", "10.0.0.11:10911").member_id])
     check("log_start", dump)
-    assert decode_log_start(dump).state == snap
+    start = decode_log_start(dump)
+    ref = StateRef(41, len(snap), hashlib.sha256(snap).hexdigest())
+    assert start.state is None and start.state_ref == ref
+    # a leader of the version before names nothing: it sends the snapshot inline (still read)
+    v2 = decode_log_start(bytes.fromhex("".join((GOLDEN / "log_start_v2.hex").read_text().split())))
+    assert v2.state == snap and v2.state_ref is None and v2.first == start.first
 
 
 def test_every_sample_is_used() -> None:
@@ -146,8 +152,9 @@ def test_every_sample_is_used() -> None:
     names = {p.stem for p in GOLDEN.glob("*.hex")}
     expected = {"frame_request", "frame_response", "commitlog_entry", "commitlog_blank", "message",
                 "entry_batch", "cq_unit", "hashes", "index_file", "snapshot", "membership_change",
-                "log_start"} | {f"admin_{n}" for n in ("CreateTopic", "DeleteTopic", "CommitOffset",
-                                                       "RollbackHalf", "CheckHalf", "LockQueue")}
+                "log_start", "log_start_v2"}
+    expected |= {f"admin_{n}" for n in ("CreateTopic", "DeleteTopic", "CommitOffset", "RollbackHalf",
+                                         "CheckHalf", "LockQueue")}
     if WRITE:
         return
     assert names == expected

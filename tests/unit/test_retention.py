@@ -243,4 +243,6 @@ def test_retention_cuts_only_where_a_snapshot_is_held_and_keeps_held_messages(si
     assert single.commitlog.first_index == starts[2]  # the newest cut with a snapshot
     assert source.pruned_below == starts[2] - 1
     start = decode_log_start((single.config.data_dir / "log-start.dump").read_bytes())
-    assert start.first.index == starts[2] and start.state == f"state@{starts[2] - 1}".encode()
+    state = f"state@{starts[2] - 1}".encode()
+    assert start.first.index == starts[2] and start.state_ref is not None
+    assert (start.state_ref.index, start.state_ref.size) == (starts[2] - 1, len(state))

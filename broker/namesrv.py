@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -157,3 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     web.run_app(make_app(RouteTable()), host=host, port=int(port), access_log=None,
                 print=lambda *_: log.info("name server on http://%s", args.listen))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

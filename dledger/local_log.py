@@ -123,7 +123,7 @@ class LocalLog:
             "peers_connected": {}, "last_fsync_time": None, "flush": self.config.flush.value,
             "conflict_truncations": 0, "followers_behind_retained_start": [], "log_resets": [],
             "members": {me.name: {"raft": me.raft, "client": me.client}}, "member": True,
-            "members_changed_at": 0, "pre_vote_rounds": 0, "pre_vote_won": 0,
+            "members_changed_at": 0, "pre_vote_rounds": 0, "pre_vote_won": 0, "snapshot_fetch": None,
         }
 
     # -- hooks the broker sets (snapshots, retention): nothing is ever cut here -----------

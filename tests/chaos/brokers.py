@@ -1,6 +1,6 @@
 """Three broker processes with every link through Toxiproxy, and the faults the scenarios inject.
 
-Links (all on 127.0.0.1, listen ports from ``dledger.local_group.free_port``)::
+Links (all on 127.0.0.1, listen ports from ``raftmq.local_group.free_port``)::
 
     peers:   pysyncobj dials each pair once, from the node with the larger address
              string: one proxy per dialed pair "<dialer>-to-<acceptor>", set as the
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dledger.config import MAX_ENTRY_BYTES
-from dledger.local_group import LocalGroup, free_port
+from raftmq.local_group import LocalGroup, free_port
 from tests.chaos.toxi import Link, Stream, Toxi
 
 __all__ = ["BROKER_GROUP", "RETENTION", "SEGMENT_BYTES", "ChaosBrokers", "PeerLink"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dledger.local_group import LocalGroup
+from raftmq.local_group import LocalGroup
 from tests.chaos.toxi import Link, Toxi
 from tests.support.history import History
 from tests.support.log_checks import assert_replicas_agree

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dledger.local_group import LocalGroup
+from raftmq.local_group import LocalGroup
 
 
 @pytest.fixture

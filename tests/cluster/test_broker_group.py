@@ -13,9 +13,9 @@ import aiohttp
 import msgpack
 import pytest
 
-from dledger.local_group import LocalGroup
 from protocol.message_format import Message, decode_message, encode_message
 from protocol.remoting import RequestCode, ResponseCode
+from raftmq.local_group import LocalGroup
 from tests.support.broker_client import FrameClient
 
 pytestmark = [pytest.mark.cluster]

@@ -13,7 +13,7 @@ import pytest
 from client import Admin, ConsumeStatus, Message, PushConsumer
 from client.aio import AsyncProducer
 from client.errors import ClientError
-from dledger.local_group import LocalGroup
+from raftmq.local_group import LocalGroup
 from tests.support.broker_group import running_brokers, servers
 from tests.support.message_history import MessageHistory
 from tests.support.procs import wait_until

@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.cluster]
 
 
 def raftmq(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "broker.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "raftmq", *args], capture_output=True, text=True,
                           timeout=120)
 
 
@@ -53,7 +53,7 @@ def client_commands(d: str) -> None:
     assert made.returncode == 0 and "g1" in made.stdout and "g2" in made.stdout, made.stderr
     listed = raftmq("topic", "list", "--dir", d)
     assert "orders" in listed.stdout and "g2: 2 queues" in listed.stdout
-    sent = subprocess.run([sys.executable, "-m", "broker.cli", "send", "orders", "--dir", d, "--json",
+    sent = subprocess.run([sys.executable, "-m", "raftmq", "send", "orders", "--dir", d, "--json",
                            "--shard-key", "k1", "--keys", "order-7", "--tags", "paid"],
                           input="one\ntwo\nthree\n", capture_output=True, text=True, timeout=60)
     rows = [json.loads(line) for line in sent.stdout.splitlines()]
@@ -79,7 +79,7 @@ def test_up_in_the_foreground_prints_how_to_use_it_and_stops_on_ctrl_c(tmp_path:
     import time
 
     d = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "up", "--dir", str(d)],
+    proc = subprocess.Popen([sys.executable, "-m", "raftmq", "up", "--dir", str(d)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     pids: list[int] = []
     try:

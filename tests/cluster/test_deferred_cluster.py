@@ -20,7 +20,7 @@ from client import (
     PushConsumer,
     TransactionProducer,
 )
-from dledger.local_group import LocalGroup
+from raftmq.local_group import LocalGroup
 from tests.support.broker_group import running_brokers, servers
 from tests.support.procs import wait_until
 

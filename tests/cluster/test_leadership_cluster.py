@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from client import Admin, Message, Producer
-from dledger.local_group import LocalGroup
+from raftmq.local_group import LocalGroup
 from tests.support.broker_group import running_brokers, servers
 from tests.support.procs import wait_until
 
@@ -75,7 +75,7 @@ def test_leader_transfer_on_request_and_on_sigterm_and_a_rejoining_replica_force
         old = brokers.wait_leader()
         target = sorted(n for n in brokers.nodes if n != old)[0]
         started = time.monotonic()
-        out = subprocess.run([sys.executable, "-m", "broker.cli", "leader", "transfer", "--to", target,
+        out = subprocess.run([sys.executable, "-m", "raftmq", "leader", "transfer", "--to", target,
                               "--servers", ",".join(servers(brokers))],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stdout + out.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dledger.entry_format import HEADER_SIZE
-from dledger.local_group import LocalGroup
+from raftmq.local_group import LocalGroup
 from tests.support.history import History
 from tests.support.log_checks import assert_replicas_agree, converge
 from tests.support.log_load import LogLoad

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from dledger.local_group import LocalGroup
+from raftmq.local_group import LocalGroup
 from tests.support.history import History
 from tests.support.log_checks import assert_replicas_agree
 from tests.support.log_load import LogLoad

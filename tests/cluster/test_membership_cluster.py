@@ -17,7 +17,7 @@ import pytest
 
 from client import Admin, Message, Producer, PullConsumer
 from dledger.config import MAX_ENTRY_BYTES
-from dledger.local_group import LocalGroup
+from raftmq.local_group import LocalGroup
 from tests.support.broker_group import running_brokers
 from tests.support.replica_cmd import finished, replica_cmd
 

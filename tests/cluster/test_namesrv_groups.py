@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dledger.local_group import LocalGroup
+from raftmq.local_group import LocalGroup
 from tests.support.procs import ManagedProcess, free_ports, wait_until
 
 pytestmark = [pytest.mark.cluster]
@@ -32,7 +32,7 @@ def http_json(url: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
 def setup(tmp_path: Path) -> Iterator[tuple[str, dict[str, LocalGroup]]]:
     (port,) = free_ports(1)
     ns = f"127.0.0.1:{port}"
-    namesrv = ManagedProcess([sys.executable, "-m", "broker.cli", "namesrv", "--listen", ns],
+    namesrv = ManagedProcess([sys.executable, "-m", "raftmq", "namesrv", "--listen", ns],
                              tmp_path / "namesrv.log")
     groups = {g: LocalGroup(tmp_path / g, 3, module="broker", group=g,
                             broker={"namesrv": [ns], "index_slots": 64, "index_entries": 1024})

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from client import Admin, ConsumeStatus, Message, Producer, PullConsumer, PushConsumer
-from dledger.local_group import LocalGroup
+from raftmq.local_group import LocalGroup
 from tests.support.procs import ManagedProcess, free_ports, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -47,7 +47,7 @@ def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]
     extra [broker] settings."""
     (port,) = free_ports(1)
     ns = f"127.0.0.1:{port}"
-    namesrv = ManagedProcess([sys.executable, "-m", "broker.cli", "namesrv", "--listen", ns],
+    namesrv = ManagedProcess([sys.executable, "-m", "raftmq", "namesrv", "--listen", ns],
                              tmp_path / "namesrv.log")
     group = LocalGroup(tmp_path / "brokers", 3, module="broker",
                        broker={"namesrv": [ns], "index_slots": 4096, "index_entries": 65536,

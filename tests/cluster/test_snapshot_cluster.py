@@ -25,7 +25,7 @@ import pytest
 from client import Admin, Message, Producer, PullConsumer
 from client.queues import MessageQueue
 from dledger.config import MAX_ENTRY_BYTES
-from dledger.local_group import LocalGroup
+from raftmq.local_group import LocalGroup
 from tests.support.broker_group import running_brokers, servers
 from tests.support.procs import wait_until
 
@@ -216,7 +216,7 @@ def test_a_replica_whose_state_differs_from_its_peers_stops_serving_and_cluster_
         (tmp_path / "cluster.json").write_text(json.dumps({
             "namesrv": {"address": "127.0.0.1:1", "pid": 0},
             "groups": {"g1": {n: {"address": p.http, "pid": p.proc.pid} for n, p in group.nodes.items()}}}))
-        out = subprocess.run([sys.executable, "-m", "broker.cli", "cluster", "verify",
+        out = subprocess.run([sys.executable, "-m", "raftmq", "cluster", "verify",
                               "--dir", str(tmp_path)], capture_output=True, text=True, timeout=60)
         assert out.returncode == 1, out.stdout + out.stderr
         assert f"g1/{bad}: UNHEALTHY" in out.stdout and "DIFFER at index" in out.stdout, out.stdout

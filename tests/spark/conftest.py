@@ -23,7 +23,7 @@ import pytest
 from client import Admin, Message, MessageQueue
 from client.aio import AsyncProducer
 from client.queues import shard_queue
-from dledger.local_group import LocalGroup
+from raftmq.local_group import LocalGroup
 from tests.support.broker_group import running_brokers, servers
 
 SPARK_ENV = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dledger.local_group import LocalGroup
+from raftmq.local_group import LocalGroup
 from spark.examples.tag_volume import DEMO_TAGS
 from tests.spark.conftest import (
     SPARK_ENV,

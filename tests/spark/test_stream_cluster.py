@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from dledger.local_group import LocalGroup
+from raftmq.local_group import LocalGroup
 from tests.spark.conftest import SPARK_ENV, create_topic, leader_name, pulled, send, servers, wait_caught_up
 from tests.support.procs import ManagedProcess, ProcessGroup
 

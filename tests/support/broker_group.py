@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dledger.local_group import LocalGroup
+from raftmq.local_group import LocalGroup
 
 __all__ = ["running_brokers", "servers"]
 

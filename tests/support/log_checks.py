@@ -5,8 +5,8 @@ from __future__ import annotations
 import filecmp
 from typing import Any
 
-from dledger.local_group import LocalGroup
 from dledger.recording_machine import read_records
+from raftmq.local_group import LocalGroup
 from tests.support.history import History, check_applied, check_history, check_identical
 
 __all__ = ["assert_identical_files", "assert_replicas_agree", "converge"]

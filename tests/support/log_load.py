@@ -13,7 +13,7 @@ import time
 
 import aiohttp
 
-from dledger.local_group import LocalGroup
+from raftmq.local_group import LocalGroup
 from tests.support.history import History
 
 __all__ = ["LogLoad"]

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
-from dledger.local_group import free_port
+from raftmq.local_group import free_port
 
 __all__ = ["ManagedProcess", "ProcessGroup", "free_ports", "wait_until"]
 
@@ -37,7 +37,7 @@ LOCALHOST = "127.0.0.1"
 def free_ports(n: int) -> list[int]:
     """Return ``n`` distinct TCP ports free on 127.0.0.1, below the ephemeral range.
 
-    See ``dledger.local_group.free_port`` for why not bind(0).
+    See ``raftmq.local_group.free_port`` for why not bind(0).
     """
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")

@@ -10,7 +10,7 @@ __all__ = ["finished", "replica_cmd"]
 
 def replica_cmd(servers: list[str], *args: str, timeout_s: int = 120) -> subprocess.Popen[str]:
     """Start ``raftmq replica ARGS --servers ...`` (output captured); end it with ``finished``."""
-    return subprocess.Popen([sys.executable, "-m", "broker.cli", "replica", *args,
+    return subprocess.Popen([sys.executable, "-m", "raftmq", "replica", *args,
                              "--servers", ",".join(servers), "--timeout", str(timeout_s)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

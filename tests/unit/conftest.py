@@ -15,9 +15,9 @@ from broker.server import AppliedSignal, BrokerServer
 from broker.state_machine import BrokerStateMachine
 from dledger.applier import Applier
 from dledger.config import GroupConfig
-from dledger.local_group import free_port
 from dledger.local_log import LocalLog
 from dledger.log import Log
+from raftmq.local_group import free_port
 
 
 @pytest.fixture

@@ -16,10 +16,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from broker.server import AppliedSignal, BrokerServer
 from broker.state_machine import BrokerStateMachine
 from dledger.applier import Applier
-from dledger.local_group import free_port
 from dledger.replicated_log import ReplicatedLog
 from protocol.message_format import MAX_MESSAGE_BYTES, Message, decode_message, encode_message
 from protocol.remoting import Frame, RequestCode, ResponseCode
+from raftmq.local_group import free_port
 from tests.support.broker_client import FrameClient
 
 

@@ -137,7 +137,7 @@ def test_failed_messages_are_retried_on_schedule_then_dead_lettered(broker: str)
     import subprocess
     import sys
     def raftmq(*args: str) -> str:
-        out = subprocess.run([sys.executable, "-m", "broker.cli", *args, "--servers", broker],
+        out = subprocess.run([sys.executable, "-m", "raftmq", *args, "--servers", broker],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         return out.stderr
@@ -259,7 +259,7 @@ def test_consume_max_with_commit_commits_exactly_what_it_printed(broker: str) ->
     create_topic(broker, "counted")
     with Producer(servers=[broker]) as p:
         p.send_batch([Message("counted", f"m{i}".encode()) for i in range(50)], shard_key="k")
-    out = subprocess.run([sys.executable, "-m", "broker.cli", "consume", "counted", "--group", "cli-g",
+    out = subprocess.run([sys.executable, "-m", "raftmq", "consume", "counted", "--group", "cli-g",
                           "--from", "first", "--max", "20", "--commit", "--servers", broker],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -10,11 +10,11 @@ import pytest
 
 from dledger.config import MAX_ENTRY_BYTES, GroupConfig
 from dledger.errors import EntryTooLarge, ProposalRejected
-from dledger.local_group import free_port
 from dledger.local_log import LocalLog
 from dledger.log import Log
 from dledger.membership import Change, Member
 from dledger.replicated_log import ReplicatedLog
+from raftmq.local_group import free_port
 
 #: the surface the broker is written against (dledger/log.py)
 LOG_SURFACE = sorted(set(Log.__annotations__) | {n for n in vars(Log) if not n.startswith("_")})

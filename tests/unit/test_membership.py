@@ -11,10 +11,10 @@ import pytest
 
 from broker.namesrv import Registration, RouteTable
 from dledger.config import FlushPolicy, GroupConfig
-from dledger.local_group import free_port
 from dledger.log_start import DumpEntry, decode_log_start, encode_log_start
 from dledger.membership import Change, Member, MemberHistory, decode_change, encode_change
 from dledger.replicated_log import ReplicatedLog
+from raftmq.local_group import free_port
 from tests.support.procs import wait_until
 
 N1, N2, N3 = Member("n1", "h:1", "c:1"), Member("n2", "h:2"), Member("n3", "h:3", "c:3")

@@ -11,7 +11,7 @@ from aiohttp import web
 from broker.namesrv import EXPIRY_S, Registration, RouteTable, make_app
 from client.aio.connection import ConnectionPool
 from client.aio.routes import RouteBook
-from dledger.local_group import free_port
+from raftmq.local_group import free_port
 
 
 class Clock:

@@ -17,9 +17,9 @@ from dledger.config import (
 )
 from dledger.entry_format import EntryKind
 from dledger.errors import EntryTooLarge, NotLeader
-from dledger.local_group import free_port
 from dledger.raft_codec import encode_payload_command
 from dledger.replicated_log import ReplicatedLog
+from raftmq.local_group import free_port
 
 
 def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> None:

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from dledger.config import MAX_ENTRY_BYTES, GroupConfig
-from dledger.local_group import free_port
 from dledger.replicated_log import ReplicatedLog
 from dledger.retention import plan_retention
 from dledger.segments import SegmentInfo
+from raftmq.local_group import free_port
 
 SEG = 1000
 

@@ -32,7 +32,7 @@ __all__ = ["main"]
 def _cmd_up(args: argparse.Namespace) -> int:
     if args.kind == "broker":
         return _up_brokers(args)
-    from dledger.local_group import LocalGroup
+    from raftmq.local_group import LocalGroup
 
     group = LocalGroup(Path(args.dir) / args.kind, args.nodes, raft={"flush": args.flush})
     stop = _stop_on_signals()
@@ -72,7 +72,7 @@ def _stop_on_signals() -> threading.Event:
 
 def _up_brokers(args: argparse.Namespace) -> int:
     """A name server and one broker group in the foreground (``raftmq cluster`` underneath)."""
-    from broker import cluster_cmd
+    from raftmq import cluster_cmd
 
     where = ["--dir", args.dir, "--nodes", str(args.nodes)]
     stop = _stop_on_signals()
@@ -121,7 +121,7 @@ def _cmd_log_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_log(args: argparse.Namespace, rest: list[str]) -> int:
-    from dledger.bench import main as bench_main
+    from raftmq.bench_log import main as bench_main
 
     return bench_main(rest)
 
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     add_client_commands(sub)
     args, rest = parser.parse_known_args(argv)
     if args.cmd == "bench":
-        from client.bench import main as bench_main
+        from raftmq.bench import main as bench_main
 
         return bench_main(rest)
     if args.cmd in CLIENT_COMMANDS:
@@ -172,15 +172,15 @@ def main(argv: list[str] | None = None) -> int:
 
         return broker_main(rest)
     if args.cmd == "cluster":
-        from broker.cluster_cmd import main as cluster_main
+        from raftmq.cluster_cmd import main as cluster_main
 
         return cluster_main(rest)
     if args.cmd == "leader":
-        from broker.cluster_cmd import leader_main
+        from raftmq.cluster_cmd import leader_main
 
         return leader_main(rest)
     if args.cmd == "replica":
-        from broker.replica_cmd import main as replica_main
+        from raftmq.replica_cmd import main as replica_main
 
         return replica_main(rest)
     if args.cmd == "namesrv":

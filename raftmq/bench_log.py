@@ -26,7 +26,7 @@ from typing import Any
 
 import aiohttp
 
-from dledger.local_group import LocalGroup
+from raftmq.local_group import LocalGroup
 
 __all__ = ["main"]
 

@@ -181,7 +181,7 @@ async def _load(args: argparse.Namespace, where: dict[str, Any], count: int) -> 
 
 @contextlib.contextmanager
 def _local_cluster() -> Iterator[dict[str, Any]]:
-    from broker import cluster_cmd
+    from raftmq import cluster_cmd
 
     with tempfile.TemporaryDirectory(prefix="raftmq-bench-") as d:
         if cluster_cmd.main(["up", "--dir", d]) != 0:

@@ -25,7 +25,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from dledger.local_group import LocalGroup, free_port
+from raftmq.local_group import LocalGroup, free_port
 
 __all__ = ["dead_processes", "find_group", "find_replicas", "leader_main", "main", "namesrv_address"]
 
@@ -55,7 +55,7 @@ def _up(args: argparse.Namespace) -> int:
     root.mkdir(parents=True, exist_ok=True)
     ns = f"127.0.0.1:{free_port()}"
     with open(root / "namesrv.log", "ab") as out:
-        namesrv = subprocess.Popen([sys.executable, "-m", "broker.cli", "namesrv", "--listen", ns],
+        namesrv = subprocess.Popen([sys.executable, "-m", "broker.namesrv", "--listen", ns],
                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     state: dict[str, Any] = {"namesrv": {"address": ns, "pid": namesrv.pid}, "groups": {}}
     groups = {}

@@ -25,7 +25,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from broker.cluster_cmd import find_group
+from raftmq.cluster_cmd import find_group
 
 __all__ = ["main"]
 

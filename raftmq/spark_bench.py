@@ -1,4 +1,4 @@
-"""``python -m spark.bench``: rows/s a local[2] Spark batch job reads from the followers.
+"""``python -m raftmq.spark_bench``: rows/s a local[2] Spark batch job reads from the followers.
 
 Starts a local 3-node broker group on 127.0.0.1 (under ``--dir``, default a temporary
 directory), fills a topic of ``--queues`` queues with ``--messages`` messages of
@@ -92,7 +92,7 @@ def _fill(servers: list[str], topic: str, queues: int, messages: int, body_bytes
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m spark.bench", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m raftmq.spark_bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--queues", type=int, default=8)
     ap.add_argument("--body-bytes", type=int, default=256)
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     from client import Admin
-    from dledger.local_group import LocalGroup
+    from raftmq.local_group import LocalGroup
 
     tmp = None if args.dir else tempfile.TemporaryDirectory(prefix="raftmq-spark-bench-")
     base = Path(args.dir or tmp.name)  # type: ignore[union-attr]

@@ -146,12 +146,22 @@ def make_app(table: RouteTable) -> web.Application:
     return app
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="raftmq namesrv",
-                                     description="Run a RaftMQ name server (routes of topics).")
+DESCRIPTION = "Run a RaftMQ name server (routes of topics)."
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``raftmq namesrv`` (also ``python -m broker.namesrv``)."""
     parser.add_argument("--listen", default="127.0.0.1:9876", help="HOST:PORT (default 127.0.0.1:9876)")
     parser.add_argument("--log-level", default="INFO")
-    args = parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="raftmq namesrv", description=DESCRIPTION)
+    configure(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     host, port = args.listen.rsplit(":", 1)

@@ -104,11 +104,22 @@ async def _serve(rlog: Log, machine: BrokerStateMachine, applier: Applier,
     await runner.cleanup()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="raftmq broker",
-                                     description="Run one broker replica of a RaftMQ group.")
+DESCRIPTION = "Run one broker replica of a RaftMQ group."
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``raftmq broker`` (also ``python -m broker``)."""
     add_replica_arguments(parser)
-    rlog, broker = open_replica(parser.parse_args(argv), read_broker_section, sections=SECTIONS)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="raftmq broker", description=DESCRIPTION)
+    configure(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    rlog, broker = open_replica(args, read_broker_section, sections=SECTIONS)
     config = rlog.config
     machine = BrokerStateMachine(
         config.data_dir / "store", index_slots=broker.index_slots, index_entries=broker.index_entries,

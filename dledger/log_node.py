@@ -101,13 +101,22 @@ async def _serve(rlog: ReplicatedLog, applier: Applier, http: str) -> None:
     await runner.cleanup()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m dledger",
-        description="Run one replica of a RaftMQ CommitLog group with an HTTP control API.")
+DESCRIPTION = "Run one replica of a RaftMQ CommitLog group with an HTTP control API."
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``python -m dledger`` (also ``raftmq log-node``)."""
     parser.add_argument("--http", required=True, help="HOST:PORT of the control API")
     add_replica_arguments(parser)
-    args = parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dledger", description=DESCRIPTION)
+    configure(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
     rlog, _ = open_replica(args)
     config = rlog.config
     machine = RecordingMachine(config.data_dir / "applied.log")

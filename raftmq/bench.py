@@ -195,6 +195,12 @@ def _local_cluster() -> Iterator[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="raftmq bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    configure(parser)
+    return run_command(parser.parse_args(argv))
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``raftmq bench``."""
     parser.add_argument("mode", choices=["produce", "consume"])
     parser.add_argument("--topic", default="bench", help="topic (created with 8 queues if missing)")
     parser.add_argument("--size", type=int, default=256, help="message body bytes (default 256)")
@@ -212,7 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--servers")
     parser.add_argument("--dir")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    args = parser.parse_args(argv)
+
+
+def run_command(args: argparse.Namespace) -> int:
 
     async def run(where: dict[str, Any]) -> dict[str, Any]:
         async with AsyncAdmin(**where) as admin:

@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -160,10 +161,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+DESCRIPTION = "Benchmark a local RaftMQ CommitLog group (3 processes on 127.0.0.1)."
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="scripts/bench-log",
-        description="Benchmark a local RaftMQ CommitLog group (3 processes on 127.0.0.1).")
+    parser = argparse.ArgumentParser(prog="scripts/bench-log", description=DESCRIPTION)
+    configure(parser)
+    args = parser.parse_args(argv)
+    args.argv = argv if argv is not None else sys.argv[1:]
+    return run_command(args)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``raftmq bench-log`` (``scripts/bench-log``)."""
     parser.add_argument("--entry-bytes", type=int, default=30 * 1024,
                         help="payload bytes per entry (default 30 KiB)")
     parser.add_argument("--inflight", type=int, default=32, help="concurrent proposals")
@@ -172,8 +182,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--flush", choices=["sync", "async"], default="sync")
     parser.add_argument("--dir", help="group directory (default: a new temp dir)")
     parser.add_argument("--out", default="bench-out/bench-log.json", help="JSON result file")
-    args = parser.parse_args(argv)
-    args.argv = argv if argv is not None else []
+
+
+def run_command(args: argparse.Namespace) -> int:
+    if not hasattr(args, "argv"):
+        args.argv = sys.argv[2:]  # under `raftmq bench-log`
     result = run(args)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

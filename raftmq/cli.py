@@ -24,7 +24,14 @@ import signal
 import sys
 import threading
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from broker import namesrv, node
+from client.cli import CLIENT_COMMANDS, add_client_commands, run_client_command
+from dledger import log_node
+from raftmq import bench, bench_log, cluster_cmd, replica_cmd
 
 __all__ = ["main"]
 
@@ -72,8 +79,6 @@ def _stop_on_signals() -> threading.Event:
 
 def _up_brokers(args: argparse.Namespace) -> int:
     """A name server and one broker group in the foreground (``raftmq cluster`` underneath)."""
-    from raftmq import cluster_cmd
-
     where = ["--dir", args.dir, "--nodes", str(args.nodes)]
     stop = _stop_on_signals()
     try:
@@ -104,12 +109,6 @@ logs: {d}/namesrv.log, {d}/g1/n*.log    Ctrl-C stops the cluster""", flush=True)
     return 0
 
 
-def _cmd_log_node(args: argparse.Namespace, rest: list[str]) -> int:
-    from dledger.log_node import main as log_node_main
-
-    return log_node_main(rest)
-
-
 def _cmd_log_status(args: argparse.Namespace) -> int:
     try:
         with urllib.request.urlopen(f"http://{args.http}/status", timeout=5) as resp:
@@ -120,78 +119,59 @@ def _cmd_log_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_bench_log(args: argparse.Namespace, rest: list[str]) -> int:
-    from raftmq.bench_log import main as bench_main
-
-    return bench_main(rest)
-
-
 def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.cmd in CLIENT_COMMANDS:
+        return run_client_command(args)
+    return int(args.run(args))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The one tree of ``raftmq`` subcommands: each package adds its own arguments
+    (``configure``) and runs them (``run``); nothing is forwarded as raw argv."""
     parser = argparse.ArgumentParser(
         prog="raftmq", description="RaftMQ: a RocketMQ-model broker on a Raft CommitLog.")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    up = sub.add_parser("up", help="run a local cluster on 127.0.0.1 in the foreground")
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    up = sub.add_parser("up", help="run a local cluster on 127.0.0.1 in the foreground",
+                        description="Run a local cluster on 127.0.0.1 in the foreground: a name server "
+                                    "and one broker group, or bare log nodes (--kind log).")
     up.add_argument("--dir", default="run", help="data, configs and logs (default ./run)")
     up.add_argument("--nodes", type=int, default=3, help="replicas (default 3)")
     up.add_argument("--kind", choices=["log", "broker"], default="broker",
                     help="brokers with a name server (default) or bare log nodes (CommitLog only)")
     up.add_argument("--flush", choices=["sync", "async"], default="sync",
                     help="log nodes: fsync before ack (sync, default) or every few ms (async)")
-    sub.add_parser("broker", help="run one broker replica (see raftmq broker --help)",
-                   add_help=False)
-    sub.add_parser("namesrv", help="run a name server (see raftmq namesrv --help)", add_help=False)
-    sub.add_parser("cluster", help="local cluster in the background: up|down|status|verify (see --help)",
-                   add_help=False)
-    sub.add_parser("leader", help="leader transfer [--to NODE]: move a group's leadership (see --help)",
-                   add_help=False)
-    sub.add_parser("replica", help="list|add|remove|replace: change a group's members (see --help)",
-                   add_help=False)
-    sub.add_parser("log-node", help="run one CommitLog replica (see python -m dledger --help)",
-                   add_help=False)
-    st = sub.add_parser("log-status", help="print a replica's status")
+    up.set_defaults(run=_cmd_up)
+    _add(sub, "broker", "run one broker replica", node.DESCRIPTION, node.configure, node.run)
+    _add(sub, "namesrv", "run a name server (topic routes)", namesrv.DESCRIPTION, namesrv.configure,
+         namesrv.run)
+    _add(sub, "cluster", "a local cluster in the background: up|down|status|verify",
+         cluster_cmd.DESCRIPTION, cluster_cmd.configure, cluster_cmd.run)
+    _add(sub, "leader", "leader transfer [--to NODE]: move a group's leadership",
+         cluster_cmd.LEADER_DESCRIPTION, cluster_cmd.configure_leader, cluster_cmd.run_leader)
+    _add(sub, "replica", "list|add|remove|replace: change a group's members", replica_cmd.DESCRIPTION,
+         replica_cmd.configure, replica_cmd.run, epilog=replica_cmd.EPILOG)
+    _add(sub, "log-node", "run one CommitLog replica (as python -m dledger)", log_node.DESCRIPTION,
+         log_node.configure, log_node.run)
+    st = sub.add_parser("log-status", help="print a replica's status",
+                        description="Print a replica's /status as JSON.")
     st.add_argument("--http", required=True, help="HOST:PORT of the replica's control API")
-    sub.add_parser("bench-log", help="benchmark a local group (see --help)", add_help=False)
-    sub.add_parser("bench", help="client benchmarks: produce|consume (see raftmq bench --help)",
-                   add_help=False)
-    from client.cli import CLIENT_COMMANDS, add_client_commands, run_client_command
-
+    st.set_defaults(run=_cmd_log_status)
+    _add(sub, "bench-log", "benchmark a local CommitLog group (scripts/bench-log)",
+         bench_log.DESCRIPTION, bench_log.configure, bench_log.run_command)
+    _add(sub, "bench", "client benchmarks: produce|consume", bench.__doc__ or "", bench.configure,
+         bench.run_command, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_client_commands(sub)
-    args, rest = parser.parse_known_args(argv)
-    if args.cmd == "bench":
-        from raftmq.bench import main as bench_main
+    return parser
 
-        return bench_main(rest)
-    if args.cmd in CLIENT_COMMANDS:
-        if rest:
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
-        return run_client_command(args)
-    if args.cmd == "log-node":
-        return _cmd_log_node(args, rest)
-    if args.cmd == "broker":
-        from broker.node import main as broker_main
 
-        return broker_main(rest)
-    if args.cmd == "cluster":
-        from raftmq.cluster_cmd import main as cluster_main
-
-        return cluster_main(rest)
-    if args.cmd == "leader":
-        from raftmq.cluster_cmd import leader_main
-
-        return leader_main(rest)
-    if args.cmd == "replica":
-        from raftmq.replica_cmd import main as replica_main
-
-        return replica_main(rest)
-    if args.cmd == "namesrv":
-        from broker.namesrv import main as namesrv_main
-
-        return namesrv_main(rest)
-    if args.cmd == "bench-log":
-        return _cmd_bench_log(args, rest)
-    if rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    return {"up": _cmd_up, "log-status": _cmd_log_status}[args.cmd](args)
+def _add(sub: Any, name: str, summary: str, description: str,
+         configure: Callable[[argparse.ArgumentParser], None],
+         run: Callable[[argparse.Namespace], int], **options: Any) -> None:
+    command = sub.add_parser(name, help=summary, description=description, **options)
+    configure(command)
+    command.set_defaults(run=run)
 
 
 if __name__ == "__main__":

@@ -214,9 +214,21 @@ def _verify(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+DESCRIPTION = "Run a local RaftMQ cluster in the background, or inspect and verify a cluster."
+LEADER_DESCRIPTION = (
+    "Move a group's leadership (before maintenance on its leader): the leader pauses writes, "
+    "waits until the target holds every entry and hands over (Raft's TimeoutNow); writes stall "
+    "for about an election round trip.")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="raftmq cluster",
-                                     description="Run a local RaftMQ cluster in the background.")
+    parser = argparse.ArgumentParser(prog="raftmq cluster", description=DESCRIPTION)
+    configure(parser)
+    return run(parser.parse_args(argv))
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``raftmq cluster``."""
     parser.add_argument("action", choices=["up", "down", "status", "verify"],
                         help="up/down: a local cluster in --dir; status: each replica's role, indexes, "
                              "retained log, snapshot, disk, health; verify: compare every replica's "
@@ -227,25 +239,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=3, help="replicas per group (default 3)")
     parser.add_argument("--groups", type=int, default=1, help="broker groups (default 1)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for leaders")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     if args.action in ("up", "down") and not args.dir:
-        parser.error(f"{args.action} needs --dir")
+        raise SystemExit(f"raftmq cluster: error: {args.action} needs --dir")
     return {"up": _up, "down": _down, "status": _status, "verify": _verify}[args.action](args)
 
 
 def leader_main(argv: list[str] | None = None) -> int:
     """``raftmq leader transfer [--to NODE] [--group G] (--dir D | --namesrv NS | --servers A,B)``."""
-    parser = argparse.ArgumentParser(
-        prog="raftmq leader", description="Move a group's leadership (before maintenance on its leader): "
-        "the leader pauses writes, waits until the target holds every entry and hands over "
-        "(Raft's TimeoutNow); writes stall for about an election round trip.")
+    parser = argparse.ArgumentParser(prog="raftmq leader", description=LEADER_DESCRIPTION)
+    configure_leader(parser)
+    return run_leader(parser.parse_args(argv))
+
+
+def configure_leader(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``raftmq leader``."""
     parser.add_argument("action", choices=["transfer"])
     parser.add_argument("--to", help="the replica to lead (default: the most up-to-date follower)")
     parser.add_argument("--group", help="the broker group (needed when there are several)")
     parser.add_argument("--dir", help="a local cluster's directory (its cluster.json)")
     parser.add_argument("--namesrv", help="find the replicas through this name server")
     parser.add_argument("--servers", help="one group's replica addresses, comma separated")
-    args = parser.parse_args(argv)
+
+
+def run_leader(args: argparse.Namespace) -> int:
     nodes = find_group(args)
     if nodes is None:
         return 1

@@ -160,11 +160,19 @@ def _remove(group: Group, name: str, deadline: float) -> None:
           "and remove its data directory once you no longer need it")
 
 
+DESCRIPTION = ("List or change a group's members, one replica at a time (Raft's single-server "
+               "change): add, remove, or replace a host with a new address.")
+EPILOG = "See docs/DEPLOY.md (grow, shrink, replace a host)."
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="raftmq replica", description="List or change a group's members, one replica at a time "
-        "(Raft's single-server change): add, remove, or replace a host with a new address.",
-        epilog="See docs/DEPLOY.md (grow, shrink, replace a host).")
+    parser = argparse.ArgumentParser(prog="raftmq replica", description=DESCRIPTION, epilog=EPILOG)
+    configure(parser)
+    return run(parser.parse_args(argv))
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``raftmq replica``."""
     parser.add_argument("action", choices=["list", "add", "remove", "replace"])
     parser.add_argument("name", nargs="?", help="add: the new replica's name; remove/replace: the "
                                                 "member to remove")
@@ -177,13 +185,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--servers", help="replica broker addresses of the group, comma separated")
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="seconds to wait for catch-up and each change (default 600)")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    problem = None
     if args.action != "list" and not args.name:
-        parser.error(f"{args.action} needs the replica's name")
-    if args.action in ("add", "replace") and not (args.raft and args.client):
-        parser.error(f"{args.action} needs --raft and --client of the new replica")
-    if args.action == "replace" and not args.new_name:
-        parser.error("replace needs --name of the new replica")
+        problem = f"{args.action} needs the replica's name"
+    elif args.action in ("add", "replace") and not (args.raft and args.client):
+        problem = f"{args.action} needs --raft and --client of the new replica"
+    elif args.action == "replace" and not args.new_name:
+        problem = "replace needs --name of the new replica"
+    if problem is not None:
+        raise SystemExit(f"raftmq replica: error: {problem}")
     nodes = find_group(args)
     if nodes is None:
         return 1

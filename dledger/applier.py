@@ -20,8 +20,8 @@ import threading
 from collections.abc import Sequence
 from typing import Protocol
 
+from dledger.commitlog import LogGap
 from dledger.entry_format import Entry
-from dledger.journal import LogGap
 from dledger.log import Log
 
 __all__ = ["Applier", "StateMachine"]

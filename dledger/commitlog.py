@@ -101,6 +101,7 @@ __all__ = [
     "START_MARKER",
     "CommitLog",
     "CorruptLogError",
+    "LogGap",
     "RecoveryReport",
     "StartMarker",
     "decode_start_marker",
@@ -175,6 +176,15 @@ class RecoveryReport:
     cut_at: int | None
     cut_bytes: int
     finished_reset: bool = False
+
+
+class LogGap(LookupError):
+    """The entries asked for were deleted by retention; the log resumes at ``first_index``."""
+
+    def __init__(self, wanted: int, first_index: int) -> None:
+        self.wanted = wanted
+        self.first_index = first_index
+        super().__init__(f"entry {wanted} is no longer retained; the log starts at {first_index}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -436,6 +446,16 @@ class CommitLog:
                     result.extend(self._read_run(run, i))
                     run = i
             return result
+
+    def committed_entries(self, from_index: int, max_bytes: int, committed: int) -> list[Entry]:
+        """Entries from ``from_index`` up to ``committed`` (at least one if any; see
+        ``entries``). Raises ``LogGap`` when ``from_index`` is below the first retained entry."""
+        if from_index > committed:
+            return []
+        first = self.first_index
+        if from_index < first:
+            raise LogGap(from_index, first)
+        return self.entries(from_index, max_bytes, committed)
 
     def read_at(self, position: int, size: int) -> bytes:
         """``size`` raw bytes at ``position`` (a message inside an entry, found through a

@@ -51,7 +51,7 @@ from typing import Any
 import msgpack
 from pysyncobj.journal import Journal
 
-from dledger.commitlog import CommitLog
+from dledger.commitlog import CommitLog, LogGap
 from dledger.durable_file import atomic_write, read_or_none
 from dledger.entry_format import Entry, EntryKind
 from dledger.raft_codec import decode_command, encode_command
@@ -64,15 +64,6 @@ _READ_AHEAD_BYTES = 256 * 1024
 #: The newest entries are also kept as pysyncobj tuples in memory, so that
 #: replicating them to followers reads no disk and re-encodes nothing.
 RECENT_CACHE_BYTES = 16 << 20
-
-
-class LogGap(LookupError):
-    """The entries asked for were deleted by retention; the log resumes at ``first_index``."""
-
-    def __init__(self, wanted: int, first_index: int) -> None:
-        self.wanted = wanted
-        self.first_index = first_index
-        super().__init__(f"entry {wanted} is no longer retained; the log starts at {first_index}")
 
 
 class CommittedEntryConflict(RuntimeError):
@@ -311,13 +302,7 @@ class RaftJournal(Journal):
 
         Raises ``LogGap`` when ``from_index`` is below the first retained entry.
         """
-        upto = self._committed
-        if from_index > upto:
-            return []
-        first = self._log.first_index
-        if from_index < first:
-            raise LogGap(from_index, first)
-        return self._log.entries(from_index, max_bytes, upto)
+        return self._log.committed_entries(from_index, max_bytes, self._committed)
 
     def flush(self) -> bool:
         """fsync what was appended since the last flush; True if anything was synced."""

@@ -21,7 +21,6 @@ from dledger.commitlog import CommitLog
 from dledger.config import MAX_ENTRY_BYTES, FlushPolicy, GroupConfig
 from dledger.entry_format import Entry, EntryKind
 from dledger.errors import EntryTooLarge, ProposalRejected
-from dledger.journal import LogGap
 from dledger.membership import Change, Member
 from dledger.replicated_log import Appended, LeaderChange, Role, SnapshotSource
 
@@ -65,13 +64,7 @@ class LocalLog:
 
     def read(self, from_index: int, max_bytes: int = 1 << 20) -> list[Entry]:
         """Committed entries from ``from_index``; ``LogGap`` below the first held one."""
-        upto = self._committed
-        if from_index > upto:
-            return []
-        first = self.commitlog.first_index
-        if from_index < first:
-            raise LogGap(from_index, first)
-        return self.commitlog.entries(from_index, max_bytes, upto)
+        return self.commitlog.committed_entries(from_index, max_bytes, self._committed)
 
     def wait_committed(self, index: int, timeout: float) -> bool:
         with self._cond:

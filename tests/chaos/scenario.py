@@ -170,6 +170,16 @@ class Scenario:
         return self.catch_up(name, since=started)
 
     # -- the end --------------------------------------------------------------------------
+    def heal_and_finish(self, *rejoining: str) -> dict[str, Any]:
+        """Heal every fault, wait until each of ``rejoining`` caught up and 200 more sends
+        were acknowledged, then verify the history (``finish``)."""
+        self.brokers.heal()
+        self.event("healed")
+        for name in rejoining:
+            self.catch_up(name)
+        self.workload.wait_more_acked(200, 30)
+        return self.finish()
+
     def finish(self, *, exactly_once: bool = True) -> dict[str, Any]:
         try:
             return self._finish(exactly_once)

@@ -62,11 +62,7 @@ def test_leader_isolated_then_healed(make_scenario: MakeScenario) -> None:
     s.brokers.wait_status(old, lambda st: st["role"] != "leader", 10, "the isolated leader stepping down")
     s.event(f"{old} stepped down")
     s.workload.wait_more_acked(300, 30)
-    s.brokers.heal()
-    s.event("healed")
-    s.catch_up(old)
-    s.workload.wait_more_acked(200, 30)
-    s.finish()
+    s.heal_and_finish(old)
 
 
 def test_leader_cut_from_peers_while_clients_reach_it(make_scenario: MakeScenario) -> None:
@@ -78,11 +74,7 @@ def test_leader_cut_from_peers_while_clients_reach_it(make_scenario: MakeScenari
     cut_at = s.event(f"cut leader {old} from its peers (clients still reach it)")
     s.failover_after(cut_at)
     s.workload.wait_more_acked(300, 30)
-    s.brokers.heal()
-    s.event("healed")
-    s.catch_up(old)
-    s.workload.wait_more_acked(200, 30)
-    s.finish()
+    s.heal_and_finish(old)
 
 
 def test_follower_isolated_then_healed(make_scenario: MakeScenario) -> None:
@@ -93,11 +85,7 @@ def test_follower_isolated_then_healed(make_scenario: MakeScenario) -> None:
     s.brokers.isolate(follower)
     s.event(f"isolated follower {follower}")
     s.workload.wait_more_acked(600, 30)
-    s.brokers.heal()
-    s.event("healed")
-    s.catch_up(follower)
-    s.workload.wait_more_acked(200, 30)
-    s.finish()
+    s.heal_and_finish(follower)
 
 
 def test_follower_cut_from_peers_while_clients_reach_it(make_scenario: MakeScenario) -> None:
@@ -109,11 +97,7 @@ def test_follower_cut_from_peers_while_clients_reach_it(make_scenario: MakeScena
     s.brokers.isolate(follower, clients=False)
     s.event(f"cut follower {follower} from its peers (clients still reach it)")
     s.workload.wait_more_acked(600, 30)
-    s.brokers.heal()
-    s.event("healed")
-    s.catch_up(follower)
-    s.workload.wait_more_acked(200, 30)
-    s.finish()
+    s.heal_and_finish(follower)
 
 
 @pytest.mark.parametrize("direction", ["leader_to_follower", "follower_to_leader"])
@@ -127,11 +111,7 @@ def test_one_way_partition(make_scenario: MakeScenario, direction: str) -> None:
     s.event(f"one-way cut {src} -> {dst}")
     s.workload.wait_more_acked(500, 30)
     s.event(f"leader now {s.leader()}")
-    s.brokers.heal()
-    s.event("healed")
-    s.catch_up(follower)
-    s.workload.wait_more_acked(200, 30)
-    s.finish()
+    s.heal_and_finish(follower)
 
 
 def test_latency_on_every_link(make_scenario: MakeScenario) -> None:
@@ -140,10 +120,7 @@ def test_latency_on_every_link(make_scenario: MakeScenario) -> None:
     s.brokers.latency_everywhere(100, 80)
     s.event("latency 100+/-80 ms on every link")
     s.workload.wait_more_acked(150, 40)
-    s.brokers.heal()
-    s.event("healed")
-    s.workload.wait_more_acked(200, 30)
-    s.finish()
+    s.heal_and_finish()
 
 
 def test_reset_peer_storms_on_client_links(make_scenario: MakeScenario) -> None:

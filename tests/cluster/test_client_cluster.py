@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from client import Admin, ConsumeStatus, Message, PushConsumer
+from client import ConsumeStatus, Message, PushConsumer
 from client.aio import AsyncProducer
 from client.errors import ClientError
 from raftmq.local_group import LocalGroup
-from tests.support.broker_group import running_brokers, servers
+from tests.support.broker_group import create_topic, running_brokers, servers
 from tests.support.message_history import MessageHistory
 from tests.support.procs import wait_until
 
@@ -46,9 +46,7 @@ def test_ordered_sends_survive_two_leader_kills(brokers: LocalGroup) -> None:
     with SIGKILL twice: the orderly consumer sees every acknowledged message of each key
     exactly once and in order."""
     keys, per_key = 8, 2000
-    admin = Admin(servers=servers(brokers))
-    admin.create_topic("orders", queues=8)
-    admin.close()
+    create_topic(brokers, "orders", 8)
     history = MessageHistory()
     consumer = recording_consumer(brokers, history, "c1", orderly=True)
     progress = [0]
@@ -93,9 +91,7 @@ def test_ordered_sends_survive_two_leader_kills(brokers: LocalGroup) -> None:
 
 @pytest.mark.slow
 def test_consumer_group_rebalances_when_a_member_leaves(brokers: LocalGroup) -> None:
-    admin = Admin(servers=servers(brokers))
-    admin.create_topic("orders", queues=8)
-    admin.close()
+    create_topic(brokers, "orders", 8)
     history = MessageHistory()
     members = [recording_consumer(brokers, history, f"c{i}", rebalance_interval=2.0) for i in range(3)]
     try:
@@ -126,9 +122,7 @@ def test_consumer_group_rebalances_when_a_member_leaves(brokers: LocalGroup) -> 
 
 @pytest.mark.slow
 def test_consumption_continues_from_a_follower_while_no_leader_exists(brokers: LocalGroup) -> None:
-    admin = Admin(servers=servers(brokers))
-    admin.create_topic("orders", queues=4)
-    admin.close()
+    create_topic(brokers, "orders", 4)
     history = MessageHistory()
 
     async def send() -> None:

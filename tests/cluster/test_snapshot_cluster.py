@@ -22,11 +22,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from client import Admin, Message, Producer, PullConsumer
+from client import Message, Producer, PullConsumer
 from client.queues import MessageQueue
 from dledger.config import MAX_ENTRY_BYTES
 from raftmq.local_group import LocalGroup
-from tests.support.broker_group import running_brokers, servers
+from tests.support.broker_group import create_topic, running_brokers, servers
 from tests.support.procs import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -46,14 +46,6 @@ def brokers(tmp_path: Path) -> Iterator[LocalGroup]:
 def http(group: LocalGroup, name: str, path: str) -> Any:
     with urllib.request.urlopen(f"http://{group.nodes[name].http}{path}", timeout=5) as resp:
         return json.loads(resp.read())
-
-
-def create_topic(group: LocalGroup, topic: str, queues: int) -> None:
-    admin = Admin(servers=servers(group))
-    try:
-        admin.create_topic(topic, queues=queues)
-    finally:
-        admin.close()
 
 
 def send(group: LocalGroup, n: int, start: int, topic: str = "orders") -> None:

@@ -20,10 +20,11 @@ from typing import Any
 
 import pytest
 
-from client import Admin, Message, MessageQueue
+from client import Message, MessageQueue
 from client.aio import AsyncProducer
 from client.queues import shard_queue
 from raftmq.local_group import LocalGroup
+from tests.support.broker_group import create_topic as create_topic  # re-exported for the spark tests
 from tests.support.broker_group import running_brokers, servers
 
 SPARK_ENV = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
@@ -52,14 +53,6 @@ def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGroup]:
     with running_brokers(tmp_path_factory.mktemp("brokers"), segment_bytes=16 << 20,
                          log_level="WARNING") as group:
         yield group
-
-
-def create_topic(group: LocalGroup, topic: str, queues: int) -> None:
-    admin = Admin(servers=servers(group))
-    try:
-        admin.create_topic(topic, queues=queues)
-    finally:
-        admin.close()
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Any
 
 from raftmq.local_group import LocalGroup
 
-__all__ = ["running_brokers", "servers"]
+__all__ = ["create_topic", "running_brokers", "servers"]
 
 
 @contextlib.contextmanager
@@ -31,3 +31,13 @@ def running_brokers(base: Path, *, segment_bytes: int = 4 << 20, log_level: str 
 def servers(group: LocalGroup) -> list[str]:
     """The nodes' client addresses (``servers=`` of the client)."""
     return [p.http for p in group.nodes.values()]
+
+
+def create_topic(group: LocalGroup, topic: str, queues: int) -> None:
+    from client import Admin  # the client only where a test needs it
+
+    admin = Admin(servers=servers(group))
+    try:
+        admin.create_topic(topic, queues=queues)
+    finally:
+        admin.close()

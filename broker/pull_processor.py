@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgpack
 
@@ -33,6 +33,9 @@ from dledger.log import Log
 from protocol.message_format import MessageFormatError, decode_message
 from protocol.remoting import Frame, FrameError, ResponseCode, ext_int, ext_ints, ext_str
 from protocol.sql_filter import FilterSyntaxError, SqlFilter, compile_filter
+
+if TYPE_CHECKING:
+    from broker.consume_queue import ConsumeQueue
 
 __all__ = ["LEADERLESS_SUSPEND_S", "MAX_FILTER_SCAN", "MAX_PULL", "MAX_SUSPEND_MS", "PULL_BODY_BYTES",
            "PullProcessor"]
@@ -84,13 +87,7 @@ class PullProcessor:
         leaderless = self._rlog.leader is None
         if leaderless:
             suspend_s = min(suspend_s, LEADERLESS_SUSPEND_S)
-        deadline = loop.time() + suspend_s
-        while True:
-            cq = self._machine.queue(topic, queue_id)
-            max_offset = cq.max_offset if cq is not None else 0
-            if offset < max_offset or loop.time() >= deadline:
-                break
-            await self._signal.wait(deadline - loop.time())
+        cq, max_offset = await self._await_messages(topic, queue_id, offset, loop.time() + suspend_s)
         if cq is None or offset >= max_offset:
             if offset > max_offset:
                 return frame.response(ResponseCode.PULL_OFFSET_MOVED,
@@ -104,16 +101,41 @@ class PullProcessor:
         filtered = wanted_set is not None or sql is not None
         read = cq.read(offset, MAX_FILTER_SCAN if filtered else max_msgs)
         units = read.units
-        next_offset = read.next_offset
         if wanted_set is not None:
             units = [(off, u) for off, u in units if u.tag_hash in wanted_set]
+        rows, next_offset, gone_at = self._rows(units, read.next_offset, max_msgs, sql, filtered)
+        if gone_at is not None:  # retention deleted the first message while this pull read the queue
+            low = self._machine.retained_min_offset(cq, self._rlog.commitlog.start_position)
+            return frame.response(ResponseCode.PULL_OFFSET_MOVED,
+                                  ext={"nextOffset": max(low, gone_at + 1), "minOffset": low})
+        self._metrics.pulled.inc(len(rows))
+        self._metrics.pull_serve.observe(loop.time() - served_from)
+        return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(rows),
+                              ext={"nextOffset": next_offset, "maxOffset": max_offset,
+                                   "leaderless": leaderless})
+
+    async def _await_messages(self, topic: str, queue_id: int, offset: int,
+                              deadline: float) -> tuple[ConsumeQueue | None, int]:
+        """The long poll: the queue and its end once it holds ``offset`` or at ``deadline``."""
+        loop = asyncio.get_running_loop()
+        while True:
+            cq = self._machine.queue(topic, queue_id)
+            max_offset = cq.max_offset if cq is not None else 0
+            if offset < max_offset or loop.time() >= deadline:
+                return cq, max_offset
+            await self._signal.wait(deadline - loop.time())
+
+    def _rows(self, units: list[tuple[int, Any]], next_offset: int, max_msgs: int,
+              sql: SqlFilter | None, filtered: bool) -> tuple[list[list[object]], int, int | None]:
+        """The page's rows ``[offset, position, store time, message bytes]`` within
+        PULL_BODY_BYTES, the offset to pull next, and the offset of a message retention
+        deleted before any row was read (None: none)."""
         rows: list[list[object]] = []
         size = 0
         entry = _EntryWindow(self._rlog.commitlog)  # consecutive messages share an entry: one read
         for off, unit in units:
             if rows and size + unit.size + _ROW_OVERHEAD > PULL_BODY_BYTES:
-                next_offset = off  # the rest on the next pull
-                break
+                return rows, off, None  # the rest on the next pull
             try:
                 data = entry.slice(unit.position, unit.size)
                 stamp = entry.stamp
@@ -121,24 +143,14 @@ class PullProcessor:
                     data = read_message(self._rlog.commitlog, unit.position, unit.size)
                     stamp = self._store_time(unit.position)
             except MessageGone:  # retention deleted it while this pull read the queue
-                if rows:
-                    next_offset = off
-                    break
-                low = self._machine.retained_min_offset(cq, self._rlog.commitlog.start_position)
-                return frame.response(ResponseCode.PULL_OFFSET_MOVED,
-                                      ext={"nextOffset": max(low, off + 1), "minOffset": low})
+                return (rows, off, None) if rows else (rows, off, off)
             if sql is not None and not sql.matches(_properties(data)):
                 continue
             rows.append([off, unit.position, stamp, data])
             size += unit.size + _ROW_OVERHEAD
             if len(rows) == max_msgs and filtered:
-                next_offset = off + 1
-                break
-        self._metrics.pulled.inc(len(rows))
-        self._metrics.pull_serve.observe(loop.time() - served_from)
-        return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(rows),
-                              ext={"nextOffset": next_offset, "maxOffset": max_offset,
-                                   "leaderless": leaderless})
+                return rows, off + 1, None
+        return rows, next_offset, None
 
     def _sql_filter(self, expression: str | None) -> SqlFilter | None:
         if expression is None:

@@ -238,33 +238,36 @@ class ReplicatedLog:
         if self._node._methodToID.get("_append_v0", APPEND_FUNC_ID) != APPEND_FUNC_ID:
             raise RuntimeError("pysyncobj numbered the append method unexpectedly")
         self._wakeup = PipeNotifier(self._node._poller)
-        self._node.addOnTickCallback(self._watch_leadership)
-        self._prevote = PreVote(self._node, lambda: config.election_timeout_ms[0] / 1000,
-                                lambda: (self._conf.raftMinTimeout, self._conf.raftMaxTimeout))
-        self._fetch = SnapshotFetch(
-            config.data_dir, members=lambda: list(self._node._SyncObj__otherNodes),
-            leader=self._node._getLeader, send=lambda node, m: self._transport.send(node, m),
-            snapshot_bytes=lambda i: self._snapshots.snapshot_bytes(i) if self._snapshots else None,
-            done=lambda index, data: atomic_write(self._received_path, msgpack.packb([index, data])))
-        self._transport.intercept = (
-            lambda node, m: self._prevote.on_message(node, m) or self._fetch.on_message(node, m))
-        self._node.addOnTickCallback(self._prevote.tick)
-        self._node.addOnTickCallback(self._fetch.tick)
-        self._node.addOnTickCallback(self._watch_membership)
+        self._applied_floor: Callable[[], int] = lambda: self.committed_index
+        self._next_retention = time.monotonic() + config.retention_check_s
+        self._behind_reported: set[str] = set()
+        self._attach_to_ticks()
         if self._learner:
             log.warning("%s is not a member of group %s yet: it catches up as a learner (no vote, "
                         "no candidacy) until a member adds it (raftmq replica add)",
                         config.node, config.group)
             self.stand_for_election(False, NOT_A_MEMBER)
-        self._applied_floor: Callable[[], int] = lambda: self.committed_index
-        self._next_retention = time.monotonic() + config.retention_check_s
-        self._behind_reported: set[str] = set()
-        self._node.addOnTickCallback(self._retention_tick)
         self._flusher: threading.Thread | None = None
         if not sync:
             self._flusher = threading.Thread(target=self._flush_loop, name="dledger-flush",
                                              daemon=True)
             self._flusher.start()
+
+    def _attach_to_ticks(self) -> None:
+        """What runs on pysyncobj's tick thread besides Raft: leadership events, pre-vote,
+        snapshot transfers (both on pysyncobj's peer connections), membership, retention."""
+        self._prevote = PreVote(self._node, lambda: self.config.election_timeout_ms[0] / 1000,
+                                lambda: (self._conf.raftMinTimeout, self._conf.raftMaxTimeout))
+        self._fetch = SnapshotFetch(
+            self.config.data_dir, members=lambda: list(self._node._SyncObj__otherNodes),
+            leader=self._node._getLeader, send=lambda node, m: self._transport.send(node, m),
+            snapshot_bytes=lambda i: self._snapshots.snapshot_bytes(i) if self._snapshots else None,
+            done=lambda index, data: atomic_write(self._received_path, msgpack.packb([index, data])))
+        self._transport.intercept = (
+            lambda node, m: self._prevote.on_message(node, m) or self._fetch.on_message(node, m))
+        for tick in (self._watch_leadership, self._prevote.tick, self._fetch.tick,
+                     self._watch_membership, self._retention_tick):
+            self._node.addOnTickCallback(tick)
 
     def _syncobj_conf(self, journal_key: str) -> SyncObjConf:
         c = self.config

@@ -42,20 +42,38 @@ def http_reply(reply: Frame) -> web.Response:
 
 
 def admin_routes(server: BrokerServer) -> list[web.RouteDef]:
-    async def metrics(request: web.Request) -> web.Response:
-        return web.Response(body=server.metrics.exposition(), content_type=METRICS_CONTENT_TYPE,
+    return AdminApi(server).routes()
+
+
+class AdminApi:
+    """One handler per admin route (module docstring), over one ``BrokerServer``."""
+
+    def __init__(self, server: BrokerServer) -> None:
+        self._server = server
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.get("/metrics", self.metrics), web.get("/admin/topics", self.admin_topics),
+                web.post("/admin/topics", self.admin_create_topic),
+                web.get("/admin/cluster", self.admin_cluster),
+                web.get("/admin/groups/{group}/offsets", self.admin_group),
+                web.get("/admin/messages", self.admin_messages),
+                web.post("/admin/leader/transfer", self.admin_transfer)]
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=self._server.metrics.exposition(), content_type=METRICS_CONTENT_TYPE,
                             charset="utf-8")
 
-    async def admin_topics(request: web.Request) -> web.Response:
+    async def admin_topics(self, request: web.Request) -> web.Response:
         out = {}
-        for topic, cfg in sorted(server.machine.topics.items()):
-            queues = [server.machine.queue(topic, q) for q in range(cfg.queues)]
+        for topic, cfg in sorted(self._server.machine.topics.items()):
+            queues = [self._server.machine.queue(topic, q) for q in range(cfg.queues)]
             out[topic] = {"queues": cfg.queues, "perm": cfg.perm,
                           "max_offsets": [q.max_offset if q else 0 for q in queues]}
         return web.json_response(out)
 
-    async def admin_cluster(request: web.Request) -> web.Response:
+    async def admin_cluster(self, request: web.Request) -> web.Response:
         """This group as this replica sees it: replicas, leader, Raft status, consumers."""
+        server = self._server
         status = server.rlog.status()
         leader = server.rlog.leader
         machine = server.machine
@@ -67,17 +85,17 @@ def admin_routes(server: BrokerServer) -> list[web.RouteDef]:
                           for g, members in server.consumers.groups().items()},
             "held": {"delayed": len(machine.timers), "transaction_halves": len(machine.halves)}})
 
-    async def admin_create_topic(request: web.Request) -> web.Response:
+    async def admin_create_topic(self, request: web.Request) -> web.Response:
         try:
             doc = await request.json()
             ext = {"topic": doc["topic"], "queues": int(doc.get("queues", 8)),
                    "perm": int(doc.get("perm", int(Perm.READ_WRITE)))}
         except (ValueError, KeyError, TypeError):
             return web.json_response({"error": "body must be JSON with topic, queues, perm"}, status=400)
-        reply = await server.handle(Frame.request(RequestCode.CREATE_TOPIC, 0, ext))
+        reply = await self._server.handle(Frame.request(RequestCode.CREATE_TOPIC, 0, ext))
         return http_reply(reply)
 
-    async def admin_transfer(request: web.Request) -> web.Response:
+    async def admin_transfer(self, request: web.Request) -> web.Response:
         """POST /admin/leader/transfer {"to": node (optional)} on the leader."""
         try:
             doc = await request.json() if request.can_read_body else {}
@@ -87,30 +105,30 @@ def admin_routes(server: BrokerServer) -> list[web.RouteDef]:
         except ValueError:
             return web.json_response({"error": 'body must be JSON {"to": "n2"} or empty'}, status=400)
         try:
-            new = await server.transfer_leadership(to)
+            new = await self._server.transfer_leadership(to)
         except ValueError as e:
             return web.json_response({"error": str(e)}, status=400)
         except (NotLeader, NoLeader) as e:
-            leader = server.rlog.leader
+            leader = self._server.rlog.leader
             return web.json_response({"error": str(e), "leader": leader,
-                                      "leader_address": server.addresses.get(leader or "")}, status=421)
+                                      "leader_address": self._server.addresses.get(leader or "")}, status=421)
         if new is None:
             return web.json_response({"error": "the leadership did not move within 3 s (is the target "
                                                "up and caught up?); this node still leads"}, status=503)
-        return web.json_response({"leader": new, "leader_address": server.addresses.get(new)})
+        return web.json_response({"leader": new, "leader_address": self._server.addresses.get(new)})
 
-    async def admin_group(request: web.Request) -> web.Response:
+    async def admin_group(self, request: web.Request) -> web.Response:
         return web.json_response({"group": request.match_info["group"],
-                                  "queues": server.lag_rows(request.match_info["group"])})
+                                  "queues": self._server.lag_rows(request.match_info["group"])})
 
-    async def admin_messages(request: web.Request) -> web.Response:
+    async def admin_messages(self, request: web.Request) -> web.Response:
         if "msgId" in request.query:
             frame = Frame.request(RequestCode.VIEW_MESSAGE_BY_ID, 0, {"msgId": request.query["msgId"]})
         elif "key" in request.query:
             frame = Frame.request(RequestCode.QUERY_MESSAGE, 0, {"key": request.query["key"]})
         else:
             return web.json_response({"error": "give key=... or msgId=..."}, status=400)
-        reply = await server.handle(frame)
+        reply = await self._server.handle(frame)
         if reply.code != ResponseCode.SUCCESS:
             return http_reply(reply)
         out = []
@@ -120,9 +138,3 @@ def admin_routes(server: BrokerServer) -> list[web.RouteDef]:
                         "topic": m.topic, "queue_id": m.queue_id, "tags": m.tags, "keys": list(m.keys),
                         "properties": m.properties, "body_base64": base64.b64encode(m.body).decode()})
         return web.json_response(out)
-
-    return [web.get("/metrics", metrics), web.get("/admin/topics", admin_topics),
-            web.post("/admin/topics", admin_create_topic), web.get("/admin/cluster", admin_cluster),
-            web.get("/admin/groups/{group}/offsets", admin_group),
-            web.get("/admin/messages", admin_messages),
-            web.post("/admin/leader/transfer", admin_transfer)]

@@ -238,6 +238,11 @@ class SnapshotFetch:
             else:
                 chunk = data[offset:offset + CHUNK_BYTES]
                 reply.update(total=len(data), sha256=sha, data=chunk, crc32=zlib.crc32(chunk))
+                who = getattr(node, "name", None) or getattr(node, "address", node)
+                if offset == 0:
+                    log.info("sending the state snapshot at %d (%d bytes) to %s", index, len(data), who)
+                elif chunk and offset + len(chunk) == len(data):
+                    log.info("sent the last chunk of the state snapshot at %d to %s", index, who)
         self._send(node, reply)
 
     def _held(self, index: int) -> tuple[bytes, str] | None:

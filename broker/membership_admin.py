@@ -7,10 +7,11 @@
                                               {"op": "remove", "name"}
 
 An ``add`` is refused (409, with how far behind) until the new replica -- started
-with ``[group] join = true`` -- has caught up as a learner: its committed index is
-within ``CATCH_UP_SLACK`` entries of the leader's, read from its ``/status`` at
-``client``. Only then is the change proposed, so the replica counts for the majority
-only once it can acknowledge new entries at once (Raft thesis §4.2.1). A ``remove`` of
+with ``[group] join = true`` -- has caught up as a learner: its *applied* index is
+within ``CATCH_UP_SLACK`` entries of the leader's committed index and its apply step is
+not waiting for a snapshot, read from its ``/status`` at ``client``. Only then is the
+change proposed, so the replica counts for the majority only once it can acknowledge new
+entries at once and holds the group's state, not just its log (Raft thesis §4.2.1). A ``remove`` of
 the leader itself is refused: transfer the leadership first. Any node that is not
 the leader answers 421 naming the leader.
 """
@@ -54,7 +55,10 @@ async def _learner_lag(server: BrokerServer, member: Member) -> tuple[int | None
     if doc.get("group") != server.rlog.config.group or doc.get("node") != member.name:
         return None, (f"{member.client} is replica {doc.get('node')!r} of group {doc.get('group')!r}, "
                       f"not {member.name} of {server.rlog.config.group}")
-    return max(0, server.rlog.committed_index - int(doc.get("commit_index", 0))), ""
+    if doc.get("apply_stalled"):
+        return None, f"{member.name} is still catching up: {doc['apply_stalled']}"
+    held = min(int(doc.get("commit_index", 0)), int(doc.get("applied_index", 0)))
+    return max(0, server.rlog.committed_index - held), ""
 
 
 def member_routes(server: BrokerServer) -> list[web.RouteDef]:

@@ -29,6 +29,7 @@ __all__ = ["Applier", "StateMachine"]
 log = logging.getLogger("dledger.applier")
 
 _STALLED = "its state machine waits for a snapshot"
+STALL_RECHECK_S = 0.1  # while stalled: how often the received snapshot is looked for
 
 
 class StateMachine(Protocol):
@@ -129,7 +130,9 @@ class Applier:
             log.error("cannot apply: %s; waiting for the leader to send one", why)
             self._rlog.stand_for_election(False, _STALLED)  # it cannot lead with an old state
         self.stalled = why
-        self._stop.wait(1.0)
+        # the snapshot arrives as a file (ReplicatedLog.received_snapshot): look again soon,
+        # so a fetched snapshot is installed within a tenth of a second
+        self._stop.wait(STALL_RECHECK_S)
 
     def stop(self) -> None:
         self._stop.set()

@@ -29,7 +29,9 @@
      held entry + 1, which every replica holds identically.
 
 On the receive path, ``intercept`` (``dledger.prevote``) sees every message first and
-consumes pre-vote's own two message types.
+consumes pre-vote's own two message types. Accepted connections are bounded before they
+have proved they belong to the group (``dledger.peer_guard``): frame sizes, bytes, how many
+may be in their handshake at once and for how long.
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ from typing import Any
 from pysyncobj.dns_resolver import globalDnsResolver
 from pysyncobj.node import TCPNode
 from pysyncobj.transport import TCPTransport
+
+from dledger.peer_guard import PendingHandshakes, install
+
+install()
 
 __all__ = ["GroupTransport", "PeerNode", "make_transport_class"]
 
@@ -79,9 +85,19 @@ class GroupTransport(TCPTransport):
     intercept: Callable[[Any, dict[str, Any]], bool] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._handshakes = PendingHandshakes()
         super().__init__(*args, **kwargs)
         if self.created is not None:
             self.created(self)
+
+    # -- strangers: bounded in number and time until they are matched to a node -------
+    def _onNewIncomingConnection(self, conn: Any) -> None:
+        super()._onNewIncomingConnection(conn)
+        self._handshakes.accepted(conn, self._unknownConnections)
+
+    def _onTick(self) -> None:
+        super()._onTick()
+        self._handshakes.sweep(self._unknownConnections)
 
     # -- a learner dials everyone and introduces itself as read-only ---------------
     def _learning(self) -> bool:

@@ -236,10 +236,12 @@ class BrokerStateMachine:
                 snap = self.snapshots.load(index)
                 if snap is not None:
                     self._digests[index] = snap.digest
-        self._restore_queues(state.get("queues", {}))
-        self.index = IndexService(store / "index", index_slots, index_entries)
         mark = state.get("index_mark")
-        self.index.rollback(None if mark is None else (mark[0], IndexHeader(*mark[1])))
+        index_mark = None if mark is None else (mark[0], IndexHeader(*mark[1]))
+        covered = -1 if index_mark is None else index_mark[1].end_position
+        self._restore_queues(state.get("queues", {}), covered)
+        self.index = IndexService(store / "index", index_slots, index_entries)
+        self.index.rollback(index_mark)
 
     # -- StateMachine contract -------------------------------------------------
     def applied_index(self) -> int:
@@ -728,8 +730,14 @@ class BrokerStateMachine:
             self._queues.pop(key).close()
         shutil.rmtree(self._cq_root / topic_directory(topic), ignore_errors=True)
 
-    def _restore_queues(self, next_offsets: dict[str, dict[int, int]]) -> None:
-        """Open every queue the checkpoint knows and cut what was applied after it."""
+    def _restore_queues(self, next_offsets: dict[str, dict[int, int]], covered: int) -> None:
+        """Open every queue the checkpoint knows and cut what was applied after it.
+
+        ``covered``: the CommitLog position of the last message the checkpoint covers (its
+        index mark's end; -1 if none). A queue's files hold the checkpoint's queue only if its
+        unit before the checkpoint's next offset is at or below it (or the files start at that
+        offset, as after a snapshot install); otherwise they are a topic's created again after
+        a delete the checkpoint does not know, and go: the replay deletes and recreates it."""
         topic_of = {topic_directory(t): t for t in next_offsets}
         for topic_dir in sorted(p for p in self._cq_root.iterdir() if p.is_dir()):
             topic = topic_of.get(topic_dir.name)
@@ -743,13 +751,20 @@ class BrokerStateMachine:
                     shutil.rmtree(queue_dir)
                     continue
                 cq = ConsumeQueue(queue_dir, self._units)
-                if cq.max_offset > known[qid]:
-                    cq.truncate_from(known[qid])
+                end = known[qid]
+                if end > cq.min_offset and not (end <= cq.max_offset and cq.get(end - 1).position <= covered):
+                    log.info("queue %s/%s: its files are of the topic created again after the checkpoint; "
+                             "they go, the replay makes them again", topic, qid)
+                    cq.close()
+                    shutil.rmtree(queue_dir)
+                    continue  # restarted at the checkpoint's offset below
+                if cq.max_offset > end:
+                    cq.truncate_from(end)
                 self._queues[(topic, qid)] = cq
-        # A queue the checkpoint knows but whose files are gone: its topic was deleted after the
-        # checkpoint, and the replay applies messages to it again before deleting it again. It
-        # restarts at the checkpoint's next offset, so they get the offsets they got the first
-        # time (the producer table and the ConsumeQueue hash record them).
+        # A queue the checkpoint knows but whose files are gone (or were the new topic's): its
+        # topic was deleted after the checkpoint, and the replay applies messages to it again
+        # before deleting it again. It restarts at the checkpoint's next offset, so they get the
+        # offsets they got the first time (the producer table and the ConsumeQueue hash record them).
         for topic, by_queue in next_offsets.items():
             for qid, next_offset in by_queue.items():
                 if (topic, int(qid)) not in self._queues and next_offset > 0:

@@ -661,3 +661,43 @@ def test_a_replay_over_a_topic_deleted_after_the_checkpoint_gives_the_same_offse
                 again._replicated_state(again._next_offsets())) == want
     finally:
         again.close()
+
+
+def test_a_topic_deleted_and_created_again_after_the_checkpoint_replays_alike(tmp_path: Path) -> None:
+    """Deleted and created again after the checkpoint, a topic's queue directory holds the new
+    topic's files when the replica restarts: they are not the queue the checkpoint describes
+    (shorter, or longer, than its next offset), so the replay must not continue them -- the
+    messages applied again before the delete get the offsets they got the first time, and the
+    state digests stay the peers'."""
+    from broker.commands import LockQueue
+
+    for recreated in (7, 1):  # the new topic's queue: longer, then shorter than the checkpoint's
+        log = Log()
+        log.add([encode_admin(CreateTopic("t", 1))])
+        log.add([msg("t", i, producer_id="p", sequence=i) for i in range(5)])
+        log.add([msg("t", 10 + i) for i in range(2)])  # after the checkpoint below
+        log.add([encode_admin(DeleteTopic("t")), encode_admin(CreateTopic("t", 1))])
+        log.add([msg("t", 20 + i) for i in range(recreated)])
+        log.add([encode_admin(LockQueue("g", "c", "t", 0, True))])
+        root = tmp_path / str(recreated)
+        full = BrokerStateMachine(root / "full", index_slots=8, index_entries=64, digest_every=1)
+        full.apply(log.entries)
+        crashed = BrokerStateMachine(root / "crashed", index_slots=8, index_entries=64, digest_every=1)
+        crashed.apply(log.entries[:2])
+        crashed.checkpoint()
+        saved = (root / "crashed" / "state.checkpoint").read_bytes()
+        crashed.apply(log.entries[2:])
+        crashed.close()
+        (root / "crashed" / "state.checkpoint").write_bytes(saved)
+        again = BrokerStateMachine(root / "crashed", index_slots=8, index_entries=64, digest_every=1)
+        assert again.applied_index() == 2
+        cq = again.queue("t", 0)  # the checkpoint's queue, none of the new topic's messages
+        assert cq.max_offset == 5
+        assert all(cq.get(o).position < log.entries[2].position for o in range(cq.min_offset, 5))
+        again.apply(log.entries[2:3])
+        assert [r.queue_offset for r in again.results(3)] == [5, 6]  # as the first time
+        again.apply(log.entries[3:])
+        assert again.recent_digests() == {i: d for i, d in full.recent_digests().items() if i > 2}
+        full.close()
+        again.close()
+        files_equal(root / "full" / "consumequeue", root / "crashed" / "consumequeue")

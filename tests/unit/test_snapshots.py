@@ -107,7 +107,8 @@ def test_a_replica_given_the_snapshot_and_the_log_after_it_ends_with_its_peers_s
         assert new.topics == peer.topics and "gone" not in new.topics
         assert new.offsets == peer.offsets
         assert new.timers.state() == peer.timers.state() and len(new.timers) == 6
-        assert new._producers == peer._producers and new._locks == peer._locks
+        assert new._state.producers.state() == peer._state.producers.state()
+        assert new._state.locks.state() == peer._state.locks.state()
         last = max(peer.recent_digests())
         assert new.recent_digests()[last] == peer.recent_digests()[last]
         for qid in range(4):

@@ -643,7 +643,7 @@ def test_a_replay_over_a_topic_deleted_after_the_checkpoint_gives_the_same_offse
 
     whole = BrokerStateMachine(tmp_path / "whole", index_slots=8, index_entries=64)
     whole.apply(log.entries)
-    want = (whole._producers, whole.recent_digests(), whole._replicated_state(whole._next_offsets()))
+    want = (whole._state.producers.state(), whole.recent_digests(), whole._state.state())
     whole.close()
 
     crashed = BrokerStateMachine(tmp_path / "crashed", index_slots=8, index_entries=64)
@@ -656,9 +656,8 @@ def test_a_replay_over_a_topic_deleted_after_the_checkpoint_gives_the_same_offse
     again = BrokerStateMachine(tmp_path / "crashed", index_slots=8, index_entries=64)
     try:
         again.apply(log.entries[again.applied_index():])
-        assert "p\x00t\x000" not in again._producers  # deleted with its topic, as the first time
-        assert (again._producers, again.recent_digests(),
-                again._replicated_state(again._next_offsets())) == want
+        assert "p\x00t\x000" not in again._state.producers.state()  # deleted with its topic, as before
+        assert (again._state.producers.state(), again.recent_digests(), again._state.state()) == want
     finally:
         again.close()
 

@@ -3,6 +3,7 @@ lost the log before it, yielding exactly its peers' state (in memory, no network
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,16 @@ from broker.snapshot import Snapshot, SnapshotError
 from broker.state_machine import BrokerStateMachine
 from dledger.entry_format import Entry, EntryKind, record_size
 from protocol.message_format import Message, encode_message
+from tests.support.ram_dir import ram_dir
 
 SEGMENT = 4096
 T0 = 1_700_000_000_000
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """pytest's ``tmp_path``, in RAM (``tests.support.ram_dir``: these tests fsync a lot)."""
+    yield from ram_dir()
 
 
 class SegmentedLog:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import filecmp
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,6 +31,13 @@ from broker.state_machine import BrokerStateMachine, Outcome
 from dledger.commitlog import CommitLog
 from dledger.entry_format import Entry, EntryKind, record_size
 from protocol.message_format import Message, decode_message, encode_message
+from tests.support.ram_dir import RAM_DIR, ram_dir
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """pytest's ``tmp_path``, in RAM (``tests.support.ram_dir``: these tests fsync a lot)."""
+    yield from ram_dir()
 
 
 class Log:
@@ -209,7 +218,7 @@ def test_apply_is_deterministic_for_any_records(batches: list[list[bytes]], chun
     log = Log()
     for records in batches:
         log.add(records)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=RAM_DIR) as tmp:
         root = Path(tmp)
         for name, step in (("a", 1), ("b", chunk)):
             sm = BrokerStateMachine(root / name, cq_units_per_file=8, index_slots=8, index_entries=32)
@@ -408,7 +417,7 @@ def test_chains_apply_deterministically_and_replay(items: list[tuple], step: int
         else:
             log.noop()
     crash = min(crash, len(log.entries))
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=RAM_DIR) as tmp:
         root = Path(tmp)
         for name, k in (("a", len(log.entries)), ("b", step)):
             sm = BrokerStateMachine(root / name, cq_units_per_file=8, index_slots=8, index_entries=32)

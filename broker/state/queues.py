@@ -24,7 +24,7 @@ from broker.snapshot import cq_hash_prefix, cq_hash_step
 
 __all__ = ["QueueFiles"]
 
-log = logging.getLogger("broker.state_machine")
+log = logging.getLogger("broker.state_machine")  # the apply step's, as before the split
 
 NextOffsets = dict[str, dict[int, int]]
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from broker.commands import Perm
 from protocol.names import DLQ_PREFIX, RETRY_PREFIX
@@ -43,7 +42,8 @@ class Topics(Mapping[str, TopicConfig]):
     def __contains__(self, name: object) -> bool:
         return name in self._configs
 
-    def get(self, name: str, default: Any = None) -> Any:  # as dict.get, without Mapping's try/except
+    def get(self, name: str, default: TopicConfig | None = None) -> TopicConfig | None:  # type: ignore[override]
+        """As ``dict.get`` (no ``Mapping.get`` try/except)."""
         return self._configs.get(name, default)
 
     def create(self, name: str, queues: int, perm: int) -> None:

@@ -26,7 +26,8 @@ and its size is ``total``::
     └──────┴───────┴──────────┴────────┘  └──────┴───────┴──────────┴────────┘  └── ... ──┴──────┘
                               ▲ unit position               size = total = |slice 0| + |slice 1| + |slice 2|
 
-Apply (``broker.state_machine``), deterministic on every replica:
+Apply (``broker.state.chain``, driven by ``broker.state.derived``), deterministic on every
+replica:
 
 * fragment 0 starts a chain (a pending chain is abandoned);
 * fragment k > 0 continues the pending chain if it has the same chain id and

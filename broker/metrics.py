@@ -89,7 +89,7 @@ class _ReplicaCollector(Collector):
                           server.machine.applied_index())
         lag = GaugeMetricFamily("raftmq_consumer_lag", "Retained messages not yet committed by a group",
                                 labels=[*self._labels, "consumer_group", "topic", "queue"])
-        for group in sorted(server.machine.offsets):
+        for group in server.machine.offsets.groups():
             for row in server.lag_rows(group):
                 lag.add_metric([*self._labels.values(), group, row["topic"], str(row["queue"])], row["lag"])
         yield lag

@@ -348,7 +348,7 @@ class BrokerServer:
     # -- HTTP: metrics and admin ----------------------------------------------------------
     def lag_rows(self, group: str) -> list[dict[str, object]]:
         rows = []
-        for topic, by_queue in sorted(self.machine.offsets.get(group, {}).items()):
+        for topic, by_queue in sorted(self.machine.offsets.of_group(group).items()):
             for qid, committed in sorted(by_queue.items()):
                 cq = self.machine.queue(topic, qid)
                 top = cq.max_offset if cq is not None else 0

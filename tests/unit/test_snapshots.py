@@ -3,6 +3,7 @@ lost the log before it, yielding exactly its peers' state (in memory, no network
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,16 @@ from broker.snapshot import Snapshot, SnapshotError
 from broker.state_machine import BrokerStateMachine
 from dledger.entry_format import Entry, EntryKind, record_size
 from protocol.message_format import Message, encode_message
+from tests.support.ram_dir import ram_dir
 
 SEGMENT = 4096
 T0 = 1_700_000_000_000
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """pytest's ``tmp_path``, in RAM (``tests.support.ram_dir``: these tests fsync a lot)."""
+    yield from ram_dir()
 
 
 class SegmentedLog:
@@ -107,7 +115,8 @@ def test_a_replica_given_the_snapshot_and_the_log_after_it_ends_with_its_peers_s
         assert new.topics == peer.topics and "gone" not in new.topics
         assert new.offsets == peer.offsets
         assert new.timers.state() == peer.timers.state() and len(new.timers) == 6
-        assert new._producers == peer._producers and new._locks == peer._locks
+        assert new._state.producers.state() == peer._state.producers.state()
+        assert new._state.locks.state() == peer._state.locks.state()
         last = max(peer.recent_digests())
         assert new.recent_digests()[last] == peer.recent_digests()[last]
         for qid in range(4):

@@ -9,8 +9,10 @@ from __future__ import annotations
 import filecmp
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,6 +31,13 @@ from broker.state_machine import BrokerStateMachine, Outcome
 from dledger.commitlog import CommitLog
 from dledger.entry_format import Entry, EntryKind, record_size
 from protocol.message_format import Message, decode_message, encode_message
+from tests.support.ram_dir import RAM_DIR, ram_dir
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """pytest's ``tmp_path``, in RAM (``tests.support.ram_dir``: these tests fsync a lot)."""
+    yield from ram_dir()
 
 
 class Log:
@@ -209,7 +218,7 @@ def test_apply_is_deterministic_for_any_records(batches: list[list[bytes]], chun
     log = Log()
     for records in batches:
         log.add(records)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=RAM_DIR) as tmp:
         root = Path(tmp)
         for name, step in (("a", 1), ("b", chunk)):
             sm = BrokerStateMachine(root / name, cq_units_per_file=8, index_slots=8, index_entries=32)
@@ -408,7 +417,7 @@ def test_chains_apply_deterministically_and_replay(items: list[tuple], step: int
         else:
             log.noop()
     crash = min(crash, len(log.entries))
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=RAM_DIR) as tmp:
         root = Path(tmp)
         for name, k in (("a", len(log.entries)), ("b", step)):
             sm = BrokerStateMachine(root / name, cq_units_per_file=8, index_slots=8, index_entries=32)
@@ -643,7 +652,7 @@ def test_a_replay_over_a_topic_deleted_after_the_checkpoint_gives_the_same_offse
 
     whole = BrokerStateMachine(tmp_path / "whole", index_slots=8, index_entries=64)
     whole.apply(log.entries)
-    want = (whole._producers, whole.recent_digests(), whole._replicated_state(whole._next_offsets()))
+    want = (whole._state.producers.state(), whole.recent_digests(), whole._state.state())
     whole.close()
 
     crashed = BrokerStateMachine(tmp_path / "crashed", index_slots=8, index_entries=64)
@@ -656,8 +665,47 @@ def test_a_replay_over_a_topic_deleted_after_the_checkpoint_gives_the_same_offse
     again = BrokerStateMachine(tmp_path / "crashed", index_slots=8, index_entries=64)
     try:
         again.apply(log.entries[again.applied_index():])
-        assert "p\x00t\x000" not in again._producers  # deleted with its topic, as the first time
-        assert (again._producers, again.recent_digests(),
-                again._replicated_state(again._next_offsets())) == want
+        assert "p\x00t\x000" not in again._state.producers.state()  # deleted with its topic, as before
+        assert (again._state.producers.state(), again.recent_digests(), again._state.state()) == want
     finally:
         again.close()
+
+
+def test_a_topic_deleted_and_created_again_after_the_checkpoint_replays_alike(tmp_path: Path) -> None:
+    """Deleted and created again after the checkpoint, a topic's queue directory holds the new
+    topic's files when the replica restarts: they are not the queue the checkpoint describes
+    (shorter, or longer, than its next offset), so the replay must not continue them -- the
+    messages applied again before the delete get the offsets they got the first time, and the
+    state digests stay the peers'."""
+    from broker.commands import LockQueue
+
+    for recreated in (7, 1):  # the new topic's queue: longer, then shorter than the checkpoint's
+        log = Log()
+        log.add([encode_admin(CreateTopic("t", 1))])
+        log.add([msg("t", i, producer_id="p", sequence=i) for i in range(5)])
+        log.add([msg("t", 10 + i) for i in range(2)])  # after the checkpoint below
+        log.add([encode_admin(DeleteTopic("t")), encode_admin(CreateTopic("t", 1))])
+        log.add([msg("t", 20 + i) for i in range(recreated)])
+        log.add([encode_admin(LockQueue("g", "c", "t", 0, True))])
+        root = tmp_path / str(recreated)
+        full = BrokerStateMachine(root / "full", index_slots=8, index_entries=64, digest_every=1)
+        full.apply(log.entries)
+        crashed = BrokerStateMachine(root / "crashed", index_slots=8, index_entries=64, digest_every=1)
+        crashed.apply(log.entries[:2])
+        crashed.checkpoint()
+        saved = (root / "crashed" / "state.checkpoint").read_bytes()
+        crashed.apply(log.entries[2:])
+        crashed.close()
+        (root / "crashed" / "state.checkpoint").write_bytes(saved)
+        again = BrokerStateMachine(root / "crashed", index_slots=8, index_entries=64, digest_every=1)
+        assert again.applied_index() == 2
+        cq = again.queue("t", 0)  # the checkpoint's queue, none of the new topic's messages
+        assert cq.max_offset == 5
+        assert all(cq.get(o).position < log.entries[2].position for o in range(cq.min_offset, 5))
+        again.apply(log.entries[2:3])
+        assert [r.queue_offset for r in again.results(3)] == [5, 6]  # as the first time
+        again.apply(log.entries[3:])
+        assert again.recent_digests() == {i: d for i, d in full.recent_digests().items() if i > 2}
+        full.close()
+        again.close()
+        files_equal(root / "full" / "consumequeue", root / "crashed" / "consumequeue")

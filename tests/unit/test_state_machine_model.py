@@ -23,6 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from broker.commands import CommitOffset, CreateTopic, DeleteTopic, encode_admin
 from broker.state_machine import Applied, BrokerStateMachine, Outcome
+from tests.support.ram_dir import RAM_DIR
 from tests.unit.test_state_machine import Log, msg
 
 TOPICS = ["orders", "audit"]
@@ -33,7 +34,7 @@ GROUPS = ["g1", "g2"]
 class ApplyStepModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.root = Path(tempfile.mkdtemp(prefix="sm-model-"))
+        self.root = Path(tempfile.mkdtemp(prefix="sm-model-", dir=RAM_DIR))
         self.log = Log()
         self.sm = self._open()
         self.sm.checkpoint()

@@ -1,0 +1,241 @@
+"""What a broker replica derives from the committed entries, and how each record changes it.
+
+``DerivedState`` composes the replicated tables -- each owning its data, its apply
+operations and its checkpoint form -- with the files derived alongside::
+
+    topics        Topics             name -> queues, permission
+    offsets       ConsumerOffsets    (group, topic, queue) -> committed offset
+    producers     ProducerWindows    (producer, topic, queue) -> last sequence, recent offsets
+    locks         QueueLocks         (group, topic, queue) -> the client holding its consume lock
+    deferral      Deferral           held messages: Timers, Halves (broker.deferred), SendBacks
+    queue_files   QueueFiles         the ConsumeQueues and their running hash
+    index         IndexService       IndexFiles: message keys and ids -> positions
+    chains        ChainCollector     a large message's fragments so far (not replicated)
+    last_store_ms                    the latest store time applied: the apply step's clock,
+                                     by which producers, locks and send-backs expire
+
+``apply_entry`` applies one DATA entry's records in order: messages (stored, held or
+refused), fragments of a chain, admin records (``broker.commands``). Every decision depends
+only on the entries, so every replica derives the same state; ``state`` is its canonical
+form (``broker.snapshot``), what checkpoints and snapshots hold and digests are over.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import astuple
+from pathlib import Path
+from typing import Any
+
+from broker.commands import (
+    CheckHalf,
+    CommitOffset,
+    CreateTopic,
+    DeleteTopic,
+    LockQueue,
+    Perm,
+    RecordKind,
+    RollbackHalf,
+    decode_admin,
+    record_kind,
+)
+from broker.entry_batch import read_records
+from broker.index_file import IndexHeader, IndexService
+from broker.state.chain import ChainCollector, Whole
+from broker.state.deferral import Deferral
+from broker.state.locks import QueueLocks
+from broker.state.offsets import ConsumerOffsets
+from broker.state.outcome import DONE, STORED, Kept, Outcome, kept
+from broker.state.producers import ProducerWindows
+from broker.state.queues import QueueFiles
+from broker.state.topics import TopicConfig, Topics
+from dledger.entry_format import HEADER_SIZE, Entry
+from protocol.message_format import Message, MessageFormatError, decode_message
+from protocol.tags import tag_hash
+
+__all__ = ["DerivedState"]
+
+_PERM_WRITE = int(Perm.WRITE)
+_MESSAGE = int(RecordKind.MESSAGE)
+_FRAGMENT = int(RecordKind.FRAGMENT)
+_HELD = "held: its queue offset is assigned when it is delivered"
+
+
+class DerivedState:
+    """Apply thread only, but for the reads each part allows other threads."""
+
+    def __init__(self, store: Path, checkpoint: dict[str, Any], cq_units_per_file: int,
+                 index_slots: int, index_entries: int) -> None:
+        """The state ``checkpoint`` describes (``broker.state.checkpoint``; empty: none), its
+        files in ``store`` cut back to it."""
+        self._store = store
+        self._index_geometry = (index_slots, index_entries)
+        self.chains = ChainCollector()
+        self._load_tables(checkpoint)
+        mark = checkpoint.get("index_mark")
+        index_mark = None if mark is None else (mark[0], IndexHeader(*mark[1]))
+        self.queue_files = QueueFiles(store / "consumequeue", cq_units_per_file,
+                                      checkpoint.get("cq_hash", b""))
+        self.queue_files.restore(checkpoint.get("queues", {}),
+                                 -1 if index_mark is None else index_mark[1].end_position)
+        self.index = IndexService(store / "index", index_slots, index_entries)
+        self.index.rollback(index_mark)
+
+    def _load_tables(self, state: dict[str, Any]) -> None:
+        self.last_store_ms: int = state.get("last_store_ms", 0)
+        self.topics = Topics(state.get("topics"))
+        self.offsets = ConsumerOffsets(state.get("offsets"))
+        self.producers = ProducerWindows(state.get("producers"))
+        self.locks = QueueLocks(state.get("locks"))
+        self.deferral = Deferral(state)
+
+    # -- applying ----------------------------------------------------------------------
+    def apply_entry(self, entry: Entry) -> list[Kept]:
+        """The results of a DATA entry's records. Units go to ``queue_files``, written by its
+        ``write_appends``."""
+        try:
+            stamp, records = read_records(entry.body)
+        except ValueError as e:
+            self.chains.abandon()
+            return [kept(Outcome.INVALID, reason=f"entry is not a batch: {e}")]
+        base = entry.position + HEADER_SIZE
+        self.last_store_ms = max(self.last_store_ms, stamp)
+        if len(records) == 1:
+            offset, record = records[0]
+            if record_kind(record) == _FRAGMENT:
+                result = self.chains.add(record, base + offset, stamp, entry.index)
+                return [self._apply_message(*result) if isinstance(result, Whole) else result]
+        self.chains.abandon()  # any other entry abandons a pending chain
+        out = []
+        for offset, record in records:
+            kind = record_kind(record)
+            if kind == _MESSAGE:
+                out.append(self._apply_message(record, base + offset, stamp))
+            elif kind == _FRAGMENT:
+                out.append(kept(Outcome.INVALID, reason="a fragment must be the only record of its entry"))
+            else:
+                out.append(self._apply_admin(record, stamp))
+        return out
+
+    def _apply_message(self, record: bytes, position: int, store_ts_ms: int) -> Kept:
+        try:
+            m = decode_message(record)
+        except MessageFormatError as e:
+            return kept(Outcome.INVALID, reason=str(e))
+        topic = self.topics.for_message(m.topic)
+        if topic is None or not topic.perm & _PERM_WRITE or not 0 <= m.queue_id < topic.queues:
+            self.deferral.drop_hold(m)
+            return _refusal(m, topic)
+        producer, sequence = m.producer_id, m.sequence
+        if producer is not None and sequence is not None:  # they come together (message_format)
+            key = (producer, m.topic, m.queue_id)
+            refused = self.producers.admit(key, sequence, self.last_store_ms)
+            if refused is not None:
+                return refused
+        if m.properties:
+            where = self.deferral.route(m, position, len(record), store_ts_ms)
+            if isinstance(where, str):
+                return kept(Outcome.DUPLICATE, m.queue_id, reason=where)
+        else:
+            where = (m.topic, m.queue_id)
+        queue_offset = self.queue_files.append(where, position, len(record), tag_hash(m.tags))
+        self.index.put_keys([*m.keys, m.msg_id.hex()], position, store_ts_ms)
+        # a held message (delayed, a transaction half) has no offset in its queue until it
+        # is delivered: its sender is told -1, not the offset in the internal queue
+        shown = queue_offset if where == (m.topic, m.queue_id) else -1
+        if producer is not None and sequence is not None:
+            self.producers.record(key, sequence, shown, store_ts_ms)
+        if shown < 0:
+            return (STORED, m.queue_id, -1, position, _HELD)
+        return (STORED, m.queue_id, queue_offset, position, "")
+
+    def _apply_admin(self, record: bytes, stamp: int) -> Kept:
+        try:
+            cmd = decode_admin(record)
+        except ValueError as e:
+            return kept(Outcome.INVALID, reason=str(e))
+        match cmd:
+            case CreateTopic():
+                self.topics.create(cmd.topic, cmd.queues, int(cmd.perm))
+            case DeleteTopic():
+                if not self.topics.delete(cmd.topic):
+                    return kept(Outcome.TOPIC_NOT_EXIST, reason=f"no topic {cmd.topic!r}")
+                self._forget_topic(cmd.topic)
+            case CommitOffset():
+                if cmd.topic not in self.topics:
+                    return kept(Outcome.TOPIC_NOT_EXIST, reason=f"no topic {cmd.topic!r}")
+                self.offsets.commit(cmd.group, cmd.topic, cmd.queue_id, cmd.offset)
+            case RollbackHalf():
+                if not self.deferral.halves.resolve(cmd.position):
+                    return kept(Outcome.DUPLICATE, reason="the transaction was already resolved")
+            case CheckHalf():
+                if not self.deferral.halves.checked(cmd.position, cmd.at_ms):
+                    return kept(Outcome.DUPLICATE, reason="the transaction was already resolved")
+            case LockQueue():
+                return self.locks.apply(cmd, stamp)
+        return (DONE, -1, -1, -1, "")
+
+    def _forget_topic(self, topic: str) -> None:
+        """Deleted means deleted (guarantee 6): the topic's queues, consumer offsets, its
+        producers' sequence windows and its queue locks go with it, so a topic created again
+        under the name starts empty -- no group skips its first messages, no producer's
+        sequence 0 is taken for a resend."""
+        self.queue_files.drop_topic(topic)
+        self.offsets.forget_topic(topic)
+        self.producers.forget_topic(topic)
+        self.locks.forget_topic(topic)
+
+    # -- canonical form ----------------------------------------------------------------
+    def forget_expired(self) -> None:
+        """Drop from memory and the checkpoint what lookups already treat as absent (so when
+        this runs changes nothing a replica decides)."""
+        now = self.last_store_ms
+        self.producers.forget_expired(now)
+        self.locks.forget_expired(now)
+        self.deferral.send_backs.forget_expired(now)
+
+    def state(self) -> dict[str, Any]:
+        """The replicated state now: ``broker.snapshot``'s "state" (it shares the tables'
+        lists and maps: encode it before the next entry is applied)."""
+        deferral = self.deferral.state()
+        return {
+            "last_store_ms": self.last_store_ms,
+            "topics": self.topics.state(),
+            "queues": self.queue_files.next_offsets(),
+            "offsets": self.offsets.state(),
+            "producers": self.producers.state(),
+            "timers": deferral["timers"],
+            "halves": deferral["halves"],
+            "locks": self.locks.state(),
+            "sent_back": deferral["sent_back"],
+            "cq_hash": self.queue_files.hash_state(),
+        }
+
+    def index_mark(self) -> list[Any] | None:
+        """Where the IndexFiles stand, in the checkpoint's form."""
+        mark = self.index.mark()
+        return None if mark is None else [mark[0], list(astuple(mark[1]))]
+
+    # -- install, close --------------------------------------------------------------------
+    def install(self, state: dict[str, Any]) -> None:
+        """Replace everything with ``state`` (a snapshot's): ConsumeQueues restart empty at
+        its next offsets, the IndexFiles empty."""
+        self.chains.abandon()
+        self.index.close()
+        shutil.rmtree(self._store / "index", ignore_errors=True)
+        self.index = IndexService(self._store / "index", *self._index_geometry)
+        self._load_tables(state)
+        self.queue_files.reset(state["queues"], state.get("cq_hash", b""))
+
+    def close(self) -> None:
+        self.queue_files.close()
+        self.index.close()
+
+
+def _refusal(m: Message, topic: TopicConfig | None) -> Kept:
+    """Why a message to a missing or read-only topic, or to no queue of it, is not stored."""
+    if topic is None:
+        return kept(Outcome.TOPIC_NOT_EXIST, reason=f"topic {m.topic!r} does not exist")
+    if not topic.perm & _PERM_WRITE:
+        return kept(Outcome.NO_PERMISSION, reason=f"topic {m.topic!r} is not writable")
+    return kept(Outcome.INVALID, reason=f"queue {m.queue_id} is not in 0..{topic.queues - 1}")

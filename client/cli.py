@@ -3,7 +3,7 @@
 Where the cluster is: ``--namesrv HOST:PORT`` (repeatable), ``--servers A,B,C`` (one
 group's nodes, no name server), or ``--dir DIR`` (a cluster started by ``scripts/run``
 or ``raftmq cluster up``: its ``cluster.json`` names the name server). Without any,
-``$RAFTMQ_NAMESRV`` and then ``./run/cluster.json`` are tried.
+``$RAFTMQ_NAMESRV``, then ``./run/cluster.json``, then RocketMQ's ``127.0.0.1:9876``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from client.aio import AsyncAdmin, AsyncProducer, AsyncPullConsumer
+from client.aio.routes import default_namesrv
 from client.errors import ClientError
 from client.message import Message, ReceivedMessage
 
@@ -34,18 +35,16 @@ def _where(args: argparse.Namespace) -> dict[str, Any]:
         return {"servers": [s.strip() for s in args.servers.split(",") if s.strip()]}
     if args.namesrv:
         return {"namesrv": args.namesrv}
-    candidates = [Path(args.dir)] if args.dir else []
-    if os.environ.get("RAFTMQ_NAMESRV"):
-        return {"namesrv": os.environ["RAFTMQ_NAMESRV"].split(",")}
-    candidates.append(Path(DEFAULT_RUN_DIR))
-    for d in candidates:
-        state = d / "cluster.json"
-        if state.exists():
-            doc = json.loads(state.read_text())
-            if "namesrv" in doc:
-                return {"namesrv": [doc["namesrv"]["address"]]}
-    raise SystemExit("error: where is the cluster? give --namesrv HOST:PORT, --servers A,B,C or --dir DIR "
-                     "(the directory of scripts/run or `raftmq cluster up`), or set RAFTMQ_NAMESRV")
+    if args.dir:
+        state = Path(args.dir) / "cluster.json"
+        if not state.exists():
+            raise SystemExit(f"error: no cluster.json under {args.dir} (the directory of scripts/run or "
+                             "`raftmq cluster up`)")
+        return {"namesrv": [json.loads(state.read_text())["namesrv"]["address"]]}
+    state = Path(DEFAULT_RUN_DIR) / "cluster.json"
+    if not os.environ.get("RAFTMQ_NAMESRV") and state.exists():
+        return {"namesrv": [json.loads(state.read_text())["namesrv"]["address"]]}
+    return {"namesrv": default_namesrv()}
 
 
 def _time_ms(text: str) -> int:

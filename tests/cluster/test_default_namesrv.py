@@ -67,7 +67,7 @@ def _fresh_clone(tmp_path: Path) -> Path:
 def _python(code: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if k not in ("RAFTMQ_NAMESRV", "RAFTMQ_NAMESRV_PORT")}
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=90,
-                          env={**clean, "PYTHONPATH": str(cwd), **env})
+                          env={**clean, "PYTHONPATH": str(ROOT), **env})
 
 
 def _alive(pid: int) -> bool:

@@ -22,6 +22,7 @@ from typing import Any
 
 from client.aio import AsyncAdmin, AsyncProducer, AsyncPullConsumer
 from client.aio.routes import default_namesrv
+from client.dead_letters import resend_copy
 from client.errors import ClientError
 from client.message import Message, ReceivedMessage
 
@@ -198,9 +199,6 @@ async def _group(args: argparse.Namespace) -> int:
     return 0
 
 
-_INTERNAL_PROPS = ("RETRY_TOPIC", "DELAY", "TIMER_DELIVER_MS")
-
-
 async def _dlq(args: argparse.Namespace) -> int:
     """List or re-send a consumer group's dead letters (``%DLQ%group``)."""
     where = _where(args)
@@ -225,11 +223,7 @@ async def _dlq(args: argparse.Namespace) -> int:
                     if args.action == "list":
                         print(_show(m, args.json))
                     else:
-                        origin = m.properties.get("RETRY_TOPIC", m.topic)
-                        target = args.topic or origin
-                        props = {k: v for k, v in m.properties.items()  # "__": the broker's own
-                                 if k not in _INTERNAL_PROPS and not k.startswith("__")}
-                        r = await p.send(Message(target, m.body, m.tags, list(m.keys), props))
+                        r = await p.send(resend_copy(m, args.topic))
                         print(f"resent {m.msg_id} -> {r.queue}@{r.queue_offset} (new id {r.msg_id})")
                         await c.commit({m.queue: m.queue_offset + 1})
                     moved += 1

@@ -14,6 +14,7 @@
     raftmq send | consume | query         messages
     raftmq group progress|reset           consumer groups
     raftmq bench produce|consume          client benchmarks
+    raftmq console [--listen H:P]         the web console (docs/CONSOLE.md)
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 
 from broker import namesrv, node
 from client.cli import CLIENT_COMMANDS, add_client_commands, run_client_command
+from console import command as console_command
 from dledger import log_node
 from raftmq import bench, bench_log, cluster_cmd, replica_cmd
 
@@ -165,6 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
          bench_log.DESCRIPTION, bench_log.configure, bench_log.run_command)
     _add(sub, "bench", "client benchmarks: produce|consume", bench.__doc__ or "", bench.configure,
          bench.run_command, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add(sub, "console", "serve the web console (cluster, topics, groups, messages, charts)",
+         console_command.DESCRIPTION, console_command.configure, console_command.run)
     add_client_commands(sub)
     return parser
 

@@ -47,7 +47,7 @@ async def serve(args: argparse.Namespace) -> None:
     await runner.setup()
     site = web.TCPSite(runner, host, int(port))
     await site.start()
-    bound = site._server.sockets[0].getsockname()[1] if site._server else port  # type: ignore[union-attr]
+    bound = runner.addresses[0][1]  # the port bound (for port 0: the one chosen)
     print(f"console at http://{host}:{bound}/ (name servers {', '.join(console.namesrv)})", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

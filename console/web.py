@@ -92,10 +92,8 @@ class Console:
     @web.middleware
     async def _session_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         response = await handler(request)
-        if _COOKIE not in request.cookies:
-            session = secrets.token_urlsafe(24)
-            self._sessions[session] = None  # no login yet: every session acts without credentials
-            response.set_cookie(_COOKIE, session, httponly=True, samesite="Strict")
+        if _COOKIE not in request.cookies:  # a login will put the session's Credentials in _sessions
+            response.set_cookie(_COOKIE, secrets.token_urlsafe(24), httponly=True, samesite="Strict")
         return response
 
     # -- pages -------------------------------------------------------------------------

@@ -8,15 +8,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.procs import stop_popen, wait_until
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -52,12 +52,7 @@ def console(cluster: dict[str, Any]) -> Iterator[str]:
         assert line.startswith("console at "), line + proc.stdout.read()  # type: ignore[union-attr]
         yield line.split()[2].rstrip("/")
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_popen(proc)
 
 
 @pytest.fixture(scope="module")
@@ -83,19 +78,9 @@ def browser() -> Iterator[Any]:
 
 
 def wait_for(what: str, check: Any, timeout: float = 15.0, every: float = 0.1) -> Any:
-    """Poll ``check()`` until it returns something truthy; fail naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except Exception as e:  # an element replaced while read: try again
-            last = e
-        else:
-            if last:
-                return last
-        time.sleep(every)
-    raise AssertionError(f"{what}: not within {timeout} s (last: {last!r})")
+    """Poll ``check()`` until it returns something truthy (an exception -- an element
+    replaced while read -- is "not yet"); TimeoutError naming ``what`` after ``timeout``."""
+    return wait_until(check, timeout, every, what)
 
 
 def screenshot(driver: Any, name: str) -> Path:

@@ -9,7 +9,6 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from typing import Any
 import pytest
 
 from raftmq.local_group import free_port
+from tests.support.procs import stop_popen, wait_until
 
 pytestmark = [pytest.mark.monitoring, pytest.mark.cluster]
 
@@ -60,17 +60,7 @@ def _query(base: str, promql: str) -> dict[str, Any]:
 
 
 def _wait(what: str, check: Any, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except OSError as e:  # not listening yet
-            last = e
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(0.25)
-    raise AssertionError(f"{what}: not within {timeout} s (last: {last!r})")
+    return wait_until(check, timeout, 0.25, what)  # an OSError (not listening yet) is "not yet"
 
 
 def test_prometheus_scrapes_a_local_cluster_with_the_rules_and_dashboard(cluster: dict[str, Any],
@@ -110,9 +100,4 @@ def test_prometheus_scrapes_a_local_cluster_with_the_rules_and_dashboard(cluster
                 assert answer["status"] == "success", (panel["title"], answer)
         assert _query(base, "max by (group) (raftmq_term)")["data"]["result"]
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_popen(proc, 15)

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.procs import stop_popen
+
 pytestmark = [pytest.mark.package, pytest.mark.cluster]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,9 +70,4 @@ def _console_serves_its_assets(raftmq: Path, d: Path, cwd: Path) -> None:
             with urllib.request.urlopen(base + path, timeout=5) as resp:
                 assert needle in resp.read(), path
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_popen(proc)

@@ -30,6 +30,19 @@ def open_page(driver: WebDriver, base: str, page: str) -> None:
              == "active")
 
 
+def page_texts(driver: WebDriver, selector: str, attribute: str | None = None) -> list[str]:
+    """The text (or ``attribute``) of every element ``selector`` matches, read in one go
+    inside the page: live pages re-render every second, so elements found earlier go stale."""
+    return list(driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map("
+        "e => arguments[1] ? e.getAttribute(arguments[1]) : e.textContent)", selector, attribute))
+
+
+def click(driver: WebDriver, what: str, by: str, selector: str) -> None:
+    """Click the element once it is there (a live page may replace it between find and click)."""
+    wait_for(what, lambda: driver.find_element(by, selector).click() or True)
+
+
 def notice(driver: WebDriver, contains: str) -> str:
     def shown() -> str | None:
         el = driver.find_element(By.ID, "notice")
@@ -56,19 +69,18 @@ def test_cluster_page_shows_every_replica_and_live_charts(cluster: dict[str, Any
         for i in range(60):  # traffic for the charts while the page samples it
             p.send(Message("warmup", f"m{i}".encode()))
             time.sleep(0.03)
-    card = wait_for("3 replicas of g1", lambda: (lambda rows: len(rows) == 3 and rows)(
-        browser.find_elements(By.CSS_SELECTOR, "#group-g1 table:first-of-type tbody tr")))
-    roles = sorted(r.find_elements(By.TAG_NAME, "td")[2].text for r in card)
-    assert roles == ["follower", "follower", "leader"]
-    leader = browser.find_element(By.ID, "leader-g1").get_attribute("data-leader")
+    roles = wait_for("3 replicas of g1", lambda: (lambda r: len(r) == 3 and r)(page_texts(
+        browser, "#group-g1 table:first-of-type tbody tr td:nth-child(3)")))
+    assert sorted(roles) == ["follower", "follower", "leader"]
+    leader = page_texts(browser, "#leader-g1", "data-leader")[0]
     assert leader in cluster["state"]["groups"]["g1"]
-    header = browser.find_element(By.CSS_SELECTOR, "#group-g1 thead").text.lower()
+    header = " ".join(page_texts(browser, "#group-g1 thead th")).lower()
     for column in ("term", "commit", "applied", "replication lag", "disk free", "version", "uptime"):
         assert column in header
-    wait_for("a produce rate above 0 on the chart", lambda: float(browser.find_element(
-        By.CSS_SELECTOR, "#chart-produce .value").text.rstrip("k") or 0) > 0 or None, 10)
+    wait_for("a produce rate above 0 on the chart", lambda: float(page_texts(
+        browser, "#chart-produce .value")[0].rstrip("k") or 0) > 0 or None, 10)
     for chart in ("produce", "consume", "p99_ms"):
-        assert browser.find_element(By.CSS_SELECTOR, f"#chart-{chart} polyline").get_attribute("points")
+        assert page_texts(browser, f"#chart-{chart} polyline", "points")[0]
     screenshot(browser, "cluster")
 
 
@@ -104,14 +116,11 @@ def test_delete_asks_for_confirmation(cluster: dict[str, Any], console: str, bro
     browser.find_element(By.ID, "topic-name").send_keys("doomed")
     browser.find_element(By.ID, "topic-save").click()
     notice(browser, "topic doomed saved")
-    button = wait_for("doomed's delete button", lambda: browser.find_element(
-        By.CSS_SELECTOR, "button[data-topic='doomed']"))
-    button.click()
+    click(browser, "doomed's delete button", By.CSS_SELECTOR, "button[data-topic='doomed']")
     wait_for("the dialog", browser.find_element(By.ID, "confirm").is_displayed, 5)
     browser.find_element(By.ID, "confirm-cancel").click()
     assert browser.find_elements(By.ID, "topic-row-doomed")  # cancelled: still there
-    wait_for("doomed's delete button", lambda: browser.find_element(
-        By.CSS_SELECTOR, "button[data-topic='doomed']")).click()
+    click(browser, "doomed's delete button", By.CSS_SELECTOR, "button[data-topic='doomed']")
     confirm(browser, "Delete topic doomed?")
     notice(browser, "topic doomed deleted")
     wait_for("doomed gone from the list", lambda: not browser.find_elements(By.ID, "topic-row-doomed"))
@@ -172,11 +181,12 @@ def test_a_groups_lag_falls_to_zero_after_consuming_and_reset_brings_it_back(
         wait_for("billing's lag at 0", lambda: lag() == "0")
     finally:
         consumer.shutdown()
-    browser.find_element(By.XPATH, "//tr[td[1][text()='billing']]").click()
+    click(browser, "billing's row", By.XPATH, "//tr[td[1][text()='billing']]")
     wait_for("billing's queues", lambda: browser.find_element(By.ID, "reset-offsets"))
-    Select(browser.find_element(By.ID, "reset-topic")).select_by_value("ui-lag")
+    wait_for("the reset form", lambda: Select(browser.find_element(By.ID, "reset-topic")).select_by_value(
+        "ui-lag") or True)  # billing's only topic: the same if the form is drawn again
     browser.execute_script("document.getElementById('reset-time').value = '2020-01-01T00:00:00'")
-    browser.find_element(By.ID, "reset-offsets").click()
+    click(browser, "reset", By.ID, "reset-offsets")
     confirm(browser, "Reset billing's offsets on ui-lag")
     notice(browser, "billing reset on ui-lag")
     wait_for("billing's lag back at 10", lambda: lag() == "10")
@@ -231,14 +241,15 @@ def test_a_dead_letter_is_listed_and_resent(cluster: dict[str, Any], console: st
 def test_a_killed_leader_shows_as_a_new_leader_within_5_s(cluster: dict[str, Any], console: str,
                                                           browser: WebDriver) -> None:
     open_page(browser, console, "cluster")
-    old = wait_for("a leader", lambda: browser.find_element(By.ID, "leader-g1").get_attribute("data-leader"))
+    old = wait_for("a leader", lambda: page_texts(browser, "#leader-g1", "data-leader")[0])
     os.kill(cluster["state"]["groups"]["g1"][old]["pid"], signal.SIGKILL)
     killed = time.monotonic()
     new = wait_for("a new leader on the page", lambda: (lambda n: n not in ("", old) and n)(
-        browser.find_element(By.ID, "leader-g1").get_attribute("data-leader")), 5.0, every=0.05)
+        page_texts(browser, "#leader-g1", "data-leader")[0]), 5.0, every=0.05)
     took = time.monotonic() - killed
     assert new in cluster["state"]["groups"]["g1"] and took <= 5.0, f"{new} shown after {took:.1f} s"
     print(f"new leader {new} shown {took:.2f} s after the kill")
-    wait_for("the old leader shown down", lambda: "down" in browser.find_element(By.ID, "group-g1").text)
-    assert new in browser.find_element(By.ID, "group-g1").find_elements(By.TAG_NAME, "table")[1].text
+    wait_for("the old leader shown down", lambda: "down" in page_texts(browser, "#group-g1")[0])
+    wait_for("the change in the leader history", lambda: new in page_texts(
+        browser, "#group-g1 table:nth-of-type(2) tbody tr:first-child td:nth-child(3)"), 5)
     screenshot(browser, "cluster-failover")

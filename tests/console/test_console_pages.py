@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import time
+import urllib.request
 from typing import Any
 
 import pytest
@@ -69,6 +70,13 @@ def test_cluster_page_shows_every_replica_and_live_charts(cluster: dict[str, Any
         for i in range(60):  # traffic for the charts while the page samples it
             p.send(Message("warmup", f"m{i}".encode()))
             time.sleep(0.03)
+    reader = PullConsumer(namesrv=cluster["namesrv"], group="warmup-reader").start()
+    try:
+        reader.assign(reader.queues("warmup"), "first")
+        read: list[Any] = []
+        wait_for("the warmup messages read", lambda: read.extend(reader.poll(8, 0.2)) or len(read) >= 60)
+    finally:
+        reader.shutdown()
     roles = wait_for("3 replicas of g1", lambda: (lambda r: len(r) == 3 and r)(page_texts(
         browser, "#group-g1 table:first-of-type tbody tr td:nth-child(3)")))
     assert sorted(roles) == ["follower", "follower", "leader"]
@@ -77,10 +85,20 @@ def test_cluster_page_shows_every_replica_and_live_charts(cluster: dict[str, Any
     header = " ".join(page_texts(browser, "#group-g1 thead th")).lower()
     for column in ("term", "commit", "applied", "replication lag", "disk free", "version", "uptime"):
         assert column in header
-    wait_for("a produce rate above 0 on the chart", lambda: float(page_texts(
-        browser, "#chart-produce .value")[0].rstrip("k") or 0) > 0 or None, 10)
+    def charted() -> dict[str, Any]:  # what the charts draw
+        with urllib.request.urlopen(f"{console}/api/overview", timeout=5) as resp:
+            return dict(json.loads(resp.read())["series"])
+
+    def positive(values: list[float | None]) -> bool:
+        return any(v is not None and v > 0 for v in values)
+
+    series = wait_for("produce and consume rates above 0 in the charted series", lambda: (
+        lambda s: positive(s["produce"]) and positive(s["consume"]) and s)(charted()), 10)
+    assert positive(series["p99_ms"])
     for chart in ("produce", "consume", "p99_ms"):
         assert page_texts(browser, f"#chart-{chart} polyline", "points")[0]
+    wait_for("10 s of samples on the charts (for the screenshot)", lambda: int(
+        page_texts(browser, "#chart-produce svg text")[-1].split()[1]) >= 10, 15)
     screenshot(browser, "cluster")
 
 

@@ -1,9 +1,11 @@
 """The broker's HTTP admin API and ``/metrics`` (``raftmq`` and operators use it)::
 
     GET  /metrics                          Prometheus text (``broker.metrics``)
-    GET  /admin/topics                     {topic: {queues, perm, max_offsets}}
+    GET  /admin/topics                     {topic: {queues, perm, min_offsets, max_offsets}}
     POST /admin/topics                     {"topic", "queues", "perm"} (on the leader)
     GET  /admin/cluster                    this group as this replica sees it
+    GET  /admin/groups                     {group: {"members": [client ids], "topics": [...]}}: every
+                                           group with committed offsets or a live member here
     GET  /admin/groups/{group}/offsets     committed offset, retained range and lag per queue
     GET  /admin/messages?key=K | ?msgId=I  messages with their properties and body (base64)
     POST /admin/leader/transfer            {"to": node} or empty (on the leader)
@@ -55,6 +57,7 @@ class AdminApi:
         return [web.get("/metrics", self.metrics), web.get("/admin/topics", self.admin_topics),
                 web.post("/admin/topics", self.admin_create_topic),
                 web.get("/admin/cluster", self.admin_cluster),
+                web.get("/admin/groups", self.admin_groups),
                 web.get("/admin/groups/{group}/offsets", self.admin_group),
                 web.get("/admin/messages", self.admin_messages),
                 web.post("/admin/leader/transfer", self.admin_transfer)]
@@ -65,11 +68,22 @@ class AdminApi:
 
     async def admin_topics(self, request: web.Request) -> web.Response:
         out = {}
-        for topic, cfg in sorted(self._server.machine.topics.items()):
-            queues = [self._server.machine.queue(topic, q) for q in range(cfg.queues)]
-            out[topic] = {"queues": cfg.queues, "perm": cfg.perm,
+        machine, log_start = self._server.machine, self._server.rlog.commitlog.start_position
+        for topic, cfg in sorted(machine.topics.items()):
+            queues = [machine.queue(topic, q) for q in range(cfg.queues)]
+            lows = [machine.retained_min_offset(q, log_start) if q else 0 for q in queues]
+            out[topic] = {"queues": cfg.queues, "perm": cfg.perm, "min_offsets": lows,
                           "max_offsets": [q.max_offset if q else 0 for q in queues]}
         return web.json_response(out)
+
+    async def admin_groups(self, request: web.Request) -> web.Response:
+        """Consumer groups known here: with offsets committed through the log (every
+        replica) or members connected to this replica."""
+        offsets = self._server.machine.offsets
+        live = self._server.consumers.groups()
+        return web.json_response({g: {"members": sorted(m.client_id for m in live.get(g, ())),
+                                      "topics": sorted(offsets.get(g, {}))}
+                                  for g in sorted(set(offsets) | set(live))})
 
     async def admin_cluster(self, request: web.Request) -> web.Response:
         """This group as this replica sees it: replicas, leader, Raft status, consumers."""

@@ -8,8 +8,15 @@ Every series carries ``group`` and ``node``. Two kinds of series:
   ``raftmq_messages_sent_total`` / ``raftmq_messages_pulled_total`` /
   ``raftmq_requests_total{code}``;
 * read from the replica at scrape time (``_ReplicaCollector``) -- role, term, commit and
-  applied index, consumer lag per queue, divergence, apply stalls, overdue retries and
-  delayed messages.
+  applied index, replication lag of each follower (on the leader, in entries), consumer lag
+  per queue, divergence, apply stalls, overdue retries and delayed messages, free disk and
+  CommitLog size, the histogram ``raftmq_fsync_seconds`` of the log's fsyncs, and
+  ``raftmq_build_info{version}``;
+* ``raftmq_leader_changes_total``: how often this replica learned of a new leader; and
+  prometheus-client's ``process_*`` series (start time, CPU, memory).
+
+``deploy/prometheus/`` alerts on these series and ``deploy/grafana/`` graphs them; a test
+(tests/unit/test_monitoring_files.py) keeps every series they name in this module.
 
 prometheus-client escapes label values and writes the exposition; each broker has its
 own registry (no process-global state, so tests may run several brokers in one process).
@@ -17,21 +24,35 @@ own registry (no process-global state, so tests may run several brokers in one p
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
+from importlib import metadata
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer
+    from dledger.replicated_log import LeaderChange
 
-__all__ = ["CONTENT_TYPE", "BrokerMetrics"]
+__all__ = ["CONTENT_TYPE", "VERSION", "BrokerMetrics"]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST.split(";")[0]
 disable_created_metrics()  # no *_created series: nobody graphs them, every scrape pays for them
+try:
+    VERSION = metadata.version("raftmq")
+except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+    VERSION = "unknown"
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -57,7 +78,17 @@ class BrokerMetrics:
                                  [*names, "code"], registry=self.registry)
         self._request_children: dict[int, Counter] = {}
         self._values = values
+        self.leader_changes = Counter("raftmq_leader_changes", "Times this replica learned of a new leader",
+                                      names, registry=self.registry).labels(*values)
+        self._last_leader: str | None = None
+        server.rlog.add_leader_listener(self._on_leader_change)
         self.registry.register(_ReplicaCollector(server, labels))
+        ProcessCollector(registry=self.registry)
+
+    def _on_leader_change(self, change: LeaderChange) -> None:
+        if change.leader is not None and change.leader != self._last_leader:
+            self.leader_changes.inc()
+            self._last_leader = change.leader
 
     def request(self, code: int) -> None:
         child = self._request_children.get(code)
@@ -79,6 +110,31 @@ class _ReplicaCollector(Collector):
         family.add_metric([*self._labels.values(), *extra.values()], value)
         return family
 
+    def _replication(self, s: dict[str, object]) -> Iterator[Metric]:
+        lag = GaugeMetricFamily("raftmq_replication_lag_entries", "On the leader: entries of its log a "
+                                "follower does not hold yet", labels=[*self._labels, "follower"])
+        last = s.get("last_index")
+        matched = s.get("follower_match_index")
+        if isinstance(last, int) and isinstance(matched, dict):
+            for follower, index in sorted(matched.items()):
+                lag.add_metric([*self._labels.values(), follower], max(0, last - int(index)))
+        yield lag
+
+    def _disk(self) -> Iterator[Metric]:
+        rlog = self._server.rlog
+        yield self._gauge("raftmq_disk_free_bytes", "Free bytes on the data directory's file system",
+                          shutil.disk_usage(rlog.config.data_dir).free)
+        yield self._gauge("raftmq_disk_total_bytes", "Size of the data directory's file system",
+                          shutil.disk_usage(rlog.config.data_dir).total)
+        cl = rlog.commitlog
+        yield self._gauge("raftmq_commitlog_bytes", "Bytes of the retained CommitLog",
+                          cl.write_position - cl.start_position)
+        buckets, total = rlog.fsync_seconds.snapshot()
+        family = HistogramMetricFamily("raftmq_fsync_seconds", "fsync of the CommitLog: duration",
+                                       labels=list(self._labels))
+        family.add_metric(list(self._labels.values()), buckets, total)
+        yield family
+
     def collect(self) -> Iterator[Metric]:
         server = self._server
         s = server.rlog.status()
@@ -87,6 +143,9 @@ class _ReplicaCollector(Collector):
         yield self._gauge("raftmq_commit_index", "Raft commit index", s["commit_index"])
         yield self._gauge("raftmq_applied_index", "Index the broker state machine applied",
                           server.machine.applied_index())
+        yield self._gauge("raftmq_build_info", "1, labelled with the RaftMQ version", 1, version=VERSION)
+        yield from self._replication(s)
+        yield from self._disk()
         lag = GaugeMetricFamily("raftmq_consumer_lag", "Retained messages not yet committed by a group",
                                 labels=[*self._labels, "consumer_group", "topic", "queue"])
         for group in server.machine.offsets.groups():

@@ -2,7 +2,7 @@
 
     GET  /ws        binary WebSocket; every message is one ``protocol.remoting`` frame
     GET  /healthz   "ok" (the process serves)
-    GET  /status    JSON: Raft status and applied index of this replica
+    GET  /status    JSON: Raft status, applied index, disk, version and start time of this replica
     GET  /metrics, /admin/...               the admin API (``broker.admin_api``) and the
                                             members (``broker.membership_admin``)
 
@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import shutil
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 import aiohttp
@@ -44,7 +45,7 @@ from broker.divergence import MARKER as DIVERGENT_MARKER
 from broker.divergence import DivergenceCheck
 from broker.entry_batch import MessageTooLarge
 from broker.membership_admin import member_routes
-from broker.metrics import BrokerMetrics
+from broker.metrics import VERSION, BrokerMetrics
 from broker.offset_processor import OffsetProcessor
 from broker.overdue import DEFAULT_THRESHOLD_S as DEFAULT_OVERDUE_S
 from broker.overdue import OverdueWatch
@@ -145,6 +146,7 @@ class BrokerServer:
         self.signal = signal
         self.leader_address = leader_address
         self.metrics = BrokerMetrics(self)
+        self.started_at = time.time()  # /status: uptime
         self.pulls = PullProcessor(machine, rlog, signal, self.metrics, self.queries.store_time)
         self._handlers: dict[int, Callable[[Frame], Awaitable[Frame]]] = {
             RequestCode.SEND_MESSAGE: self.sends.send,
@@ -261,6 +263,8 @@ class BrokerServer:
         cl = self.rlog.commitlog
         status["disk"] = {"commitlog_bytes": cl.write_position - cl.start_position,
                           "free_bytes": shutil.disk_usage(self.rlog.config.data_dir).free}
+        status["version"] = VERSION
+        status["started_at"] = self.started_at
         return web.json_response(status)
 
     async def _ws(self, request: web.Request) -> web.WebSocketResponse:

@@ -3,7 +3,7 @@
 Where the cluster is: ``--namesrv HOST:PORT`` (repeatable), ``--servers A,B,C`` (one
 group's nodes, no name server), or ``--dir DIR`` (a cluster started by ``scripts/run``
 or ``raftmq cluster up``: its ``cluster.json`` names the name server). Without any,
-``$RAFTMQ_NAMESRV`` and then ``./run/cluster.json`` are tried.
+``$RAFTMQ_NAMESRV``, then ``./run/cluster.json``, then RocketMQ's ``127.0.0.1:9876``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from client.aio import AsyncAdmin, AsyncProducer, AsyncPullConsumer
+from client.aio.routes import default_namesrv
+from client.dead_letters import resend_copy
 from client.errors import ClientError
 from client.message import Message, ReceivedMessage
 
@@ -34,18 +36,16 @@ def _where(args: argparse.Namespace) -> dict[str, Any]:
         return {"servers": [s.strip() for s in args.servers.split(",") if s.strip()]}
     if args.namesrv:
         return {"namesrv": args.namesrv}
-    candidates = [Path(args.dir)] if args.dir else []
-    if os.environ.get("RAFTMQ_NAMESRV"):
-        return {"namesrv": os.environ["RAFTMQ_NAMESRV"].split(",")}
-    candidates.append(Path(DEFAULT_RUN_DIR))
-    for d in candidates:
-        state = d / "cluster.json"
-        if state.exists():
-            doc = json.loads(state.read_text())
-            if "namesrv" in doc:
-                return {"namesrv": [doc["namesrv"]["address"]]}
-    raise SystemExit("error: where is the cluster? give --namesrv HOST:PORT, --servers A,B,C or --dir DIR "
-                     "(the directory of scripts/run or `raftmq cluster up`), or set RAFTMQ_NAMESRV")
+    if args.dir:
+        state = Path(args.dir) / "cluster.json"
+        if not state.exists():
+            raise SystemExit(f"error: no cluster.json under {args.dir} (the directory of scripts/run or "
+                             "`raftmq cluster up`)")
+        return {"namesrv": [json.loads(state.read_text())["namesrv"]["address"]]}
+    state = Path(DEFAULT_RUN_DIR) / "cluster.json"
+    if not os.environ.get("RAFTMQ_NAMESRV") and state.exists():
+        return {"namesrv": [json.loads(state.read_text())["namesrv"]["address"]]}
+    return {"namesrv": default_namesrv()}
 
 
 def _time_ms(text: str) -> int:
@@ -199,9 +199,6 @@ async def _group(args: argparse.Namespace) -> int:
     return 0
 
 
-_INTERNAL_PROPS = ("RETRY_TOPIC", "DELAY", "TIMER_DELIVER_MS")
-
-
 async def _dlq(args: argparse.Namespace) -> int:
     """List or re-send a consumer group's dead letters (``%DLQ%group``)."""
     where = _where(args)
@@ -226,11 +223,7 @@ async def _dlq(args: argparse.Namespace) -> int:
                     if args.action == "list":
                         print(_show(m, args.json))
                     else:
-                        origin = m.properties.get("RETRY_TOPIC", m.topic)
-                        target = args.topic or origin
-                        props = {k: v for k, v in m.properties.items()  # "__": the broker's own
-                                 if k not in _INTERNAL_PROPS and not k.startswith("__")}
-                        r = await p.send(Message(target, m.body, m.tags, list(m.keys), props))
+                        r = await p.send(resend_copy(m, args.topic))
                         print(f"resent {m.msg_id} -> {r.queue}@{r.queue_offset} (new id {r.msg_id})")
                         await c.commit({m.queue: m.queue_offset + 1})
                     moved += 1

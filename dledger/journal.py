@@ -54,6 +54,7 @@ from pysyncobj.journal import Journal
 from dledger.commitlog import CommitLog, LogGap
 from dledger.durable_file import atomic_write, read_or_none
 from dledger.entry_format import Entry, EntryKind
+from dledger.latency import LatencyHistogram
 from dledger.raft_codec import decode_command, encode_command
 
 __all__ = ["CommittedEntryConflict", "LogGap", "RaftJournal"]
@@ -148,6 +149,7 @@ class RaftJournal(Journal):
         self._persisted_commit = stored_commit
         self._commit_listeners: list[Any] = []
         self.last_fsync_time: float | None = None
+        self.fsync_seconds = LatencyHistogram()  # every flush that synced (/metrics)
         self.skipped_deletes = 0
         self.conflict_truncations = 0
         self._closed = False
@@ -308,8 +310,10 @@ class RaftJournal(Journal):
         """fsync what was appended since the last flush; True if anything was synced."""
         if not self._log.dirty:
             return False
+        began = time.monotonic()
         synced = self._log.flush()
         if synced:
+            self.fsync_seconds.observe(time.monotonic() - began)
             self.last_fsync_time = time.time()
         return synced
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,7 @@ from dledger.commitlog import CommitLog
 from dledger.config import MAX_ENTRY_BYTES, FlushPolicy, GroupConfig
 from dledger.entry_format import Entry, EntryKind
 from dledger.errors import EntryTooLarge, ProposalRejected
+from dledger.latency import LatencyHistogram
 from dledger.membership import Change, Member
 from dledger.replicated_log import Appended, LeaderChange, Role, SnapshotSource
 
@@ -38,6 +40,7 @@ class LocalLog:
         self._clients: dict[str, str] = {}
         self._standing = True
         self._closed = False
+        self.fsync_seconds = LatencyHistogram()
 
     # -- writing and reading -----------------------------------------------------------
     def propose(self, payload: bytes) -> concurrent.futures.Future[Appended]:
@@ -52,7 +55,9 @@ class LocalLog:
             index = self.commitlog.last_index + 1
             position = self.commitlog.append(index, TERM, EntryKind.DATA, payload)
             if self.config.flush == FlushPolicy.SYNC:
+                began = time.monotonic()
                 self.commitlog.flush()
+                self.fsync_seconds.observe(time.monotonic() - began)
             self._committed = index
             self._cond.notify_all()
         future.set_result(Appended(index, TERM, position))

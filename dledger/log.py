@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from dledger.commitlog import CommitLog
     from dledger.config import GroupConfig
     from dledger.entry_format import Entry
+    from dledger.latency import LatencyHistogram
     from dledger.membership import Change, Member
     from dledger.replicated_log import Appended, LeaderChange, SnapshotSource
 
@@ -48,6 +49,8 @@ class Log(Protocol):
     def set_client_addresses(self, clients: dict[str, str]) -> None: ...
     def client_addresses(self) -> dict[str, str]: ...
     def status(self) -> dict[str, Any]: ...
+    @property
+    def fsync_seconds(self) -> LatencyHistogram: ...
 
     # -- snapshots and retention
     def set_snapshot_source(self, source: SnapshotSource) -> None: ...

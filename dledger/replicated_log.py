@@ -59,6 +59,7 @@ from dledger.errors import (
     ProposeError,
 )
 from dledger.journal import RaftJournal, silence_false_truncation_alarm
+from dledger.latency import LatencyHistogram
 from dledger.log_start import DumpEntry, decode_log_start, encode_log_start
 from dledger.membership import MEMBERSHIP_PREFIX, Change, Member, MemberHistory, decode_change, encode_change
 from dledger.peer_crypto import install_peer_crypto
@@ -931,6 +932,11 @@ class ReplicatedLog:
         s = self._raft_status()
         return {name: s[prefix + addr] for addr, name in self._address_names().items()
                 if prefix + addr in s}
+
+    @property
+    def fsync_seconds(self) -> LatencyHistogram:
+        """How long each fsync of this replica's log took (the journal's flushes)."""
+        return self.journal.fsync_seconds
 
     def followers_behind_retained_start(self) -> list[str]:
         """Followers the leader can no longer feed: they need entries retention deleted."""

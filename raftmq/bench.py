@@ -184,7 +184,7 @@ def _local_cluster() -> Iterator[dict[str, Any]]:
     from raftmq import cluster_cmd
 
     with tempfile.TemporaryDirectory(prefix="raftmq-bench-") as d:
-        if cluster_cmd.main(["up", "--dir", d]) != 0:
+        if cluster_cmd.main(["up", "--dir", d, "--namesrv-port", "0"]) != 0:
             raise SystemExit("error: the local cluster did not start")
         try:
             yield {"namesrv": [cluster_cmd.namesrv_address(d)]}

@@ -14,6 +14,7 @@
     raftmq send | consume | query         messages
     raftmq group progress|reset           consumer groups
     raftmq bench produce|consume          client benchmarks
+    raftmq console [--listen H:P]         the web console (docs/CONSOLE.md)
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 
 from broker import namesrv, node
 from client.cli import CLIENT_COMMANDS, add_client_commands, run_client_command
+from console import command as console_command
 from dledger import log_node
 from raftmq import bench, bench_log, cluster_cmd, replica_cmd
 
@@ -79,7 +81,7 @@ def _stop_on_signals() -> threading.Event:
 
 def _up_brokers(args: argparse.Namespace) -> int:
     """A name server and one broker group in the foreground (``raftmq cluster`` underneath)."""
-    where = ["--dir", args.dir, "--nodes", str(args.nodes)]
+    where = ["--dir", args.dir, "--nodes", str(args.nodes), "--namesrv-port", str(args.namesrv_port)]
     stop = _stop_on_signals()
     try:
         if cluster_cmd.main(["up", *where]) != 0:
@@ -96,7 +98,7 @@ elsewhere add --dir {d}):
   raftmq cluster status --dir {d}
 from Python:
   from client import Producer, Message
-  p = Producer(namesrv="{cluster_cmd.namesrv_address(d)}").start()
+  p = Producer(namesrv="{cluster_cmd.namesrv_address(d)}").start()   # or RAFTMQ_NAMESRV
 logs: {d}/namesrv.log, {d}/g1/n*.log    Ctrl-C stops the cluster""", flush=True)
         while not stop.wait(1.0):
             dead = cluster_cmd.dead_processes(d)
@@ -142,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="brokers with a name server (default) or bare log nodes (CommitLog only)")
     up.add_argument("--flush", choices=["sync", "async"], default="sync",
                     help="log nodes: fsync before ack (sync, default) or every few ms (async)")
+    up.add_argument("--namesrv-port", type=int, default=cluster_cmd.default_namesrv_port(), metavar="PORT",
+                    help="brokers: the name server's port (default $RAFTMQ_NAMESRV_PORT, else 9876 when "
+                         "free, else a free one; 0: any free port)")
     up.set_defaults(run=_cmd_up)
     _add(sub, "broker", "run one broker replica", node.DESCRIPTION, node.configure, node.run)
     _add(sub, "namesrv", "run a name server (topic routes)", namesrv.DESCRIPTION, namesrv.configure,
@@ -162,6 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
          bench_log.DESCRIPTION, bench_log.configure, bench_log.run_command)
     _add(sub, "bench", "client benchmarks: produce|consume", bench.__doc__ or "", bench.configure,
          bench.run_command, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add(sub, "console", "serve the web console (cluster, topics, groups, messages, charts)",
+         console_command.DESCRIPTION, console_command.configure, console_command.run)
     add_client_commands(sub)
     return parser
 

@@ -2,7 +2,9 @@
 checks of any cluster.
 
 ``up`` starts a name server and ``--groups`` broker groups of ``--nodes`` replicas
-on 127.0.0.1, writes every address and PID to ``DIR/cluster.json`` and returns
+on 127.0.0.1 -- the name server on RocketMQ's 127.0.0.1:9876 when that port is free (else on
+a free port, saying so; ``--namesrv-port`` or ``$RAFTMQ_NAMESRV_PORT`` choose another, 0 any),
+writes every address and PID to ``DIR/cluster.json`` and returns
 once every group has a leader. ``down`` stops them by PID (SIGTERM, then SIGKILL
 after 10 s). ``status`` prints each replica's role, term, indexes, retained log
 start, newest snapshot, disk use and health. ``verify`` compares the state digests
@@ -17,6 +19,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -27,7 +30,11 @@ from typing import Any
 
 from raftmq.local_group import LocalGroup, free_port
 
-__all__ = ["dead_processes", "find_group", "find_replicas", "leader_main", "main", "namesrv_address"]
+__all__ = ["DEFAULT_NAMESRV_PORT", "choose_namesrv_port", "dead_processes", "default_namesrv_port",
+           "find_group", "find_replicas", "leader_main", "main", "namesrv_address"]
+
+#: RocketMQ's name server port: where a RocketMQ user's first ``Producer`` looks.
+DEFAULT_NAMESRV_PORT = 9876
 
 
 def _pid_alive(pid: int) -> bool:
@@ -53,7 +60,7 @@ def _up(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     root.mkdir(parents=True, exist_ok=True)
-    ns = f"127.0.0.1:{free_port()}"
+    ns = f"127.0.0.1:{choose_namesrv_port(args.namesrv_port)}"
     with open(root / "namesrv.log", "ab") as out:
         namesrv = subprocess.Popen([sys.executable, "-m", "broker.namesrv", "--listen", ns],
                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -78,6 +85,29 @@ def _up(args: argparse.Namespace) -> int:
         print(f"  {name}: leader {leader} at {group.nodes[leader].http}", flush=True)
     print(f"cluster up; state in {state_path}; stop it with `raftmq cluster down --dir {root}`")
     return 0
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the name server will bind
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def choose_namesrv_port(wanted: int) -> int:
+    """``wanted`` when it is free on 127.0.0.1, else (or for 0) a free port; a taken
+    ``wanted`` is said on stderr with the port chosen instead."""
+    if wanted and _port_free(wanted):
+        return wanted
+    port = free_port()
+    if wanted:
+        print(f"127.0.0.1:{wanted} is taken: the name server listens on 127.0.0.1:{port} instead "
+              f"(clients: namesrv=\"127.0.0.1:{port}\" or RAFTMQ_NAMESRV=127.0.0.1:{port})",
+              file=sys.stderr, flush=True)
+    return port
 
 
 def namesrv_address(root: str | Path) -> str:
@@ -239,6 +269,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, default=3, help="replicas per group (default 3)")
     parser.add_argument("--groups", type=int, default=1, help="broker groups (default 1)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for leaders")
+    parser.add_argument("--namesrv-port", type=int, default=default_namesrv_port(), metavar="PORT",
+                        help=f"up: the name server's port on 127.0.0.1 (default $RAFTMQ_NAMESRV_PORT, else "
+                             f"{DEFAULT_NAMESRV_PORT} when free, else a free one; 0: any free port)")
+
+
+def default_namesrv_port() -> int:
+    text = os.environ.get("RAFTMQ_NAMESRV_PORT", "")
+    return int(text) if text.isdigit() else DEFAULT_NAMESRV_PORT
 
 
 def run(args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ from typing import Any
 import mmh3
 
 from client.aio.connection import ConnectionPool
-from client.aio.routes import RouteBook
+from client.aio.routes import RouteBook, default_namesrv
 from client.backoff import Deadline, backoff_delays
 from client.errors import BrokerError, ClientError, NotLeaderError, RouteNotFoundError
 from protocol.remoting import Frame, RequestCode
@@ -45,6 +45,8 @@ class ClientCore:
                  *, client_id: str | None = None, request_timeout: float = 5.0,
                  route_refresh_s: float = 30.0, address_map: Mapping[str, str] | None = None) -> None:
         ns = [namesrv] if isinstance(namesrv, str) else list(namesrv or [])
+        if not ns and not servers:
+            ns = default_namesrv()
         self.client_id = client_id or f"{socket.gethostname()}@{os.getpid()}@{os.urandom(3).hex()}"
         self.pool = ConnectionPool(on_request=self._on_request)
         self.routes = RouteBook(self.pool, ns, list(servers or []), route_refresh_s, address_map)

@@ -10,12 +10,16 @@ Without a name server the group's replicas are asked, and also the members the l
 answer named (members change). Routes are refreshed every ``refresh_s`` (30 s) and at
 once when a request fails;
 a NOT_LEADER answer moves the group's leader at once (``set_leader``).
+
+A client given neither name servers nor servers uses ``default_namesrv()``:
+``$RAFTMQ_NAMESRV`` (comma-separated), else RocketMQ's ``127.0.0.1:9876``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
@@ -31,10 +35,18 @@ from client.errors import ClientError, RouteNotFoundError, TopicNotExistError
 from client.queues import MessageQueue
 from protocol.remoting import RequestCode, ResponseCode
 
-__all__ = ["GroupRoute", "RouteBook", "TopicRoute", "route_url"]
+__all__ = ["DEFAULT_NAMESRV", "GroupRoute", "RouteBook", "TopicRoute", "default_namesrv", "route_url"]
 
 PERM_WRITE = 2
 PERM_READ = 4
+DEFAULT_NAMESRV = "127.0.0.1:9876"  # RocketMQ's
+
+
+def default_namesrv() -> list[str]:
+    """The name servers of a client given none: ``$RAFTMQ_NAMESRV`` (comma-separated),
+    else ``DEFAULT_NAMESRV``."""
+    listed = [a.strip() for a in os.environ.get("RAFTMQ_NAMESRV", "").split(",") if a.strip()]
+    return listed or [DEFAULT_NAMESRV]
 
 
 @dataclass(slots=True)

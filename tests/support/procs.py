@@ -27,7 +27,7 @@ from typing import TypeVar
 
 from raftmq.local_group import free_port
 
-__all__ = ["ManagedProcess", "ProcessGroup", "free_ports", "wait_until"]
+__all__ = ["ManagedProcess", "ProcessGroup", "free_ports", "stop_popen", "wait_until"]
 
 T = TypeVar("T")
 
@@ -42,6 +42,18 @@ def free_ports(n: int) -> list[int]:
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     return [free_port() for _ in range(n)]
+
+
+def stop_popen(proc: subprocess.Popen[str] | subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """SIGTERM ``proc`` (its PID only), SIGKILL it after ``timeout`` s, and reap it."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def wait_until(

@@ -151,7 +151,13 @@ def test_metrics_and_admin_api(one_node_broker) -> None:  # type: ignore[no-unty
             await c.call(RequestCode.COMMIT_OFFSET,
                          {"group": "g1", "topic": "adm", "queueId": 0, "offset": 0})
             async with http.get(base.with_path("/admin/topics")) as r:
-                assert (await r.json())["adm"] == {"queues": 1, "perm": 6, "max_offsets": [1]}
+                assert (await r.json())["adm"] == {"queues": 1, "perm": 6, "min_offsets": [0],
+                                                   "max_offsets": [1]}
+            async with http.get(base.with_path("/admin/groups")) as r:
+                assert (await r.json()) == {"g1": {"members": [], "topics": ["adm"]}}
+            async with http.get(base.with_path("/status")) as r:
+                status = await r.json()
+                assert status["version"] and 0 < time.time() - status["started_at"] < 60
             async with http.get(base.with_path("/admin/groups/g1/offsets")) as r:
                 assert (await r.json())["queues"] == [
                     {"topic": "adm", "queue": 0, "committed": 0, "min_offset": 0, "max_offset": 1, "lag": 1}]
@@ -172,6 +178,12 @@ def test_metrics_and_admin_api(one_node_broker) -> None:  # type: ignore[no-unty
             assert samples[("raftmq_consumer_lag", tuple(sorted(
                 (*node, ("consumer_group", "g1"), ("topic", "adm"), ("queue", "0")))))] == 1
             assert samples[("raftmq_requests_total", tuple(sorted((*node, ("code", "10")))))] >= 1
+            assert samples[("raftmq_leader_changes_total", node)] == 1  # it elected itself
+            assert samples[("raftmq_fsync_seconds_count", node)] >= 1  # the send's entry was fsynced
+            assert samples[("raftmq_disk_free_bytes", node)] > 0
+            assert samples[("raftmq_commitlog_bytes", node)] > 0
+            assert samples[("raftmq_build_info", (*node, ("version", status["version"])))] == 1
+            assert ("process_start_time_seconds", ()) in samples
 
     run(one_node_broker, scenario)
 

@@ -1,0 +1,5 @@
+import sys
+
+from console.command import main
+
+sys.exit(main())

@@ -1,0 +1,31 @@
+"""console.web without a cluster: the page and its assets are served from the package,
+a session cookie is set, and bad requests get 400 with a message the page shows."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from console.web import Console
+
+
+def test_page_assets_session_and_bad_requests() -> None:
+    async def main() -> None:
+        console = Console(["127.0.0.1:1"], sample_interval_s=60)  # no cluster there
+        async with TestClient(TestServer(console.app())) as client:
+            page = await client.get("/")
+            assert page.status == 200 and "RaftMQ console" in await page.text()
+            assert "raftmq_console" in page.cookies
+            for asset in ("app.js", "charts.js", "style.css"):
+                assert (await client.get(f"/static/{asset}")).status == 200
+            missing = await client.post("/api/topics", json={"queues": 4})
+            assert missing.status == 400 and (await missing.json()) == {"error": "missing topic"}
+            not_json = await client.post("/api/group/reset", data=b"{")
+            assert (await not_json.json()) == {"error": "the body must be JSON"}
+            no_topic = await client.get("/api/messages")
+            assert no_topic.status == 400 and "topic" in (await no_topic.json())["error"]
+            down = await client.get("/api/cluster")
+            assert down.status == 400 and "no name server answers" in (await down.json())["error"]
+
+    asyncio.run(main())

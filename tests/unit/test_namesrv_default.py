@@ -1,0 +1,76 @@
+"""Where clients look for the name server when given none, and where `raftmq cluster up`
+puts it: RocketMQ's 127.0.0.1:9876 unless told otherwise or taken."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from client.aio.core import ClientCore
+from client.aio.routes import DEFAULT_NAMESRV, default_namesrv
+from client.cli import _where
+from raftmq import cluster_cmd
+
+
+def test_default_namesrv_is_the_environment_then_rocketmqs_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAFTMQ_NAMESRV", raising=False)
+    assert default_namesrv() == ["127.0.0.1:9876"] == [DEFAULT_NAMESRV]
+    monkeypatch.setenv("RAFTMQ_NAMESRV", " 10.0.0.1:9876, 10.0.0.2:9876 ,")
+    assert default_namesrv() == ["10.0.0.1:9876", "10.0.0.2:9876"]
+
+
+def test_a_client_given_nothing_asks_the_default_name_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAFTMQ_NAMESRV", "127.0.0.1:1234")
+
+    async def main() -> None:
+        given_nothing, given_servers = ClientCore(), ClientCore(servers=["a:1"])
+        try:
+            assert given_nothing.routes._namesrv == ["127.0.0.1:1234"]
+            assert given_servers.routes._namesrv == []  # one group's servers: no name server
+        finally:
+            await given_nothing.close()
+            await given_servers.close()
+
+    asyncio.run(main())
+
+
+def _args(**kw: object) -> argparse.Namespace:
+    return argparse.Namespace(**{"servers": None, "namesrv": None, "dir": None, **kw})
+
+
+def test_cli_where(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RAFTMQ_NAMESRV", raising=False)
+    assert _where(_args()) == {"namesrv": ["127.0.0.1:9876"]}
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "cluster.json").write_text(json.dumps({"namesrv": {"address": "127.0.0.1:2000"}}))
+    assert _where(_args()) == {"namesrv": ["127.0.0.1:2000"]}  # scripts/run's, from the root
+    monkeypatch.setenv("RAFTMQ_NAMESRV", "127.0.0.1:3000")
+    assert _where(_args()) == {"namesrv": ["127.0.0.1:3000"]}
+    assert _where(_args(dir="run")) == {"namesrv": ["127.0.0.1:2000"]}
+    assert _where(_args(namesrv=["h:1"])) == {"namesrv": ["h:1"]}
+    with pytest.raises(SystemExit, match=r"no cluster\.json under nowhere"):
+        _where(_args(dir="nowhere"))
+
+
+def test_cluster_up_takes_the_wanted_port_when_free_else_says_which(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        taken = held.getsockname()[1]
+        chosen = cluster_cmd.choose_namesrv_port(taken)
+        assert chosen != taken
+        assert f"127.0.0.1:{taken} is taken" in capsys.readouterr().err
+    assert cluster_cmd.choose_namesrv_port(chosen) == chosen  # free now: taken as asked
+    assert cluster_cmd.choose_namesrv_port(0) not in (0, 9876)
+    assert capsys.readouterr().err == ""
+
+
+def test_the_suite_never_asks_for_9876() -> None:
+    assert cluster_cmd.default_namesrv_port() == 0  # tests/conftest.py

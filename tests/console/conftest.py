@@ -20,7 +20,10 @@ from tests.support.procs import stop_popen, wait_until
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
+_ROOT = Path(__file__).resolve().parents[2]
+#: where screenshots go: bench-out/console/ (untracked), or docs/console/ -- what
+#: docs/CONSOLE.md shows -- when RAFTMQ_UPDATE_SCREENSHOTS=1
+SHOTS = _ROOT / ("docs" if os.environ.get("RAFTMQ_UPDATE_SCREENSHOTS") == "1" else "bench-out") / "console"
 
 
 def raftmq(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -84,7 +87,7 @@ def wait_for(what: str, check: Any, timeout: float = 15.0, every: float = 0.1) -
 
 
 def screenshot(driver: Any, name: str) -> Path:
-    """Save the page as docs/console/NAME.png (docs/CONSOLE.md shows them)."""
+    """Save the page as SHOTS/NAME.png (docs/CONSOLE.md shows docs/console/)."""
     SHOTS.mkdir(parents=True, exist_ok=True)
     path = SHOTS / f"{name}.png"
     tmp = path.with_suffix(".tmp.png")

@@ -82,8 +82,8 @@ class AdminApi:
         offsets = self._server.machine.offsets
         live = self._server.consumers.groups()
         return web.json_response({g: {"members": sorted(m.client_id for m in live.get(g, ())),
-                                      "topics": sorted(offsets.get(g, {}))}
-                                  for g in sorted(set(offsets) | set(live))})
+                                      "topics": sorted(offsets.of_group(g))}
+                                  for g in sorted(set(offsets.groups()) | set(live))})
 
     async def admin_cluster(self, request: web.Request) -> web.Response:
         """This group as this replica sees it: replicas, leader, Raft status, consumers."""

@@ -36,7 +36,7 @@ from broker.namesrv import REGISTER_EVERY_S
 from broker.registration_auth import registration_key, sign_registration
 from dledger.log import Log
 
-__all__ = ["PAGE_BYTES", "Registrar", "held_topics"]
+__all__ = ["PAGE_BYTES", "Registrar", "held_topics", "topic_pages"]
 
 log = logging.getLogger("broker.registrar")
 
@@ -57,7 +57,7 @@ def _value(config: Any) -> list[int]:
     return [int(config.queues), int(config.perm)]
 
 
-def _pages(items: list[tuple[str, Any]]) -> Iterator[list[tuple[str, Any]]]:
+def topic_pages(items: list[tuple[str, Any]]) -> Iterator[list[tuple[str, Any]]]:
     """``items`` cut into runs of at most PAGE_BYTES (a name, its value and JSON's quotes)."""
     page: list[tuple[str, Any]] = []
     size = 0
@@ -161,7 +161,7 @@ class Registrar:
         old = held.topics
         changed = [(t, c) for t, c in topics.items() if old.get(t) is not c and old.get(t) != c]
         removed = [(t, None) for t in old if t not in topics]
-        runs = list(_pages(changed + removed)) if changed or removed else [[]]
+        runs = list(topic_pages(changed + removed)) if changed or removed else [[]]
         for run in runs:
             version = next(self._versions)
             doc = {"kind": "delta", "base": held.version, "version": version,
@@ -180,7 +180,7 @@ class Registrar:
                          identity: dict[str, Any], topics: dict[str, Any]) -> None:
         held.topics = None
         version = next(self._versions)
-        pages = list(_pages(sorted(topics.items())))
+        pages = list(topic_pages(sorted(topics.items())))
         for i, page in enumerate(pages):
             doc = {"kind": "full", "version": version, "page": i, "pages": len(pages),
                    "set": {t: _value(c) for t, c in page}}

@@ -40,7 +40,6 @@ import argparse
 import logging
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Literal
 
@@ -51,6 +50,7 @@ from broker.namesrv_config import read_namesrv_config
 from broker.registration_auth import AuthError, RegistrationVerifier, registration_key
 from broker.route_table import EXPIRY_S, Refused, Registration, Resync, RouteTable, TopicDelta, TopicPage
 from dledger.config import ConfigError, load_group_config
+from dledger.refusal_log import RefusalLog
 
 __all__ = ["EXPIRY_S", "MAX_REQUEST_BYTES", "REGISTER_EVERY_S", "Registration", "RouteTable", "main",
            "make_app"]
@@ -59,7 +59,6 @@ log = logging.getLogger("broker.namesrv")
 
 REGISTER_EVERY_S = 30.0
 MAX_REQUEST_BYTES = 1 << 20
-_LOG_EVERY_S = 60.0
 
 
 class _TopicsDoc(msgspec.Struct, forbid_unknown_fields=True):
@@ -102,34 +101,16 @@ def parse_registration(body: bytes) -> tuple[Registration, TopicDelta | TopicPag
     return reg, TopicPage(t.version, t.page, t.pages, t.set)
 
 
-class _Refusals:
-    """Logs refused registrations at most once a minute per reason, with a count."""
-
-    def __init__(self) -> None:
-        self._last: dict[str, float] = {}
-        self._count: dict[str, int] = {}
-
-    def note(self, status: int, reason: str, peer: str | None, message: str) -> None:
-        now = time.monotonic()
-        self._count[reason] = self._count.get(reason, 0) + 1
-        if now - self._last.get(reason, -_LOG_EVERY_S) < _LOG_EVERY_S:
-            return
-        count, self._count[reason] = self._count[reason], 0
-        self._last[reason] = now
-        more = f" ({count - 1} more like it in the last minute)" if count > 1 else ""
-        log.warning("refused a registration from %s (%d %s): %s%s", peer, status, reason, message, more)
-
-
-def _refuse(refusals: _Refusals, request: web.Request, status: int, reason: str,
+def _refuse(refusals: RefusalLog, request: web.Request, status: int, reason: str,
             message: str) -> web.Response:
-    refusals.note(status, reason, request.remote, message)
+    refusals.note(f"{status} {reason}", request.remote, f"({status} {reason}) {message}")
     return web.json_response({"error": message, "reason": reason}, status=status)
 
 
 def make_app(table: RouteTable, verifier: RegistrationVerifier | None = None) -> web.Application:
     """The name server's HTTP app; ``verifier`` None: registrations are not authenticated
     (``--insecure``)."""
-    refusals = _Refusals()
+    refusals = RefusalLog(log, "refused a registration from")
 
     async def register(request: web.Request) -> web.Response:
         body = await request.read()

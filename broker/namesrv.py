@@ -1,134 +1,140 @@
 """The name server: which groups serve a topic, and who leads each group.
 
-Every broker replica registers itself every 30 s (``POST /register``) with its
-group, node name, role, client address and the topics it holds; a registration
-expires 120 s after it was last renewed. Clients ask ``GET /route/{topic}``:
+Every broker replica registers itself (``POST /register``) every 30 s and at once when
+its role, term, members or topics change; a registration expires 120 s after it was last
+renewed. Clients ask ``GET /route/{topic}`` (no key needed: routes are read-only)::
 
     {"topic": "orders",
      "groups": [{"group": "g1", "queues": 8, "perm": 6,
                  "leader": "127.0.0.1:10911" | null,
                  "replicas": {"n1": "127.0.0.1:10911", "n2": ..., "n3": ...}}]}
 
-A registration also names the group's members as the replica's log says
-(``members``); the route lists only the replicas the newest leader counts as
-members, so a replica removed with ``raftmq replica remove`` drops out of routes
-at once and a new one appears with its first registration.
+A registration is signed with its group's registration key (``broker.registration_auth``:
+HMAC over the body with a timestamp and a nonce; replays refused) and must agree with
+what the table holds for the group (``broker.route_table``: terms, members). Its body::
 
-A topic's queues can span several groups (each group has its own queues).
+    {"group": "g1", "node": "n1", "role": "leader", "term": 7, "address": "10.0.0.11:10911",
+     "members": ["n1", "n2", "n3"],
+     "topics": {"kind": "delta", "base": "9f3a:4", "version": "9f3a:5",
+                "set": {"orders": [8, 6]}, "removed": ["old"]}
+            |  {"kind": "full", "version": "9f3a:6", "page": 0, "pages": 3, "set": {...}}}
+
+Answers: 200 ``{"ok": true, "held": VERSION}``; 400 a malformed body; 401 not
+authenticated (unknown group, bad or missing signature, stale timestamp, replay); 403
+refused by the group's state (a lower term, a non-member, a body for another group);
+409 ``{"resync": true}``: the topic change does not apply to what is held, send the
+whole table in pages; 413 a body over 1 MiB. Refusals are logged, at most once a minute
+per reason with a count.
+
 Name servers keep no state on disk and do not talk to each other: run several and
 register every broker with each, as RocketMQ does.
 
-Usage: ``raftmq namesrv --listen 127.0.0.1:9876``
+Usage: ``raftmq namesrv --config namesrv.toml`` (``broker.namesrv_config``). Without
+groups it refuses to start unless ``--insecure`` (no authentication, for a throw-away
+test; warned at every start). ``raftmq namesrv-key`` writes a group's key.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Literal
 
+import msgspec
 from aiohttp import web
 
-__all__ = ["EXPIRY_S", "REGISTER_EVERY_S", "Registration", "RouteTable", "main", "make_app"]
+from broker.namesrv_config import read_namesrv_config
+from broker.registration_auth import AuthError, RegistrationVerifier, registration_key
+from broker.route_table import EXPIRY_S, Refused, Registration, Resync, RouteTable, TopicDelta, TopicPage
+from dledger.config import ConfigError, load_group_config
+from dledger.refusal_log import RefusalLog
+
+__all__ = ["EXPIRY_S", "MAX_REQUEST_BYTES", "REGISTER_EVERY_S", "Registration", "RouteTable", "main",
+           "make_app"]
 
 log = logging.getLogger("broker.namesrv")
 
 REGISTER_EVERY_S = 30.0
-EXPIRY_S = 120.0
+MAX_REQUEST_BYTES = 1 << 20
 
 
-@dataclass(frozen=True, slots=True)
-class Registration:
+class _TopicsDoc(msgspec.Struct, forbid_unknown_fields=True):
+    kind: Literal["delta", "full"]
+    version: str
+    base: str = ""
+    page: int = 0
+    pages: int = 1
+    set: dict[str, tuple[int, int]] = msgspec.field(default_factory=dict)
+    removed: list[str] = msgspec.field(default_factory=list)
+
+
+class _RegistrationDoc(msgspec.Struct, forbid_unknown_fields=True):
     group: str
     node: str
     role: str
     address: str
-    topics: dict[str, tuple[int, int]] = field(default_factory=dict)  # topic -> (queues, perm)
     term: int = 0
-    members: tuple[str, ...] | None = None  # the group's member names, as this replica knows them
+    members: list[str] | None = None
+    topics: _TopicsDoc | None = None
 
 
-class RouteTable:
-    """Registrations by (group, node), each with the time it was last renewed."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic, expiry_s: float = EXPIRY_S) -> None:
-        self._clock = clock
-        self._expiry = expiry_s
-        self._entries: dict[tuple[str, str], tuple[Registration, float]] = {}
-
-    def register(self, reg: Registration) -> None:
-        self._entries[(reg.group, reg.node)] = (reg, self._clock())
-
-    def live(self) -> list[Registration]:
-        now = self._clock()
-        for key in [k for k, (_, at) in self._entries.items() if now - at > self._expiry]:
-            reg = self._entries.pop(key)[0]
-            log.info("registration of %s/%s expired", reg.group, reg.node)
-        return [reg for reg, _ in self._entries.values()]
-
-    def route(self, topic: str) -> dict[str, Any]:
-        """Groups holding ``topic``; a group's leader is the leader-role registration with
-        the highest term (a dead leader's registration lingers until it expires)."""
-        groups: dict[str, dict[str, Any]] = {}
-        best_term: dict[str, int] = {}
-        members: dict[str, tuple[str, ...]] = {}
-        for reg in sorted(self.live(), key=lambda r: (r.group, r.node)):
-            g = groups.setdefault(reg.group, {"group": reg.group, "queues": 0, "perm": 0,
-                                              "leader": None, "replicas": {}})
-            g["replicas"][reg.node] = reg.address
-            if reg.role == "leader" and reg.term >= best_term.get(reg.group, -1):
-                best_term[reg.group] = reg.term
-                g["leader"] = reg.address
-                if reg.members is not None:
-                    members[reg.group] = reg.members
-            if topic in reg.topics:
-                queues, perm = reg.topics[topic]
-                g["queues"], g["perm"] = max(g["queues"], queues), perm
-        for group, names in members.items():
-            groups[group]["replicas"] = {n: a for n, a in groups[group]["replicas"].items() if n in names}
-        return {"topic": topic, "groups": [g for g in groups.values() if g["queues"] > 0]}
-
-    def cluster(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for reg in sorted(self.live(), key=lambda r: (r.group, r.node)):
-            out.setdefault(reg.group, {})[reg.node] = {"role": reg.role, "address": reg.address,
-                                                       "topics": sorted(reg.topics)}
-        return out
+def parse_registration(body: bytes) -> tuple[Registration, TopicDelta | TopicPage | None]:
+    """A registration body (module docstring); ValueError saying what is wrong."""
+    try:
+        doc = msgspec.json.decode(body, type=_RegistrationDoc)
+    except msgspec.DecodeError as e:
+        raise ValueError(str(e)) from None
+    if not all((doc.group, doc.node, doc.role, doc.address)):
+        raise ValueError("group, node, role and address must be non-empty")
+    reg = Registration(doc.group, doc.node, doc.role, doc.address, None, doc.term,
+                       None if doc.members is None else tuple(doc.members))
+    t = doc.topics
+    if t is None:
+        return reg, None
+    if t.kind == "delta":
+        return reg, TopicDelta(t.base, t.version, t.set, tuple(t.removed))
+    if not 0 <= t.page < t.pages:
+        raise ValueError(f"page {t.page} of {t.pages}")
+    return reg, TopicPage(t.version, t.page, t.pages, t.set)
 
 
-def _parse_registration(doc: Any) -> Registration:
-    if not isinstance(doc, dict):
-        raise ValueError("a JSON object")
-    fields = {k: doc.get(k) for k in ("group", "node", "role", "address")}
-    if not all(isinstance(v, str) and v for v in fields.values()):
-        raise ValueError("group, node, role and address as non-empty strings")
-    topics = doc.get("topics", {})
-    if not isinstance(topics, dict) or not all(
-            isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) for x in v)
-            for v in topics.values()):
-        raise ValueError("topics as {name: [queues, perm]}")
-    term = doc.get("term", 0)
-    if not isinstance(term, int):
-        raise ValueError("term as an integer")
-    members = doc.get("members")
-    if members is not None and not (isinstance(members, list) and all(isinstance(m, str) for m in members)):
-        raise ValueError("members as a list of node names")
-    return Registration(**fields, topics={t: (v[0], v[1]) for t, v in topics.items()}, term=term,
-                        members=None if members is None else tuple(members))
+def _refuse(refusals: RefusalLog, request: web.Request, status: int, reason: str,
+            message: str) -> web.Response:
+    refusals.note(f"{status} {reason}", request.remote, f"({status} {reason}) {message}")
+    return web.json_response({"error": message, "reason": reason}, status=status)
 
 
-def make_app(table: RouteTable) -> web.Application:
+def make_app(table: RouteTable, verifier: RegistrationVerifier | None = None) -> web.Application:
+    """The name server's HTTP app; ``verifier`` None: registrations are not authenticated
+    (``--insecure``)."""
+    refusals = RefusalLog(log, "refused a registration from")
+
     async def register(request: web.Request) -> web.Response:
+        body = await request.read()
+        group = None
+        if verifier is not None:
+            try:
+                group = verifier.verify(request.headers, body)
+            except AuthError as e:
+                return _refuse(refusals, request, e.status, e.reason, str(e))
         try:
-            reg = _parse_registration(await request.json())
+            reg, change = parse_registration(body)
         except ValueError as e:
-            return web.json_response({"error": f"registration must be {e}"}, status=400)
-        table.register(reg)
-        return web.json_response({"ok": True, "register_every_s": REGISTER_EVERY_S})
+            return web.json_response({"error": f"malformed registration: {e}"}, status=400)
+        if group is not None and reg.group != group:
+            return _refuse(refusals, request, 403, "other group",
+                           f"signed for group {group!r}, registers group {reg.group!r}")
+        try:
+            table.register(reg)
+            held = "" if change is None else table.sync_topics(reg.group, reg.node, change)
+        except Refused as e:
+            return _refuse(refusals, request, 403, e.reason, str(e))
+        except Resync as e:
+            return web.json_response({"error": str(e), "resync": True}, status=409)
+        return web.json_response({"ok": True, "held": held, "register_every_s": REGISTER_EVERY_S})
 
     async def route(request: web.Request) -> web.Response:
         found = table.route(request.match_info["topic"])
@@ -140,18 +146,24 @@ def make_app(table: RouteTable) -> web.Application:
     async def healthz(request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
-    app = web.Application(client_max_size=1 << 20)
+    app = web.Application(client_max_size=MAX_REQUEST_BYTES)
     app.add_routes([web.post("/register", register), web.get("/route/{topic}", route),
                     web.get("/cluster", cluster), web.get("/healthz", healthz)])
     return app
 
 
 DESCRIPTION = "Run a RaftMQ name server (routes of topics)."
+KEY_DESCRIPTION = ("Print or write a group's name-server registration key, derived from the group's "
+                   "Raft secret (give the name server this key, never the secret).")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``raftmq namesrv`` (also ``python -m broker.namesrv``)."""
-    parser.add_argument("--listen", default="127.0.0.1:9876", help="HOST:PORT (default 127.0.0.1:9876)")
+    parser.add_argument("--config", type=Path, help="the name server's TOML: listen address, groups and "
+                                                    "their key files (broker/namesrv_config.py)")
+    parser.add_argument("--listen", help="HOST:PORT (default: the config's, else 127.0.0.1:9876)")
+    parser.add_argument("--insecure", action="store_true",
+                        help="serve without groups and accept unsigned registrations (throw-away tests)")
     parser.add_argument("--log-level", default="INFO")
 
 
@@ -164,10 +176,73 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    host, port = args.listen.rsplit(":", 1)
-    web.run_app(make_app(RouteTable()), host=host, port=int(port), access_log=None,
-                print=lambda *_: log.info("name server on http://%s", args.listen))
+    try:
+        config = read_namesrv_config(args.config) if args.config else None
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    listen = args.listen or (config.listen if config else "127.0.0.1:9876")
+    if config is not None and config.keys and args.insecure:
+        print("error: --insecure is for a name server without groups; this config names groups",
+              file=sys.stderr)
+        return 2
+    verifier = None
+    if config is not None and config.keys:
+        verifier = RegistrationVerifier(config.keys, skew_s=config.clock_skew_s)
+        log.info("serving groups %s; registrations must be signed with their keys",
+                 ", ".join(verifier.groups))
+    elif args.insecure:
+        log.warning("INSECURE: registrations are not authenticated: anyone who reaches %s can change "
+                    "the routes (use --config with the groups' keys)", listen)
+    else:
+        print("error: no groups to serve: give --config naming [groups.NAME] key_file = ... (write keys "
+              "with `raftmq namesrv-key`), or --insecure for a throw-away test", file=sys.stderr)
+        return 2
+    host, port = listen.rsplit(":", 1)
+    web.run_app(make_app(RouteTable(), verifier), host=host, port=int(port), access_log=None,
+                print=lambda *_: log.info("name server on http://%s", listen))
     return 0
+
+
+def configure_key(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``raftmq namesrv-key``."""
+    parser.add_argument("--config", type=Path, help="a replica's TOML: its group name and secret")
+    parser.add_argument("--group", help="the group's name (with --secret-file)")
+    parser.add_argument("--secret-file", type=Path, help="the group's Raft secret (with --group)")
+    parser.add_argument("--out", type=Path, help="write the key here (mode 0600) instead of printing it")
+
+
+def run_key(args: argparse.Namespace) -> int:
+    try:
+        if args.config:
+            config = load_group_config(args.config, other_sections=("broker",))
+            group, secret = config.group, config.secret
+        elif args.group and args.secret_file:
+            group, secret = args.group, args.secret_file.read_text().strip()
+        else:
+            print("error: give --config REPLICA_TOML, or --group G --secret-file F", file=sys.stderr)
+            return 2
+    except (ConfigError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if not secret:
+        print(f"error: group {group!r} has no secret to derive a key from", file=sys.stderr)
+        return 2
+    key = registration_key(secret, group).hex()
+    if args.out is None:
+        print(key)
+        return 0
+    write_key_file(args.out, key)
+    print(f"wrote the registration key of group {group!r} to {args.out}")
+    return 0
+
+
+def write_key_file(path: Path, key_hex: str) -> None:
+    """Write a key file readable by its owner only."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key_hex + "\n")
+    path.chmod(0o600)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ TOML is the group config (``dledger.config``) plus::
                                                  # so NOT_LEADER can name where to go
     index_slots = 5000000                        # IndexFile geometry (RocketMQ's defaults)
     index_entries = 20000000
-    namesrv = ["127.0.0.1:9876"]                 # name servers to register with (optional)
+    namesrv = ["127.0.0.1:9876"]                 # name servers to register with (optional;
+                                                 # signed with a key derived from the group's
+                                                 # secret: broker/registrar.py)
     max_message_bytes = 4194304                  # largest encoded message accepted (default
                                                  # 4 MiB, at most 64 MiB); a larger one gets
                                                  # MESSAGE_TOO_LARGE. Clients must accept
@@ -29,11 +31,10 @@ import logging
 import signal
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from broker.config import SECTIONS, read_broker_section
-from broker.namesrv import REGISTER_EVERY_S
+from broker.registrar import Registrar
 from broker.server import AppliedSignal, BrokerServer
 from broker.state_machine import BrokerStateMachine
 from dledger.applier import Applier
@@ -43,37 +44,6 @@ from dledger.replica_args import add_replica_arguments, open_replica
 __all__ = ["main"]
 
 log = logging.getLogger("broker.node")
-
-async def _register_forever(rlog: Log, machine: BrokerStateMachine, listen: str,
-                            namesrvs: list[str]) -> None:
-    """Tell every name server who we are: every REGISTER_EVERY_S, and at once when the
-    role or the topics change."""
-    sent: dict[str, Any] | None = None
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
-        next_at = 0.0
-        while True:
-            status = rlog.status()
-            body = {"group": rlog.config.group, "node": rlog.config.node, "role": status["role"],
-                    "term": status["term"], "address": listen, "members": sorted(rlog.members()),
-                    "topics": {t: [c.queues, c.perm] for t, c in sorted(machine.topics.items())}}
-            loop_time = asyncio.get_running_loop().time()
-            if body != sent or loop_time >= next_at:
-                delivered = True
-                for ns in namesrvs:
-                    try:
-                        async with session.post(f"http://{ns}/register", json=body) as resp:
-                            if resp.status != 200:
-                                delivered = False
-                                log.warning("name server %s refused registration: %s", ns,
-                                            await resp.text())
-                    except (aiohttp.ClientError, TimeoutError) as e:
-                        delivered = False
-                        log.warning("cannot register with name server %s: %s", ns, e)
-                # a failed registration is retried on the next poll, not 30 s later
-                sent = body if delivered else None
-                next_at = loop_time + REGISTER_EVERY_S
-            await asyncio.sleep(0.5)  # poll role and topics; registrations are rate-limited
-
 
 async def _serve(rlog: Log, machine: BrokerStateMachine, applier: Applier,
                  listen: str, addresses: dict[str, str], namesrvs: list[str],
@@ -88,7 +58,7 @@ async def _serve(rlog: Log, machine: BrokerStateMachine, applier: Applier,
     await runner.setup()
     host, port = listen.rsplit(":", 1)
     await web.TCPSite(runner, host, int(port)).start()
-    registrar = asyncio.create_task(_register_forever(rlog, machine, listen, namesrvs)) if namesrvs else None
+    registrar = asyncio.create_task(Registrar(rlog, machine, listen, namesrvs).run()) if namesrvs else None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for s in (signal.SIGTERM, signal.SIGINT):

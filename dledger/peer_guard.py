@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import logging
 import struct
-import threading
 import time
 from typing import Any
 
 import pysyncobj.tcp_server
 from pysyncobj.tcp_connection import TcpConnection
+
+from dledger.refusal_log import RefusalLog
 
 __all__ = [
     "HANDSHAKE_BYTES",
@@ -60,31 +61,10 @@ HANDSHAKE_BYTES = 2 * HANDSHAKE_FRAME_BYTES + 8
 MAX_PEER_FRAME_BYTES = 8 << 20
 HANDSHAKE_TIMEOUT_S = 5.0
 MAX_PENDING_HANDSHAKES = 16
-_LOG_EVERY_S = 60.0
 _LENGTH = struct.Struct("i")  # pysyncobj's length prefix: native int32
 
 
-class _Refusals:
-    """Logs refused connections at most once a minute per reason, with how many."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._last: dict[str, float] = {}
-        self._count: dict[str, int] = {}
-
-    def note(self, reason: str, peer: str, detail: str) -> None:
-        now = time.monotonic()
-        with self._lock:
-            self._count[reason] = self._count.get(reason, 0) + 1
-            if now - self._last.get(reason, -_LOG_EVERY_S) < _LOG_EVERY_S:
-                return
-            count, self._count[reason] = self._count[reason], 0
-            self._last[reason] = now
-        more = f" ({count - 1} more like it in the last minute)" if count > 1 else ""
-        log.warning("closed a Raft connection from %s: %s%s", peer, detail, more)
-
-
-refusals = _Refusals()
+refusals = RefusalLog(log, "closed a Raft connection from")
 
 
 class _FrameMeter:

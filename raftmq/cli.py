@@ -3,7 +3,8 @@
     raftmq up [--dir DIR] [--nodes 3]     a local cluster in the foreground (scripts/run):
                                           a name server + one broker group (--kind log: log nodes)
     raftmq broker --config F              one broker replica (WebSocket server)
-    raftmq namesrv [--listen H:P]         a name server (topic routes)
+    raftmq namesrv --config F             a name server (topic routes) for the groups in F
+    raftmq namesrv-key --config REPLICA   a group's registration key for the name servers
     raftmq cluster up|down|status|verify  a local cluster of background processes; verify
                                           compares every replica's state digests
     raftmq leader transfer [--to NODE]    move a group's leadership before maintenance
@@ -151,6 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add(sub, "broker", "run one broker replica", node.DESCRIPTION, node.configure, node.run)
     _add(sub, "namesrv", "run a name server (topic routes)", namesrv.DESCRIPTION, namesrv.configure,
          namesrv.run)
+    _add(sub, "namesrv-key", "print or write a group's name-server registration key", namesrv.KEY_DESCRIPTION,
+         namesrv.configure_key, namesrv.run_key)
     _add(sub, "cluster", "a local cluster in the background: up|down|status|verify",
          cluster_cmd.DESCRIPTION, cluster_cmd.configure, cluster_cmd.run)
     _add(sub, "leader", "leader transfer [--to NODE]: move a group's leadership",

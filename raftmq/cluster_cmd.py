@@ -5,7 +5,8 @@ checks of any cluster.
 on 127.0.0.1 -- the name server on RocketMQ's 127.0.0.1:9876 when that port is free (else on
 a free port, saying so; ``--namesrv-port`` or ``$RAFTMQ_NAMESRV_PORT`` choose another, 0 any),
 writes every address and PID to ``DIR/cluster.json`` and returns
-once every group has a leader. ``down`` stops them by PID (SIGTERM, then SIGKILL
+once every group has a leader; the name server is given each group's registration key
+(``raftmq.local_namesrv``). ``down`` stops them by PID (SIGTERM, then SIGKILL
 after 10 s). ``status`` prints each replica's role, term, indexes, retained log
 start, newest snapshot, disk use and health. ``verify`` compares the state digests
 of every replica of every group at the indexes they share (``broker.divergence``)
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from raftmq.local_group import LocalGroup, free_port
+from raftmq.local_namesrv import configure_namesrv, namesrv_argv
 
 __all__ = ["DEFAULT_NAMESRV_PORT", "choose_namesrv_port", "dead_processes", "default_namesrv_port",
            "find_group", "find_replicas", "leader_main", "main", "namesrv_address"]
@@ -61,17 +63,16 @@ def _up(args: argparse.Namespace) -> int:
         return 1
     root.mkdir(parents=True, exist_ok=True)
     ns = f"127.0.0.1:{choose_namesrv_port(args.namesrv_port)}"
+    groups = {f"g{i + 1}": LocalGroup(root / f"g{i + 1}", args.nodes, module="broker", group=f"g{i + 1}",
+                                      broker={"namesrv": [ns]}, log_level="WARNING")
+              for i in range(args.groups)}
+    config = configure_namesrv(root, ns, groups.values())  # the groups' keys, from their secrets
     with open(root / "namesrv.log", "ab") as out:
-        namesrv = subprocess.Popen([sys.executable, "-m", "broker.namesrv", "--listen", ns],
-                                   stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        namesrv = subprocess.Popen(namesrv_argv(config), stdout=out, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
     state: dict[str, Any] = {"namesrv": {"address": ns, "pid": namesrv.pid}, "groups": {}}
-    groups = {}
-    for i in range(args.groups):
-        name = f"g{i + 1}"
-        group = LocalGroup(root / name, args.nodes, module="broker", group=name,
-                           broker={"namesrv": [ns]}, log_level="WARNING")
+    for name, group in groups.items():
         group.start()
-        groups[name] = group
         state["groups"][name] = {n: {"raft": p.raft, "address": p.http, "pid": p.proc.pid}
                                  for n, p in group.nodes.items()}
     state_path.write_text(json.dumps(state, indent=2))

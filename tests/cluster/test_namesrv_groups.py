@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -13,6 +12,7 @@ from typing import Any
 import pytest
 
 from raftmq.local_group import LocalGroup
+from raftmq.local_namesrv import configure_namesrv, namesrv_argv
 from tests.support.procs import ManagedProcess, free_ports, wait_until
 
 pytestmark = [pytest.mark.cluster]
@@ -32,11 +32,11 @@ def http_json(url: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
 def setup(tmp_path: Path) -> Iterator[tuple[str, dict[str, LocalGroup]]]:
     (port,) = free_ports(1)
     ns = f"127.0.0.1:{port}"
-    namesrv = ManagedProcess([sys.executable, "-m", "raftmq", "namesrv", "--listen", ns],
-                             tmp_path / "namesrv.log")
     groups = {g: LocalGroup(tmp_path / g, 3, module="broker", group=g,
                             broker={"namesrv": [ns], "index_slots": 64, "index_entries": 1024})
               for g in ("g1", "g2")}
+    namesrv = ManagedProcess(namesrv_argv(configure_namesrv(tmp_path, ns, groups.values())),
+                             tmp_path / "namesrv.log")
     try:
         wait_until(lambda: http_json(f"http://{ns}/cluster")[0] == 200, 15, what="the name server")
         yield ns, groups

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import sys
 import threading
 import time
 import urllib.request
@@ -22,6 +21,7 @@ import pytest
 
 from client import Admin, ConsumeStatus, Message, Producer, PullConsumer, PushConsumer
 from raftmq.local_group import LocalGroup
+from raftmq.local_namesrv import configure_namesrv, namesrv_argv
 from tests.support.procs import ManagedProcess, free_ports, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -47,11 +47,10 @@ def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]
     extra [broker] settings."""
     (port,) = free_ports(1)
     ns = f"127.0.0.1:{port}"
-    namesrv = ManagedProcess([sys.executable, "-m", "raftmq", "namesrv", "--listen", ns],
-                             tmp_path / "namesrv.log")
     group = LocalGroup(tmp_path / "brokers", 3, module="broker",
                        broker={"namesrv": [ns], "index_slots": 4096, "index_entries": 65536,
                                **getattr(request, "param", {})})
+    namesrv = ManagedProcess(namesrv_argv(configure_namesrv(tmp_path, ns, [group])), tmp_path / "namesrv.log")
     try:
         group.start()
         group.wait_leader(timeout=30)

@@ -1,17 +1,28 @@
-"""Name server: registration, expiry after 120 s, routes spanning groups."""
+"""Name server: registration, expiry after 120 s, routes spanning groups, the group's rules
+(terms, members), topic changes by version, the HTTP API with signed registrations."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
 
-from broker.namesrv import EXPIRY_S, Registration, RouteTable, make_app
+from broker.namesrv import EXPIRY_S, Registration, RouteTable, make_app, run
+from broker.registration_auth import RegistrationVerifier, registration_key, sign_registration
+from broker.route_table import Refused, Resync, TopicDelta, TopicPage
 from client.aio.connection import ConnectionPool
 from client.aio.routes import RouteBook
 from raftmq.local_group import free_port
+
+KEY = registration_key("the group secret", "g1")
 
 
 class Clock:
@@ -22,8 +33,9 @@ class Clock:
         return self.now
 
 
-def reg(group: str, node: str, role: str, topics: dict[str, tuple[int, int]]) -> Registration:
-    return Registration(group, node, role, f"{group}-{node}:1", topics)
+def reg(group: str, node: str, role: str, topics: dict[str, tuple[int, int]], term: int = 1,
+        members: tuple[str, ...] | None = None) -> Registration:
+    return Registration(group, node, role, f"{group}-{node}:1", topics, term, members)
 
 
 def test_route_spans_groups_and_names_leaders() -> None:
@@ -52,33 +64,146 @@ def test_registrations_expire_unless_renewed() -> None:
     table.register(reg("g1", "n1", "leader", {"t": (1, 6)}))
     table.register(reg("g1", "n2", "follower", {"t": (1, 6)}))
     clock.now += EXPIRY_S - 1
-    table.register(reg("g1", "n2", "leader", {"t": (1, 6)}))  # n2 renewed (and now leads)
+    table.register(reg("g1", "n2", "leader", {"t": (1, 6)}, term=2))  # n2 renewed (and now leads)
     clock.now += 2
     assert [r.node for r in table.live()] == ["n2"]
     assert table.route("t")["groups"][0]["leader"] == "g1-n2:1"
 
 
-def test_http_api() -> None:
-    async def main() -> None:
-        runner = web.AppRunner(make_app(RouteTable()))
-        await runner.setup()
-        port = free_port()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        base = f"http://127.0.0.1:{port}"
-        async with aiohttp.ClientSession() as s:
-            body = {"group": "g1", "node": "n1", "role": "leader", "address": "127.0.0.1:1",
-                    "topics": {"orders": [8, 6]}}
-            async with s.post(f"{base}/register", json=body) as r:
-                assert r.status == 200
-            async with s.post(f"{base}/register", json={"group": "g1"}) as r:
-                assert r.status == 400 and "non-empty strings" in (await r.json())["error"]
-            async with s.get(f"{base}/route/orders") as r:
-                assert (await r.json())["groups"][0]["leader"] == "127.0.0.1:1"
-            async with s.get(f"{base}/route/nope") as r:
-                assert r.status == 404
+# -- the group's rules: terms and members ----------------------------------------------
+def test_a_leader_claim_below_the_groups_term_is_refused() -> None:
+    table = RouteTable(Clock())
+    table.register(reg("g1", "n1", "leader", {"t": (1, 6)}, term=7))
+    with pytest.raises(Refused, match="term 6 is below the group's term 7"):
+        table.register(reg("g1", "n2", "leader", {"t": (1, 6)}, term=6))
+    with pytest.raises(Refused, match="which n1 leads"):
+        table.register(reg("g1", "n2", "leader", {"t": (1, 6)}, term=7))
+    with pytest.raises(Refused, match="registration of g1/n3 at term 5"):  # a cut-off follower
+        table.register(reg("g1", "n3", "follower", {"t": (1, 6)}, term=5))
+    assert table.route("t")["groups"][0]["leader"] == "g1-n1:1"
+    table.register(reg("g1", "n2", "leader", {"t": (1, 6)}, term=8))  # a new election
+    assert table.route("t")["groups"][0]["leader"] == "g1-n2:1"
+
+
+def test_a_node_outside_the_members_is_refused_and_membership_changes_are_followed() -> None:
+    table = RouteTable(Clock())
+    three = ("n1", "n2", "n3")
+    for node, role in (("n1", "leader"), ("n2", "follower"), ("n3", "follower")):
+        table.register(reg("g1", node, role, {"t": (1, 6)}, term=2, members=three))
+    with pytest.raises(Refused, match="evil is not a member of g1"):
+        table.register(reg("g1", "evil", "follower", {"t": (1, 6)}, term=2, members=(*three, "evil")))
+    with pytest.raises(Refused, match="n4 is not a member"):  # before the leader names it
+        table.register(reg("g1", "n4", "follower", {"t": (1, 6)}, term=2, members=(*three, "n4")))
+    # raftmq replica add n4: the leader's registration names it, then n4 registers
+    table.register(reg("g1", "n1", "leader", {"t": (1, 6)}, term=2, members=(*three, "n4")))
+    table.register(reg("g1", "n4", "follower", {"t": (1, 6)}, term=2, members=(*three, "n4")))
+    assert set(table.route("t")["groups"][0]["replicas"]) == {"n1", "n2", "n3", "n4"}
+    # raftmq replica remove n3: it leaves the route at once, and may not come back
+    table.register(reg("g1", "n1", "leader", {"t": (1, 6)}, term=2, members=("n1", "n2", "n4")))
+    assert set(table.route("t")["groups"][0]["replicas"]) == {"n1", "n2", "n4"}
+    with pytest.raises(Refused, match="n3 is not a member"):
+        table.register(reg("g1", "n3", "follower", {"t": (1, 6)}, term=2, members=three))
+    # a follower's stale view does not overwrite the leader's
+    table.register(reg("g1", "n2", "follower", {"t": (1, 6)}, term=2, members=three))
+    assert set(table.route("t")["groups"][0]["replicas"]) == {"n1", "n2", "n4"}
+
+
+def test_a_new_leader_at_a_higher_term_brings_its_members() -> None:
+    table = RouteTable(Clock())
+    table.register(reg("g1", "n1", "leader", {"t": (1, 6)}, term=2, members=("n1", "n2", "n3")))
+    table.register(reg("g1", "n6", "leader", {"t": (1, 6)}, term=3, members=("n1", "n2", "n6")))
+    assert set(table.route("t")["groups"][0]["replicas"]) == {"n1", "n6"}
+    assert table.route("t")["groups"][0]["leader"] == "g1-n6:1"
+
+
+# -- topics by version --------------------------------------------------------------------
+def test_deltas_apply_only_to_their_base_and_pages_replace_the_table() -> None:
+    table = RouteTable(Clock())
+    table.register(reg("g1", "n1", "leader", None))  # type: ignore[arg-type]
+    assert table.sync_topics("g1", "n1", TopicDelta("", "v1", {"a": (1, 6), "b": (2, 6)})) == "v1"
+    assert table.sync_topics("g1", "n1", TopicDelta("v1", "v2", {"c": (3, 6)}, ("a",))) == "v2"
+    assert table.topics_of("g1", "n1") == {"b": (2, 6), "c": (3, 6)}
+    with pytest.raises(Resync):
+        table.sync_topics("g1", "n1", TopicDelta("v1", "v3", {"d": (1, 6)}))
+    # a whole table in pages: the old one is served until the last page arrives
+    assert table.sync_topics("g1", "n1", TopicPage("w", 0, 2, {"x": (1, 6)})) == "v2"
+    assert table.route("c")["groups"] and not table.route("x")["groups"]
+    table.sync_topics("g1", "n1", TopicPage("w", 0, 3, {}))
+    with pytest.raises(Resync):  # a page missed
+        table.sync_topics("g1", "n1", TopicPage("w", 2, 3, {}))
+    table.sync_topics("g1", "n1", TopicPage("w", 0, 2, {"x": (1, 6)}))
+    assert table.sync_topics("g1", "n1", TopicPage("w", 1, 2, {"y": (4, 6)})) == "w"
+    assert table.topics_of("g1", "n1") == {"x": (1, 6), "y": (4, 6)}
+    assert table.cluster()["g1"]["n1"] == {"role": "leader", "term": 1, "address": "g1-n1:1", "topics": 2,
+                                           "topics_version": "w"}
+
+
+# -- HTTP ---------------------------------------------------------------------------------
+@asynccontextmanager
+async def namesrv(verifier: RegistrationVerifier | None) -> AsyncIterator[str]:
+    runner = web.AppRunner(make_app(RouteTable(), verifier))
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
         await runner.cleanup()
 
-    asyncio.run(main())
+
+def body_of(table: dict[str, list[int]], **over: Any) -> bytes:
+    """A registration body holding the whole ``table``; ``over`` replaces fields."""
+    doc = {"group": "g1", "node": "n1", "role": "leader", "term": 1, "address": "127.0.0.1:1",
+           "members": ["n1"], "topics": {"kind": "full", "version": "v1", "page": 0, "pages": 1,
+                                         "set": table}}
+    return json.dumps({**doc, **over}).encode()
+
+
+async def post(s: aiohttp.ClientSession, ns: str, body: bytes, headers: dict[str, str]) -> tuple[int, Any]:
+    async with s.post(f"http://{ns}/register", data=body, headers=headers) as r:
+        return r.status, await r.json()
+
+
+def run_async(f: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(f())  # type: ignore[arg-type]
+
+
+def test_http_api() -> None:
+    async def main() -> None:
+        async with namesrv(RegistrationVerifier({"g1": KEY})) as ns, aiohttp.ClientSession() as s:
+            body = body_of({"orders": [8, 6]})
+            assert (await post(s, ns, body, sign_registration(KEY, "g1", body)))[0] == 200
+            code, answer = await post(s, ns, body, {})
+            assert code == 401 and "must be signed" in answer["error"]
+            bad = b'{"group": "g1"}'
+            code, answer = await post(s, ns, bad, sign_registration(KEY, "g1", bad))
+            assert code == 400 and "node" in answer["error"]
+            other = body_of({}, group="g2")
+            code, answer = await post(s, ns, other, sign_registration(KEY, "g1", other))
+            assert code == 403 and "registers group 'g2'" in answer["error"]
+            delta = body_of({}, topics={"kind": "delta", "base": "nope", "version": "v9"})
+            code, answer = await post(s, ns, delta, sign_registration(KEY, "g1", delta))
+            assert code == 409 and answer["resync"] is True
+            async with s.get(f"http://{ns}/route/orders") as r:
+                assert (await r.json())["groups"][0]["leader"] == "127.0.0.1:1"
+            async with s.get(f"http://{ns}/route/nope") as r:
+                assert r.status == 404
+            async with s.post(f"http://{ns}/register", data=b"x" * (2 << 20)) as r:
+                assert r.status == 413
+
+    run_async(main)
+
+
+def test_the_name_server_refuses_to_start_without_groups_unless_insecure(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = argparse.Namespace(config=None, listen="127.0.0.1:1", insecure=False, log_level="INFO")
+    assert run(args) == 2
+    assert "no groups to serve" in capsys.readouterr().err
+    config = tmp_path / "namesrv.toml"
+    (tmp_path / "g1.key").write_text(KEY.hex())
+    config.write_text('[namesrv]\nlisten = "127.0.0.1:1"\n[groups.g1]\nkey_file = "g1.key"\n')
+    assert run(argparse.Namespace(config=config, listen=None, insecure=True, log_level="INFO")) == 2
+    assert "--insecure is for a name server without groups" in capsys.readouterr().err
 
 
 # Topic names the rules allow whose text reads as percent escapes in a URL ("%ac", "%1f",
@@ -92,21 +217,14 @@ TRICKY_TOPICS = ["%RETRY%acc-retry-g", "%RETRY%acc-g", "%RETRY%ab", "%RETRY%1f",
 @pytest.mark.parametrize("topic", TRICKY_TOPICS)
 def test_the_client_looks_up_exactly_the_topic_it_names(topic: str) -> None:
     async def main() -> None:
-        runner = web.AppRunner(make_app(RouteTable()))
-        await runner.setup()
-        port = free_port()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
         pool = ConnectionPool()
         try:
-            async with aiohttp.ClientSession() as s:
-                body = {"group": "g1", "node": "n1", "role": "leader", "address": "127.0.0.1:1",
-                        "topics": {topic: [1, 6]}}
-                async with s.post(f"http://127.0.0.1:{port}/register", json=body) as r:
-                    assert r.status == 200
-            route = await RouteBook(pool, namesrv=[f"127.0.0.1:{port}"]).route(topic)
-            assert route.topic == topic and [g.queues for g in route.groups] == [1]
+            async with namesrv(RegistrationVerifier({"g1": KEY})) as ns, aiohttp.ClientSession() as s:
+                body = body_of({topic: [1, 6]})
+                assert (await post(s, ns, body, sign_registration(KEY, "g1", body)))[0] == 200
+                route = await RouteBook(pool, namesrv=[ns]).route(topic)
+                assert route.topic == topic and [g.queues for g in route.groups] == [1]
         finally:
             await pool.close()
-            await runner.cleanup()
 
-    asyncio.run(main())
+    run_async(main)

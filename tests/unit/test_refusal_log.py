@@ -1,0 +1,23 @@
+"""RefusalLog: one warning per reason a minute, with how many were refused meanwhile."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from dledger.refusal_log import RefusalLog
+
+
+def test_each_reason_is_logged_once_a_minute_with_a_count(caplog: pytest.LogCaptureFixture) -> None:
+    now = [100.0]
+    refusals = RefusalLog(logging.getLogger("test.refusals"), "refused", clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, "test.refusals"):
+        for _ in range(3):
+            refusals.note("bad", "1.2.3.4", "bad signature")
+        refusals.note("other", "1.2.3.4", "stale")
+        now[0] += 61
+        refusals.note("bad", "5.6.7.8", "bad signature")
+    assert [r.getMessage() for r in caplog.records] == [
+        "refused 1.2.3.4: bad signature", "refused 1.2.3.4: stale",
+        "refused 5.6.7.8: bad signature (2 more like it in the last minute)"]

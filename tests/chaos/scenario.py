@@ -33,7 +33,7 @@ from urllib.parse import quote
 import aiohttp
 import msgpack
 
-from broker.consume_queue import UNIT_SIZE
+from broker.consume_queue_layout import UNIT_SIZE
 from client.message import decode_received
 from client.queues import MessageQueue
 from protocol.remoting import RequestCode, ResponseCode

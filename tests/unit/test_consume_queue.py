@@ -15,14 +15,12 @@ from hypothesis import strategies as st
 
 from broker.consume_queue import (
     FILTER_SCAN_FACTOR,
-    UNIT,
-    UNIT_SIZE,
     ConsumeQueue,
     ConsumeQueueCorrupt,
     CqUnit,
     OffsetOutOfRange,
-    cq_file_name,
 )
+from broker.consume_queue_layout import UNIT, UNIT_SIZE, cq_file_name
 from protocol.tags import tag_hash
 
 UPF = 4  # units per file in these tests

@@ -28,7 +28,7 @@ from broker.commands import (
     decode_admin,
     encode_admin,
 )
-from broker.consume_queue import UNIT
+from broker.consume_queue_layout import UNIT
 from broker.entry_batch import pack_entries, unpack_entry
 from broker.index_file import IndexFile, key_hash
 from broker.snapshot import Snapshot, cq_hash_prefix, cq_hash_step

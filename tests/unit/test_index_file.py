@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.index_file import (
+from broker.index_file import IndexFile
+from broker.index_layout import (
     DEFAULT_INDEX_NUM,
     DEFAULT_SLOT_NUM,
     ENTRY,
@@ -19,15 +20,14 @@ from broker.index_file import (
     HEADER,
     HEADER_SIZE,
     SLOT_SIZE,
-    IndexFile,
     IndexFileCorrupt,
     IndexHeader,
-    IndexService,
     geometry_of,
     index_file_name,
     index_file_size,
     key_hash,
 )
+from broker.index_service import IndexService
 
 T0 = 1_700_000_000_000  # a store time in ms
 COLLIDING = ("k15599", "k97211")  # different keys, same 31-bit hash

@@ -46,7 +46,7 @@ from broker.consume_queue_layout import (
     topic_directory,
     used_units,
 )
-from dledger.file_run import FileRun
+from dledger.file_run import FileRun, FileRunStore
 from dledger.numbered_files import pread_full
 
 # CqUnit and topic_directory are named from here by the apply step and the pull path.
@@ -94,7 +94,7 @@ class CqRead:
     next_offset: int
 
 
-class ConsumeQueue:
+class ConsumeQueue(FileRunStore):
     """The units of one (topic, queue id), in ``directory``.
 
     Thread-safety: one internal lock guards every public method, so the apply
@@ -120,19 +120,12 @@ class ConsumeQueue:
                             span_name="units_per_file", closed_error=f"ConsumeQueue {directory} is closed")
         self._lock = self._run.lock
         self._files = self._run.files
-        try:
+        with self._run.closed_on_error():
             self._open_existing()
             if not self._files:
                 self._run.create(start_offset)
-        except BaseException:
-            self._run.close_fds()
-            raise
 
     # -- properties ----------------------------------------------------------------
-    @property
-    def directory(self) -> Path:
-        return self._run.directory
-
     @property
     def units_per_file(self) -> int:
         return self._upf
@@ -152,11 +145,6 @@ class ConsumeQueue:
     def __len__(self) -> int:
         with self._lock:
             return self._run.end - self._files[0].start
-
-    @property
-    def closed(self) -> bool:
-        with self._lock:
-            return self._run.closed
 
     # -- writing ---------------------------------------------------------------------
     def append(self, offset: int, position: int, size: int, tag_hash: int) -> None:
@@ -215,19 +203,6 @@ class ConsumeQueue:
         with self._lock:
             self._run.check_open()
             return self._run.delete_before(offset)
-
-    def flush(self) -> bool:
-        """fsync what changed since the last flush; True if anything was synced.
-
-        Raises OSError if an fsync fails; what it covered stays marked dirty, but the
-        caller should treat the data as possibly lost (a later fsync may not report
-        the same error again).
-        """
-        return self._run.flush()
-
-    def close(self) -> None:
-        """Close the files (waits for a flush in progress; does not flush). Idempotent."""
-        self._run.close()
 
     # -- reading ---------------------------------------------------------------------
     def get(self, offset: int) -> CqUnit:

@@ -194,30 +194,6 @@ class IndexFile:
             return self._header()
 
     @property
-    def begin_timestamp(self) -> int:
-        return self.header().begin_timestamp
-
-    @property
-    def end_timestamp(self) -> int:
-        return self.header().end_timestamp
-
-    @property
-    def begin_position(self) -> int:
-        return self.header().begin_position
-
-    @property
-    def end_position(self) -> int:
-        return self.header().end_position
-
-    @property
-    def hash_slot_count(self) -> int:
-        return self.header().hash_slot_count
-
-    @property
-    def index_count(self) -> int:
-        return self.header().index_count
-
-    @property
     def closed(self) -> bool:
         with self._lock:
             return self._closed

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from dledger.numbered_files import (
@@ -40,7 +42,7 @@ from dledger.numbered_files import (
     pwrite_all,
 )
 
-__all__ = ["FileRun", "RunFile"]
+__all__ = ["FileRun", "FileRunStore", "RunFile"]
 
 
 class RunFile:
@@ -103,6 +105,15 @@ class FileRun:
         return self.files[self.index_of(number)]
 
     # -- opening -----------------------------------------------------------------------
+    @contextmanager
+    def closed_on_error(self) -> Iterator[None]:
+        """For the owner's constructor: close every descriptor if the block raises."""
+        try:
+            yield
+        except BaseException:
+            self.close_fds()
+            raise
+
     def adopt_existing(self, *, aligned_first: bool) -> None:
         """Take the files on disk into ``files`` (checked: names, contiguity, sizes) with
         their lengths; open them (only the last unless ``keep_open``)."""
@@ -263,3 +274,31 @@ class FileRun:
         close_quietly(f.fd for f in self.files if f.fd >= 0)
         for f in self.files:
             f.fd = -1
+
+
+class FileRunStore:
+    """Base of a store kept in one ``FileRun`` (``self._run``): what passes straight through."""
+
+    _run: FileRun
+
+    @property
+    def directory(self) -> Path:
+        return self._run.directory
+
+    @property
+    def closed(self) -> bool:
+        with self._run.lock:
+            return self._run.closed
+
+    def flush(self) -> bool:
+        """fsync what changed since the last flush; True if anything was synced.
+
+        Raises ValueError after ``close``; OSError if an fsync fails: what it covered
+        stays pending, but the caller should treat the data as possibly lost (a later
+        fsync may not report the same error again).
+        """
+        return self._run.flush()
+
+    def close(self) -> None:
+        """Close the files (waits for a flush in progress; does not flush). Idempotent."""
+        self._run.close()

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from dledger.durable_file import fsync_directory
 from dledger.entry_format import ALIGN, encode_blank
-from dledger.file_run import FileRun, RunFile
+from dledger.file_run import FileRun, FileRunStore, RunFile
 from dledger.numbered_files import number_name
 
 __all__ = ["CorruptLogError", "SegmentInfo", "SegmentedFile", "segment_name"]
@@ -63,7 +63,7 @@ segment_name = number_name
 """The file name of the segment starting at a position: 20 digits, zero-padded."""
 
 
-class SegmentedFile:
+class SegmentedFile(FileRunStore):
     """Append-only byte storage split into ``segment_size`` files.
 
     Thread-safety: every public method takes the one internal lock, so any
@@ -103,27 +103,13 @@ class SegmentedFile:
         self._lock = self._run.lock
         self._segs = self._run.files
         self._start = 0
-        try:
+        with self._run.closed_on_error():
             if discard_existing and start_position is not None:
                 self._restart_at(start_position)
-                return
-            self._run.adopt_existing(aligned_first=True)
-            if not self._segs:
-                self._start = 0 if start_position is None else start_position
-                self._create_at(self._start)
-            elif start_position is not None:
-                self._adopt_start(start_position)
             else:
-                self._start = self._segs[0].start
-        except BaseException:
-            self._run.close_fds()
-            raise
+                self._open(start_position)
 
     # -- properties ------------------------------------------------------------
-    @property
-    def directory(self) -> Path:
-        return self._run.directory
-
     @property
     def segment_size(self) -> int:
         return self._size
@@ -140,11 +126,6 @@ class SegmentedFile:
         ``reset`` start while the segment holding it is the first one."""
         with self._lock:
             return self._start
-
-    @property
-    def closed(self) -> bool:
-        with self._lock:
-            return self._run.closed
 
     @property
     def dirty(self) -> bool:
@@ -219,15 +200,6 @@ class SegmentedFile:
                 self._run.close_fds()
                 raise
 
-    def flush(self) -> bool:
-        """fsync what was written since the last flush; True if anything was synced.
-
-        Raises OSError if an fsync fails; the files stay marked dirty, but the
-        caller should treat the data as possibly lost (a later fsync may not
-        report the same error again).
-        """
-        return self._run.flush()
-
     # -- reading -------------------------------------------------------------------
     def read(self, position: int, size: int) -> bytes:
         """``size`` bytes from ``position`` (may span segments, blank padding included).
@@ -282,11 +254,17 @@ class SegmentedFile:
                 infos.append(SegmentInfo(seg.start, seg.path, st.st_size, st.st_mtime))
             return infos
 
-    def close(self) -> None:
-        """Close the files (waits for a flush in progress; does not flush). Idempotent."""
-        self._run.close()
-
     # -- internals -------------------------------------------------------------------
+    def _open(self, start_position: int | None) -> None:
+        self._run.adopt_existing(aligned_first=True)
+        if not self._segs:
+            self._start = 0 if start_position is None else start_position
+            self._create_at(self._start)
+        elif start_position is not None:
+            self._adopt_start(start_position)
+        else:
+            self._start = self._segs[0].start
+
     def _adopt_start(self, position: int) -> None:
         first = self._segs[0]
         if position < first.start:

@@ -35,7 +35,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from tempfile import mkdtemp
-from types import TracebackType
 from typing import Any, Literal
 
 import requests
@@ -373,17 +372,6 @@ class ToxiproxyServer(ManagedProcess):
     def client(self) -> Toxi:
         """A :class:`Toxi` aimed at this server."""
         return Toxi(self.port)
-
-    def __enter__(self) -> ToxiproxyServer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def _wait_ready(self, timeout: float) -> str:
         token = f"startup-probe-{secrets.token_hex(6)}"

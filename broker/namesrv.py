@@ -33,6 +33,8 @@ from typing import Any
 
 from aiohttp import web
 
+from dledger.replica_args import configure_logging, run_alone
+
 __all__ = ["EXPIRY_S", "REGISTER_EVERY_S", "Registration", "RouteTable", "main", "make_app"]
 
 log = logging.getLogger("broker.namesrv")
@@ -156,14 +158,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="raftmq namesrv", description=DESCRIPTION)
-    configure(parser)
-    return run(parser.parse_args(argv))
+    return run_alone(argv, "raftmq namesrv", DESCRIPTION, configure, run)
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level)
     host, port = args.listen.rsplit(":", 1)
     web.run_app(make_app(RouteTable()), host=host, port=int(port), access_log=None,
                 print=lambda *_: log.info("name server on http://%s", args.listen))

@@ -29,7 +29,7 @@ from aiohttp import web
 from dledger.applier import Applier
 from dledger.errors import EntryTooLarge, NoLeader, NotLeader, OutcomeUnknown, ProposeError
 from dledger.recording_machine import RecordingMachine
-from dledger.replica_args import add_replica_arguments, open_replica
+from dledger.replica_args import add_replica_arguments, open_replica, run_alone
 from dledger.replicated_log import ReplicatedLog
 
 __all__ = ["main"]
@@ -111,9 +111,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dledger", description=DESCRIPTION)
-    configure(parser)
-    return run(parser.parse_args(argv))
+    return run_alone(argv, "python -m dledger", DESCRIPTION, configure, run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ are multiples of ``units_per_file``::
 
 Files are never preallocated: a file's length is 20 x its units. A queue that begins at
 offset N (a replica restored from a snapshot starts at the peers' numbering) has a first
-file named N, which ends at the next multiple of ``units_per_file`` (``file_end``)::
+file named N, which ends at the next multiple of ``units_per_file``::
 
       00000000000000000006   [u6][u7]             first, starts at 6: holds 6..7
       00000000000000000008   [u8][u9]             aligned from here on
@@ -55,7 +55,6 @@ __all__ = [
     "CqUnit",
     "cq_file_name",
     "encode_units",
-    "file_end",
     "topic_directory",
     "used_units",
 ]
@@ -89,11 +88,6 @@ def topic_directory(topic: str) -> str:
 
 cq_file_name = number_name
 """The name of the file whose first unit has the given queue offset: 20 digits."""
-
-
-def file_end(start: int, units_per_file: int) -> int:
-    """One past the last queue offset the file named ``start`` may hold."""
-    return (start // units_per_file + 1) * units_per_file
 
 
 def encode_units(units: Sequence[tuple[int, int, int]]) -> bytes:

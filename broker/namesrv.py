@@ -33,7 +33,7 @@ from typing import Any
 
 from aiohttp import web
 
-from dledger.replica_args import configure_logging, run_alone
+from dledger.replica_args import configure_logging, control_app, run_alone
 
 __all__ = ["EXPIRY_S", "REGISTER_EVERY_S", "Registration", "RouteTable", "main", "make_app"]
 
@@ -139,13 +139,8 @@ def make_app(table: RouteTable) -> web.Application:
     async def cluster(request: web.Request) -> web.Response:
         return web.json_response(table.cluster())
 
-    async def healthz(request: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    app = web.Application(client_max_size=1 << 20)
-    app.add_routes([web.post("/register", register), web.get("/route/{topic}", route),
-                    web.get("/cluster", cluster), web.get("/healthz", healthz)])
-    return app
+    return control_app([web.post("/register", register), web.get("/route/{topic}", route),
+                        web.get("/cluster", cluster)])
 
 
 DESCRIPTION = "Run a RaftMQ name server (routes of topics)."

@@ -1,4 +1,5 @@
-"""Command-line plumbing shared by every replica process (log node, broker) and the name server."""
+"""Plumbing shared by every replica process (log node, broker) and the name server: the
+command line, logging, and the HTTP control API's application."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
+from aiohttp import web
+
 from dledger.config import ConfigError, load_group_config
 from dledger.replicated_log import ReplicatedLog
 
-__all__ = ["add_replica_arguments", "configure_logging", "open_replica", "run_alone"]
+__all__ = ["add_replica_arguments", "configure_logging", "control_app", "open_replica", "run_alone"]
 
 T = TypeVar("T")
 
@@ -25,6 +28,17 @@ def run_alone(argv: list[str] | None, prog: str, description: str,
     parser = argparse.ArgumentParser(prog=prog, description=description)
     configure(parser)
     return run(parser.parse_args(argv))
+
+
+def control_app(routes: list[web.RouteDef]) -> web.Application:
+    """An HTTP control API: ``routes`` plus ``GET /healthz`` ("ok" while the process
+    serves); request bodies up to 1 MiB."""
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application(client_max_size=1 << 20)
+    app.add_routes([*routes, web.get("/healthz", healthz)])
+    return app
 
 
 def configure_logging(level: str) -> None:

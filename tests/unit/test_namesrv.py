@@ -76,6 +76,8 @@ def test_http_api() -> None:
                 assert (await r.json())["groups"][0]["leader"] == "127.0.0.1:1"
             async with s.get(f"{base}/route/nope") as r:
                 assert r.status == 404
+            async with s.get(f"{base}/healthz") as r:
+                assert (r.status, await r.text()) == (200, "ok")
         await runner.cleanup()
 
     asyncio.run(main())

@@ -51,6 +51,7 @@ from broker.registration_auth import AuthError, RegistrationVerifier, registrati
 from broker.route_table import EXPIRY_S, Refused, Registration, Resync, RouteTable, TopicDelta, TopicPage
 from dledger.config import ConfigError, load_group_config
 from dledger.refusal_log import RefusalLog
+from dledger.replica_args import configure_logging, control_app, run_alone
 
 __all__ = ["EXPIRY_S", "MAX_REQUEST_BYTES", "REGISTER_EVERY_S", "Registration", "RouteTable", "main",
            "make_app"]
@@ -143,13 +144,8 @@ def make_app(table: RouteTable, verifier: RegistrationVerifier | None = None) ->
     async def cluster(request: web.Request) -> web.Response:
         return web.json_response(table.cluster())
 
-    async def healthz(request: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    app = web.Application(client_max_size=MAX_REQUEST_BYTES)
-    app.add_routes([web.post("/register", register), web.get("/route/{topic}", route),
-                    web.get("/cluster", cluster), web.get("/healthz", healthz)])
-    return app
+    return control_app([web.post("/register", register), web.get("/route/{topic}", route),
+                        web.get("/cluster", cluster)], max_body=MAX_REQUEST_BYTES)
 
 
 DESCRIPTION = "Run a RaftMQ name server (routes of topics)."
@@ -168,14 +164,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="raftmq namesrv", description=DESCRIPTION)
-    configure(parser)
-    return run(parser.parse_args(argv))
+    return run_alone(argv, "raftmq namesrv", DESCRIPTION, configure, run)
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level)
     try:
         config = read_namesrv_config(args.config) if args.config else None
     except ConfigError as e:

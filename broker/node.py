@@ -39,7 +39,7 @@ from broker.server import AppliedSignal, BrokerServer
 from broker.state_machine import BrokerStateMachine
 from dledger.applier import Applier
 from dledger.log import Log
-from dledger.replica_args import add_replica_arguments, open_replica
+from dledger.replica_args import add_replica_arguments, open_replica, run_alone
 
 __all__ = ["main"]
 
@@ -83,9 +83,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="raftmq broker", description=DESCRIPTION)
-    configure(parser)
-    return run(parser.parse_args(argv))
+    return run_alone(argv, "raftmq broker", DESCRIPTION, configure, run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -48,7 +48,8 @@ from typing import Any
 
 from broker.consume_queue import ConsumeQueue
 from broker.deferred import Halves, Timers
-from broker.index_file import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM, IndexService
+from broker.index_layout import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
+from broker.index_service import IndexService
 from broker.snapshot import Snapshot, SnapshotError, SnapshotStore
 from broker.state.checkpoint import CheckpointWriter, read_checkpoint
 from broker.state.derived import DerivedState

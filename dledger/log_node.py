@@ -29,7 +29,7 @@ from aiohttp import web
 from dledger.applier import Applier
 from dledger.errors import EntryTooLarge, NoLeader, NotLeader, OutcomeUnknown, ProposeError
 from dledger.recording_machine import RecordingMachine
-from dledger.replica_args import add_replica_arguments, open_replica
+from dledger.replica_args import add_replica_arguments, control_app, open_replica, run_alone
 from dledger.replicated_log import ReplicatedLog
 
 __all__ = ["main"]
@@ -78,13 +78,8 @@ def make_app(rlog: ReplicatedLog, applier: Applier) -> web.Application:
                 for e in rlog.read(start, max_bytes)]
         return web.Response(body=msgpack.packb(rows), content_type="application/x-msgpack")
 
-    async def healthz(request: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    app = web.Application(client_max_size=1 << 20)
-    app.add_routes([web.post("/propose", propose), web.get("/status", status),
-                    web.get("/entries", entries), web.get("/healthz", healthz)])
-    return app
+    return control_app([web.post("/propose", propose), web.get("/status", status),
+                        web.get("/entries", entries)])
 
 
 async def _serve(rlog: ReplicatedLog, applier: Applier, http: str) -> None:
@@ -111,9 +106,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dledger", description=DESCRIPTION)
-    configure(parser)
-    return run(parser.parse_args(argv))
+    return run_alone(argv, "python -m dledger", DESCRIPTION, configure, run)
 
 
 def run(args: argparse.Namespace) -> int:

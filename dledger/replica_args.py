@@ -1,4 +1,5 @@
-"""Command-line plumbing shared by every replica process (log node, broker)."""
+"""Plumbing shared by every replica process (log node, broker) and the name server: the
+command line, logging, and the HTTP control API's application."""
 
 from __future__ import annotations
 
@@ -9,12 +10,40 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
+from aiohttp import web
+
 from dledger.config import ConfigError, load_group_config
 from dledger.replicated_log import ReplicatedLog
 
-__all__ = ["add_replica_arguments", "open_replica"]
+__all__ = ["add_replica_arguments", "configure_logging", "control_app", "open_replica", "run_alone"]
 
 T = TypeVar("T")
+
+
+def run_alone(argv: list[str] | None, prog: str, description: str,
+              configure: Callable[[argparse.ArgumentParser], None],
+              run: Callable[[argparse.Namespace], int]) -> int:
+    """A subcommand's ``main`` when it runs alone (``python -m ...``): its own parser
+    named ``prog``, ``configure``d, then ``run`` with the parsed ``argv``."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    configure(parser)
+    return run(parser.parse_args(argv))
+
+
+def control_app(routes: list[web.RouteDef], max_body: int = 1 << 20) -> web.Application:
+    """An HTTP control API: ``routes`` plus ``GET /healthz`` ("ok" while the process
+    serves); request bodies up to ``max_body`` bytes."""
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application(client_max_size=max_body)
+    app.add_routes([*routes, web.get("/healthz", healthz)])
+    return app
+
+
+def configure_logging(level: str) -> None:
+    """One format for every process's log lines."""
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 def add_replica_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,8 +61,7 @@ def open_replica(args: argparse.Namespace,
     """Configure logging, load and check the config (and ``read_extra`` of the same file,
     whose top-level tables are ``sections``), open the replica. Any problem is printed as
     one ``error:`` line and exits with 2."""
-    logging.basicConfig(level=args.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level)
     try:
         config = load_group_config(args.config, insecure=args.insecure, repair_log=args.repair_log,
                                    other_sections=[s for s in sections if s not in ("node", "group", "raft")])

@@ -17,7 +17,8 @@ here (``CommitLog`` validates and recovers them).
 
 Durability: writes land in the page cache; ``flush`` fsyncs every file written
 or truncated since the last flush, and the directory if segments were created
-or deleted.
+or deleted. The files themselves are kept by a ``FileRun`` (``dledger/file_run.py``,
+shared with the broker's ConsumeQueue): span = segment size, one byte a number.
 
 Log start: the storage normally starts at the first segment's start. ``reset``
 (a Raft follower restarted at the leader's first retained entry) deletes every
@@ -32,19 +33,16 @@ is the first one::
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from dledger.durable_file import fsync_directory
 from dledger.entry_format import ALIGN, encode_blank
+from dledger.file_run import FileRun, FileRunStore, RunFile
+from dledger.numbered_files import number_name
 
 __all__ = ["CorruptLogError", "SegmentInfo", "SegmentedFile", "segment_name"]
-
-_NAME = re.compile(r"^\d{20}$")
 
 
 class CorruptLogError(Exception):
@@ -61,22 +59,11 @@ class SegmentInfo:
     mtime: float
 
 
-def segment_name(start: int) -> str:
-    """The file name of the segment starting at ``start``: 20 digits, zero-padded."""
-    return f"{start:020d}"
+segment_name = number_name
+"""The file name of the segment starting at a position: 20 digits, zero-padded."""
 
 
-class _Segment:
-    __slots__ = ("fd", "length", "path", "start")
-
-    def __init__(self, start: int, path: Path, fd: int, length: int) -> None:
-        self.start = start
-        self.path = path
-        self.fd = fd
-        self.length = length
-
-
-class SegmentedFile:
+class SegmentedFile(FileRunStore):
     """Append-only byte storage split into ``segment_size`` files.
 
     Thread-safety: every public method takes the one internal lock, so any
@@ -109,38 +96,20 @@ class SegmentedFile:
             _check_start(start_position)
         elif discard_existing:
             raise ValueError("discard_existing needs a start_position")
-        self._dir = Path(directory)
         self._size = segment_size
-        self._lock = threading.Lock()
-        self._flush_done = threading.Condition(self._lock)
-        self._flushing = False
-        self._dirty: set[_Segment] = set()
-        self._dir_dirty = False
-        self._closed = False
-        self._dir.mkdir(parents=True, exist_ok=True)
-        self._segs: list[_Segment] = []
+        self._run = FileRun(directory, segment_size, 1, keep_open=True, corrupt=CorruptLogError,
+                            what="segment file", span_name="the segment size",
+                            closed_error="SegmentedFile is closed")
+        self._lock = self._run.lock
+        self._segs = self._run.files
         self._start = 0
-        try:
+        with self._run.closed_on_error():
             if discard_existing and start_position is not None:
                 self._restart_at(start_position)
-                return
-            self._open_existing()
-            if not self._segs:
-                self._start = 0 if start_position is None else start_position
-                self._segs.append(self._create_at(self._start))
-            elif start_position is not None:
-                self._adopt_start(start_position)
             else:
-                self._start = self._segs[0].start
-        except BaseException:
-            self._close_fds()
-            raise
+                self._open(start_position)
 
     # -- properties ------------------------------------------------------------
-    @property
-    def directory(self) -> Path:
-        return self._dir
-
     @property
     def segment_size(self) -> int:
         return self._size
@@ -159,15 +128,10 @@ class SegmentedFile:
             return self._start
 
     @property
-    def closed(self) -> bool:
-        with self._lock:
-            return self._closed
-
-    @property
     def dirty(self) -> bool:
         """True while something written is not yet known to be durable."""
         with self._lock:
-            return bool(self._dirty) or self._dir_dirty or self._flushing
+            return self._run.dirty
 
     # -- writing -----------------------------------------------------------------
     def append(self, record: bytes) -> int:
@@ -182,12 +146,12 @@ class SegmentedFile:
             raise ValueError(f"record of {n} bytes: must be a multiple of {ALIGN} "
                              f"and at most the segment size {self._size}")
         with self._lock:
-            self._check_open()
+            self._run.check_open()
             seg = self._segs[-1]
             if n > self._size - seg.length:
                 seg = self._roll(seg)
             position = seg.start + seg.length
-            self._pwrite(seg, record)
+            self._run.write_at_end(seg, record)
             return position
 
     def truncate(self, position: int) -> None:
@@ -196,20 +160,12 @@ class SegmentedFile:
         Raises ValueError if ``position`` is outside [start_position, write_position].
         """
         with self._lock:
-            self._check_open()
+            self._run.check_open()
             if not self._start <= position <= self._end():
                 raise ValueError(f"truncate position {position} outside "
                                  f"[{self._start}, {self._end()}]")
-            if position == self._end():
-                return
-            keep = self._seg_index(position)
-            for seg in self._segs[keep + 1:]:
-                self._delete(seg)
-            del self._segs[keep + 1:]
-            seg = self._segs[keep]
-            os.ftruncate(seg.fd, position - seg.start)
-            seg.length = position - seg.start
-            self._dirty.add(seg)
+            if position < self._end():
+                self._run.truncate_at(position)
 
     def delete_segments_before(self, position: int) -> list[int]:
         """Delete whole segments ending at or before ``position``; never the last one.
@@ -217,12 +173,8 @@ class SegmentedFile:
         Returns the start positions of the deleted segments (oldest first).
         """
         with self._lock:
-            self._check_open()
-            deleted: list[int] = []
-            while len(self._segs) > 1 and self._segs[0].start + self._size <= position:
-                seg = self._segs.pop(0)
-                self._delete(seg)
-                deleted.append(seg.start)
+            self._run.check_open()
+            deleted = self._run.delete_before(position)
             self._start = max(self._start, self._segs[0].start)
             return deleted
 
@@ -239,46 +191,14 @@ class SegmentedFile:
         """
         _check_start(start_position)
         with self._lock:
-            while self._flushing:
-                self._flush_done.wait()
-            self._check_open()
+            self._run.wait_flushes()
+            self._run.check_open()
             try:
                 self._restart_at(start_position)
             except BaseException:
-                self._closed = True
-                self._close_fds()
+                self._run.closed = True
+                self._run.close_fds()
                 raise
-
-    def flush(self) -> bool:
-        """fsync what was written since the last flush; True if anything was synced.
-
-        Raises OSError if an fsync fails; the files stay marked dirty, but the
-        caller should treat the data as possibly lost (a later fsync may not
-        report the same error again).
-        """
-        with self._lock:
-            while self._flushing:
-                self._flush_done.wait()
-            self._check_open()
-            if not self._dirty and not self._dir_dirty:
-                return False
-            segs, sync_dir = list(self._dirty), self._dir_dirty
-            fds = [os.dup(seg.fd) for seg in segs]
-            self._dirty.clear()
-            self._dir_dirty = False
-            self._flushing = True
-        try:
-            self._sync(fds, sync_dir)
-        except BaseException:
-            with self._lock:
-                self._dirty.update(s for s in segs if s in self._segs)
-                self._dir_dirty = self._dir_dirty or sync_dir
-            raise
-        finally:
-            with self._lock:
-                self._flushing = False
-                self._flush_done.notify_all()
-        return True
 
     # -- reading -------------------------------------------------------------------
     def read(self, position: int, size: int) -> bytes:
@@ -288,15 +208,15 @@ class SegmentedFile:
         CorruptLogError if a file is shorter than the data it should hold.
         """
         with self._lock:
-            self._check_open()
+            self._run.check_open()
             if size < 0 or position < self._start or position + size > self._end():
                 raise ValueError(f"read of {size} bytes at {position} outside "
                                  f"[{self._start}, {self._end()})")
             parts = []
             while size > 0:
-                seg = self._segs[self._seg_index(position)]
+                seg = self._run.file_of(position)
                 n = min(size, seg.start + seg.length - position)
-                data = _pread_full(seg.fd, n, position - seg.start)
+                data = self._run.pread(seg, n, position - seg.start)
                 if len(data) != n:
                     raise CorruptLogError(f"segment file {seg.path} is shorter than expected: "
                                           f"{n} bytes at offset {position - seg.start}")
@@ -312,180 +232,80 @@ class SegmentedFile:
         or the segment. Raises ValueError if no retained segment holds ``position``.
         """
         with self._lock:
-            self._check_open()
-            if not self._start <= position < self._segs[-1].start + self._size:
+            self._run.check_open()
+            if not self._start <= position < self._segs[-1].end:
                 raise ValueError(f"position {position} is in no retained segment")
-            seg = self._segs[self._seg_index(position)]
-            n = max(0, min(size, seg.start + self._size - position))
-            return _pread_full(seg.fd, n, position - seg.start)
+            seg = self._run.file_of(position)
+            return self._run.pread(seg, max(0, min(size, seg.end - position)), position - seg.start)
 
     def locate(self, position: int) -> tuple[Path, int]:
         """(segment file, offset inside it) of ``position``, for messages."""
         with self._lock:
-            index = (position - self._segs[0].start) // self._size
-            start = self._segs[0].start + index * self._size
-            return self._dir / segment_name(start), position - start
+            start = position - position % self._size
+            return self._run.directory / segment_name(start), position - start
 
     def segments(self) -> list[SegmentInfo]:
         """The retained segments, oldest first, with their on-disk size and mtime."""
         with self._lock:
-            self._check_open()
+            self._run.check_open()
             infos = []
             for seg in self._segs:
                 st = os.fstat(seg.fd)
                 infos.append(SegmentInfo(seg.start, seg.path, st.st_size, st.st_mtime))
             return infos
 
-    def close(self) -> None:
-        """Close the files (waits for a flush in progress; does not flush). Idempotent."""
-        with self._lock:
-            while self._flushing:
-                self._flush_done.wait()
-            if self._closed:
-                return
-            self._closed = True
-            self._close_fds()
-
     # -- internals -------------------------------------------------------------------
-    def _open_existing(self) -> None:
-        names = sorted(p.name for p in self._dir.iterdir() if _NAME.match(p.name))
-        for name in names:
-            start = int(name)
-            if start % self._size:
-                raise CorruptLogError(f"segment file {self._dir / name} does not start at a "
-                                      f"multiple of the segment size {self._size}")
-            if self._segs and start != self._segs[-1].start + self._size:
-                raise CorruptLogError(
-                    f"segment files in {self._dir} are not contiguous for segment size "
-                    f"{self._size}: {self._segs[-1].path.name} is followed by {name}")
-            path = self._dir / name
-            fd = os.open(path, os.O_RDWR)
-            length = os.fstat(fd).st_size
-            self._segs.append(_Segment(start, path, fd, length))
-            if length > self._size:
-                raise CorruptLogError(f"segment file {path} has {length} bytes, "
-                                      f"more than the segment size {self._size}")
+    def _open(self, start_position: int | None) -> None:
+        self._run.adopt_existing(aligned_first=True)
+        if not self._segs:
+            self._start = 0 if start_position is None else start_position
+            self._create_at(self._start)
+        elif start_position is not None:
+            self._adopt_start(start_position)
+        else:
+            self._start = self._segs[0].start
 
     def _adopt_start(self, position: int) -> None:
         first = self._segs[0]
         if position < first.start:
             self._start = first.start  # its segment was deleted by retention since
             return
-        if position >= first.start + self._size:
+        if position >= first.end:
             raise CorruptLogError(f"log start position {position} lies past the first segment "
                                   f"file {first.path} (segment size {self._size})")
         if len(self._segs) == 1 and first.length < position - first.start:
-            os.ftruncate(first.fd, position - first.start)
-            first.length = position - first.start
-            self._dirty.add(first)
+            self._run.set_length(first, position - first.start)
         self._start = position
 
     def _restart_at(self, position: int) -> None:
         """Delete every segment file, create the one holding ``position``, sync both."""
-        self._close_fds()
-        self._segs = []
-        self._dirty.clear()
-        for name in sorted(p.name for p in self._dir.iterdir() if _NAME.match(p.name)):
-            (self._dir / name).unlink(missing_ok=True)
+        self._run.delete_every_file()
         seg = self._create_at(position)
-        self._segs.append(seg)
         os.fsync(seg.fd)
-        fsync_directory(self._dir)
-        self._dirty.clear()
-        self._dir_dirty = False
+        fsync_directory(self._run.directory)
+        self._run.pending.clear()
         self._start = position
 
-    def _create_at(self, position: int) -> _Segment:
+    def _create_at(self, position: int) -> RunFile:
         """Create the segment holding ``position``, its write offset at ``position``."""
-        seg = self._create(position - position % self._size)
+        seg = self._run.create(position - position % self._size)
         if position > seg.start:
-            os.ftruncate(seg.fd, position - seg.start)
-            seg.length = position - seg.start
-            self._dirty.add(seg)
+            self._run.set_length(seg, position - seg.start)
         return seg
 
-    def _create(self, start: int) -> _Segment:
-        path = self._dir / segment_name(start)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        self._dir_dirty = True
-        return _Segment(start, path, fd, 0)
-
-    def _roll(self, seg: _Segment) -> _Segment:
+    def _roll(self, seg: RunFile) -> RunFile:
         remaining = self._size - seg.length
         if remaining > 0:
-            self._pwrite(seg, encode_blank(remaining))
-            os.ftruncate(seg.fd, self._size)
-            seg.length = self._size
-        new = self._create(seg.start + self._size)
-        self._segs.append(new)
-        return new
-
-    def _pwrite(self, seg: _Segment, data: bytes) -> None:
-        view, offset = memoryview(data), seg.length
-        try:
-            while view:
-                written = os.pwrite(seg.fd, view, offset)
-                view, offset = view[written:], offset + written
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.ftruncate(seg.fd, seg.length)
-            raise
-        seg.length = offset
-        self._dirty.add(seg)
-
-    def _delete(self, seg: _Segment) -> None:
-        self._dirty.discard(seg)
-        os.close(seg.fd)
-        seg.path.unlink(missing_ok=True)
-        self._dir_dirty = True
-
-    def _sync(self, fds: list[int], sync_dir: bool) -> None:
-        try:
-            for fd in fds:
-                os.fsync(fd)
-        finally:
-            for fd in fds:
-                os.close(fd)
-        if sync_dir:
-            fsync_directory(self._dir)
-
-    def _seg_index(self, position: int) -> int:
-        return min((position - self._segs[0].start) // self._size, len(self._segs) - 1)
+            self._run.write_at_end(seg, encode_blank(remaining))
+            self._run.set_length(seg, self._size)
+        return self._run.roll()
 
     def _end(self) -> int:
         if not self._segs:  # only after a failed reset (closed)
             return self._start
-        last = self._segs[-1]
-        return last.start + last.length
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ValueError("SegmentedFile is closed")
-
-    def _close_fds(self) -> None:
-        for seg in self._segs:
-            if seg.fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(seg.fd)
-                seg.fd = -1
+        return self._run.end
 
 
 def _check_start(position: int) -> None:
     if position < 0 or position % ALIGN:
         raise ValueError(f"start position {position} must be >= 0 and a multiple of {ALIGN}")
-
-
-def _pread_full(fd: int, size: int, offset: int) -> bytes:
-    """pread until ``size`` bytes or end of file."""
-    data = os.pread(fd, size, offset)
-    if len(data) == size or not data:
-        return data
-    parts = [data]
-    got = len(data)
-    while got < size:
-        more = os.pread(fd, size - got, offset + got)
-        if not more:
-            break
-        parts.append(more)
-        got += len(more)
-    return b"".join(parts)

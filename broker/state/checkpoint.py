@@ -23,7 +23,7 @@ from typing import Any
 import msgpack
 
 from broker.consume_queue import ConsumeQueue
-from broker.index_file import IndexService
+from broker.index_service import IndexService
 from dledger.durable_file import atomic_write, read_or_none
 
 __all__ = ["CheckpointWriter", "read_checkpoint"]

@@ -40,7 +40,8 @@ from broker.commands import (
     record_kind,
 )
 from broker.entry_batch import read_records
-from broker.index_file import IndexHeader, IndexService
+from broker.index_layout import IndexHeader
+from broker.index_service import IndexService
 from broker.state.chain import ChainCollector, Whole
 from broker.state.deferral import Deferral
 from broker.state.locks import QueueLocks

@@ -82,9 +82,7 @@ class Nemesis:
         return self.rng.choice([n for n in self.s.brokers.names if n != leader])
 
     def kill_leader(self) -> list[str]:
-        leader = self._leader()
-        self.s.brokers.kill(leader)
-        self.s.failover_after(self.s.event(f"nemesis: kill -9 leader {leader}"))
+        self.s.leader_fault(self.s.brokers.kill, "nemesis: kill -9 leader {leader}")
         return []
 
     def kill_follower(self) -> list[str]:
@@ -94,16 +92,11 @@ class Nemesis:
         return []
 
     def isolate_leader(self) -> list[str]:
-        leader = self._leader()
-        self.s.brokers.isolate(leader)
-        self.s.failover_after(self.s.event(f"nemesis: isolate leader {leader}"))
-        return [leader]
+        return [self.s.leader_fault(self.s.brokers.isolate, "nemesis: isolate leader {leader}")]
 
     def leader_cut_from_peers(self) -> list[str]:
-        leader = self._leader()
-        self.s.brokers.isolate(leader, clients=False)
-        self.s.failover_after(self.s.event(f"nemesis: cut leader {leader} from its peers"))
-        return [leader]
+        return [self.s.leader_fault(lambda leader: self.s.brokers.isolate(leader, clients=False),
+                                    "nemesis: cut leader {leader} from its peers")]
 
     def isolate_follower(self) -> list[str]:
         follower = self._follower(self._leader())

@@ -25,6 +25,7 @@ import json
 import random
 import time
 import urllib.request
+from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from urllib.parse import quote
 import aiohttp
 import msgpack
 
-from broker.consume_queue import UNIT_SIZE
+from broker.consume_queue_layout import UNIT_SIZE
 from client.message import decode_received
 from client.queues import MessageQueue
 from protocol.remoting import RequestCode, ResponseCode
@@ -141,6 +142,14 @@ class Scenario:
 
     def leader(self, among: list[str] | None = None) -> str:
         return self.brokers.leader(timeout=30, among=among)
+
+    def leader_fault(self, fault: Callable[[str], object], what: str) -> str:
+        """Apply ``fault`` to the leader, log ``what`` (``{leader}`` stands for its name) and
+        measure the failover (``failover_after``); returns the old leader's name."""
+        leader = self.leader()
+        fault(leader)
+        self.failover_after(self.event(what.format(leader=leader)))
+        return leader
 
     def failover_after(self, fault_at: float) -> float:
         """Seconds from ``fault_at`` to the first acknowledgement of a send started after it;

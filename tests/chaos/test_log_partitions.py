@@ -63,8 +63,7 @@ def test_isolated_leader_steps_down_and_nothing_is_lost(proxied: ProxiedGroup, t
     group.start()
     old = group.wait_leader(timeout=30)
     history = History()
-    load = LogLoad(group, history, workers=8, payload_bytes=128).start()
-    try:
+    with LogLoad(group, history, workers=8, payload_bytes=128) as load:
         load.wait_acked(500, timeout=60)
         cut_at = time.monotonic()
         proxied.isolate(old)
@@ -80,8 +79,6 @@ def test_isolated_leader_steps_down_and_nothing_is_lost(proxied: ProxiedGroup, t
         group.wait_status(old, lambda s: s["leader"] is not None, 20,
                           "the healed node following the new leader")
         load.wait_acked(history.acked_count + 200, timeout=60)
-    finally:
-        load.stop()
     print(f"isolated leader {old} stepped down after {stepped_down_after:.2f}s; new leader {new}")
     assert stepped_down_after <= STEP_DOWN_LIMIT_S
     assert_replicas_agree(group, history)
@@ -93,8 +90,7 @@ def test_isolated_follower_catches_up_after_heal(proxied: ProxiedGroup, toxi: To
     leader = group.wait_leader(timeout=30)
     follower = next(n for n in group.nodes if n != leader)
     history = History()
-    load = LogLoad(group, history, workers=8, payload_bytes=128).start()
-    try:
+    with LogLoad(group, history, workers=8, payload_bytes=128) as load:
         load.wait_acked(300, timeout=60)
         proxied.isolate(follower)
         load.wait_acked(history.acked_count + 1000, timeout=60)
@@ -102,8 +98,6 @@ def test_isolated_follower_catches_up_after_heal(proxied: ProxiedGroup, toxi: To
         assert stale is not None and stale["commit_index"] < group.status(leader)["commit_index"]
         toxi.reset()
         load.wait_acked(history.acked_count + 300, timeout=60)
-    finally:
-        load.stop()
     assert_replicas_agree(group, history)
 
 

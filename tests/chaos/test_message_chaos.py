@@ -40,10 +40,7 @@ def _others(s: Scenario, *names: str) -> list[str]:
 def test_leader_kill9_and_restart(make_scenario: MakeScenario) -> None:
     """kill -9 of the leader during ordered sends; it restarts and catches up."""
     s = make_scenario().start()
-    old = s.leader()
-    s.brokers.kill(old)
-    killed_at = s.event(f"kill -9 leader {old}")
-    s.failover_after(killed_at)
+    old = s.leader_fault(s.brokers.kill, "kill -9 leader {leader}")
     s.event(f"new leader {s.leader(among=_others(s, old))}")
     s.workload.wait_more_acked(300, 30)
     s.restart(old)
@@ -54,10 +51,7 @@ def test_leader_kill9_and_restart(make_scenario: MakeScenario) -> None:
 def test_leader_isolated_then_healed(make_scenario: MakeScenario) -> None:
     """The leader's peer and client links swallow bytes both ways (timeout toxic), then heal."""
     s = make_scenario().start()
-    old = s.leader()
-    s.brokers.isolate(old)
-    cut_at = s.event(f"isolated leader {old} (peers and clients, both ways)")
-    s.failover_after(cut_at)
+    old = s.leader_fault(s.brokers.isolate, "isolated leader {leader} (peers and clients, both ways)")
     s.event(f"new leader {s.leader(among=_others(s, old))}")
     s.brokers.wait_status(old, lambda st: st["role"] != "leader", 10, "the isolated leader stepping down")
     s.event(f"{old} stepped down")
@@ -69,10 +63,8 @@ def test_leader_cut_from_peers_while_clients_reach_it(make_scenario: MakeScenari
     """The leader loses its peers but clients still reach it: it must not acknowledge what
     it cannot commit (the case the broken build of the self-test gets wrong)."""
     s = make_scenario().start()
-    old = s.leader()
-    s.brokers.isolate(old, clients=False)
-    cut_at = s.event(f"cut leader {old} from its peers (clients still reach it)")
-    s.failover_after(cut_at)
+    old = s.leader_fault(lambda leader: s.brokers.isolate(leader, clients=False),
+                         "cut leader {leader} from its peers (clients still reach it)")
     s.workload.wait_more_acked(300, 30)
     s.heal_and_finish(old)
 

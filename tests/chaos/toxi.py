@@ -13,11 +13,15 @@ Everything talks to 127.0.0.1 only. Contracts:
   ``Toxi.reset()``) is not an error.
 
 The proxy/toxic calls go through ``toxiproxy.api.APIConsumer`` from the
-toxiproxy-python package (its ``Toxiproxy``/``Proxy`` classes call ``requests``
-without a timeout and cannot be given one, so we pass ``timeout=`` to the consumer
-ourselves). That consumer keeps ONE global host/port, so each call sets it under a
-module lock: several ``Toxi`` objects aimed at different servers stay correct, but
-their calls are serialised. The server health probe uses ``urllib`` so that
+toxiproxy-python package (0.1.1, its last release; last commit 2019, written against
+Toxiproxy 2.1). Its ``Toxiproxy``/``Proxy`` classes do not suffice for these tests:
+they call ``requests`` without a timeout and cannot be given one (nor a User-Agent or
+"no environment proxies"), ``Toxiproxy.create`` turns the 500 of a busy port into
+``KeyError: 'name'`` (after an extra ``GET /proxies``), and ``Proxy.add_toxic``
+returns nothing; so we pass ``timeout=`` and the headers to the consumer ourselves.
+That consumer keeps ONE global host/port, so each call sets it under a module lock:
+several ``Toxi`` objects aimed at different servers stay correct, but their calls are
+serialised. The server health probe uses ``urllib`` so that
 starting a server touches no global state.
 """
 
@@ -31,7 +35,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from tempfile import mkdtemp
-from types import TracebackType
 from typing import Any, Literal
 
 import requests
@@ -200,17 +203,10 @@ class Link:
         return list(self._http.call("get", f"/proxies/{self.name}/toxics"))
 
     @contextmanager
-    def toxic(
-        self,
-        kind: str,
-        *,
-        stream: Stream = "downstream",
-        toxicity: float = 1.0,
-        name: str | None = None,
-        **attributes: Any,
-    ) -> Iterator[list[str]]:
-        """Context manager: :meth:`add_toxic`, yield the names, always remove them."""
-        names = self.add_toxic(kind, stream=stream, toxicity=toxicity, name=name, **attributes)
+    def toxic(self, kind: str, **options: Any) -> Iterator[list[str]]:
+        """Context manager: :meth:`add_toxic` (same arguments), yield the names, always
+        remove them."""
+        names = self.add_toxic(kind, **options)
         try:
             yield names
         finally:
@@ -335,7 +331,7 @@ def _get_version(port: int, timeout: float, user_agent: str = USER_AGENT) -> str
         return str(json.loads(response.read())["version"])
 
 
-class ToxiproxyServer:
+class ToxiproxyServer(ManagedProcess):
     """A ``toxiproxy-server`` process on 127.0.0.1:``port``, ready when constructed.
 
     The constructor starts the process and waits up to ``start_timeout`` s until
@@ -359,7 +355,7 @@ class ToxiproxyServer:
         log_dir = Path(log_dir) if log_dir is not None else Path(mkdtemp(prefix="toxiproxy-"))
         log_path = log_dir / "toxiproxy.log"
         self._log_start = log_path.stat().st_size if log_path.exists() else 0
-        self.process = ManagedProcess(
+        super().__init__(
             [self.binary, "-host", HOST, "-port", str(port)],
             log_path, name="toxiproxy-server",
             env={"LOG_LEVEL": "debug"},  # request lines, which _wait_ready relies on
@@ -367,47 +363,22 @@ class ToxiproxyServer:
         try:
             self.version = self._wait_ready(start_timeout)
         except BaseException:
-            self.process.stop()
+            self.stop()
             raise
 
     def __repr__(self) -> str:
         return f"<ToxiproxyServer {HOST}:{self.port} pid={self.pid}>"
 
-    @property
-    def pid(self) -> int:
-        """PID of the server process."""
-        return self.process.pid
-
-    @property
-    def alive(self) -> bool:
-        """True while the server process runs."""
-        return self.process.alive
-
     def client(self) -> Toxi:
         """A :class:`Toxi` aimed at this server."""
         return Toxi(self.port)
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """SIGTERM the PID, SIGKILL after ``timeout`` s; idempotent."""
-        self.process.stop(timeout)
-
-    def __enter__(self) -> ToxiproxyServer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def _wait_ready(self, timeout: float) -> str:
         token = f"startup-probe-{secrets.token_hex(6)}"
 
         def state() -> str | None:
-            if not self.process.alive:
-                return f"exited with {self.process.returncode} before answering"
+            if not self.alive:
+                return f"exited with {self.returncode} before answering"
             if _API_FAILED in self._log():
                 return "failed to serve its API (port taken?)"
             version = _get_version(self.port, timeout=1.0, user_agent=f"{USER_AGENT} {token}")
@@ -424,10 +395,9 @@ class ToxiproxyServer:
 
     def _log(self) -> str:
         """What this run of the server has logged so far."""
-        with open(self.process.log_path, "rb") as log:
+        with open(self.log_path, "rb") as log:
             log.seek(self._log_start)
             return log.read().decode("utf-8", "replace")
 
     def _start_error(self, message: str) -> RuntimeError:
-        return RuntimeError(f"{message}\n--- {self.process.log_path} (tail) ---\n"
-                            f"{self.process.log_tail()}")
+        return RuntimeError(f"{message}\n--- {self.log_path} (tail) ---\n{self.log_tail()}")

@@ -22,6 +22,7 @@ from client import (
 )
 from raftmq.local_group import LocalGroup
 from tests.support.broker_group import running_brokers, servers
+from tests.support.ledger import Ledger
 from tests.support.procs import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -117,37 +118,24 @@ def test_retries_continue_after_a_failover_and_end_in_the_dead_letter_queue(brok
         c.shutdown()
 
 
-class Books:
-    def __init__(self, answer: LocalTransactionState) -> None:
-        self.answer = answer
-        self.checked: list[bytes] = []
-
-    def execute_local_transaction(self, message: Message, arg: object) -> LocalTransactionState:
-        return LocalTransactionState.UNKNOWN  # "crash" before deciding
-
-    def check_local_transaction(self, message) -> LocalTransactionState:  # type: ignore[no-untyped-def]
-        self.checked.append(message.body)
-        return self.answer
-
-
 def test_an_open_transaction_is_checked_back_by_the_new_leader_through_another_producer(
         brokers: LocalGroup) -> None:
     create(brokers, "pay")
     got: list[bytes] = []
     c = consumer(brokers, "pay", "billing", lambda msgs, ctx: got.extend(m.body for m in msgs)
                  or ConsumeStatus.SUCCESS)
-    survivor_books = Books(LocalTransactionState.COMMIT)
-    survivor = TransactionProducer(servers=servers(brokers), group="pay-tx", listener=survivor_books)
+    survivor_ledger = Ledger(LocalTransactionState.COMMIT)
+    survivor = TransactionProducer(servers=servers(brokers), group="pay-tx", listener=survivor_ledger)
     survivor.start()
     try:
         doomed = TransactionProducer(servers=servers(brokers), group="pay-tx",
-                                     listener=Books(LocalTransactionState.ROLLBACK))
+                                     listener=Ledger(LocalTransactionState.ROLLBACK))
         doomed.start()
         doomed.send_in_transaction(Message("pay", b"open"), None)
         doomed.shutdown()  # the producer that opened the transaction is gone
         kill_leader(brokers)
         wait_until(lambda: got == [b"open"], 40, what="the transaction committed by a check-back")
-        assert survivor_books.checked[:1] == [b"open"]
+        assert survivor_ledger.checked[:1] == [b"open"]
         time.sleep(1.0)
         assert got == [b"open"]
     finally:

@@ -41,11 +41,8 @@ def test_corrupt_segment_is_refused_then_repaired_from_peers(group: LocalGroup) 
     group.start()
     group.wait_leader()
     history = History()
-    load = LogLoad(group, history, workers=16, payload_bytes=300, limit=2500).start()
-    try:
+    with LogLoad(group, history, workers=16, payload_bytes=300, limit=2500) as load:
         load.wait_acked(2500, timeout=120)
-    finally:
-        load.stop()
     converge(group)
     leader = group.wait_leader()
     victim = next(n for n in group.nodes if n != leader)

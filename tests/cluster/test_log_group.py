@@ -31,8 +31,7 @@ def test_kill_follower_then_leader_then_all(group: LocalGroup) -> None:
     group.start()
     group.wait_leader()
     history = History()
-    load = LogLoad(group, history, workers=24, payload_bytes=256).start()
-    try:
+    with LogLoad(group, history, workers=24, payload_bytes=256) as load:
         load.wait_acked(2500, timeout=120)
         leader = group.wait_leader()
         follower = next(n for n in group.nodes if n != leader)
@@ -43,8 +42,6 @@ def test_kill_follower_then_leader_then_all(group: LocalGroup) -> None:
         group.start_node(follower)
         group.start_node(leader)
         load.wait_acked(10000, timeout=180)
-    finally:
-        load.stop()
     assert history.acked_count >= 10000
     assert_replicas_agree(group, history)
 
@@ -62,11 +59,8 @@ def test_restarted_follower_catches_up_from_the_log(group: LocalGroup) -> None:
     follower = next(n for n in group.nodes if n != leader)
     group.kill(follower)
     history = History()
-    load = LogLoad(group, history, workers=24, payload_bytes=64, limit=6000).start()
-    try:
+    with LogLoad(group, history, workers=24, payload_bytes=64, limit=6000) as load:
         load.wait_acked(6000, timeout=120)
-    finally:
-        load.stop()
     group.start_node(follower)
     assert_replicas_agree(group, history)
     status = group.status(follower)
@@ -80,8 +74,7 @@ def test_repeated_leader_kills_leave_no_stale_tail(group: LocalGroup) -> None:
     must be able to repair it (no nextIndex oscillation)."""
     group.start()
     history = History()
-    load = LogLoad(group, history, workers=24, payload_bytes=256).start()
-    try:
+    with LogLoad(group, history, workers=24, payload_bytes=256) as load:
         for round_ in range(3):
             load.wait_acked(1500 * (round_ + 1), timeout=120)
             leader = group.wait_leader()
@@ -89,8 +82,6 @@ def test_repeated_leader_kills_leave_no_stale_tail(group: LocalGroup) -> None:
             group.wait_leader(among=[n for n in group.nodes if n != leader])
             group.start_node(leader)
         load.wait_acked(history.acked_count + 1000, timeout=120)
-    finally:
-        load.stop()
     assert_replicas_agree(group, history)
     truncations = {n: group.status(n)["conflict_truncations"] for n in group.nodes}
     print(f"conflict truncations per node: {truncations}; unknown outcomes: {len(history.unknown)}")

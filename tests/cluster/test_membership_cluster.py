@@ -16,22 +16,20 @@ from typing import Any
 import pytest
 
 from client import Admin, Message, Producer, PullConsumer
-from dledger.config import MAX_ENTRY_BYTES
 from raftmq.local_group import LocalGroup
-from tests.support.broker_group import running_brokers
+from tests.support.broker_group import SMALL_SEGMENT, retaining_brokers
 from tests.support.replica_cmd import finished, replica_cmd
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-SEGMENT = 4 * MAX_ENTRY_BYTES
+SEGMENT = SMALL_SEGMENT
 KEYS = 4
 
 
 @pytest.fixture
 def brokers(tmp_path: Path) -> Iterator[LocalGroup]:
-    with running_brokers(tmp_path / "brokers", segment_bytes=SEGMENT,
-                         raft={"retention_bytes": 24 * SEGMENT, "retention_check_s": 0.2},
-                         index_entries=4096, cq_units_per_file=256) as group:
+    with retaining_brokers(tmp_path / "brokers", segments_kept=24, index_entries=4096,
+                           cq_units_per_file=256) as group:
         yield group
 
 

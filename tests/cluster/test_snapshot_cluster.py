@@ -24,22 +24,20 @@ import pytest
 
 from client import Message, Producer, PullConsumer
 from client.queues import MessageQueue
-from dledger.config import MAX_ENTRY_BYTES
 from raftmq.local_group import LocalGroup
-from tests.support.broker_group import create_topic, running_brokers, servers
+from tests.support.broker_group import SMALL_SEGMENT, create_topic, retaining_brokers, servers
 from tests.support.procs import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-SEGMENT = 4 * MAX_ENTRY_BYTES  # the smallest segment allowed (~240 KiB)
+SEGMENT = SMALL_SEGMENT
 BODY = b"x" * 900
 
 
 @pytest.fixture
 def brokers(tmp_path: Path) -> Iterator[LocalGroup]:
-    with running_brokers(tmp_path / "brokers", segment_bytes=SEGMENT,
-                         raft={"retention_bytes": 4 * SEGMENT, "retention_check_s": 0.2},
-                         index_entries=1024, cq_units_per_file=64) as group:
+    with retaining_brokers(tmp_path / "brokers", segments_kept=4, index_entries=1024,
+                           cq_units_per_file=64) as group:
         yield group
 
 

@@ -7,9 +7,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from dledger.config import MAX_ENTRY_BYTES
 from raftmq.local_group import LocalGroup
 
-__all__ = ["create_topic", "running_brokers", "servers"]
+__all__ = ["SMALL_SEGMENT", "create_topic", "retaining_brokers", "running_brokers", "servers"]
+
+SMALL_SEGMENT = 4 * MAX_ENTRY_BYTES
+"""The smallest segment a group allows (~240 KiB): retention has segments to delete soon."""
 
 
 @contextlib.contextmanager
@@ -26,6 +30,15 @@ def running_brokers(base: Path, *, segment_bytes: int = 4 << 20, log_level: str 
         yield group
     finally:
         group.stop()
+
+
+@contextlib.contextmanager
+def retaining_brokers(base: Path, *, segments_kept: int, **broker: Any) -> Iterator[LocalGroup]:
+    """``running_brokers`` with SMALL_SEGMENT segments and retention keeping about
+    ``segments_kept`` of them (checked every 0.2 s); ``broker`` as there."""
+    raft = {"retention_bytes": segments_kept * SMALL_SEGMENT, "retention_check_s": 0.2}
+    with running_brokers(base, segment_bytes=SMALL_SEGMENT, raft=raft, **broker) as group:
+        yield group
 
 
 def servers(group: LocalGroup) -> list[str]:

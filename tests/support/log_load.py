@@ -40,6 +40,12 @@ class LogLoad:
         self._thread.start()
         return self
 
+    def __enter__(self) -> LogLoad:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
     def stop(self, timeout: float = 30.0) -> None:
         self._stop.set()
         self._thread.join(timeout)

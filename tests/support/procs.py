@@ -22,8 +22,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import TypeVar
+from typing import Self, TypeVar
 
 from raftmq.local_group import free_port
 
@@ -91,6 +90,7 @@ class ManagedProcess:
 
     The process starts in the constructor. ``argv[0]`` is executed directly, without
     a shell. ``env`` entries are added to (not substituted for) the current environment.
+    Leaving a ``with`` block stops it (``stop``), also on an exception.
     """
 
     def __init__(
@@ -152,6 +152,12 @@ class ManagedProcess:
         except subprocess.TimeoutExpired:
             return self.kill()
 
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
     def log_tail(self, n: int = 40) -> str:
         """The last ``n`` lines of the log ("" if it does not exist yet)."""
         try:
@@ -206,10 +212,5 @@ class ProcessGroup:
     def __enter__(self) -> ProcessGroup:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop_all()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -65,23 +66,43 @@ def marker(path: Path) -> StartMarker | None:
     return None if data is None else decode_start_marker(data)
 
 
-def check_empty_at(log: CommitLog, index: int, position: int) -> None:
+def check_empty_at(log: CommitLog, index: int, position: int, *, then_append: bool = False) -> None:
+    """``log`` is empty and takes only entry ``index``, at ``position`` (appended if ``then_append``)."""
     assert (len(log), log.first_index, log.last_index, log.last_term) == (0, 0, 0, 0)
     assert log.write_position == log.start_position == position
     for bad in (index - 1, index + 1, 1):
         if bad >= 1:
             with pytest.raises(ValueError, match=f"expected {index}"):
                 log.append(bad, term(bad), kind(bad), body(bad))
+    if then_append:
+        assert log.append(index, term(index), kind(index), body(index)) == position
+
+
+@dataclass(frozen=True)
+class Leader:
+    """Log A: entries 1..N over several segments, in ``path``."""
+
+    path: Path
+    positions: list[int]
+
+    @property
+    def start(self) -> int:
+        """The position of entry RESET_AT, where a reset follower restarts."""
+        return self.positions[RESET_AT - 1]
+
+    @property
+    def reset_segment(self) -> str:
+        """The name of the segment holding ``start``."""
+        return segment_name(self.start - self.start % SEG)
 
 
 @pytest.fixture
-def leader(tmp_path: Path) -> tuple[Path, list[int]]:
-    """Log A: entries 1..N over several segments; returns its directory and positions."""
+def leader(tmp_path: Path) -> Leader:
     a = open_log(tmp_path / "a")
     positions = fill(a, 1, N)
     a.flush()
     a.close()
-    return tmp_path / "a", positions
+    return Leader(tmp_path / "a", positions)
 
 
 def reset_follower(path: Path, positions: list[int], upto: int | None = None) -> CommitLog:
@@ -97,9 +118,9 @@ def reset_follower(path: Path, positions: list[int], upto: int | None = None) ->
 
 # -- 1. same positions and bytes as the leader --------------------------------------------
 def test_reset_follower_matches_the_leader_byte_for_byte(tmp_path: Path,
-                                                         leader: tuple[Path, list[int]]) -> None:
-    a_dir, positions = leader
-    start = positions[RESET_AT - 1]
+                                                         leader: Leader) -> None:
+    a_dir, positions = leader.path, leader.positions
+    start = leader.start
     assert start % SEG != 0  # not at a segment start: the reset segment has a hole
     a_files = segment_files(a_dir)
     assert len(a_files) >= 5
@@ -112,7 +133,7 @@ def test_reset_follower_matches_the_leader_byte_for_byte(tmp_path: Path,
     fill(b, 1, 5)
     b.reset(RESET_AT, start)
     check_empty_at(b, RESET_AT, start)
-    assert [p.name for p in segment_files(tmp_path / "b")] == [segment_name(start - start % SEG)]
+    assert [p.name for p in segment_files(tmp_path / "b")] == [leader.reset_segment]
     assert marker(tmp_path / "b") == StartMarker(RESET_AT, start, True)
     assert b.append(RESET_AT, term(RESET_AT), kind(RESET_AT), body(RESET_AT)) == start
     assert fill(b, RESET_AT + 1, N) == positions[RESET_AT:]
@@ -134,8 +155,8 @@ def test_reset_follower_matches_the_leader_byte_for_byte(tmp_path: Path,
 
 # -- 2. reopen -------------------------------------------------------------------------
 def test_reopen_after_reset_keeps_entries_and_positions(tmp_path: Path,
-                                                        leader: tuple[Path, list[int]]) -> None:
-    a_dir, positions = leader
+                                                        leader: Leader) -> None:
+    a_dir, positions = leader.path, leader.positions
     b = reset_follower(tmp_path / "b", positions, upto=N)
     b.flush()
     b.close()
@@ -143,7 +164,7 @@ def test_reopen_after_reset_keeps_entries_and_positions(tmp_path: Path,
     assert b.recovery.cut_at is None and not b.recovery.finished_reset
     check_entries(b, RESET_AT, N)
     assert [b.position_of(i) for i in range(RESET_AT, N + 1)] == positions[RESET_AT - 1:]
-    assert b.start_position == positions[RESET_AT - 1]
+    assert b.start_position == leader.start
     a = open_log(a_dir)
     assert a.append(N + 1, 9, EntryKind.DATA, b"next") == b.append(N + 1, 9, EntryKind.DATA,
                                                                   b"next")
@@ -164,16 +185,16 @@ def _old_log(path: Path, positions: list[int], upto: int) -> None:
 
 @pytest.mark.parametrize("state", ["all-old", "gap", "none", "new-empty", "new-short"])
 def test_interrupted_reset_recovers_as_the_reset_log(tmp_path: Path,
-                                                     leader: tuple[Path, list[int]],
+                                                     leader: Leader,
                                                      state: str) -> None:
     """PENDING marker + whatever files a crash left: recovery finishes the reset."""
-    _, positions = leader
-    path, start = tmp_path / "b", positions[RESET_AT - 1]
+    positions = leader.positions
+    path, start = tmp_path / "b", leader.start
     _old_log(path, positions, upto=RESET_AT + 20)  # old segments overlap the reset position
     old = segment_files(path)
     assert len(old) >= 4 and int(old[0].name) <= start < int(old[-1].name)
     atomic_write(path / START_MARKER, encode_start_marker(RESET_AT, start, complete=False))
-    reset_file = path / segment_name(start - start % SEG)
+    reset_file = path / leader.reset_segment
     if state == "gap":
         old[1].unlink()  # deletions persisted out of order: names are not contiguous
     elif state != "all-old":
@@ -196,23 +217,20 @@ def test_interrupted_reset_recovers_as_the_reset_log(tmp_path: Path,
 
 
 def test_complete_marker_with_no_record_yet_is_an_empty_log(tmp_path: Path,
-                                                            leader: tuple[Path, list[int]]) -> None:
-    _, positions = leader
-    start = positions[RESET_AT - 1]
+                                                            leader: Leader) -> None:
+    positions, start = leader.positions, leader.start
     reset_follower(tmp_path / "b", positions).close()
-    reset_file = tmp_path / "b" / segment_name(start - start % SEG)
+    reset_file = tmp_path / "b" / leader.reset_segment
     assert reset_file.stat().st_size == start % SEG
     b = open_log(tmp_path / "b")
     assert (b.recovery.entries, b.recovery.cut_at, b.recovery.finished_reset) == (0, None, False)
-    check_empty_at(b, RESET_AT, start)
-    assert b.append(RESET_AT, term(RESET_AT), kind(RESET_AT), body(RESET_AT)) == start
+    check_empty_at(b, RESET_AT, start, then_append=True)
     b.close()
 
 
 def test_failure_after_the_pending_marker_closes_then_reopen_finishes(
-        tmp_path: Path, leader: tuple[Path, list[int]], monkeypatch: pytest.MonkeyPatch) -> None:
-    _, positions = leader
-    start = positions[RESET_AT - 1]
+        tmp_path: Path, leader: Leader, monkeypatch: pytest.MonkeyPatch) -> None:
+    start = leader.start
     b = open_log(tmp_path / "b")
     fill(b, 1, 40)
 
@@ -252,29 +270,26 @@ def test_failed_pending_marker_write_leaves_the_old_log(tmp_path: Path,
 
 # -- 4. torn / corrupt first record after a reset -------------------------------------------
 @pytest.mark.parametrize("keep", [1, 8, 31, 32, 40])
-def test_torn_first_record_after_reset_is_cut(tmp_path: Path, leader: tuple[Path, list[int]],
+def test_torn_first_record_after_reset_is_cut(tmp_path: Path, leader: Leader,
                                               keep: int) -> None:
-    _, positions = leader
-    start = positions[RESET_AT - 1]
+    positions, start = leader.positions, leader.start
     b = reset_follower(tmp_path / "b", positions, upto=RESET_AT)
     size = b.record_size_of(RESET_AT)
     b.flush()
     b.close()
     keep = min(keep, size - 8)
-    os.truncate(tmp_path / "b" / segment_name(start - start % SEG), start % SEG + keep)
+    os.truncate(tmp_path / "b" / leader.reset_segment, start % SEG + keep)
     b = open_log(tmp_path / "b")
     assert (b.recovery.entries, b.recovery.cut_at, b.recovery.cut_bytes) == (0, start, keep)
-    check_empty_at(b, RESET_AT, start)
-    assert b.append(RESET_AT, term(RESET_AT), kind(RESET_AT), body(RESET_AT)) == start
+    check_empty_at(b, RESET_AT, start, then_append=True)
     b.close()
 
 
 def test_corrupt_first_record_after_reset_is_corruption_not_a_reset(
-        tmp_path: Path, leader: tuple[Path, list[int]]) -> None:
-    _, positions = leader
-    start = positions[RESET_AT - 1]
+        tmp_path: Path, leader: Leader) -> None:
+    positions, start = leader.positions, leader.start
     reset_follower(tmp_path / "b", positions, upto=RESET_AT + 5).close()
-    reset_file = tmp_path / "b" / segment_name(start - start % SEG)
+    reset_file = tmp_path / "b" / leader.reset_segment
     with reset_file.open("r+b") as f:
         f.seek(start % SEG + 8)
         f.write((999).to_bytes(8, "big"))  # the index field of entry RESET_AT
@@ -288,9 +303,8 @@ def test_corrupt_first_record_after_reset_is_corruption_not_a_reset(
 
 # -- 5. retention and truncation after a reset --------------------------------------------
 def test_delete_before_after_reset_then_reopen(tmp_path: Path,
-                                               leader: tuple[Path, list[int]]) -> None:
-    _, positions = leader
-    start = positions[RESET_AT - 1]
+                                               leader: Leader) -> None:
+    positions, start = leader.positions, leader.start
     b = reset_follower(tmp_path / "b", positions, upto=40)
     assert b.delete_before(RESET_AT + 1) == 0  # entry RESET_AT + 1 is in the reset segment
     assert b.start_position == start
@@ -315,9 +329,8 @@ def test_delete_before_after_reset_then_reopen(tmp_path: Path,
     b.close()
 
 
-def test_truncate_everything_after_reset(tmp_path: Path, leader: tuple[Path, list[int]]) -> None:
-    _, positions = leader
-    start = positions[RESET_AT - 1]
+def test_truncate_everything_after_reset(tmp_path: Path, leader: Leader) -> None:
+    positions, start = leader.positions, leader.start
     b = reset_follower(tmp_path / "b", positions, upto=N)
     assert len(b.segments()) > 2
     b.truncate_from(RESET_AT + 3)
@@ -326,7 +339,7 @@ def test_truncate_everything_after_reset(tmp_path: Path, leader: tuple[Path, lis
     assert fill(b, RESET_AT + 3, RESET_AT + 3) == [positions[RESET_AT + 2]]  # where the leader has it
     b.truncate_from(RESET_AT)
     check_empty_at(b, RESET_AT, start)
-    assert [p.name for p in segment_files(tmp_path / "b")] == [segment_name(start - start % SEG)]
+    assert [p.name for p in segment_files(tmp_path / "b")] == [leader.reset_segment]
     b.flush()
     b.close()
     b = open_log(tmp_path / "b")

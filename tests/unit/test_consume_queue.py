@@ -15,14 +15,12 @@ from hypothesis import strategies as st
 
 from broker.consume_queue import (
     FILTER_SCAN_FACTOR,
-    UNIT,
-    UNIT_SIZE,
     ConsumeQueue,
     ConsumeQueueCorrupt,
     CqUnit,
     OffsetOutOfRange,
-    cq_file_name,
 )
+from broker.consume_queue_layout import UNIT, UNIT_SIZE, cq_file_name
 from protocol.tags import tag_hash
 
 UPF = 4  # units per file in these tests
@@ -45,6 +43,16 @@ def snapshot(directory: Path) -> dict[str, bytes]:
 
 def names(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir())
+
+
+def assert_as_written_once(directory: Path, units: int, scratch: Path) -> None:
+    """``directory`` holds the bytes of a new queue (in ``scratch``) after ``fill(units)``."""
+    clean = ConsumeQueue(scratch, UPF)
+    try:
+        fill(clean, units)
+        assert snapshot(directory) == snapshot(clean.directory)
+    finally:
+        clean.close()
 
 
 @pytest.fixture
@@ -142,11 +150,8 @@ def test_torn_trailing_unit_is_cut_on_reopen(cq: ConsumeQueue, tmp_path: Path) -
     assert q.max_offset == 6
     assert last.stat().st_size == 2 * UNIT_SIZE
     fill(q, 5)
-    clean = ConsumeQueue(tmp_path / "clean", UPF)
-    fill(clean, 11)
-    assert snapshot(q.directory) == snapshot(clean.directory)
+    assert_as_written_once(q.directory, 11, tmp_path / "clean")
     q.close()
-    clean.close()
 
 
 def test_zero_tail_and_empty_last_file_are_cut(cq: ConsumeQueue) -> None:
@@ -274,15 +279,12 @@ def test_truncate_from_then_append_again(cq: ConsumeQueue, tmp_path: Path) -> No
     cq.truncate_from(0)
     assert names(cq.directory) == [cq_file_name(0)] and cq.max_offset == 0
     fill(cq, 11)
-    clean = ConsumeQueue(tmp_path / "clean", UPF)
-    fill(clean, 11)
-    assert snapshot(cq.directory) == snapshot(clean.directory)
+    assert_as_written_once(cq.directory, 11, tmp_path / "clean")
     cq.flush()
     cq.close()
     q = ConsumeQueue(cq.directory, UPF)
     assert q.max_offset == 11
     q.close()
-    clean.close()
 
 
 def test_truncate_to_min_offset_after_retention(cq: ConsumeQueue) -> None:

@@ -20,6 +20,7 @@ from client import (
     TransactionProducer,
 )
 from client.tag_filter import SubscriptionError
+from tests.support.ledger import Ledger
 from tests.support.procs import wait_until
 
 BROKER_OPTIONS = {"delay_levels": "300ms 600ms 1s", "retry_delays": "200ms 300ms"}
@@ -153,22 +154,6 @@ def test_failed_messages_are_retried_on_schedule_then_dead_lettered(broker: str)
         pc.shutdown()
 
 
-class Ledger:
-    """A local 'database' the transaction listener writes to."""
-
-    def __init__(self, check_answer: LocalTransactionState) -> None:
-        self.check_answer = check_answer
-        self.checked: list[str] = []
-
-    def execute_local_transaction(self, message: Message, arg: object) -> LocalTransactionState:
-        return {"commit": LocalTransactionState.COMMIT, "rollback": LocalTransactionState.ROLLBACK}.get(
-            str(arg), LocalTransactionState.UNKNOWN)
-
-    def check_local_transaction(self, message) -> LocalTransactionState:  # type: ignore[no-untyped-def]
-        self.checked.append(message.body.decode())
-        return self.check_answer
-
-
 def test_transactions_commit_rollback_and_check_back(broker: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import broker.deferred as deferred
 
@@ -184,7 +169,7 @@ def test_transactions_commit_rollback_and_check_back(broker: str, monkeypatch) -
         tp.send_in_transaction(Message("pay", b"checked"), "unknown")  # the broker asks back
         wait_until(timeout=15, predicate=lambda: sorted(m.body for m in got) == [b"checked", b"committed"],
                    what="the committed and the checked-back messages")
-        assert set(ledger.checked) == {"checked"}  # asked back (again if the answer is slow)
+        assert set(ledger.checked) == {b"checked"}  # asked back (again if the answer is slow)
         time.sleep(0.6)
         assert sorted(m.body for m in got) == [b"checked", b"committed"]
     finally:

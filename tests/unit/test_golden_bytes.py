@@ -28,9 +28,10 @@ from broker.commands import (
     decode_admin,
     encode_admin,
 )
-from broker.consume_queue import UNIT
+from broker.consume_queue_layout import UNIT
 from broker.entry_batch import pack_entries, unpack_entry
-from broker.index_file import IndexFile, key_hash
+from broker.index_file import IndexFile
+from broker.index_layout import key_hash
 from broker.snapshot import Snapshot, cq_hash_prefix, cq_hash_step
 from dledger.entry_format import EntryKind, decode_entry, encode_blank, encode_entry
 from dledger.log_start import DumpEntry, StateRef, decode_log_start, encode_log_start

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.index_file import (
+from broker.index_file import IndexFile
+from broker.index_layout import (
     DEFAULT_INDEX_NUM,
     DEFAULT_SLOT_NUM,
     ENTRY,
@@ -19,15 +20,14 @@ from broker.index_file import (
     HEADER,
     HEADER_SIZE,
     SLOT_SIZE,
-    IndexFile,
     IndexFileCorrupt,
     IndexHeader,
-    IndexService,
     geometry_of,
     index_file_name,
     index_file_size,
     key_hash,
 )
+from broker.index_service import IndexService
 
 T0 = 1_700_000_000_000  # a store time in ms
 COLLIDING = ("k15599", "k97211")  # different keys, same 31-bit hash
@@ -81,7 +81,6 @@ def test_put_layout(index: IndexFile, tmp_path: Path) -> None:
     slot_a = HEADER_SIZE + key_hash("a") % 64 * SLOT_SIZE
     assert raw[slot_a:slot_a + 4] == (1).to_bytes(4, "big")
     assert index.header() == IndexHeader(T0 + 300, T0 + 2_500, 100, 200, 2, 2)
-    assert (index.begin_timestamp, index.end_position, index.index_count) == (T0 + 300, 200, 2)
 
 
 def test_round_trip_and_reopen(index: IndexFile, tmp_path: Path) -> None:
@@ -106,7 +105,7 @@ def test_colliding_keys_in_few_slots_are_all_found(tmp_path: Path) -> None:
     f = IndexFile.create(tmp_path / "idx", 2, 200)
     for i in range(150):
         assert f.put(f"k{i}", i, T0 + i)
-    assert f.hash_slot_count == 2
+    assert f.header().hash_slot_count == 2
     for i in range(150):
         assert f.query(f"k{i}", 0, BIG, 10) == [i]  # walks a chain of about 75 entries
     f.close()
@@ -140,7 +139,7 @@ def test_time_window_is_seconds_floored(index: IndexFile) -> None:
     index.put("k", 3, T0 - 600)  # a store time going back: time_diff -1, window [T0 - 1000, T0 - 1]
     assert index.query("k", T0 - 900, T0 - 800, 10) == [3]
     assert index.query("k", T0 - 5_000, T0 + 5_000, 10) == [3, 2, 1]
-    assert (index.begin_timestamp, index.end_timestamp) == (T0, T0 + 1_700)
+    assert (index.header().begin_timestamp, index.header().end_timestamp) == (T0, T0 + 1_700)
 
 
 def test_max_results(index: IndexFile) -> None:
@@ -159,7 +158,7 @@ def test_full_file_returns_false(tmp_path: Path) -> None:
     assert f.is_full and f.free == 0
     assert not f.put("k9", 9, T0)
     assert (tmp_path / "idx").read_bytes() == before
-    assert f.index_count == 5
+    assert f.header().index_count == 5
     f.close()
 
 
@@ -381,7 +380,7 @@ def test_put_many_is_all_or_nothing_and_equals_single_puts(tmp_path: Path) -> No
     assert (tmp_path / "single").read_bytes() == (tmp_path / "many").read_bytes()
     before = (tmp_path / "many").read_bytes()
     assert not many.put_many(["d", "e", "f"], 8, T0)  # two fit, three do not: none is put
-    assert (tmp_path / "many").read_bytes() == before and many.index_count == 3
+    assert (tmp_path / "many").read_bytes() == before and many.header().index_count == 3
     assert many.put_many(["d", "e"], 8, T0) and many.is_full
     single.close()
     many.close()
@@ -390,7 +389,7 @@ def test_put_many_is_all_or_nothing_and_equals_single_puts(tmp_path: Path) -> No
 def test_puts_are_in_the_file_for_another_reader_before_any_flush(index: IndexFile, tmp_path: Path) -> None:
     index.put("k", 99, T0)  # stored through the mapping: the page cache is shared
     other = IndexFile.open(tmp_path / "idx", 64, 256)
-    assert other.query("k", T0, T0, 5) == [99] and other.index_count == 1
+    assert other.query("k", T0, T0, 5) == [99] and other.header().index_count == 1
     other.close()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -53,12 +54,16 @@ def test_valid_topics_are_returned_unchanged(name: str) -> None:
     ("RMQ_SYS_anything", ["reserved prefix 'RMQ_SYS_'"]),
 ])
 def test_invalid_user_topics(name: str, fragments: list[str]) -> None:
+    assert_invalid(validate_topic, "topic", name, fragments)
+
+
+def assert_invalid(validate: Callable[[str], str], kind: str, name: str, fragments: list[str]) -> None:
+    """``validate(name)`` raises an InvalidName of ``kind`` naming ``name``, with every fragment."""
     with pytest.raises(InvalidName) as caught:
-        validate_topic(name)
+        validate(name)
     for fragment in fragments:
         assert fragment in str(caught.value)
-    assert caught.value.kind == "topic"
-    assert caught.value.name == name
+    assert (caught.value.kind, caught.value.name) == (kind, name)
 
 
 @pytest.mark.parametrize("name", [
@@ -97,11 +102,7 @@ def test_valid_groups(name: str) -> None:
     ("g\x00", ["contains '\\x00' at position 1"]),
 ])
 def test_invalid_groups(name: str, fragments: list[str]) -> None:
-    with pytest.raises(InvalidName) as caught:
-        validate_group(name)
-    for fragment in fragments:
-        assert fragment in str(caught.value)
-    assert caught.value.kind == "group"
+    assert_invalid(validate_group, "group", name, fragments)
 
 
 @pytest.mark.parametrize("value", [None, 5, b"topic", ["t"]])

@@ -188,6 +188,8 @@ def test_http_api() -> None:
                 assert (await r.json())["groups"][0]["leader"] == "127.0.0.1:1"
             async with s.get(f"http://{ns}/route/nope") as r:
                 assert r.status == 404
+            async with s.get(f"http://{ns}/healthz") as r:
+                assert (r.status, await r.text()) == (200, "ok")
             async with s.post(f"http://{ns}/register", data=b"x" * (2 << 20)) as r:
                 assert r.status == 413
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from dledger import numbered_files as numbered_files_module
 from dledger import segments as segments_module
 from dledger.entry_format import MAGIC_BLANK, decode_header
 from dledger.segments import CorruptLogError, SegmentedFile, segment_name
@@ -129,7 +130,7 @@ def test_flush_syncs_written_files_and_directory(files: SegmentedFile,
     synced: list[int] = []
     dirs: list[Path] = []
     monkeypatch.setattr(segments_module.os, "fsync", lambda fd: synced.append(fd))
-    monkeypatch.setattr(segments_module, "fsync_directory", lambda d: dirs.append(d))
+    monkeypatch.setattr(numbered_files_module, "fsync_directory", lambda d: dirs.append(d))
     assert files.dirty and files.flush()  # the new segment's directory entry
     assert dirs == [files.directory]
     assert not files.dirty and not files.flush()

@@ -31,7 +31,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 from aiohttp import web
+
+from protocol.topic import GroupRouteData, TopicRouteData
 
 __all__ = ["EXPIRY_S", "REGISTER_EVERY_S", "Registration", "RouteTable", "main", "make_app"]
 
@@ -70,27 +73,14 @@ class RouteTable:
             log.info("registration of %s/%s expired", reg.group, reg.node)
         return [reg for reg, _ in self._entries.values()]
 
-    def route(self, topic: str) -> dict[str, Any]:
+    def route(self, topic: str) -> TopicRouteData:
         """Groups holding ``topic``; a group's leader is the leader-role registration with
         the highest term (a dead leader's registration lingers until it expires)."""
-        groups: dict[str, dict[str, Any]] = {}
-        best_term: dict[str, int] = {}
-        members: dict[str, tuple[str, ...]] = {}
+        by_group: dict[str, list[Registration]] = {}
         for reg in sorted(self.live(), key=lambda r: (r.group, r.node)):
-            g = groups.setdefault(reg.group, {"group": reg.group, "queues": 0, "perm": 0,
-                                              "leader": None, "replicas": {}})
-            g["replicas"][reg.node] = reg.address
-            if reg.role == "leader" and reg.term >= best_term.get(reg.group, -1):
-                best_term[reg.group] = reg.term
-                g["leader"] = reg.address
-                if reg.members is not None:
-                    members[reg.group] = reg.members
-            if topic in reg.topics:
-                queues, perm = reg.topics[topic]
-                g["queues"], g["perm"] = max(g["queues"], queues), perm
-        for group, names in members.items():
-            groups[group]["replicas"] = {n: a for n, a in groups[group]["replicas"].items() if n in names}
-        return {"topic": topic, "groups": [g for g in groups.values() if g["queues"] > 0]}
+            by_group.setdefault(reg.group, []).append(reg)
+        groups = [_group_route(topic, group, regs) for group, regs in by_group.items()]
+        return TopicRouteData(topic, tuple(g for g in groups if g.queues > 0))
 
     def cluster(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -98,6 +88,22 @@ class RouteTable:
             out.setdefault(reg.group, {})[reg.node] = {"role": reg.role, "address": reg.address,
                                                        "topics": sorted(reg.topics)}
         return out
+
+
+def _group_route(topic: str, group: str, regs: list[Registration]) -> GroupRouteData:
+    """One group's part of ``topic``'s route from its replicas' registrations (by node)."""
+    leader: Registration | None = None
+    members: tuple[str, ...] | None = None  # as the newest leader that named them says
+    queues = perm = 0
+    for reg in regs:
+        if reg.role == "leader" and reg.term >= (leader.term if leader is not None else -1):
+            leader = reg
+            members = reg.members if reg.members is not None else members
+        if topic in reg.topics:
+            queues, perm = max(queues, reg.topics[topic][0]), reg.topics[topic][1]
+    replicas = {r.node: r.address for r in regs if members is None or r.node in members}
+    return GroupRouteData(group=group, queues=queues, perm=perm,
+                          leader=leader.address if leader is not None else None, replicas=replicas)
 
 
 def _parse_registration(doc: Any) -> Registration:
@@ -132,7 +138,7 @@ def make_app(table: RouteTable) -> web.Application:
 
     async def route(request: web.Request) -> web.Response:
         found = table.route(request.match_info["topic"])
-        return web.json_response(found, status=200 if found["groups"] else 404)
+        return web.json_response(msgspec.to_builtins(found), status=200 if found.groups else 404)
 
     async def cluster(request: web.Request) -> web.Response:
         return web.json_response(table.cluster())

@@ -33,17 +33,17 @@ def test_route_spans_groups_and_names_leaders() -> None:
         table.register(reg(g, "n2", "follower", {"orders": (8, 6)}))
     table.register(reg("g3", "n1", "leader", {"other": (4, 6)}))
     route = table.route("orders")
-    assert [(g["group"], g["queues"], g["leader"]) for g in route["groups"]] == [
+    assert [(g.group, g.queues, g.leader) for g in route.groups] == [
         ("g1", 8, "g1-n1:1"), ("g2", 8, "g2-n1:1")]
-    assert route["groups"][0]["replicas"] == {"n1": "g1-n1:1", "n2": "g1-n2:1"}
-    assert table.route("missing")["groups"] == []
+    assert route.groups[0].replicas == {"n1": "g1-n1:1", "n2": "g1-n2:1"}
+    assert table.route("missing").groups == ()
 
 
 def test_the_leader_with_the_highest_term_wins() -> None:
     table = RouteTable(Clock())
     table.register(Registration("g1", "n1", "leader", "old:1", {"t": (1, 6)}, term=3))
     table.register(Registration("g1", "n2", "leader", "new:1", {"t": (1, 6)}, term=4))
-    assert table.route("t")["groups"][0]["leader"] == "new:1"
+    assert table.route("t").groups[0].leader == "new:1"
 
 
 def test_registrations_expire_unless_renewed() -> None:
@@ -55,7 +55,7 @@ def test_registrations_expire_unless_renewed() -> None:
     table.register(reg("g1", "n2", "leader", {"t": (1, 6)}))  # n2 renewed (and now leads)
     clock.now += 2
     assert [r.node for r in table.live()] == ["n2"]
-    assert table.route("t")["groups"][0]["leader"] == "g1-n2:1"
+    assert table.route("t").groups[0].leader == "g1-n2:1"
 
 
 def test_http_api() -> None:

@@ -132,7 +132,7 @@ class WireBody(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
             try:
                 fields[body.key] = frame.body if body.decoder is None else body.decoder.decode(frame.body)
             except Exception as e:  # msgspec's errors, and UnicodeDecodeError from a bad str
-                raise _invalid(frame, f"the body ({body.attr}) is malformed: {_what(e)}") from None
+                raise _invalid(frame, f"the body ({body.attr}) is malformed: {_lower(_what(e))}") from None
         try:
             return msgspec.convert(fields, cls)
         except msgspec.ValidationError as e:

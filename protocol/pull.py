@@ -57,7 +57,7 @@ class PullRequest(Request, frozen=True):
     sql: str | None = None
 
 
-class PullRow(msgspec.Struct, array_like=True, frozen=True):
+class PullRow(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """One message of a page (module docstring)."""
 
     offset: int

@@ -51,7 +51,7 @@ class ViewMessageRequest(Request, frozen=True):
     msg_id: str
 
 
-class QueryRow(msgspec.Struct, array_like=True, frozen=True):
+class QueryRow(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """One message found (module docstring)."""
 
     position: int

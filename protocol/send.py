@@ -51,7 +51,7 @@ class WriteResponse(Response, frozen=True):
     duplicate: bool
 
 
-class SendRow(msgspec.Struct, array_like=True, frozen=True):
+class SendRow(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """One message's outcome in a SEND_BATCH answer (module docstring)."""
 
     code: int

@@ -57,7 +57,7 @@ class GetTopicsRequest(Request, frozen=True):
     CODE = RequestCode.GET_TOPICS
 
 
-class TopicQueues(msgspec.Struct, array_like=True, frozen=True):
+class TopicQueues(msgspec.Struct, array_like=True, frozen=True, gc=False):
     queues: int
     perm: int
 

@@ -49,6 +49,7 @@ class _Body:
     attr: str
     key: str
     raw: bool  # typed bytes: the body is the value itself
+    optional: bool  # it has a default: the class can be built without it
     decoder: msgspec.msgpack.Decoder[Any] | None
 
 
@@ -75,7 +76,8 @@ def _make_spec(cls: type[WireBody]) -> _Spec:
         inner, holds_none = _unwrap(f.type)
         if f.name == cls.BODY:
             raw = inner is bytes
-            body = _Body(f.name, f.encode_name, raw, None if raw else msgspec.msgpack.Decoder(inner))
+            body = _Body(f.name, f.encode_name, raw, not f.required,
+                         None if raw else msgspec.msgpack.Decoder(inner))
             continue
         ext.append(_Field(f.name, f.encode_name, f.default is None))
         if holds_none:
@@ -125,18 +127,28 @@ class WireBody(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
         """The typed contents of ``frame``. Raises FrameError(INVALID_ARGUMENT), naming the
         field, when a field is missing, of a wrong type or out of its range."""
         spec = _spec(cls)
-        nullable = spec.nullable
-        fields = {k: v for k, v in frame.ext.items() if v is not None or k in nullable}
         body = spec.body
-        if body is not None and frame.body:
-            try:
-                fields[body.key] = frame.body if body.decoder is None else body.decoder.decode(frame.body)
-            except Exception as e:  # msgspec's errors, and UnicodeDecodeError from a bad str
-                raise _invalid(frame, f"the body ({body.attr}) is malformed: {_lower(_what(e))}") from None
+        ext = {k: v for k, v in frame.ext.items() if v is not None or k in spec.nullable}
+        if body is None or not frame.body:
+            return cls._convert(frame, ext, spec)  # an absent body: its default, or "required"
+        try:
+            value = frame.body if body.decoder is None else body.decoder.decode(frame.body)
+        except Exception as e:  # msgspec's errors, and UnicodeDecodeError from a bad str
+            raise _invalid(frame, f"the body ({body.attr}) is malformed: {_lower(_what(e))}") from None
+        # the body's decoder checked it: a long one is not walked a second time by convert
+        if not spec.ext:
+            return cls(**{body.attr: value})
+        if body.optional:
+            return msgspec.structs.replace(cls._convert(frame, ext, spec), **{body.attr: value})
+        ext[body.key] = value
+        return cls._convert(frame, ext, spec)
+
+    @classmethod
+    def _convert(cls, frame: Frame, fields: dict[str, Any], spec: _Spec) -> Self:
         try:
             return msgspec.convert(fields, cls)
         except msgspec.ValidationError as e:
-            raise _invalid(frame, _field_error(str(e), body)) from None
+            raise _invalid(frame, _field_error(str(e), spec.body)) from None
 
 
 class Request(WireBody, frozen=True):

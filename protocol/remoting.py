@@ -23,6 +23,10 @@ consumer-list change notices). A frame is one msgpack array::
 Opaques are per sender: a response is matched against the requests *its
 receiver* sent, so a peer never answers a response or a oneway request.
 
+What each request and response carries in ``ext`` and ``body`` is one typed class per
+request and per response (``protocol.wire``; which class for which code:
+``protocol.catalog``); nothing outside ``protocol`` reads or builds them by hand.
+
 ``decode_frame`` is the only way bytes become a ``Frame`` and raises nothing but
 ``FrameError``. msgpack's unpacker limits bound what a hostile frame can make the
 decoder allocate: strings and binaries cannot outgrow the frame, arrays and maps

@@ -302,3 +302,9 @@ def test_the_leaderless_mark_of_any_read() -> None:
     assert LeaderlessMark.read(_reply(NOT_FOUND, {"nextOffset": 1, "leaderless": True}))
     assert not LeaderlessMark.read(_reply(ext={"minOffset": 0, "maxOffset": 1}))
     assert not LeaderlessMark.read(_reply(ext={"leaderless": "yes"}))  # malformed: not set
+
+
+def test_the_wire_benchmark_runs() -> None:
+    from raftmq.bench_wire import steps
+    for work in steps(4, 16).values():
+        work()

@@ -129,6 +129,8 @@ class WireBody(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
         spec = _spec(cls)
         body = spec.body
         ext = {k: v for k, v in frame.ext.items() if v is not None or k in spec.nullable}
+        if body is not None:
+            ext.pop(body.key, None)  # the body comes from the body, never from an ext field
         if body is None or not frame.body:
             return cls._convert(frame, ext, spec)  # an absent body: its default, or "required"
         try:

@@ -293,6 +293,13 @@ def test_nil_counts_as_absent_and_unknown_keys_are_ignored() -> None:
     assert NotLeaderResponse.from_frame(nobody) == NotLeaderResponse(leader=None, leader_address=None)
 
 
+def test_the_body_field_cannot_be_sent_as_an_ext_field() -> None:
+    with pytest.raises(FrameError, match=r"the body \(messages\) is required"):
+        SendBatchRequest.from_frame(_request(11, {"messages": [b"smuggled"]}))
+    sent = _request(62, {"group": "g", "message": b"x"}, oneway=True)  # a key like another class's body
+    assert NotifyConsumersChanged.from_frame(sent) == NotifyConsumersChanged(group="g")
+
+
 def test_a_brokers_send_batch_rows_without_a_position_still_read() -> None:
     rows = SendBatchResponse.from_frame(_reply(body=msgpack.packb([[0, 1, 7, ""]]))).rows
     assert rows == (SendRow(0, 1, 7, "", -1),)

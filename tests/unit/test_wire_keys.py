@@ -1,6 +1,7 @@
 """The wire's keys and layouts live in ``protocol/`` only (issue 14).
 
-Outside ``protocol/``, the code of broker, client, spark, dledger and raftmq must not:
+Outside ``protocol/``, the code of every other package (broker, client, spark, dledger,
+raftmq, ...) must not:
 spell a camelCase ext key (``"queueId"``, ``"nextOffset"`` ...: every key of every class
 in ``protocol.catalog``); read a frame's ext (``.ext``); build a frame's ext or body by
 hand (``Frame.request``, ``Frame(...)`` or ``.response(...)`` with more than a code and a
@@ -18,10 +19,13 @@ from protocol.pull import LeaderlessMark
 from protocol.wire import NotLeaderResponse, WireBody, _spec
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("broker", "client", "spark", "dledger", "raftmq")
+#: every top-level package but protocol itself (and the tests, which also speak raw frames
+#: on purpose: old peers' bytes)
+PACKAGES = tuple(sorted(p.parent.name for p in ROOT.glob("*/__init__.py")
+                        if p.parent.name not in ("protocol", "tests")))
 #: modules that handle frames: their bodies go through protocol's classes, never msgpack
-FRAME_MODULES = ("client/**/*.py", "spark/**/*.py", "broker/*_processor.py", "broker/server.py",
-                 "broker/admin_api.py", "broker/namesrv.py", "broker/deferred_service.py")
+FRAME_MODULES = ("client/**/*.py", "spark/**/*.py", "console/**/*.py", "broker/*_processor.py",
+                 "broker/server.py", "broker/admin_api.py", "broker/namesrv.py", "broker/deferred_service.py")
 #: the same spelling, not a frame's key: (file, key) -> what it is
 ALLOWED = {("broker/admin_api.py", "msgId"): "the query parameter of GET /admin/messages?msgId="}
 
@@ -43,8 +47,9 @@ def _rel(path: Path) -> str:
     return str(path.relative_to(ROOT))
 
 
-def test_the_key_list_is_not_empty() -> None:
+def test_the_key_list_and_the_packages_are_not_empty() -> None:
     assert {"queueId", "nextOffset", "leaderAddress", "maxReconsumeTimes"} <= CAMEL_KEYS
+    assert {"broker", "client", "spark", "dledger", "raftmq"} <= set(PACKAGES)
 
 
 def test_no_wire_key_is_spelled_outside_protocol() -> None:

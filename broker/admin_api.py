@@ -20,14 +20,17 @@ from __future__ import annotations
 import base64
 from typing import TYPE_CHECKING
 
-import msgpack
 from aiohttp import web
 
 from broker.commands import Perm
 from broker.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from dledger.errors import NoLeader, NotLeader
-from protocol.message_format import decode_message
-from protocol.remoting import Frame, RequestCode, ResponseCode
+from protocol.message_format import decode_record
+from protocol.query import QueryMessageRequest, QueryResponse, ViewMessageRequest
+from protocol.remoting import Frame, ResponseCode
+from protocol.send import WriteResponse
+from protocol.topic import CreateTopicRequest
+from protocol.wire import NotLeaderResponse, Request, Response
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer
@@ -35,11 +38,16 @@ if TYPE_CHECKING:
 __all__ = ["admin_routes", "http_reply"]
 
 
-def http_reply(reply: Frame) -> web.Response:
+def http_reply(reply: Frame, success: type[Response] | None = None) -> web.Response:
+    """The JSON of a request's answer: code, message (the remark) and the answer's fields --
+    a ``success`` on SUCCESS, the leader on NOT_LEADER."""
     status = {ResponseCode.SUCCESS: 200, ResponseCode.NOT_LEADER: 421, ResponseCode.NO_LEADER: 503,
               ResponseCode.QUERY_NOT_FOUND: 404, ResponseCode.TOPIC_NOT_EXIST: 404,
               ResponseCode.OUTCOME_UNKNOWN: 409}.get(reply.code, 400)
-    body: dict[str, object] = {"code": reply.code, "message": reply.remark, **reply.ext}
+    fields: type[Response] | None = {ResponseCode.SUCCESS: success,
+                                     ResponseCode.NOT_LEADER: NotLeaderResponse}.get(reply.code)
+    body: dict[str, object] = {"code": reply.code, "message": reply.remark,
+                               **(fields.from_frame(reply).to_ext() if fields is not None else {})}
     return web.json_response(body, status=status)
 
 
@@ -102,12 +110,15 @@ class AdminApi:
     async def admin_create_topic(self, request: web.Request) -> web.Response:
         try:
             doc = await request.json()
-            ext = {"topic": doc["topic"], "queues": int(doc.get("queues", 8)),
-                   "perm": int(doc.get("perm", int(Perm.READ_WRITE)))}
+            create = CreateTopicRequest(topic=doc["topic"], queues=int(doc.get("queues", 8)),
+                                        perm=int(doc.get("perm", int(Perm.READ_WRITE))))  # type: ignore[arg-type]
         except (ValueError, KeyError, TypeError):
             return web.json_response({"error": "body must be JSON with topic, queues, perm"}, status=400)
-        reply = await self._server.handle(Frame.request(RequestCode.CREATE_TOPIC, 0, ext))
-        return http_reply(reply)
+        return http_reply(await self._handle(create), WriteResponse)
+
+    async def _handle(self, request: Request) -> Frame:
+        """``request`` through the frame handlers, as if it came over a WebSocket."""
+        return await self._server.handle(request.to_frame(0))
 
     async def admin_transfer(self, request: web.Request) -> web.Response:
         """POST /admin/leader/transfer {"to": node (optional)} on the leader."""
@@ -136,19 +147,20 @@ class AdminApi:
                                   "queues": self._server.lag_rows(request.match_info["group"])})
 
     async def admin_messages(self, request: web.Request) -> web.Response:
+        query: Request
         if "msgId" in request.query:
-            frame = Frame.request(RequestCode.VIEW_MESSAGE_BY_ID, 0, {"msgId": request.query["msgId"]})
+            query = ViewMessageRequest(msg_id=request.query["msgId"])
         elif "key" in request.query:
-            frame = Frame.request(RequestCode.QUERY_MESSAGE, 0, {"key": request.query["key"]})
+            query = QueryMessageRequest(key=request.query["key"])
         else:
             return web.json_response({"error": "give key=... or msgId=..."}, status=400)
-        reply = await self._server.handle(frame)
+        reply = await self._handle(query)
         if reply.code != ResponseCode.SUCCESS:
             return http_reply(reply)
         out = []
-        for position, stamp, data in msgpack.unpackb(reply.body):
-            m = decode_message(data)
-            out.append({"position": position, "store_timestamp": stamp, "msg_id": m.msg_id.hex(),
+        for row in QueryResponse.from_frame(reply).rows:
+            m = decode_record(row.message)
+            out.append({"position": row.position, "store_timestamp": row.store_ms, "msg_id": m.msg_id.hex(),
                         "topic": m.topic, "queue_id": m.queue_id, "tags": m.tags, "keys": list(m.keys),
                         "properties": m.properties, "body_base64": base64.b64encode(m.body).decode()})
         return web.json_response(out)

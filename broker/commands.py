@@ -35,6 +35,8 @@ from dataclasses import dataclass
 
 import msgpack
 
+from protocol.topic import Perm
+
 __all__ = [
     "CheckHalf",
     "CommitOffset",
@@ -59,14 +61,6 @@ class RecordKind(enum.IntEnum):
     ROLLBACK_HALF = 121
     CHECK_HALF = 122
     LOCK_QUEUE = 130
-
-
-class Perm(enum.IntFlag):
-    """Topic permissions, as RocketMQ's (2 = write, 4 = read)."""
-
-    WRITE = 2
-    READ = 4
-    READ_WRITE = 6
 
 
 @dataclass(frozen=True, slots=True)

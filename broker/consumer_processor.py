@@ -2,7 +2,7 @@
 producer groups for transaction check-backs), UNREGISTER_CLIENT, GET_CONSUMER_LIST, and
 NOTIFY_CONSUMER_IDS_CHANGED pushed to a group's members when it changes. Membership is
 per WebSocket (``CONNECTION``, set by the server for the frame being handled) and per
-replica: it is not in the log.
+replica: it is not in the log. (The layouts: ``protocol.consumer``.)
 """
 
 from __future__ import annotations
@@ -14,13 +14,20 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-import msgpack
 from aiohttp import web
 
 from broker.commands import CreateTopic, Perm, encode_admin
 from dledger.errors import ProposeError
+from protocol.consumer import (
+    ConsumerListRequest,
+    ConsumerListResponse,
+    HeartbeatRequest,
+    NotifyConsumersChanged,
+    UnregisterRequest,
+)
 from protocol.names import retry_topic, validate_group
-from protocol.remoting import Frame, FrameError, RequestCode, ResponseCode, ext_str
+from protocol.remoting import Frame, FrameError, ResponseCode
+from protocol.wire import EmptyResponse
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer
@@ -40,31 +47,23 @@ class ConsumerProcessor:
         self._opaques = itertools.count(1)  # of the requests this broker sends to clients
 
     async def heartbeat(self, frame: Frame) -> Frame:
-        """ext clientId; body (optional): msgpack {consumer group: [topics]}."""
-        client_id = ext_str(frame, "clientId", "")
+        """A client's heartbeat: its consumer groups' subscriptions, or its producer group."""
+        req = HeartbeatRequest.from_frame(frame)
+        client_id = req.client_id
         subscriptions: dict[str, list[str]] = {}
-        if frame.body:
-            try:
-                doc = msgpack.unpackb(frame.body)
-                if not (isinstance(doc, dict) and all(
-                        isinstance(g, str) and isinstance(t, list) and all(isinstance(x, str) for x in t)
-                        for g, t in doc.items())):
-                    raise ValueError
-            except Exception:
-                raise FrameError(ResponseCode.INVALID_ARGUMENT,
-                                 "heartbeat body must be a msgpack map {group: [topics]}") from None
+        if req.subscriptions is not None:
             if not client_id:
                 raise FrameError(ResponseCode.INVALID_ARGUMENT, "a consumer heartbeat needs clientId")
-            subscriptions = {validate_group(g): t for g, t in doc.items()}
+            subscriptions = {validate_group(g): list(t) for g, t in req.subscriptions.items()}
         ws = CONNECTION.get()
-        producer_group = ext_str(frame, "producerGroup", None)
+        producer_group = req.producer_group
         if producer_group and ws is not None:
             self._server.producers.heartbeat(ws, client_id or str(id(ws)),
                                              {validate_group(producer_group): []})
         if subscriptions and ws is not None:
             await self.members_changed(self._server.consumers.heartbeat(ws, client_id, subscriptions))
         await self._create_retry_topics(subscriptions)
-        return frame.response(ResponseCode.SUCCESS)
+        return EmptyResponse().reply(frame)
 
     async def _create_retry_topics(self, subscriptions: Mapping[str, list[str]]) -> None:
         """The leader creates ``%RETRY%group`` (one queue) for a group that subscribes to it
@@ -84,21 +83,20 @@ class ConsumerProcessor:
             log.info("created retry topic %s: %s", topic, applied.outcome)
 
     async def unregister(self, frame: Frame) -> Frame:
-        changed = self._server.consumers.unregister(ext_str(frame, "clientId"), ext_str(frame, "group", None))
-        await self.members_changed(changed)
-        return frame.response(ResponseCode.SUCCESS)
+        req = UnregisterRequest.from_frame(frame)
+        await self.members_changed(self._server.consumers.unregister(req.client_id, req.group))
+        return EmptyResponse().reply(frame)
 
     async def consumer_list(self, frame: Frame) -> Frame:
-        clients = self._server.consumers.clients(validate_group(ext_str(frame, "group")))
-        return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(clients))
+        clients = self._server.consumers.clients(validate_group(ConsumerListRequest.from_frame(frame).group))
+        return ConsumerListResponse(client_ids=tuple(clients)).reply(frame)
 
     async def members_changed(self, groups: set[str]) -> None:
         """Tell the members of each group that its membership changed (oneway, best effort)."""
         for group in sorted(groups):
             for conn in self._server.consumers.connections(group):
                 if isinstance(conn, web.WebSocketResponse) and not conn.closed:
-                    note = Frame.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
-                                         next(self._opaques) % (2**32), {"group": group},
-                                         oneway=True)
+                    note = NotifyConsumersChanged(group=group).to_frame(next(self._opaques) % (2**32),
+                                                                        oneway=True)
                     with contextlib.suppress(ConnectionError, RuntimeError):
                         await conn.send_bytes(note.encode())

@@ -1,19 +1,21 @@
 """Redeliveries and transactions on the leader: CONSUMER_SEND_MSG_BACK (a retry copy in
 %RETRY%group on the retry schedule, or %DLQ%group past maxReconsumeTimes) and
 END_TRANSACTION (commit or roll back a half message); the held copies are released by
-``broker.deferred_service``.
+``broker.deferred_service``. (The layouts: ``protocol.deferred``.)
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker.deferred_service import DEFAULT_MAX_RECONSUME
+import msgspec
+
 from broker.fragments import MessageGone, read_message_at
-from broker.send_processor import answer
+from broker.send_processor import OUTCOME_CODE, written
+from protocol.deferred import EndTransactionRequest, EndTransactionResponse, SendBackRequest, SendBackResponse
 from protocol.message_format import MessageFormatError, decode_message, encode_message
 from protocol.names import validate_group
-from protocol.remoting import Frame, FrameError, ResponseCode, ext_bool, ext_int, ext_str
+from protocol.remoting import Frame, FrameError, ResponseCode
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer
@@ -31,9 +33,8 @@ class DeferredProcessor:
         %RETRY%group (delayed by the retry schedule) or, past ``maxReconsumeTimes``, in
         %DLQ%group."""
         self._server.require_leader()
-        group = validate_group(ext_str(frame, "group"))
-        position = ext_int(frame, "position", minimum=0)
-        max_times = ext_int(frame, "maxReconsumeTimes", DEFAULT_MAX_RECONSUME, minimum=0, maximum=10_000)
+        req = SendBackRequest.from_frame(frame)
+        group, position, max_times = validate_group(req.group), req.position, req.max_reconsume_times
         try:
             stored = decode_message(read_message_at(self._server.rlog.commitlog, position))
         except (MessageGone, MessageFormatError, ValueError) as e:
@@ -41,15 +42,15 @@ class DeferredProcessor:
                              f"no message at position {position}: {e}") from None
         copy = self._server.deferred.retry_copy(stored, group, max_times, position)
         (applied,) = await self._server.write.send([encode_message(copy)])
-        reply = answer(frame, applied)
-        if reply.code != ResponseCode.SUCCESS:
-            return reply
-        return frame.response(ResponseCode.SUCCESS, ext={**reply.ext, "topic": copy.topic,
-                                                         "reconsumeTimes": copy.reconsume})
+        code = OUTCOME_CODE[applied.outcome]
+        if code != ResponseCode.SUCCESS:
+            return frame.response(code, remark=applied.reason)
+        return SendBackResponse(**msgspec.structs.asdict(written(applied)), topic=copy.topic,
+                                reconsume_times=copy.reconsume).reply(frame)
 
     async def end_transaction(self, frame: Frame) -> Frame:
         """Commit (make the half message visible in its topic) or roll back a transaction."""
         self._server.require_leader()
-        position = ext_int(frame, "position", minimum=0)
-        outcome = await self._server.deferred.end_transaction(position, ext_bool(frame, "commit"))
-        return frame.response(ResponseCode.SUCCESS, ext={"outcome": outcome})
+        req = EndTransactionRequest.from_frame(frame)
+        outcome = await self._server.deferred.end_transaction(req.position, req.commit)
+        return EndTransactionResponse(outcome=outcome).reply(frame)

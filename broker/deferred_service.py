@@ -50,16 +50,16 @@ from broker.fragments import MessageGone, read_message
 from broker.state_machine import BrokerStateMachine
 from broker.write_path import WritePath
 from dledger.log import Log
+from protocol.deferred import DEFAULT_MAX_RECONSUME, CheckTransactionRequest
 from protocol.message_format import Message, decode_message, encode_message
 from protocol.names import dlq_topic, retry_topic
-from protocol.remoting import Frame, FrameError, RequestCode, ResponseCode
+from protocol.remoting import FrameError, ResponseCode
 
 __all__ = ["DEFAULT_MAX_RECONSUME", "TICK_S", "DeferredService"]
 
 log = logging.getLogger("broker.deferred")
 
 TICK_S = 0.1
-DEFAULT_MAX_RECONSUME = 16
 _INTERNAL = (PROP_DELIVER_AT, PROP_SCHEDULED_FROM, PROP_TRANSACTION_OF, PROP_SENT_BACK)
 
 
@@ -186,8 +186,8 @@ class DeferredService:
             if isinstance(conn, web.WebSocketResponse) and not conn.closed:
                 data = read_message(self.rlog.commitlog, position, size)
                 self._opaques = (self._opaques + 1) % (2**32)
-                frame = Frame.request(RequestCode.CHECK_TRANSACTION, self._opaques,
-                                      {"position": position, "group": group}, data, oneway=True)
+                frame = CheckTransactionRequest(position=position, group=group, message=data).to_frame(
+                    self._opaques, oneway=True)
                 with contextlib.suppress(ConnectionError, RuntimeError):
                     await conn.send_bytes(frame.encode())
                     return group

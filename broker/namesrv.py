@@ -139,7 +139,7 @@ def make_app(table: RouteTable, verifier: RegistrationVerifier | None = None) ->
 
     async def route(request: web.Request) -> web.Response:
         found = table.route(request.match_info["topic"])
-        return web.json_response(found, status=200 if found["groups"] else 404)
+        return web.json_response(msgspec.to_builtins(found), status=200 if found.groups else 404)
 
     async def cluster(request: web.Request) -> web.Response:
         return web.json_response(table.cluster())

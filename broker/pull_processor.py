@@ -1,13 +1,15 @@
 """PULL_MESSAGE: a page of one queue's messages, served by any replica from applied --
 hence committed -- state, with a long poll, tag-hash and SQL92 filters::
 
-    ext: topic, queueId, offset, maxMsgs (<= MAX_PULL), suspendMs (long poll, <= 30 s),
-         tagHashes (optional), sql (optional SQL92 on properties)
-    SUCCESS             body: msgpack [[queue offset, CommitLog position, store ms, message]]
-                        ext: nextOffset, maxOffset, leaderless
-    PULL_NOT_FOUND      nothing at ``offset`` yet (after the long poll); nextOffset
-    PULL_OFFSET_MOVED   ``offset`` is past the end, or below what retention kept: nextOffset
-                        (and minOffset) say where to go on
+    PullRequest: topic, queue id, offset, max messages (<= MAX_PULL), long poll (<= 30 s),
+                 tag hashes (optional), SQL92 on properties (optional)
+    SUCCESS             PullResponse: rows (offset, CommitLog position, store ms, message),
+                        next offset, max offset, leaderless
+    PULL_NOT_FOUND      nothing at ``offset`` yet (after the long poll); next offset
+    PULL_OFFSET_MOVED   ``offset`` is past the end, or below what retention kept: next offset
+                        (and min offset) say where to go on
+
+(the layout: ``protocol.pull``)
 
 A page stops at ``PULL_BODY_BYTES`` of rows but holds at least one message. Messages the
 ConsumeQueue lists one after the other mostly share an entry, which is read once
@@ -21,8 +23,6 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-import msgpack
-
 from broker.entry_batch import read_stamp
 from broker.fragments import MessageGone, read_message
 from broker.metrics import BrokerMetrics
@@ -30,8 +30,9 @@ from broker.state_machine import BrokerStateMachine
 from dledger.commitlog import CommitLog
 from dledger.entry_format import HEADER_SIZE
 from dledger.log import Log
-from protocol.message_format import MessageFormatError, decode_message
-from protocol.remoting import Frame, FrameError, ResponseCode, ext_int, ext_ints, ext_str
+from protocol.message_format import MessageFormatError, decode_record
+from protocol.pull import MAX_PULL, MAX_SUSPEND_MS, PullRequest, PullResponse, PullRow
+from protocol.remoting import Frame, FrameError, ResponseCode
 from protocol.sql_filter import FilterSyntaxError, SqlFilter, compile_filter
 
 if TYPE_CHECKING:
@@ -40,8 +41,6 @@ if TYPE_CHECKING:
 __all__ = ["LEADERLESS_SUSPEND_S", "MAX_FILTER_SCAN", "MAX_PULL", "MAX_SUSPEND_MS", "PULL_BODY_BYTES",
            "PullProcessor"]
 
-MAX_PULL = 256
-MAX_SUSPEND_MS = 30_000
 #: Longest long poll a replica that knows no leader holds (module docstring).
 LEADERLESS_SUSPEND_S = 0.5
 #: Most ConsumeQueue units one filtered pull looks at before answering (an empty page).
@@ -70,14 +69,11 @@ class PullProcessor:
 
     async def pull(self, frame: Frame) -> Frame:
         """PULL_MESSAGE (module docstring)."""
-        topic = ext_str(frame, "topic")
-        queue_id = ext_int(frame, "queueId", minimum=0)
-        offset = ext_int(frame, "offset", minimum=0)
-        max_msgs = ext_int(frame, "maxMsgs", 32, minimum=1, maximum=MAX_PULL)
-        suspend_s = ext_int(frame, "suspendMs", 0, minimum=0, maximum=MAX_SUSPEND_MS) / 1000
-        wanted = ext_ints(frame, "tagHashes", None)
-        wanted_set = None if wanted is None else frozenset(wanted)
-        sql = self._sql_filter(ext_str(frame, "sql", None))
+        req = PullRequest.from_frame(frame)
+        topic, queue_id, offset, max_msgs = req.topic, req.queue_id, req.offset, req.max_msgs
+        suspend_s = req.suspend_ms / 1000
+        wanted_set = None if req.tag_hashes is None else frozenset(req.tag_hashes)
+        sql = self._sql_filter(req.sql)
         if topic not in self._machine.topics:
             raise FrameError(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
         loop = asyncio.get_running_loop()
@@ -90,14 +86,14 @@ class PullProcessor:
         cq, max_offset = await self._await_messages(topic, queue_id, offset, loop.time() + suspend_s)
         if cq is None or offset >= max_offset:
             if offset > max_offset:
-                return frame.response(ResponseCode.PULL_OFFSET_MOVED,
-                                      ext={"nextOffset": max_offset, "leaderless": leaderless})
-            return frame.response(ResponseCode.PULL_NOT_FOUND,
-                                  ext={"nextOffset": offset, "leaderless": leaderless})
+                return PullResponse(next_offset=max_offset, leaderless=leaderless).reply(
+                    frame, ResponseCode.PULL_OFFSET_MOVED)
+            return PullResponse(next_offset=offset, leaderless=leaderless).reply(
+                frame, ResponseCode.PULL_NOT_FOUND)
         served_from = loop.time()
         low = self._machine.retained_min_offset(cq, self._rlog.commitlog.start_position)
         if offset < low:  # retention deleted those messages: the first one kept
-            return frame.response(ResponseCode.PULL_OFFSET_MOVED, ext={"nextOffset": low, "minOffset": low})
+            return PullResponse(next_offset=low, min_offset=low).reply(frame, ResponseCode.PULL_OFFSET_MOVED)
         filtered = wanted_set is not None or sql is not None
         read = cq.read(offset, MAX_FILTER_SCAN if filtered else max_msgs)
         units = read.units
@@ -106,13 +102,12 @@ class PullProcessor:
         rows, next_offset, gone_at = self._rows(units, read.next_offset, max_msgs, sql, filtered)
         if gone_at is not None:  # retention deleted the first message while this pull read the queue
             low = self._machine.retained_min_offset(cq, self._rlog.commitlog.start_position)
-            return frame.response(ResponseCode.PULL_OFFSET_MOVED,
-                                  ext={"nextOffset": max(low, gone_at + 1), "minOffset": low})
+            return PullResponse(next_offset=max(low, gone_at + 1), min_offset=low).reply(
+                frame, ResponseCode.PULL_OFFSET_MOVED)
         self._metrics.pulled.inc(len(rows))
         self._metrics.pull_serve.observe(loop.time() - served_from)
-        return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(rows),
-                              ext={"nextOffset": next_offset, "maxOffset": max_offset,
-                                   "leaderless": leaderless})
+        return PullResponse(next_offset=next_offset, max_offset=max_offset, leaderless=leaderless,
+                            rows=rows).reply(frame)
 
     async def _await_messages(self, topic: str, queue_id: int, offset: int,
                               deadline: float) -> tuple[ConsumeQueue | None, int]:
@@ -126,11 +121,11 @@ class PullProcessor:
             await self._signal.wait(deadline - loop.time())
 
     def _rows(self, units: list[tuple[int, Any]], next_offset: int, max_msgs: int,
-              sql: SqlFilter | None, filtered: bool) -> tuple[list[list[object]], int, int | None]:
-        """The page's rows ``[offset, position, store time, message bytes]`` within
+              sql: SqlFilter | None, filtered: bool) -> tuple[list[PullRow], int, int | None]:
+        """The page's rows (offset, position, store time, message bytes) within
         PULL_BODY_BYTES, the offset to pull next, and the offset of a message retention
         deleted before any row was read (None: none)."""
-        rows: list[list[object]] = []
+        rows: list[PullRow] = []
         size = 0
         entry = _EntryWindow(self._rlog.commitlog)  # consecutive messages share an entry: one read
         for off, unit in units:
@@ -146,7 +141,7 @@ class PullProcessor:
                 return (rows, off, None) if rows else (rows, off, off)
             if sql is not None and not sql.matches(_properties(data)):
                 continue
-            rows.append([off, unit.position, stamp, data])
+            rows.append(PullRow(off, unit.position, stamp, data))
             size += unit.size + _ROW_OVERHEAD
             if len(rows) == max_msgs and filtered:
                 return rows, off + 1, None
@@ -169,7 +164,7 @@ class PullProcessor:
 
 def _properties(data: bytes) -> dict[str, str]:
     try:
-        return decode_message(data).properties
+        return decode_record(data).properties
     except MessageFormatError:
         return {}
 

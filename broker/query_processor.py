@@ -1,10 +1,15 @@
 """Reads by key, id and time, and resets by time (RocketMQ's QueryMessageProcessor and
 the offset-by-time requests)::
 
-    QUERY_MESSAGE        ext key, beginMs, endMs, maxResults -> body [[position, store ms, message]]
-    VIEW_MESSAGE_BY_ID   ext msgId                          -> the same, one row
-    SEARCH_OFFSET        ext topic, queueId, timestamp?     -> ext minOffset, maxOffset, offset
-    RESET_OFFSET         ext group, topic, timestamp (leader) -> body {queue id: offset}
+    QUERY_MESSAGE        QueryMessageRequest (key, time range, limit) -> QueryResponse (rows:
+                         position, store ms, message)
+    VIEW_MESSAGE_BY_ID   ViewMessageRequest (message id)         -> the same, one row
+    SEARCH_OFFSET        SearchOffsetRequest (topic, queue, time?) -> SearchOffsetResponse (min,
+                         max, and the first offset at/after the time)
+    RESET_OFFSET         ResetOffsetRequest (group, topic, time; leader) -> ResetOffsetResponse
+                         ({queue id: offset})
+
+(their layouts: ``protocol.query``)
 
 Keys come from the IndexFile, which may hold hash collisions and whole-second times: every
 row is checked against the message. ``store_time`` (the store time of the entry holding a
@@ -15,17 +20,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import msgpack
-
 from broker.commands import CommitOffset, encode_admin
 from broker.entry_batch import read_stamp
 from broker.fragments import MessageGone, read_message_at
 from broker.send_processor import OUTCOME_CODE
 from broker.state_machine import Outcome
 from dledger.entry_format import HEADER_SIZE
-from protocol.message_format import decode_message
+from protocol.message_format import decode_record
 from protocol.names import validate_group
-from protocol.remoting import Frame, FrameError, ResponseCode, ext_int, ext_str
+from protocol.query import (
+    QueryMessageRequest,
+    QueryResponse,
+    QueryRow,
+    ResetOffsetRequest,
+    ResetOffsetResponse,
+    SearchOffsetRequest,
+    SearchOffsetResponse,
+    ViewMessageRequest,
+)
+from protocol.remoting import Frame, FrameError, ResponseCode
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer
@@ -63,54 +76,49 @@ class QueryProcessor:
         return data, self.store_time(position)
 
     async def query_by_key(self, frame: Frame) -> Frame:
-        key = ext_str(frame, "key")
-        begin = ext_int(frame, "beginMs", 0)
-        end = ext_int(frame, "endMs", 2**62)
-        limit = ext_int(frame, "maxResults", 32, minimum=1, maximum=256)
-        return self._query_rows(frame, key, begin, end, limit, by_id=False)
+        req = QueryMessageRequest.from_frame(frame)
+        return self._query_rows(frame, req.key, req.begin_ms, req.end_ms, req.max_results, by_id=False)
 
     async def view_by_id(self, frame: Frame) -> Frame:
-        return self._query_rows(frame, ext_str(frame, "msgId"), 0, 2**62, 1, by_id=True)
+        return self._query_rows(frame, ViewMessageRequest.from_frame(frame).msg_id, 0, 2**62, 1,
+                                by_id=True)
 
     def _query_rows(self, frame: Frame, key: str, begin: int, end: int, limit: int,
                     by_id: bool) -> Frame:
         rows = []
         for position in self._server.machine.query_key(key, begin, end, limit * 4):
             data, stamp = self._message_at(position)
-            m = decode_message(data)
+            m = decode_record(data)
             real = m.msg_id.hex() == key if by_id else key in m.keys
             if real and begin <= stamp <= end:  # hash collisions and second-granular times
-                rows.append([position, stamp, data])
+                rows.append(QueryRow(position, stamp, data))
             if len(rows) >= limit:
                 break
         if not rows:
             return frame.response(ResponseCode.QUERY_NOT_FOUND, remark=f"no message for {key!r}")
-        return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(rows))
+        return QueryResponse(rows=rows).reply(frame)
 
     async def search_offset(self, frame: Frame) -> Frame:
-        """ext topic, queueId, timestamp (ms, optional) -> minOffset, maxOffset and, with a
-        timestamp, ``offset``: the first message stored at or after it (maxOffset if none)."""
-        topic = ext_str(frame, "topic")
-        queue_id = ext_int(frame, "queueId", minimum=0)
-        ts = ext_int(frame, "timestamp", None, minimum=0)
-        if topic not in self._server.machine.topics:
-            raise FrameError(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
+        """A queue's min and max offsets and, with a timestamp (ms), the first offset stored at
+        or after it (the max offset if none)."""
+        req = SearchOffsetRequest.from_frame(frame)
+        if req.topic not in self._server.machine.topics:
+            raise FrameError(ResponseCode.TOPIC_NOT_EXIST, f"topic {req.topic!r} does not exist")
         machine = self._server.machine
-        cq = machine.queue(topic, queue_id)
+        cq = machine.queue(req.topic, req.queue_id)
         low, high = (0, 0) if cq is None else (
             machine.retained_min_offset(cq, self._server.rlog.commitlog.start_position), cq.max_offset)
-        ext = {"minOffset": low, "maxOffset": high}
-        if ts is not None:
-            ext["offset"] = 0 if cq is None else cq.bisect(lambda u: self.store_time(u.position), ts)
-        return frame.response(ResponseCode.SUCCESS, ext=ext)
+        at = None
+        if req.timestamp is not None:
+            at = 0 if cq is None else cq.bisect(lambda u: self.store_time(u.position), req.timestamp)
+        return SearchOffsetResponse(min_offset=low, max_offset=high, offset=at).reply(frame)
 
     async def reset_offset(self, frame: Frame) -> Frame:
         """Set a group's offsets on every queue of a topic to the first message stored at
         or after ``timestamp`` (ms); binary search on store time per queue."""
         self._server.require_leader()
-        group = validate_group(ext_str(frame, "group"))
-        topic = ext_str(frame, "topic")
-        ts = ext_int(frame, "timestamp", minimum=0)
+        req = ResetOffsetRequest.from_frame(frame)
+        group, topic, ts = validate_group(req.group), req.topic, req.timestamp
         config = self._server.machine.topics.get(topic)
         if config is None:
             raise FrameError(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist")
@@ -123,4 +131,4 @@ class QueryProcessor:
         bad = [a for a in outcomes if a.outcome != Outcome.DONE]
         if bad:
             return frame.response(OUTCOME_CODE[bad[0].outcome], remark=bad[0].reason)
-        return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(offsets))
+        return ResetOffsetResponse(offsets=offsets).reply(frame)

@@ -36,6 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from protocol.topic import GroupRouteData, TopicRouteData
+
 __all__ = ["EXPIRY_S", "Refused", "Registration", "Resync", "RouteTable", "TopicDelta", "TopicPage"]
 
 log = logging.getLogger("broker.namesrv")
@@ -205,22 +207,21 @@ class RouteTable:
         """The topic table held for a node (a copy)."""
         return dict(self._groups[group].nodes[node].topics)
 
-    def route(self, topic: str) -> dict[str, Any]:
+    def route(self, topic: str) -> TopicRouteData:
         """Groups holding ``topic`` (module docstring for the shape)."""
         self._expire()
-        out = []
+        out: list[GroupRouteData] = []
         for name, g in sorted(self._groups.items()):
             holders = [n for n in g.nodes.values() if topic in n.topics]
             if not holders:
                 continue
             leader = g.nodes.get(g.leader) if g.leader is not None else None
             pick = leader if leader is not None and topic in leader.topics else holders[-1]
-            out.append({"group": name, "queues": max(n.topics[topic][0] for n in holders),
-                        "perm": pick.topics[topic][1],
-                        "leader": leader.reg.address if leader is not None and leader.reg.role == "leader"
-                        else None,
-                        "replicas": {n: rec.reg.address for n, rec in sorted(g.nodes.items())}})
-        return {"topic": topic, "groups": out}
+            out.append(GroupRouteData(
+                group=name, queues=max(n.topics[topic][0] for n in holders), perm=pick.topics[topic][1],
+                leader=leader.reg.address if leader is not None and leader.reg.role == "leader" else None,
+                replicas={n: rec.reg.address for n, rec in sorted(g.nodes.items())}))
+        return TopicRouteData(topic, tuple(out))
 
     def cluster(self) -> dict[str, Any]:
         """group -> node -> role, term, address, how many topics and at which version."""

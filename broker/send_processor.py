@@ -3,9 +3,10 @@ message is checked (size, format, topic) and prepared (a delay becomes a deliver
 ``DeferredService.prepare``) before any of a batch is proposed; the ``WritePath`` then
 packs it into entries and answers with the apply outcome (``answer``)::
 
-    SEND_MESSAGE   body: one encoded message       -> ext queueId, queueOffset, position, duplicate
-    SEND_BATCH     body: msgpack [encoded message] -> body msgpack [[code, queue id, queue offset,
-                                                                     reason, position]]
+    SEND_MESSAGE   SendMessageRequest (one encoded message) -> WriteResponse
+    SEND_BATCH     SendBatchRequest (encoded messages)      -> SendBatchResponse (a row each)
+
+(their layouts: ``protocol.send``)
 
 ``OUTCOME_CODE`` maps an apply outcome to the response code every processor answers with.
 """
@@ -15,18 +16,17 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-import msgpack
-
 from broker.entry_batch import MessageTooLarge
 from broker.state_machine import Applied, Outcome
 from protocol.message_format import MessageFormatError, decode_message, encode_message
 from protocol.names import validate_topic
 from protocol.remoting import Frame, FrameError, ResponseCode
+from protocol.send import SendBatchRequest, SendBatchResponse, SendMessageRequest, SendRow, WriteResponse
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer
 
-__all__ = ["OUTCOME_CODE", "SendProcessor", "answer"]
+__all__ = ["OUTCOME_CODE", "SendProcessor", "answer", "written"]
 
 OUTCOME_CODE = {
     Outcome.STORED: ResponseCode.SUCCESS,
@@ -43,13 +43,17 @@ OUTCOME_CODE = {
 
 
 def answer(frame: Frame, applied: Applied) -> Frame:
-    """The response to one record's apply outcome."""
+    """The response to one record's apply outcome: a WriteResponse, or the error's remark."""
     code = OUTCOME_CODE[applied.outcome]
     if code != ResponseCode.SUCCESS:
         return frame.response(code, remark=applied.reason)
-    return frame.response(code, ext={
-        "queueId": applied.queue_id, "queueOffset": applied.queue_offset, "position": applied.position,
-        "duplicate": applied.outcome == Outcome.DUPLICATE})
+    return written(applied).reply(frame)
+
+
+def written(applied: Applied) -> WriteResponse:
+    """Where a successfully applied record went."""
+    return WriteResponse(queue_id=applied.queue_id, queue_offset=applied.queue_offset,
+                         position=applied.position, duplicate=applied.outcome == Outcome.DUPLICATE)
 
 
 class SendProcessor:
@@ -81,7 +85,7 @@ class SendProcessor:
     async def send(self, frame: Frame) -> Frame:
         """SEND_MESSAGE: one encoded message."""
         self._server.require_leader()
-        record = self._check_message(frame.body)
+        record = self._check_message(SendMessageRequest.from_frame(frame).message)
         (applied,) = await self._timed_send([record])
         return answer(frame, applied)
 
@@ -93,17 +97,12 @@ class SendProcessor:
         return outcomes
 
     async def send_batch(self, frame: Frame) -> Frame:
-        """SEND_BATCH: a msgpack list of encoded messages, answered row by row."""
+        """SEND_BATCH: encoded messages, answered row by row."""
         self._server.require_leader()
-        try:
-            records = msgpack.unpackb(frame.body, use_list=True)
-            if not isinstance(records, list) or not all(isinstance(r, bytes) for r in records):
-                raise ValueError("a list of encoded messages")
-        except Exception as e:
-            raise FrameError(ResponseCode.INVALID_ARGUMENT, f"batch body must be {e}") from None
         checked: set[str] = set()
-        records = [self._check_message(r, checked) for r in records]  # all before anything is proposed
+        # all checked before anything is proposed
+        records = [self._check_message(r, checked) for r in SendBatchRequest.from_frame(frame).messages]
         outcomes = await self._timed_send(records)
-        rows = [[OUTCOME_CODE[a.outcome], a.queue_id, a.queue_offset, a.reason, a.position]
+        rows = [SendRow(OUTCOME_CODE[a.outcome], a.queue_id, a.queue_offset, a.reason, a.position)
                 for a in outcomes]
-        return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(rows))
+        return SendBatchResponse(rows=rows).reply(frame)

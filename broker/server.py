@@ -68,6 +68,7 @@ from protocol.remoting import (
     ResponseCode,
     decode_frame,
 )
+from protocol.wire import NotLeaderResponse
 
 __all__ = ["AppliedSignal", "BrokerServer"]
 
@@ -329,8 +330,8 @@ class BrokerServer:
             return frame.response(ResponseCode.MESSAGE_TOO_LARGE, remark=str(e))
         except NotLeader as e:
             address = self.leader_address(e.leader or "")
-            return frame.response(ResponseCode.NOT_LEADER, remark=str(e),
-                                  ext={"leader": e.leader, "leaderAddress": address})
+            return NotLeaderResponse(leader=e.leader, leader_address=address).reply(
+                frame, ResponseCode.NOT_LEADER, remark=str(e))
         except NoLeader as e:
             return frame.response(ResponseCode.NO_LEADER, remark=str(e))
         except OutcomeUnknown as e:

@@ -14,8 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from client.queues import MessageQueue
-from protocol.message_format import Message as StoredMessage
-from protocol.message_format import decode_message, pack_message
+from protocol.message_format import MessageRecord, decode_record, pack_message
 
 __all__ = [
     "COMPRESS_OVER",
@@ -27,6 +26,7 @@ __all__ = [
     "SendStatus",
     "decode_received",
     "encode_for_send",
+    "received",
 ]
 
 COMPRESS_OVER = 4 * 1024
@@ -119,7 +119,13 @@ def encode_for_send(m: Message, queue_id: int, msg_id: bytes, born_ms: int,
 
 def decode_received(data: bytes, queue: MessageQueue, queue_offset: int, position: int,
                     store_ms: int) -> ReceivedMessage:
-    s: StoredMessage = decode_message(data)
+    """The message in the stored bytes ``data``; MessageFormatError if they are not one."""
+    return received(decode_record(data), queue, queue_offset, position, store_ms)
+
+
+def received(s: MessageRecord, queue: MessageQueue, queue_offset: int, position: int,
+             store_ms: int) -> ReceivedMessage:
+    """The stored message ``s`` as its consumer sees it (the body inflated)."""
     body = zlib.decompress(s.body) if s.flag & FLAG_COMPRESSED else s.body
     if queue.queue_id != s.queue_id:  # a query knows the group, the stored bytes the queue
         queue = MessageQueue(queue.topic, queue.group, s.queue_id)

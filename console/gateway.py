@@ -26,7 +26,7 @@ from client.dead_letters import resend_copy
 from client.errors import ClientError, TopicNotExistError
 from client.message import ReceivedMessage
 from client.queues import MessageQueue
-from protocol.remoting import RequestCode
+from protocol.deferred import SendBackRequest, SendBackResponse
 
 __all__ = ["ClusterGateway", "Credentials", "message_json"]
 
@@ -193,10 +193,11 @@ class ClusterGateway:
         """Deliver ``m`` again to ``consumer_group`` alone: the broker stores a copy in the
         group's retry topic (RocketMQ's send-back), due after the first retry delay."""
         reply = await self.admin.core.leader_request(
-            m.queue.group, RequestCode.CONSUMER_SEND_MSG_BACK,
-            {"group": consumer_group, "position": m.commit_log_offset, "maxReconsumeTimes": 10_000},
+            m.queue.group, SendBackRequest(group=consumer_group, position=m.commit_log_offset,
+                                           max_reconsume_times=10_000),
             deadline=Deadline(10.0), topic=m.queue.topic)
-        return {"stored_in": reply.ext.get("topic"), "reconsume_times": reply.ext.get("reconsumeTimes")}
+        answer = SendBackResponse.from_frame(reply)
+        return {"stored_in": answer.topic, "reconsume_times": answer.reconsume_times}
 
     # -- dead letters ------------------------------------------------------------------
     async def dead_letters(self, consumer_group: str, limit: int = 200) -> list[ReceivedMessage]:

@@ -23,6 +23,10 @@ consumer-list change notices). A frame is one msgpack array::
 Opaques are per sender: a response is matched against the requests *its
 receiver* sent, so a peer never answers a response or a oneway request.
 
+What each request and response carries in ``ext`` and ``body`` is one typed class per
+request and per response (``protocol.wire``; which class for which code:
+``protocol.catalog``); nothing outside ``protocol`` reads or builds them by hand.
+
 ``decode_frame`` is the only way bytes become a ``Frame`` and raises nothing but
 ``FrameError``. msgpack's unpacker limits bound what a hostile frame can make the
 decoder allocate: strings and binaries cannot outgrow the frame, arrays and maps
@@ -34,11 +38,11 @@ are never nested beyond one flat list.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, IntFlag
 from types import MappingProxyType
-from typing import Any, TypeVar, overload
+from typing import Any
 
 import msgpack
 
@@ -57,12 +61,6 @@ __all__ = [
     "RequestCode",
     "ResponseCode",
     "decode_frame",
-    "ext_bool",
-    "ext_bytes",
-    "ext_int",
-    "ext_ints",
-    "ext_str",
-    "ext_strs",
 ]
 
 VERSION = 1
@@ -178,7 +176,7 @@ class FrameError(ValueError):
     """A frame that cannot be accepted, or a request argument that is wrong.
 
     ``code`` is the ResponseCode to answer with (MALFORMED_FRAME or MESSAGE_TOO_LARGE
-    from the decoder, INVALID_ARGUMENT from the ext accessors); ``opaque`` and
+    from the decoder, INVALID_ARGUMENT from a typed body's ``from_frame``); ``opaque`` and
     ``flags`` are the offending frame's, when they could be read.
     """
 
@@ -286,100 +284,6 @@ def decode_frame(data: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME) -> Frame
     except Exception as e:  # the contract is FrameError only, whatever went wrong
         raise FrameError(ResponseCode.MALFORMED_FRAME, f"undecodable frame: {_describe(e)}",
                          opaque=head.opaque, flags=head.flags) from None
-
-
-# -- typed ext accessors ----------------------------------------------------------
-
-_D = TypeVar("_D")
-
-
-class _Required:
-    def __repr__(self) -> str:
-        return "<required>"
-
-
-_REQUIRED: Any = _Required()
-
-
-@overload
-def ext_str(frame: Frame, name: str) -> str: ...
-@overload
-def ext_str(frame: Frame, name: str, default: _D) -> str | _D: ...
-def ext_str(frame: Frame, name: str, default: Any = _REQUIRED) -> Any:
-    """``ext[name]`` as a str; without a default the field is required.
-
-    In all accessors a nil value counts as absent; a wrong type or a missing
-    required field raises FrameError(INVALID_ARGUMENT).
-    """
-    return _ext(frame, name, default, lambda v: isinstance(v, str), "a str")
-
-
-@overload
-def ext_int(frame: Frame, name: str, *, minimum: int | None = None,
-            maximum: int | None = None) -> int: ...
-@overload
-def ext_int(frame: Frame, name: str, default: _D, *, minimum: int | None = None,
-            maximum: int | None = None) -> int | _D: ...
-def ext_int(frame: Frame, name: str, default: Any = _REQUIRED, *, minimum: int | None = None,
-            maximum: int | None = None) -> Any:
-    """``ext[name]`` as an int (a bool is not one), optionally within [minimum, maximum]."""
-    value = _ext(frame, name, default, _is_int, "an int")
-    present = frame.ext.get(name) is not None  # a default is returned unchecked
-    if present and not ((minimum is None or value >= minimum) and (maximum is None or value <= maximum)):
-        raise _bad_argument(frame, f"ext field {name!r} must be an int {_range(minimum, maximum)}, "
-                                   f"got {value}")
-    return value
-
-
-@overload
-def ext_bool(frame: Frame, name: str) -> bool: ...
-@overload
-def ext_bool(frame: Frame, name: str, default: _D) -> bool | _D: ...
-def ext_bool(frame: Frame, name: str, default: Any = _REQUIRED) -> Any:
-    """``ext[name]`` as a bool (an int is not one)."""
-    return _ext(frame, name, default, lambda v: isinstance(v, bool), "a bool")
-
-
-@overload
-def ext_bytes(frame: Frame, name: str) -> bytes: ...
-@overload
-def ext_bytes(frame: Frame, name: str, default: _D) -> bytes | _D: ...
-def ext_bytes(frame: Frame, name: str, default: Any = _REQUIRED) -> Any:
-    """``ext[name]`` as bytes (msgpack bin; a str is not bytes)."""
-    return _ext(frame, name, default, lambda v: isinstance(v, bytes), "bytes")
-
-
-def ext_ints(frame: Frame, name: str, default: Any = _REQUIRED) -> Any:
-    """``ext[name]`` as a tuple of ints (an ext list)."""
-    return _ext(frame, name, default, lambda v: isinstance(v, tuple) and all(_is_int(i) for i in v),
-                "a list of ints")
-
-
-def ext_strs(frame: Frame, name: str, default: Any = _REQUIRED) -> Any:
-    """``ext[name]`` as a tuple of strs (an ext list)."""
-    return _ext(frame, name, default, lambda v: isinstance(v, tuple) and all(isinstance(i, str) for i in v),
-                "a list of strs")
-
-
-def _ext(frame: Frame, name: str, default: Any, accept: Callable[[Any], bool], what: str) -> Any:
-    value = frame.ext.get(name)
-    if value is None:
-        if default is _REQUIRED:
-            raise _bad_argument(frame, f"ext field {name!r} is required ({what})")
-        return default
-    if not accept(value):
-        raise _bad_argument(frame, f"ext field {name!r} must be {what}, got {_kind(value)}")
-    return value
-
-
-def _bad_argument(frame: Frame, message: str) -> FrameError:
-    return FrameError(ResponseCode.INVALID_ARGUMENT, message, opaque=frame.opaque, flags=frame.flags)
-
-
-def _range(minimum: int | None, maximum: int | None) -> str:
-    if minimum is not None and maximum is not None:
-        return f"in {minimum}..{maximum}"
-    return f">= {minimum}" if minimum is not None else f"<= {maximum}"
 
 
 # -- decoding ---------------------------------------------------------------------

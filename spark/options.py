@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from client.tag_filter import SubscriptionError, TagSelector, parse_tags
+from protocol.pull import MAX_PULL  # the broker's largest page
 
 __all__ = ["EARLIEST", "LATEST", "OffsetSpec", "OptionError", "SourceOptions", "parse_offset_spec",
            "parse_options"]
@@ -30,7 +31,6 @@ __all__ = ["EARLIEST", "LATEST", "OffsetSpec", "OptionError", "SourceOptions", "
 READ_FROM = ("follower", "leader", "any")
 EARLIEST = -2
 LATEST = -1
-MAX_PULL = 256  # the broker's largest page (broker.pull_processor.MAX_PULL)
 
 
 class OptionError(ValueError):

@@ -1,10 +1,10 @@
 """Decoded pages of a queue range: :class:`Columns` and ``decode_page`` -- Spark-free.
 
-A PULL_MESSAGE answer's body is msgpack rows ``[queue_offset, commitlog_position,
-store_ms, message_bytes]`` (up to 256 of them); ``decode_page`` turns them into columns
-(what ``spark.arrow`` makes an Arrow batch of), inflating compressed bodies, dropping
-the messages a tag filter does not want, and checking that every message is of the
-range's queue.
+A PULL_MESSAGE answer's rows (``protocol.pull.PullRow``: queue offset, CommitLog
+position, store ms, the stored message; up to 256 of them) become columns in
+``decode_page`` (what ``spark.arrow`` makes an Arrow batch of): each message decoded once
+by ``protocol.message_format``, compressed bodies inflated, the messages a tag filter
+does not want dropped, and every message checked to be of the range's queue.
 """
 
 from __future__ import annotations
@@ -14,15 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
-
 from client.message import FLAG_COMPRESSED
+from protocol.message_format import MessageFormatError, decode_records
+from protocol.pull import PullRow
 from spark.errors import RangeMismatchError
 from spark.planning import QueueRange
 
 __all__ = ["Columns", "decode_page"]
-
-_MESSAGE_FIELDS = 14
 
 
 @dataclass(slots=True)
@@ -64,42 +62,29 @@ class Columns:
                         self.tags, self.properties, self.body, strict=True))
 
 
-def decode_page(raw: list[Any], rng: QueueRange, wanted_tags: frozenset[str] | None) -> Columns:
-    """Columns from one PULL_MESSAGE body's rows; checks every message is of ``rng``'s queue."""
+def decode_page(rows: Sequence[PullRow], rng: QueueRange, wanted_tags: frozenset[str] | None) -> Columns:
+    """Columns from one PULL_MESSAGE answer's rows; checks every message is of ``rng``'s queue."""
     cols = Columns(rng.topic, rng.group, rng.queue_id)
-    if not raw:
+    if not rows:
         return cols
-    offsets, positions, stamps, datas = zip(*raw, strict=True)
     try:
-        msgs = [msgpack.unpackb(d, use_list=False) for d in datas]
-        (versions, ids, topics, qids, flags, tags, keys, props, born, _host, _pid, _seq, _re,
-         bodies) = zip(*msgs, strict=True)
-    except (ValueError, TypeError, msgpack.UnpackException) as e:
+        msgs = decode_records([row.message for row in rows])
+    except MessageFormatError as e:
         raise RangeMismatchError(f"{rng}: a replica returned bytes that are not messages ({e})") from None
-    if set(versions) != {1} or set(map(len, msgs)) != {_MESSAGE_FIELDS}:
-        raise RangeMismatchError(f"{rng}: a replica returned messages of an unknown format")
-    if set(topics) != {rng.topic} or set(qids) != {rng.queue_id}:
-        raise RangeMismatchError(f"{rng}: a replica returned messages of {sorted(set(topics))} "
-                                 f"queue(s) {sorted(set(qids))}")
-    if any(flags):
-        bodies = tuple(zlib.decompress(b) if f & FLAG_COMPRESSED else b for b, f in zip(bodies, flags,
-                                                                                        strict=True))
-    if wanted_tags is not None:
-        keep = [i for i, t in enumerate(tags) if t in wanted_tags]
-        if len(keep) != len(tags):
-            def pick(seq: Sequence[Any]) -> list[Any]:
-                return [seq[i] for i in keep]
-            offsets, positions, stamps, ids, born, keys, tags, props, bodies = (
-                pick(offsets), pick(positions), pick(stamps), pick(ids), pick(born), pick(keys), pick(tags),
-                pick(props), pick(bodies))
-    cols.queue_offset = list(offsets)
-    cols.commit_log_offset = list(positions)
-    cols.store_ms = list(stamps)
-    cols.msg_id = [i.hex() for i in ids]
-    cols.born_ms = list(born)
-    cols.keys = list(keys)
-    cols.tags = list(tags)
-    cols.properties = list(props)
-    cols.body = list(bodies)
+    topics, qids = {m.topic for m in msgs}, {m.queue_id for m in msgs}
+    if topics != {rng.topic} or qids != {rng.queue_id}:
+        raise RangeMismatchError(f"{rng}: a replica returned messages of {sorted(topics)} "
+                                 f"queue(s) {sorted(qids)}")
+    if wanted_tags is not None and any(m.tags not in wanted_tags for m in msgs):
+        kept = [(row, m) for row, m in zip(rows, msgs, strict=True) if m.tags in wanted_tags]
+        rows, msgs = [row for row, _ in kept], [m for _, m in kept]
+    cols.queue_offset = [row.offset for row in rows]
+    cols.commit_log_offset = [row.position for row in rows]
+    cols.store_ms = [row.store_ms for row in rows]
+    cols.msg_id = [m.msg_id.hex() for m in msgs]
+    cols.born_ms = [m.born_ts_ms for m in msgs]
+    cols.keys = [m.keys for m in msgs]
+    cols.tags = [m.tags for m in msgs]
+    cols.properties = [m.properties for m in msgs]
+    cols.body = [zlib.decompress(m.body) if m.flag & FLAG_COMPRESSED else m.body for m in msgs]
     return cols
-

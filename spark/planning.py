@@ -31,7 +31,7 @@ from client.aio.core import ClientCore
 from client.aio.routes import PERM_READ, GroupRoute
 from client.backoff import Deadline
 from client.errors import ClientError
-from protocol.remoting import Frame, RequestCode
+from protocol.query import SearchOffsetRequest, SearchOffsetResponse
 from spark.errors import DataLossError, ReadError, ReplicaUnavailableError
 from spark.options import EARLIEST, LATEST, OffsetSpec, OptionError, SourceOptions
 from spark.replicas import no_replica_message, plan_sources, replica_roles
@@ -90,11 +90,9 @@ class QueueRange:
 
 
 async def _search(core: ClientCore, address: str, topic: str, queue_id: int, timestamp_ms: int | None,
-                  timeout: float) -> Frame:
-    ext: dict[str, object] = {"topic": topic, "queueId": queue_id}
-    if timestamp_ms is not None:
-        ext["timestamp"] = timestamp_ms
-    return await core.pool.request(address, RequestCode.SEARCH_OFFSET, ext, timeout=timeout)
+                  timeout: float) -> SearchOffsetResponse:
+    request = SearchOffsetRequest(topic=topic, queue_id=queue_id, timestamp=timestamp_ms)
+    return SearchOffsetResponse.from_frame(await core.pool.request(address, request, timeout=timeout))
 
 
 async def _group_bounds(core: ClientCore, opts: SourceOptions, group: GroupRoute, queue_ids: Sequence[int],
@@ -105,13 +103,14 @@ async def _group_bounds(core: ClientCore, opts: SourceOptions, group: GroupRoute
     answers: dict[str, dict[int, tuple[int, int, dict[int, int]]]] = {}
 
     async def ask(address: str, queue_id: int) -> None:
-        frame = await _search(core, address, opts.topic, queue_id, None, opts.request_timeout_s)
+        found = await _search(core, address, opts.topic, queue_id, None, opts.request_timeout_s)
         at = {}
         for ts in timestamps:
-            reply = await _search(core, address, opts.topic, queue_id, ts, opts.request_timeout_s)
-            at[ts] = int(reply.ext["offset"])
-        answers.setdefault(address, {})[queue_id] = (int(frame.ext["minOffset"]), int(frame.ext["maxOffset"]),
-                                                     at)
+            offset = (await _search(core, address, opts.topic, queue_id, ts, opts.request_timeout_s)).offset
+            if offset is None:
+                raise ReadError(f"{address} answered a search by time without an offset")
+            at[ts] = offset
+        answers.setdefault(address, {})[queue_id] = (found.min_offset, found.max_offset, at)
 
     results = await asyncio.gather(*(ask(a, q) for a in sources for q in queue_ids), return_exceptions=True)
     errors = [r for r in results if isinstance(r, BaseException)]

@@ -18,15 +18,13 @@ import gc
 import itertools
 import logging
 from collections import deque
-from collections.abc import Iterator
-from typing import Any
-
-import msgpack
+from collections.abc import Iterator, Sequence
 
 from client.aio.core import ClientCore
 from client.backoff import Deadline
 from client.errors import ClientError
-from protocol.remoting import Frame, RequestCode, ResponseCode
+from protocol.pull import PULL_ANSWERS, PullRequest, PullResponse, PullRow
+from protocol.remoting import Frame, FrameError, ResponseCode
 from spark.errors import DataLossError, RangeMismatchError, ReadError, ReplicaUnavailableError
 from spark.options import SourceOptions
 from spark.pages import Columns, decode_page
@@ -54,7 +52,8 @@ class RangeReader:
         self.rng = rng
         selector = opts.selector()
         self._wanted = selector.tags
-        self._hashes = selector.hashes()
+        hashes = selector.hashes()
+        self._hashes = None if hashes is None else tuple(hashes)
         self.cursor = rng.start          # every message before it was received
         self.received = 0                # messages returned (after the tag filter)
         self.address: str | None = None  # the replica being read
@@ -105,13 +104,10 @@ class RangeReader:
 
     def _request(self, offset: int, count: int, suspend_s: float) -> asyncio.Task[Frame]:
         assert self._core is not None and self.address is not None
-        ext: dict[str, object] = {"topic": self.rng.topic, "queueId": self.rng.queue_id, "offset": offset,
-                                  "maxMsgs": count, "suspendMs": int(suspend_s * 1000)}
-        if self._hashes is not None:
-            ext["tagHashes"] = self._hashes
+        request = PullRequest(topic=self.rng.topic, queue_id=self.rng.queue_id, offset=offset,
+                              max_msgs=count, suspend_ms=int(suspend_s * 1000), tag_hashes=self._hashes)
         return asyncio.create_task(self._core.pool.request(
-            self.address, RequestCode.PULL_MESSAGE, ext, timeout=suspend_s + self.opts.request_timeout_s,
-            ok=_PULL_OK))
+            self.address, request, timeout=suspend_s + self.opts.request_timeout_s, ok=_PULL_OK))
 
     def _fill(self) -> None:
         if self._lag_since is not None or self.filtered:  # one request at a time, from the cursor
@@ -183,9 +179,10 @@ class RangeReader:
         a filtered page without matches, a stale speculative request)."""
         if offset != self.cursor:  # a speculative request made stale by a short page
             return None
+        pulled = self._decode(reply)
         if reply.code != ResponseCode.SUCCESS:
-            next_offset = reply.ext.get("nextOffset")
-            if reply.code == ResponseCode.PULL_OFFSET_MOVED and isinstance(next_offset, int) \
+            next_offset = None if pulled is None else pulled.next_offset
+            if reply.code == ResponseCode.PULL_OFFSET_MOVED and next_offset is not None \
                     and next_offset > offset:
                 raise DataLossError(f"{self.rng}: messages [{offset}, {next_offset}) are no longer retained "
                                     f"by {self.address} (retention removed them)")
@@ -201,11 +198,8 @@ class RangeReader:
             return None
         self._lag_since = None
         self._failing_since = None
-        raw = msgpack.unpackb(reply.body)
-        next_offset = reply.ext.get("nextOffset")
-        if not isinstance(next_offset, int):
-            raise RangeMismatchError(f"{self.rng}: {self.address} answered a pull without nextOffset")
-        assert self.address is not None
+        assert pulled is not None and self.address is not None
+        raw, next_offset = pulled.rows or (), pulled.next_offset
         self.served_by.add(self.address)
         if self.filtered:
             return self._accept_filtered(offset, raw, next_offset)
@@ -223,13 +217,23 @@ class RangeReader:
             self._drop_inflight()
         return page
 
-    def _accept_filtered(self, offset: int, raw: list[Any], next_offset: int) -> Columns | None:
-        got = [r[0] for r in raw]
+    def _decode(self, reply: Frame) -> PullResponse | None:
+        """The answer's PullResponse (None for a code that carries none); RangeMismatchError
+        when a replica answers something else."""
+        if reply.code not in PULL_ANSWERS:
+            return None
+        try:
+            return PullResponse.from_frame(reply)
+        except FrameError as e:
+            raise RangeMismatchError(f"{self.rng}: {self.address} answered a pull with {e}") from None
+
+    def _accept_filtered(self, offset: int, raw: Sequence[PullRow], next_offset: int) -> Columns | None:
+        got = [r.offset for r in raw]
         if next_offset <= offset or any(not offset <= o < next_offset for o in got) \
                 or any(a >= b for a, b in itertools.pairwise(got)):
             raise RangeMismatchError(f"{self.rng}: {self.address} answered offsets {got[:3]}... with next "
                                      f"offset {next_offset} to a pull at {offset}: not a gap-free page")
-        raw = [r for r in raw if r[0] < self.rng.end]
+        raw = [r for r in raw if r.offset < self.rng.end]
         self.cursor = min(next_offset, self.rng.end)
         page = decode_page(raw, self.rng, self._wanted)
         self.received += len(page)

@@ -6,16 +6,23 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import msgpack
-
 from client.aio.core import ClientCore
 from client.aio.pull_consumer import committed_offset, fetch, queue_offsets
 from client.aio.routes import PERM_READ
 from client.backoff import Deadline
 from client.errors import BrokerError, ClientError
-from client.message import ReceivedMessage, decode_received
+from client.message import ReceivedMessage, received
 from client.queues import MessageQueue
-from protocol.remoting import RequestCode
+from protocol.query import (
+    QueryMessageRequest,
+    QueryResponse,
+    ResetOffsetRequest,
+    ResetOffsetResponse,
+    ViewMessageRequest,
+)
+from protocol.remoting import ResponseCode
+from protocol.topic import CreateTopicRequest, DeleteTopicRequest, GetTopicsRequest, TopicsResponse
+from protocol.wire import Request
 
 __all__ = ["AsyncAdmin", "QueueProgress"]
 
@@ -67,8 +74,8 @@ class AsyncAdmin:
         """Create (or update) the topic on each group (default: every group). Returns the groups."""
         chosen = await self._groups(groups)
         for g in chosen:
-            await self.core.leader_request(g, RequestCode.CREATE_TOPIC,
-                                           {"topic": topic, "queues": queues, "perm": perm},
+            await self.core.leader_request(g, CreateTopicRequest(topic=topic, queues=queues,
+                                                                 perm=perm),  # type: ignore[arg-type]
                                            deadline=Deadline(self.timeout))
         self.core.routes.forget(topic)
         await self._await_route(topic, chosen)
@@ -95,7 +102,7 @@ class AsyncAdmin:
         """Delete the topic on each group (default: every group). Returns the groups."""
         chosen = await self._groups(groups)
         for g in chosen:
-            await self.core.leader_request(g, RequestCode.DELETE_TOPIC, {"topic": topic},
+            await self.core.leader_request(g, DeleteTopicRequest(topic=topic),
                                            deadline=Deadline(self.timeout))
         self.core.routes.forget(topic)
         return chosen
@@ -104,9 +111,9 @@ class AsyncAdmin:
         """topic -> {group: [queues, perm]}."""
         out: dict[str, dict[str, list[int]]] = {}
         for g in await self._groups(None):
-            reply = await self.core.read_request(g, RequestCode.GET_TOPICS, read_from="any")
-            for topic, (queues, perm) in msgpack.unpackb(reply.body).items():
-                out.setdefault(topic, {})[g] = [queues, perm]
+            reply = await self.core.read_request(g, GetTopicsRequest(), read_from="any")
+            for topic, held in TopicsResponse.from_frame(reply).topics.items():
+                out.setdefault(topic, {})[g] = [held.queues, held.perm]
         return dict(sorted(out.items()))
 
     async def progress(self, group: str, topic: str) -> list[QueueProgress]:
@@ -124,39 +131,37 @@ class AsyncAdmin:
         route = await self.core.routes.route(topic)
         out = {}
         for g in route.groups:
-            ext = {"group": group, "topic": topic, "timestamp": timestamp_ms}
-            reply = await self.core.leader_request(g.group, RequestCode.RESET_OFFSET, ext,
-                                                   deadline=Deadline(self.timeout), topic=topic)
-            for qid, off in msgpack.unpackb(reply.body, strict_map_key=False).items():
-                out[MessageQueue(topic, g.group, int(qid))] = off
+            reset = ResetOffsetRequest(group=group, topic=topic, timestamp=timestamp_ms)
+            reply = await self.core.leader_request(g.group, reset, deadline=Deadline(self.timeout),
+                                                   topic=topic)
+            for qid, off in ResetOffsetResponse.from_frame(reply).offsets.items():
+                out[MessageQueue(topic, g.group, qid)] = off
         return out
 
-    async def _query(self, topic: str, code: int, ext: dict[str, object],
-                     limit: int) -> list[ReceivedMessage]:
+    async def _query(self, topic: str, request: Request, limit: int) -> list[ReceivedMessage]:
         route = await self.core.routes.route(topic)
         found: list[ReceivedMessage] = []
         for g in route.groups:
             try:
-                reply = await self.core.read_request(g.group, code, ext, read_from="any")
+                reply = await self.core.read_request(g.group, request, read_from="any")
             except BrokerError as e:
-                if e.code == 17:  # QUERY_NOT_FOUND
+                if e.code == ResponseCode.QUERY_NOT_FOUND:
                     continue
                 raise
-            for position, stamp, data in msgpack.unpackb(reply.body):
-                m = decode_received(data, MessageQueue(topic, g.group, 0), -1, position, stamp)
+            for row in QueryResponse.from_frame(reply).rows:
+                m = received(row.record(), MessageQueue(topic, g.group, 0), -1, row.position, row.store_ms)
                 found.append(m)  # the stored bytes name the queue; not the offset (-1: unknown)
         found.sort(key=lambda m: (m.store_timestamp, m.commit_log_offset))
         return found[:limit]
 
     async def message_by_id(self, topic: str, msg_id: str) -> ReceivedMessage | None:
-        found = await self._query(topic, RequestCode.VIEW_MESSAGE_BY_ID, {"msgId": msg_id}, 1)
+        found = await self._query(topic, ViewMessageRequest(msg_id=msg_id), 1)
         return found[0] if found else None
 
     async def messages_by_key(self, topic: str, key: str, begin_ms: int = 0, end_ms: int = 2**62,
                               max_results: int = 32) -> list[ReceivedMessage]:
-        return await self._query(topic, RequestCode.QUERY_MESSAGE,
-                                 {"key": key, "beginMs": begin_ms, "endMs": end_ms,
-                                  "maxResults": max_results}, max_results)
+        query = QueryMessageRequest(key=key, begin_ms=begin_ms, end_ms=end_ms, max_results=max_results)
+        return await self._query(topic, query, max_results)
 
     async def message_at(self, queue: MessageQueue, offset: int) -> ReceivedMessage | None:
         result = await fetch(self.core, queue, offset, max_msgs=1, read_from="any")

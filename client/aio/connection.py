@@ -1,8 +1,8 @@
 """One WebSocket per broker address, carrying remoting frames both ways.
 
-``Connection.request`` sends a request and waits for the response with the same
-opaque; ``oneway`` sends without waiting. Requests the broker sends to us (e.g.
-NOTIFY_CONSUMER_IDS_CHANGED) go to the ``on_request`` callback. ``ConnectionPool``
+``Connection.request`` sends a request (a ``protocol`` request class) and waits for the
+response with the same opaque; ``oneway`` sends without waiting. Requests the broker
+sends to us (e.g. NOTIFY_CONSUMER_IDS_CHANGED) go to the ``on_request`` callback. ``ConnectionPool``
 keeps one live connection per address and reconnects on the next use after a drop.
 """
 
@@ -12,13 +12,13 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 import aiohttp
 
 from client.errors import ConnectionLostError, RequestTimeoutError, broker_error
 from protocol.remoting import DEFAULT_MAX_FRAME, Frame, FrameError, ResponseCode, decode_frame
+from protocol.wire import NotLeaderResponse, Request
 
 __all__ = ["Connection", "ConnectionPool"]
 
@@ -67,8 +67,7 @@ class Connection:
                     fut.set_exception(lost)
             self._waiting.clear()
 
-    async def call(self, code: int, ext: Mapping[str, Any] | None = None, body: bytes = b"",
-                   timeout: float = 10.0) -> Frame:
+    async def call(self, request: Request, timeout: float = 10.0) -> Frame:
         """Send a request and return the response frame (any code). Raises
         ConnectionLostError or RequestTimeoutError."""
         if self.closed:
@@ -76,30 +75,28 @@ class Connection:
         opaque = next(self._opaques) % (2**32)
         fut = self._waiting[opaque] = asyncio.get_running_loop().create_future()
         try:
-            await self._ws.send_bytes(Frame.request(code, opaque, ext, body).encode())
+            await self._ws.send_bytes(request.to_frame(opaque).encode())
             return await asyncio.wait_for(fut, timeout)
         except TimeoutError:
-            raise RequestTimeoutError(
-                f"broker {self.address} did not answer request {code} within {timeout:.1f} s") from None
+            raise RequestTimeoutError(f"broker {self.address} did not answer request {request.CODE} "
+                                      f"within {timeout:.1f} s") from None
         except (aiohttp.ClientError, ConnectionError) as e:
             raise ConnectionLostError(f"cannot send to broker {self.address}: {e}") from None
         finally:
             self._waiting.pop(opaque, None)
 
-    async def request(self, code: int, ext: Mapping[str, Any] | None = None, body: bytes = b"",
-                      timeout: float = 10.0, ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> Frame:
+    async def request(self, request: Request, timeout: float = 10.0,
+                      ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> Frame:
         """``call``, raising the typed BrokerError unless the code is in ``ok``."""
-        reply = await self.call(code, ext, body, timeout)
+        reply = await self.call(request, timeout)
         if reply.code not in ok:
-            leader = reply.ext.get("leaderAddress")
-            raise broker_error(reply.code, reply.remark, self.address,
-                               leader if isinstance(leader, str) else None)
+            raise broker_error(reply.code, reply.remark, self.address, _leader_address(reply))
         return reply
 
-    async def oneway(self, code: int, ext: Mapping[str, Any] | None = None, body: bytes = b"") -> None:
+    async def oneway(self, request: Request) -> None:
         if self.closed:
             raise ConnectionLostError(f"connection to broker {self.address} is closed")
-        frame = Frame.request(code, next(self._opaques) % (2**32), ext, body, oneway=True)
+        frame = request.to_frame(next(self._opaques) % (2**32), oneway=True)
         try:
             await self._ws.send_bytes(frame.encode())
         except (aiohttp.ClientError, ConnectionError) as e:
@@ -110,6 +107,16 @@ class Connection:
         self._reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._reader
+
+
+def _leader_address(reply: Frame) -> str | None:
+    """The leader a NOT_LEADER answer names (None: another code, or it names none)."""
+    if reply.code != ResponseCode.NOT_LEADER:
+        return None
+    try:
+        return NotLeaderResponse.from_frame(reply).leader_address
+    except FrameError:
+        return None
 
 
 class ConnectionPool:
@@ -142,14 +149,12 @@ class ConnectionPool:
             cb(address)
         return conn
 
-    async def call(self, address: str, code: int, ext: Mapping[str, Any] | None = None,
-                   body: bytes = b"", timeout: float = 10.0) -> Frame:
-        return await (await self.get(address)).call(code, ext, body, timeout)
+    async def call(self, address: str, request: Request, timeout: float = 10.0) -> Frame:
+        return await (await self.get(address)).call(request, timeout)
 
-    async def request(self, address: str, code: int, ext: Mapping[str, Any] | None = None,
-                      body: bytes = b"", timeout: float = 10.0,
+    async def request(self, address: str, request: Request, timeout: float = 10.0,
                       ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> Frame:
-        return await (await self.get(address)).request(code, ext, body, timeout, ok)
+        return await (await self.get(address)).request(request, timeout, ok)
 
     async def close(self) -> None:
         """Close every connection at once, each waiting at most 1 s for the broker's side of

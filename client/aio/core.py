@@ -16,7 +16,6 @@ import os
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import mmh3
 
@@ -24,7 +23,11 @@ from client.aio.connection import ConnectionPool
 from client.aio.routes import RouteBook, default_namesrv
 from client.backoff import Deadline, backoff_delays
 from client.errors import BrokerError, ClientError, NotLeaderError, RouteNotFoundError
-from protocol.remoting import Frame, RequestCode
+from protocol.consumer import NotifyConsumersChanged
+from protocol.deferred import CheckTransactionRequest
+from protocol.pull import LeaderlessMark
+from protocol.remoting import Frame, FrameError, RequestCode
+from protocol.wire import Request
 
 __all__ = ["READ_FROM", "ClientCore"]
 
@@ -52,20 +55,23 @@ class ClientCore:
         self.routes = RouteBook(self.pool, ns, list(servers or []), route_refresh_s, address_map)
         self.request_timeout = request_timeout
         self.on_notify: list[Callable[[str], None]] = []
-        self.on_check_transaction: Callable[[str, Frame], None] | None = None
+        self.on_check_transaction: Callable[[str, CheckTransactionRequest], None] | None = None
         self._suspects: dict[str, float] = {}  # address -> until (monotonic): timed out lately
         self._leaderless: dict[str, float] = {}  # address -> until: answered a read knowing no leader
 
     def _on_request(self, address: str, frame: Frame) -> None:
-        if frame.code == RequestCode.CHECK_TRANSACTION and self.on_check_transaction is not None:
-            self.on_check_transaction(address, frame)
-        elif frame.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
-            group = frame.ext.get("group")
-            for cb in self.on_notify:
-                cb(group if isinstance(group, str) else "")
+        try:
+            if frame.code == RequestCode.CHECK_TRANSACTION and self.on_check_transaction is not None:
+                self.on_check_transaction(address, CheckTransactionRequest.from_frame(frame))
+            elif frame.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+                group = NotifyConsumersChanged.from_frame(frame).group
+                for cb in self.on_notify:
+                    cb(group)
+        except FrameError as e:
+            log.warning("%s sent a request %d this client cannot read: %s", address, frame.code, e)
 
-    async def leader_request(self, group: str, code: int, ext: Mapping[str, Any] | None = None,
-                             body: bytes = b"", *, deadline: Deadline, topic: str | None = None) -> Frame:
+    async def leader_request(self, group: str, request: Request, *, deadline: Deadline,
+                             topic: str | None = None) -> Frame:
         """Send a write to ``group``'s leader, following redirects and retrying retriable
         failures until ``deadline``. Raises the last error when the deadline passes."""
         delays = backoff_delays(first=0.05, cap=0.5)
@@ -88,7 +94,7 @@ class ClientCore:
                 address = candidates[0]
             try:
                 timeout = max(0.05, min(self.request_timeout, WRITE_ATTEMPT_S, deadline.remaining()))
-                return await self.pool.request(address, code, ext, body, timeout=timeout)
+                return await self.pool.request(address, request, timeout=timeout)
             except NotLeaderError as e:
                 last = e
                 if e.leader and e.leader != address:
@@ -145,16 +151,16 @@ class ClientCore:
         now = time.monotonic()
         return sorted(addresses, key=lambda a: self._leaderless.get(a, 0.0) > now)
 
-    async def read_request(self, group: str, code: int, ext: Mapping[str, Any] | None = None,
-                           body: bytes = b"", *, read_from: str = "follower", affinity: str = "",
-                           timeout: float | None = None, ok: tuple[int, ...] = (0,)) -> Frame:
+    async def read_request(self, group: str, request: Request, *, read_from: str = "follower",
+                           affinity: str = "", timeout: float | None = None,
+                           ok: tuple[int, ...] = (0,)) -> Frame:
         """A read from a replica chosen by ``read_from``, trying the next one on a failure."""
         last: ClientError | None = None
         for address in self.read_replicas(group, read_from, affinity):
             try:
-                reply = await self.pool.request(address, code, ext, body,
-                                                timeout=timeout or self.request_timeout, ok=ok)
-                if reply.ext.get("leaderless"):
+                reply = await self.pool.request(address, request, timeout=timeout or self.request_timeout,
+                                                ok=ok)
+                if LeaderlessMark.read(reply):
                     self._leaderless[address] = time.monotonic() + LEADERLESS_S
                 else:
                     self._leaderless.pop(address, None)

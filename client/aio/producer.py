@@ -36,8 +36,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
-import msgpack
-
 from client.aio.core import ClientCore
 from client.aio.routes import PERM_WRITE
 from client.backoff import Deadline
@@ -51,7 +49,8 @@ from client.errors import (
 from client.message import COMPRESS_OVER, Message, SendResult, SendStatus, encode_for_send, new_msg_id
 from client.queues import MessageQueue, shard_queue
 from protocol.names import InvalidName, validate_topic
-from protocol.remoting import RequestCode, ResponseCode
+from protocol.remoting import ResponseCode
+from protocol.send import SendBatchRequest, SendBatchResponse
 
 __all__ = ["MAX_MESSAGE_BYTES", "AsyncProducer"]
 
@@ -188,19 +187,19 @@ class QueueSender:
         self._new_epoch()
 
     async def _send(self, batch: list[_Item]) -> None:
-        body = msgpack.packb([item.record for item in batch])
+        request = SendBatchRequest(messages=tuple(cast(bytes, item.record) for item in batch))
         # the earliest deadline; the messages of one send call share theirs
         deadline = min(dict.fromkeys(item.deadline for item in batch), key=Deadline.remaining)
         try:
-            reply = await self.core.leader_request(self.queue.group, RequestCode.SEND_BATCH, body=body,
-                                                   deadline=deadline, topic=self.queue.topic)
+            reply = await self.core.leader_request(self.queue.group, request, deadline=deadline,
+                                                   topic=self.queue.topic)
         except ClientError as e:
             self._fail(batch, e)
             return
-        rows = msgpack.unpackb(reply.body)
+        rows = SendBatchResponse.from_frame(reply).rows
         refused_as_gap: list[_Item] = []
         broken = False
-        if rows and rows[0][0] == ResponseCode.SEQUENCE_GAP:
+        if rows and rows[0].code == ResponseCode.SEQUENCE_GAP:
             # the broker forgot this producer (silent for a day): nothing was stored;
             # start a new epoch and send them again
             log.info("%s: the broker no longer knows producer %s; new epoch", self.queue, self.producer_id)
@@ -208,11 +207,10 @@ class QueueSender:
             return
         queue, success, gap = self.queue, int(ResponseCode.SUCCESS), int(ResponseCode.SEQUENCE_GAP)
         for item, row in zip(batch, rows, strict=True):
-            code, offset, reason = row[0], row[2], row[3]
+            code, reason = row.code, row.reason
             if code == success:
-                item.settle(SendResult(SendStatus.SEND_OK, item.msg_id.hex(), queue, offset,
-                                       bool(reason) and "already" in reason,
-                                       row[4] if len(row) > 4 else -1))
+                item.settle(SendResult(SendStatus.SEND_OK, item.msg_id.hex(), queue, row.queue_offset,
+                                       bool(reason) and "already" in reason, row.position))
             elif code == gap and broken:
                 refused_as_gap.append(item)  # only because an earlier one was refused
             else:

@@ -14,16 +14,17 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import msgpack
-
 from client.aio.core import READ_FROM, ClientCore
 from client.aio.routes import PERM_READ
 from client.backoff import Deadline
 from client.errors import ClientError
-from client.message import ReceivedMessage, decode_received
+from client.message import ReceivedMessage, received
 from client.queues import MessageQueue
 from client.tag_filter import TagSelector, parse_tags
-from protocol.remoting import RequestCode, ResponseCode
+from protocol.offset import CommitOffsetRequest, QueryOffsetRequest, QueryOffsetResponse
+from protocol.pull import PULL_ANSWERS, PullRequest, PullResponse
+from protocol.query import SearchOffsetRequest, SearchOffsetResponse
+from protocol.remoting import ResponseCode
 
 __all__ = ["AsyncPullConsumer", "PullResult", "fetch", "queue_offsets"]
 
@@ -43,19 +44,16 @@ class PullResult:
 async def fetch(core: ClientCore, queue: MessageQueue, offset: int, *, max_msgs: int = 32,
                 suspend_s: float = 0.0, selector: TagSelector | None = None,
                 read_from: str = "follower", sql: str | None = None) -> PullResult:
-    ext: dict[str, object] = {"topic": queue.topic, "queueId": queue.queue_id, "offset": offset,
-                              "maxMsgs": max_msgs, "suspendMs": int(suspend_s * 1000)}
     hashes = selector.hashes() if selector is not None else None
-    if hashes is not None:
-        ext["tagHashes"] = hashes
-    if sql is not None:
-        ext["sql"] = sql  # SQL92 on properties, evaluated by the broker
-    reply = await core.read_request(queue.group, RequestCode.PULL_MESSAGE, ext, read_from=read_from,
-                                    affinity=str(queue), timeout=suspend_s + core.request_timeout,
-                                    ok=_PULL_OK)
-    max_offset = reply.ext.get("maxOffset")
-    next_offset = reply.ext.get("nextOffset", offset)
-    assert isinstance(next_offset, int)
+    request = PullRequest(topic=queue.topic, queue_id=queue.queue_id, offset=offset, max_msgs=max_msgs,
+                          suspend_ms=int(suspend_s * 1000),
+                          tag_hashes=None if hashes is None else tuple(hashes),
+                          sql=sql)  # SQL92 on properties, evaluated by the broker
+    reply = await core.read_request(queue.group, request, read_from=read_from, affinity=str(queue),
+                                    timeout=suspend_s + core.request_timeout, ok=_PULL_OK)
+    pulled = (PullResponse.from_frame(reply) if reply.code in PULL_ANSWERS
+              else PullResponse(next_offset=offset))  # PULL_RETRY_IMMEDIATELY: nothing, go on
+    max_offset, next_offset = pulled.max_offset, pulled.next_offset
     if reply.code == ResponseCode.PULL_OFFSET_MOVED and next_offset < offset:
         next_offset = offset  # a lagging replica: not yet there; never move back
     elif reply.code == ResponseCode.PULL_OFFSET_MOVED and next_offset > offset:
@@ -63,41 +61,38 @@ async def fetch(core: ClientCore, queue: MessageQueue, offset: int, *, max_msgs:
                     "%d skipped, going on at %d", queue, offset, next_offset - 1, next_offset - offset,
                     next_offset)
     if reply.code != ResponseCode.SUCCESS:
-        return PullResult([], max(next_offset, offset), max_offset if isinstance(max_offset, int) else None)
+        return PullResult([], max(next_offset, offset), max_offset)
     messages = []
-    for off, position, stamp, data in msgpack.unpackb(reply.body):
-        m = decode_received(data, queue, off, position, stamp)
+    for row in pulled.rows or ():
+        m = received(row.record(), queue, row.offset, row.position, row.store_ms)
         if selector is None or selector.matches(m.tags):
             messages.append(m)
-    return PullResult(messages, next_offset, max_offset if isinstance(max_offset, int) else None)
+    return PullResult(messages, next_offset, max_offset)
 
 
 async def queue_offsets(core: ClientCore, queue: MessageQueue, timestamp_ms: int | None = None,
                         read_from: str = "any") -> tuple[int, int, int | None]:
     """(min offset, max offset, first offset stored at/after ``timestamp_ms``)."""
-    ext: dict[str, object] = {"topic": queue.topic, "queueId": queue.queue_id}
-    if timestamp_ms is not None:
-        ext["timestamp"] = timestamp_ms
-    reply = await core.read_request(queue.group, RequestCode.SEARCH_OFFSET, ext, read_from=read_from,
-                                    affinity=str(queue))
-    at = reply.ext.get("offset")
-    return int(reply.ext["minOffset"]), int(reply.ext["maxOffset"]), at if isinstance(at, int) else None
+    request = SearchOffsetRequest(topic=queue.topic, queue_id=queue.queue_id, timestamp=timestamp_ms)
+    found = SearchOffsetResponse.from_frame(await core.read_request(queue.group, request, read_from=read_from,
+                                                                    affinity=str(queue)))
+    return found.min_offset, found.max_offset, found.offset
 
 
 async def committed_offset(core: ClientCore, group: str, queue: MessageQueue) -> int | None:
     """The group's committed offset of ``queue`` (the leader's view when it can be reached)."""
-    reply = await core.read_request(queue.group, RequestCode.QUERY_OFFSET,
-                                    {"group": group, "topic": queue.topic, "queueId": queue.queue_id},
+    reply = await core.read_request(queue.group, QueryOffsetRequest(group=group, topic=queue.topic,
+                                                                    queue_id=queue.queue_id),
                                     read_from="leader")
-    offset = reply.ext.get("offset")
-    return offset if isinstance(offset, int) and offset >= 0 else None
+    offset = QueryOffsetResponse.from_frame(reply).offset
+    return offset if offset >= 0 else None
 
 
 async def commit_offset(core: ClientCore, group: str, queue: MessageQueue, offset: int,
                         timeout: float = 5.0) -> None:
-    await core.leader_request(queue.group, RequestCode.COMMIT_OFFSET,
-                              {"group": group, "topic": queue.topic, "queueId": queue.queue_id,
-                               "offset": offset}, deadline=Deadline(timeout), topic=queue.topic)
+    await core.leader_request(queue.group, CommitOffsetRequest(group=group, topic=queue.topic,
+                                                               queue_id=queue.queue_id, offset=offset),
+                              deadline=Deadline(timeout), topic=queue.topic)
 
 
 class AsyncPullConsumer:

@@ -40,8 +40,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgpack
-
 from client.aio.core import READ_FROM, ClientCore
 from client.aio.pull_consumer import commit_offset, committed_offset, fetch, queue_offsets
 from client.aio.routes import PERM_READ, TopicRoute
@@ -51,9 +49,12 @@ from client.message import ConsumeStatus, ReceivedMessage
 from client.queues import MessageQueue
 from client.rebalance import STRATEGIES
 from client.tag_filter import SubscriptionError, parse_tags
+from protocol.consumer import ConsumerListRequest, ConsumerListResponse, HeartbeatRequest, UnregisterRequest
+from protocol.deferred import SendBackRequest
 from protocol.names import retry_topic
-from protocol.remoting import RequestCode
+from protocol.offset import LockQueuesRequest, LockQueuesResponse, UnlockQueuesRequest
 from protocol.sql_filter import FilterSyntaxError, compile_filter
+from protocol.wire import Request
 
 __all__ = ["AsyncPushConsumer", "ConsumeContext", "Listener"]
 
@@ -252,25 +253,24 @@ class AsyncPushConsumer:
         """Every replica at once; waits at most 1 s (a hung replica's heartbeat goes on in the
         background until its own timeout)."""
         route = await self.core.routes.route(self.topic)
-        body = msgpack.packb({self.group: self.topics})
-        beats = {asyncio.ensure_future(self._call_quietly(address, RequestCode.HEARTBEAT,
-                                                          {"clientId": self.client_id}, body))
+        beat = HeartbeatRequest(client_id=self.client_id, subscriptions={self.group: tuple(self.topics)})
+        beats = {asyncio.ensure_future(self._call_quietly(address, beat))
                  for g in route.groups for address in g.addresses}
         _, late = await asyncio.wait(beats, timeout=1.0)
         self._stragglers |= late
         for beat in late:
             beat.add_done_callback(self._stragglers.discard)
 
-    async def _call_quietly(self, address: str, code: int, ext: dict[str, Any], body: bytes = b"") -> None:
+    async def _call_quietly(self, address: str, request: Request) -> None:
         with contextlib.suppress(ClientError):
-            await self.core.pool.call(address, code, ext, body, timeout=3)
+            await self.core.pool.call(address, request, timeout=3)
 
     async def _unregister(self) -> None:
         """Every replica at once, waiting at most 1 s: a replica that does not hear it drops
         this client when its heartbeats stop."""
         route = await self.core.routes.route(self.topic)
-        calls = {asyncio.ensure_future(self._call_quietly(address, RequestCode.UNREGISTER_CLIENT,
-                                                          {"clientId": self.client_id, "group": self.group}))
+        bye = UnregisterRequest(client_id=self.client_id, group=self.group)
+        calls = {asyncio.ensure_future(self._call_quietly(address, bye))
                  for g in route.groups for address in g.addresses}
         _, late = await asyncio.wait(calls, timeout=1.0)
         for call in late:
@@ -283,9 +283,9 @@ class AsyncPushConsumer:
         members: set[str] = {self.client_id}
         for g in groups:
             with contextlib.suppress(ClientError):
-                reply = await self.core.read_request(g, RequestCode.GET_CONSUMER_LIST, {"group": self.group},
+                reply = await self.core.read_request(g, ConsumerListRequest(group=self.group),
                                                      read_from="leader", timeout=3)
-                members.update(msgpack.unpackb(reply.body))
+                members.update(ConsumerListResponse.from_frame(reply).client_ids)
                 break
         return sorted(members)
 
@@ -379,20 +379,20 @@ class AsyncPushConsumer:
         by_group: dict[tuple[str, str], list[MessageQueue]] = {}
         for q in queues:
             by_group.setdefault((q.group, q.topic), []).append(q)
-        code = RequestCode.LOCK_BATCH_MQ if take else RequestCode.UNLOCK_BATCH_MQ
+        kind = LockQueuesRequest if take else UnlockQueuesRequest
         held: set[MessageQueue] = set()
         undecided: set[MessageQueue] = set()
 
         async def ask(group: str, topic: str, qs: list[MessageQueue]) -> None:
             try:
                 reply = await self.core.leader_request(
-                    group, code, {"group": self.group, "clientId": self.client_id, "topic": topic,
-                                  "queues": [q.queue_id for q in qs]}, deadline=Deadline(3.0), topic=topic)
+                    group, kind(group=self.group, client_id=self.client_id, topic=topic,
+                                queues=tuple(q.queue_id for q in qs)), deadline=Deadline(3.0), topic=topic)
             except ClientError as e:
-                log.warning("%s: %s of %s failed: %s", self.client_id, code.name, qs, e)
+                log.warning("%s: %s of %s failed: %s", self.client_id, kind.CODE.name, qs, e)
                 undecided.update(qs)
                 return
-            ids = set(msgpack.unpackb(reply.body))
+            ids = set(LockQueuesResponse.from_frame(reply).queue_ids)
             held.update(q for q in qs if q.queue_id in ids)
 
         await asyncio.gather(*(ask(group, topic, qs) for (group, topic), qs in by_group.items()))
@@ -471,9 +471,8 @@ class AsyncPushConsumer:
     async def _send_back(self, m: ReceivedMessage) -> bool:
         try:
             await self.core.leader_request(
-                m.queue.group, RequestCode.CONSUMER_SEND_MSG_BACK,
-                {"group": self.group, "position": m.commit_log_offset,
-                 "maxReconsumeTimes": self.max_reconsume_times},
+                m.queue.group, SendBackRequest(group=self.group, position=m.commit_log_offset,
+                                               max_reconsume_times=self.max_reconsume_times),
                 deadline=Deadline(5.0), topic=m.queue.topic)
             return True
         except ClientError as e:

@@ -2,7 +2,8 @@
 
 Routes come from the name servers (``GET /route/{topic}``) or, for a single group
 without a name server, from the nodes themselves (``GET_ROUTE``; every node answers
-with its group's replicas and the leader it knows). Both have one shape::
+with its group's replicas and the leader it knows). Both have one shape,
+``protocol.topic.TopicRouteData``::
 
     {"topic": T, "groups": [{"group", "queues", "perm", "leader", "replicas": {node: address}}]}
 
@@ -24,21 +25,21 @@ import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import aiohttp
-import msgpack
+import msgspec
 import yarl
 
 from client.aio.connection import ConnectionPool
 from client.errors import ClientError, RouteNotFoundError, TopicNotExistError
 from client.queues import MessageQueue
-from protocol.remoting import RequestCode, ResponseCode
+from protocol.remoting import FrameError, ResponseCode
+from protocol.topic import GetRouteRequest, Perm, RouteResponse, TopicRouteData
 
 __all__ = ["DEFAULT_NAMESRV", "GroupRoute", "RouteBook", "TopicRoute", "default_namesrv", "route_url"]
 
-PERM_WRITE = 2
-PERM_READ = 4
+PERM_WRITE = int(Perm.WRITE)
+PERM_READ = int(Perm.READ)
 DEFAULT_NAMESRV = "127.0.0.1:9876"  # RocketMQ's
 
 
@@ -94,12 +95,10 @@ def route_url(namesrv: str, topic: str) -> yarl.URL:
     return yarl.URL(f"http://{namesrv}/route/{urllib.parse.quote(topic, safe='')}", encoded=True)
 
 
-def _parse(doc: object) -> TopicRoute:
-    if not isinstance(doc, dict) or not isinstance(doc.get("groups"), list):
-        raise ValueError("not a route")
-    groups = [GroupRoute(g["group"], int(g["queues"]), int(g["perm"]), g.get("leader"),
-                         dict(g.get("replicas") or {})) for g in doc["groups"]]
-    return TopicRoute(str(doc["topic"]), groups)
+def _route(data: TopicRouteData) -> TopicRoute:
+    """A route as this client keeps it (leaders and addresses change in place)."""
+    groups = [GroupRoute(g.group, g.queues, g.perm, g.leader, dict(g.replicas)) for g in data.groups]
+    return TopicRoute(data.topic, groups)
 
 
 class RouteBook:
@@ -156,8 +155,8 @@ class RouteBook:
                         missing += 1
                         continue
                     resp.raise_for_status()
-                    return _parse(await resp.json())
-            except (aiohttp.ClientError, TimeoutError, ValueError, KeyError) as e:
+                    return _route(msgspec.json.decode(await resp.read(), type=TopicRouteData))
+            except (aiohttp.ClientError, TimeoutError, ValueError) as e:  # msgspec's errors are ValueErrors
                 errors.append(f"{ns}: {e}")
         if missing == len(self._namesrv):
             raise TopicNotExistError(ResponseCode.TOPIC_NOT_EXIST,
@@ -171,14 +170,13 @@ class RouteBook:
         answers is enough (the leader's term is on a majority), so one hung server does not
         make every route lookup wait for its timeout."""
         errors: list[str] = []
-        answers: list[dict[str, Any]] = []
+        answers: list[TopicRouteData] = []
         missing = 0
         need = len(self._servers) // 2 + 1
         # the group's members as last answered too: members added since the client started
         # (raftmq replica add) keep it routed after the ones it was given are removed
         asked = list(dict.fromkeys([*self._servers, *(a for g in self._replicas.values() for a in g)]))
-        calls = [asyncio.ensure_future(self._pool.call(address, RequestCode.GET_ROUTE, {"topic": topic},
-                                                       timeout=3))
+        calls = [asyncio.ensure_future(self._pool.call(address, GetRouteRequest(topic=topic), timeout=3))
                  for address in asked]
         try:
             for done in asyncio.as_completed(calls):
@@ -191,7 +189,11 @@ class RouteBook:
                     errors.append(f"{reply.remark}")
                     missing += reply.code == ResponseCode.TOPIC_NOT_EXIST
                     continue
-                answers.append(msgpack.unpackb(reply.body))
+                try:
+                    answers.append(RouteResponse.from_frame(reply).route)
+                except FrameError as e:
+                    errors.append(f"{e}")
+                    continue
                 if len(answers) >= need:
                     break
         finally:
@@ -199,8 +201,8 @@ class RouteBook:
                 call.cancel()
         best, best_term = None, -1
         for doc in answers:
-            term = doc["groups"][0].get("term", 0)
-            if term > best_term or (term == best_term and best is not None and doc["groups"][0]["leader"]):
+            term = doc.groups[0].term or 0
+            if term > best_term or (term == best_term and best is not None and doc.groups[0].leader):
                 best, best_term = doc, term
         if best is None and missing:
             raise TopicNotExistError(ResponseCode.TOPIC_NOT_EXIST,
@@ -208,7 +210,7 @@ class RouteBook:
                                      "`raftmq topic create` (auto-create is off)")
         if best is None:
             raise RouteNotFoundError(f"no route for topic {topic!r}: {'; '.join(errors)}")
-        return _parse(best)
+        return _route(best)
 
     @property
     def uses_namesrv(self) -> bool:

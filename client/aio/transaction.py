@@ -26,10 +26,11 @@ from typing import Any, Protocol
 from client.aio.producer import AsyncProducer
 from client.backoff import Deadline
 from client.errors import ClientError
-from client.message import Message, ReceivedMessage, SendResult, decode_received
+from client.message import Message, ReceivedMessage, SendResult, received
 from client.queues import MessageQueue
-from protocol.message_format import decode_message
-from protocol.remoting import Frame, RequestCode
+from protocol.consumer import HeartbeatRequest
+from protocol.deferred import CheckTransactionRequest, EndTransactionRequest
+from protocol.message_format import MessageFormatError, decode_record
 
 __all__ = ["AsyncTransactionProducer", "LocalTransactionState", "TransactionListener",
            "TransactionResult"]
@@ -99,34 +100,35 @@ class AsyncTransactionProducer(AsyncProducer):
         if state == LocalTransactionState.UNKNOWN:
             return
         try:
-            ext = {"position": position, "commit": state == LocalTransactionState.COMMIT}
-            await self.core.leader_request(queue.group, RequestCode.END_TRANSACTION, ext,
-                                           deadline=Deadline(self.send_timeout), topic=queue.topic)
+            end = EndTransactionRequest(position=position, commit=state == LocalTransactionState.COMMIT)
+            await self.core.leader_request(queue.group, end, deadline=Deadline(self.send_timeout),
+                                           topic=queue.topic)
         except ClientError as e:  # the broker checks back later: nothing is lost
             log.warning("could not end the transaction of half %d (%s); the broker will check back",
                         position, e)
 
     # -- check-backs --------------------------------------------------------------------
-    def _on_check(self, address: str, frame: Frame) -> None:
-        task = asyncio.get_running_loop().create_task(self._answer_check(address, frame))
+    def _on_check(self, address: str, check: CheckTransactionRequest) -> None:
+        task = asyncio.get_running_loop().create_task(self._answer_check(address, check))
         self._checks.add(task)
         task.add_done_callback(self._checks.discard)
 
-    async def _answer_check(self, address: str, frame: Frame) -> None:
-        position = frame.ext.get("position")
-        if not isinstance(position, int):
+    async def _answer_check(self, address: str, check: CheckTransactionRequest) -> None:
+        try:
+            stored = decode_record(check.message)
+        except MessageFormatError as e:
+            log.warning("%s asked about half %d with bytes that are not a message: %s", address,
+                        check.position, e)
             return
-        stored = decode_message(frame.body)
-        group = self._group_of(address)
-        queue = MessageQueue(stored.topic, group, stored.queue_id)
-        message = decode_received(frame.body, queue, -1, position, 0)
+        queue = MessageQueue(stored.topic, self._group_of(address), stored.queue_id)
+        message = received(stored, queue, -1, check.position, 0)
         loop = asyncio.get_running_loop()
         try:
             state = await loop.run_in_executor(None, self.listener.check_local_transaction, message)
         except Exception:
             log.exception("check_local_transaction failed; leaving the transaction open")
             return
-        await self._end(queue, position, state)
+        await self._end(queue, check.position, state)
 
     def _group_of(self, address: str) -> str:
         for group in self.core.routes.known_groups():
@@ -144,8 +146,8 @@ class AsyncTransactionProducer(AsyncProducer):
         for address in sorted(addresses):
             with contextlib.suppress(ClientError):
                 conn = await self.core.pool.get(address)
-                await conn.call(RequestCode.HEARTBEAT, {"clientId": self.core.client_id,
-                                                        "producerGroup": self.group}, timeout=3)
+                await conn.call(HeartbeatRequest(client_id=self.core.client_id, producer_group=self.group),
+                                timeout=3)
 
     async def _heartbeat_forever(self) -> None:
         """Beat every replica of every group (a check-back may come from any group this

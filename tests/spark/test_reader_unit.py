@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pytest
 
+from protocol.pull import PullRow
 from spark.arrow import ARROW_SCHEMA, to_record_batch
 from spark.errors import DataLossError, RangeMismatchError, ReadError, ReplicaUnavailableError
 from spark.options import EARLIEST, LATEST, OptionError, parse_options
@@ -120,7 +121,7 @@ def test_offsets_json_round_trip_is_ordered() -> None:
 # -- decoding -------------------------------------------------------------------------------
 def test_decode_page_to_arrow() -> None:
     msgs = make_messages(5)
-    raw = [[i, 1000 + i, 1_700_000_100_000 + i, msgs[i][0]] for i in range(5)]
+    raw = [PullRow(i, 1000 + i, 1_700_000_100_000 + i, msgs[i][0]) for i in range(5)]
     rng = QueueRange(TOPIC, "g1", QUEUE, 0, 5, ("x",))
     cols = decode_page(raw, rng, None)
     assert cols.queue_offset == [0, 1, 2, 3, 4] and cols.body[3] == b"m3" and cols.tags[2] is None
@@ -156,7 +157,7 @@ def test_compressed_bodies_are_inflated() -> None:
     from protocol.message_format import Message, encode_message
     body = b"x" * 10_000
     data = encode_message(Message(TOPIC, zlib.compress(body), QUEUE, flag=1))
-    cols = decode_page([[0, 0, 0, data]], QueueRange(TOPIC, "g1", QUEUE, 0, 1, ("x",)), None)
+    cols = decode_page([PullRow(0, 0, 0, data)], QueueRange(TOPIC, "g1", QUEUE, 0, 1, ("x",)), None)
     assert cols.body == [body]
 
 

@@ -22,6 +22,7 @@ from client.message import _HOST, COMPRESS_OVER, FLAG_COMPRESSED, Message, encod
 from protocol.message_format import Message as StoredMessage
 from protocol.message_format import decode_message, encode_message
 from protocol.remoting import Frame, ResponseCode
+from protocol.send import SendBatchRequest
 
 # -- encode_for_send == encode_message ----------------------------------------------
 
@@ -121,9 +122,9 @@ class FakeCore:
         self.gate: asyncio.Event | None = None
         self.offsets: dict[int, int] = {}
 
-    async def leader_request(self, group: str, code: int, ext: Any = None, body: bytes = b"", *,
-                             deadline: Deadline, topic: str | None = None) -> Frame:
-        records = msgpack.unpackb(body)
+    async def leader_request(self, group: str, request: SendBatchRequest, *, deadline: Deadline,
+                             topic: str | None = None) -> Frame:
+        records = list(request.messages)
         self.bodies.append(records)
         self.deadlines.append(deadline)
         if self.gate is not None:
@@ -304,8 +305,8 @@ def test_an_unordered_send_with_retries_ends_within_its_send_timeout() -> None:
     from client.errors import RequestTimeoutError
 
     class HungCore(FakeCore):
-        async def leader_request(self, group: str, code: int, ext: Any = None, body: bytes = b"", *,
-                                 deadline: Deadline, topic: str | None = None) -> Frame:
+        async def leader_request(self, group: str, request: SendBatchRequest, *, deadline: Deadline,
+                                 topic: str | None = None) -> Frame:
             self.deadlines.append(deadline)
             await asyncio.sleep(deadline.remaining())  # no answer: the request runs out its deadline
             raise RequestTimeoutError("no answer in time")

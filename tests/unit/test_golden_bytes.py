@@ -37,8 +37,11 @@ from dledger.entry_format import EntryKind, decode_entry, encode_blank, encode_e
 from dledger.log_start import DumpEntry, StateRef, decode_log_start, encode_log_start
 from dledger.membership import MEMBERSHIP_PREFIX, Change, Member, decode_change, encode_change
 from protocol.message_format import decode_message, pack_message
+from protocol.pull import PullRequest, PullResponse, PullRow
 from protocol.remoting import Frame, RequestCode, ResponseCode, decode_frame
+from protocol.send import SendBatchRequest, SendBatchResponse, SendRow
 from protocol.tags import tag_hash
+from protocol.wire import NotLeaderResponse
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 WRITE = os.environ.get("RAFTMQ_WRITE_GOLDEN") == "1"
@@ -79,6 +82,25 @@ def test_frames() -> None:
     response = request.response(ResponseCode.SUCCESS, {"offset": 12, "ids": [1, 2]}, body=b"")
     check("frame_response", response.encode())
     assert decode_frame(request.encode()) == request
+
+
+def test_typed_frames() -> None:
+    """A few representative requests and answers as their classes encode them (every class
+    against the hand-built frames of the version before: tests/unit/test_wire.py)."""
+    batch = SendBatchRequest(messages=(message(), message()))
+    check("wire_send_batch", batch.to_frame(9).encode())
+    rows = SendBatchResponse(rows=(SendRow(0, 3, 41, "", 8192), SendRow(16, -1, -1, "sequence gap", -1)))
+    check("wire_send_batch_answer", rows.reply(batch.to_frame(9)).encode())
+    pull = PullRequest(topic="orders", queue_id=3, offset=40, max_msgs=32, suspend_ms=15_000,
+                       tag_hashes=(tag_hash("tagA"),), sql="color = 'red'")
+    check("wire_pull", pull.to_frame(10).encode())
+    page = PullResponse(next_offset=41, max_offset=50, leaderless=False,
+                        rows=(PullRow(40, 8192, STORE_MS, message()),))
+    check("wire_pull_answer", page.reply(pull.to_frame(10)).encode())
+    moved = NotLeaderResponse(leader="n2", leader_address="10.0.0.12:10911")
+    check("wire_not_leader", moved.reply(pull.to_frame(10), ResponseCode.NOT_LEADER, "n1 follows").encode())
+    assert PullRequest.from_frame(decode_frame(pull.to_frame(10).encode())) == pull
+    assert PullResponse.from_frame(decode_frame(page.reply(pull.to_frame(10)).encode())) == page
 
 
 def test_commitlog_entry_record_and_blank() -> None:
@@ -152,6 +174,8 @@ def test_every_sample_is_used() -> None:
     """A sample nobody checks any more is a format that silently went away."""
     names = {p.stem for p in GOLDEN.glob("*.hex")}
     expected = {"frame_request", "frame_response", "commitlog_entry", "commitlog_blank", "message",
+                "wire_send_batch", "wire_send_batch_answer", "wire_pull", "wire_pull_answer",
+                "wire_not_leader",
                 "entry_batch", "cq_unit", "hashes", "index_file", "snapshot", "membership_change",
                 "log_start", "log_start_v2"}
     expected |= {f"admin_{n}" for n in ("CreateTopic", "DeleteTopic", "CommitOffset", "RollbackHalf",

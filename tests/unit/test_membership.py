@@ -64,7 +64,7 @@ def test_the_name_server_routes_only_the_leaders_members() -> None:
                                 ("n3", "follower", ["n2", "n3"])):
         table.register(Registration("g1", node, role, f"{node}:1", {"t": (1, 6)}, term=2,
                                     members=None if members is None else tuple(members)))
-    assert table.route("t")["groups"][0]["replicas"] == {"n2": "n2:1", "n3": "n3:1"}
+    assert table.route("t").groups[0].replicas == {"n2": "n2:1", "n3": "n3:1"}
 
 
 @pytest.fixture

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import msgpack
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.message_format import Message, MessageFormatError, decode_message, encode_message
@@ -38,3 +39,60 @@ def test_idempotent_fields_travel_together() -> None:
 def test_garbage_raises_only_message_format_error(data: bytes) -> None:
     with contextlib.suppress(MessageFormatError):  # any other exception fails the test
         decode_message(data)
+
+
+# -- the msgspec decoder gives the verdict the first decoder gave ------------------------------
+# The apply step of every replica decodes each message: a replica on this version and one on
+# the version before must agree on which bytes are a message. ``_first_decoder`` is that
+# version's decoder (msgpack, then type checks), kept here as the oracle.
+
+def _first_decoder(data: bytes) -> Message:
+    try:
+        row = msgpack.unpackb(data, use_list=False, raw=False, strict_map_key=True)
+    except Exception as e:
+        raise MessageFormatError(str(e)) from None
+    if not isinstance(row, tuple) or len(row) != 14 or row[0] != 1:
+        raise MessageFormatError("not a version-1 message")
+    (_, msg_id, topic, queue_id, flag, tags, keys, props, born, host, pid, seq, reconsume, body) = row
+    ok = (type(msg_id) is bytes and len(msg_id) == 16 and type(topic) is str and type(host) is str
+          and all(type(v) is int for v in (queue_id, flag, born, reconsume))
+          and (tags is None or type(tags) is str) and type(keys) is tuple and type(props) is dict
+          and type(body) is bytes
+          and ((pid is None and seq is None) or (type(pid) is str and type(seq) is int))
+          and all(type(k) is str for k in keys)
+          and all(type(k) is str and type(v) is str for k, v in props.items()))
+    if not ok:
+        raise MessageFormatError("malformed")
+    return Message(topic, body, queue_id, tags, keys, props, msg_id, flag, born, host, pid, seq, reconsume)
+
+
+odd_values = (st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False)
+              | st.text(max_size=4) | st.binary(max_size=17) | st.lists(st.text(max_size=2), max_size=2)
+              | st.lists(st.integers(0, 3), max_size=2)
+              | st.dictionaries(st.text(max_size=2), st.text(max_size=2), max_size=2)
+              | st.dictionaries(st.integers(0, 3), st.text(max_size=2), max_size=1)
+              | st.sampled_from([1, 1.0, True, b"\x00" * 16, (), {}]))
+
+
+@settings(max_examples=600)
+@given(messages, st.lists(st.tuples(st.integers(0, 14), odd_values), max_size=3), st.integers(-1, 1))
+def test_the_verdict_on_any_bytes_is_the_first_decoders(m: Message, changes: list[tuple[int, Any]],
+                                                         resize: int) -> None:
+    row = list(msgpack.unpackb(encode_message(m)))
+    for index, value in changes:
+        if index < len(row):
+            row[index] = value
+    if resize < 0:
+        row.pop()
+    elif resize > 0:
+        row.append(0)
+    data = msgpack.packb(row, use_bin_type=True)
+    try:
+        expected: Message | None = _first_decoder(data)
+    except MessageFormatError:
+        expected = None
+    try:
+        got: Message | None = decode_message(data)
+    except MessageFormatError:
+        got = None
+    assert got == expected

@@ -45,17 +45,17 @@ def test_route_spans_groups_and_names_leaders() -> None:
         table.register(reg(g, "n2", "follower", {"orders": (8, 6)}))
     table.register(reg("g3", "n1", "leader", {"other": (4, 6)}))
     route = table.route("orders")
-    assert [(g["group"], g["queues"], g["leader"]) for g in route["groups"]] == [
+    assert [(g.group, g.queues, g.leader) for g in route.groups] == [
         ("g1", 8, "g1-n1:1"), ("g2", 8, "g2-n1:1")]
-    assert route["groups"][0]["replicas"] == {"n1": "g1-n1:1", "n2": "g1-n2:1"}
-    assert table.route("missing")["groups"] == []
+    assert route.groups[0].replicas == {"n1": "g1-n1:1", "n2": "g1-n2:1"}
+    assert table.route("missing").groups == ()
 
 
 def test_the_leader_with_the_highest_term_wins() -> None:
     table = RouteTable(Clock())
     table.register(Registration("g1", "n1", "leader", "old:1", {"t": (1, 6)}, term=3))
     table.register(Registration("g1", "n2", "leader", "new:1", {"t": (1, 6)}, term=4))
-    assert table.route("t")["groups"][0]["leader"] == "new:1"
+    assert table.route("t").groups[0].leader == "new:1"
 
 
 def test_registrations_expire_unless_renewed() -> None:
@@ -67,7 +67,7 @@ def test_registrations_expire_unless_renewed() -> None:
     table.register(reg("g1", "n2", "leader", {"t": (1, 6)}, term=2))  # n2 renewed (and now leads)
     clock.now += 2
     assert [r.node for r in table.live()] == ["n2"]
-    assert table.route("t")["groups"][0]["leader"] == "g1-n2:1"
+    assert table.route("t").groups[0].leader == "g1-n2:1"
 
 
 # -- the group's rules: terms and members ----------------------------------------------
@@ -80,9 +80,9 @@ def test_a_leader_claim_below_the_groups_term_is_refused() -> None:
         table.register(reg("g1", "n2", "leader", {"t": (1, 6)}, term=7))
     with pytest.raises(Refused, match="registration of g1/n3 at term 5"):  # a cut-off follower
         table.register(reg("g1", "n3", "follower", {"t": (1, 6)}, term=5))
-    assert table.route("t")["groups"][0]["leader"] == "g1-n1:1"
+    assert table.route("t").groups[0].leader == "g1-n1:1"
     table.register(reg("g1", "n2", "leader", {"t": (1, 6)}, term=8))  # a new election
-    assert table.route("t")["groups"][0]["leader"] == "g1-n2:1"
+    assert table.route("t").groups[0].leader == "g1-n2:1"
 
 
 def test_a_node_outside_the_members_is_refused_and_membership_changes_are_followed() -> None:
@@ -97,23 +97,23 @@ def test_a_node_outside_the_members_is_refused_and_membership_changes_are_follow
     # raftmq replica add n4: the leader's registration names it, then n4 registers
     table.register(reg("g1", "n1", "leader", {"t": (1, 6)}, term=2, members=(*three, "n4")))
     table.register(reg("g1", "n4", "follower", {"t": (1, 6)}, term=2, members=(*three, "n4")))
-    assert set(table.route("t")["groups"][0]["replicas"]) == {"n1", "n2", "n3", "n4"}
+    assert set(table.route("t").groups[0].replicas) == {"n1", "n2", "n3", "n4"}
     # raftmq replica remove n3: it leaves the route at once, and may not come back
     table.register(reg("g1", "n1", "leader", {"t": (1, 6)}, term=2, members=("n1", "n2", "n4")))
-    assert set(table.route("t")["groups"][0]["replicas"]) == {"n1", "n2", "n4"}
+    assert set(table.route("t").groups[0].replicas) == {"n1", "n2", "n4"}
     with pytest.raises(Refused, match="n3 is not a member"):
         table.register(reg("g1", "n3", "follower", {"t": (1, 6)}, term=2, members=three))
     # a follower's stale view does not overwrite the leader's
     table.register(reg("g1", "n2", "follower", {"t": (1, 6)}, term=2, members=three))
-    assert set(table.route("t")["groups"][0]["replicas"]) == {"n1", "n2", "n4"}
+    assert set(table.route("t").groups[0].replicas) == {"n1", "n2", "n4"}
 
 
 def test_a_new_leader_at_a_higher_term_brings_its_members() -> None:
     table = RouteTable(Clock())
     table.register(reg("g1", "n1", "leader", {"t": (1, 6)}, term=2, members=("n1", "n2", "n3")))
     table.register(reg("g1", "n6", "leader", {"t": (1, 6)}, term=3, members=("n1", "n2", "n6")))
-    assert set(table.route("t")["groups"][0]["replicas"]) == {"n1", "n6"}
-    assert table.route("t")["groups"][0]["leader"] == "g1-n6:1"
+    assert set(table.route("t").groups[0].replicas) == {"n1", "n6"}
+    assert table.route("t").groups[0].leader == "g1-n6:1"
 
 
 # -- topics by version --------------------------------------------------------------------
@@ -127,7 +127,7 @@ def test_deltas_apply_only_to_their_base_and_pages_replace_the_table() -> None:
         table.sync_topics("g1", "n1", TopicDelta("v1", "v3", {"d": (1, 6)}))
     # a whole table in pages: the old one is served until the last page arrives
     assert table.sync_topics("g1", "n1", TopicPage("w", 0, 2, {"x": (1, 6)})) == "v2"
-    assert table.route("c")["groups"] and not table.route("x")["groups"]
+    assert table.route("c").groups and not table.route("x").groups
     table.sync_topics("g1", "n1", TopicPage("w", 0, 3, {}))
     with pytest.raises(Resync):  # a page missed
         table.sync_topics("g1", "n1", TopicPage("w", 2, 3, {}))

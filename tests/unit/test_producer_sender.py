@@ -16,6 +16,7 @@ from client.message import Message
 from client.queues import MessageQueue
 from protocol.message_format import decode_message
 from protocol.remoting import Frame, ResponseCode
+from protocol.send import SendBatchRequest
 
 Q = MessageQueue("t", "g1", 0)
 
@@ -28,9 +29,9 @@ class ScriptedCore:
         self.bodies: list[list[bytes]] = []
         self.gate: asyncio.Event | None = None
 
-    async def leader_request(self, group: str, code: int, ext: Any = None, body: bytes = b"", *,
-                             deadline: Deadline, topic: str | None = None) -> Frame:
-        records = msgpack.unpackb(body)
+    async def leader_request(self, group: str, request: SendBatchRequest, *, deadline: Deadline,
+                             topic: str | None = None) -> Frame:
+        records = list(request.messages)
         self.bodies.append(records)
         if self.gate is not None:
             await self.gate.wait()

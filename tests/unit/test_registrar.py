@@ -93,7 +93,7 @@ def test_20000_topics_register_in_pages_then_as_deltas_and_again_after_a_restart
                 await registrar.register_once(session)
                 assert len(ns.table.topics_of("g1", "n1")) == 20_000
                 assert len(ns.sizes) > 1 and max(ns.sizes) < MAX_REQUEST_BYTES, ns.sizes
-                assert ns.table.route(long_names(1, 19_999)[0])["groups"][0]["leader"] == "127.0.0.1:10911"
+                assert ns.table.route(long_names(1, 19_999)[0]).groups[0].leader == "127.0.0.1:10911"
 
                 ns.sizes.clear()
                 machine.topics = dict(machine.topics)
@@ -131,7 +131,7 @@ def test_a_learner_does_not_register() -> None:
                 assert ns.sizes == []
                 rlog.member = True  # made a member by `raftmq replica add`
                 await registrar.register_once(session)
-                assert ns.table.route("t")["groups"][0]["replicas"] == {"n1": "127.0.0.1:1"}
+                assert ns.table.route("t").groups[0].replicas == {"n1": "127.0.0.1:1"}
         finally:
             await ns.stop()
 

@@ -21,10 +21,6 @@ from protocol.remoting import (
     RequestCode,
     ResponseCode,
     decode_frame,
-    ext_bool,
-    ext_bytes,
-    ext_int,
-    ext_str,
 )
 
 MALFORMED = ResponseCode.MALFORMED_FRAME
@@ -386,55 +382,3 @@ def test_arbitrary_msgpack_arrays_raise_only_frame_error(fields: list[Any], vers
     if versioned:
         fields = [1, *fields]
     decode_or_frame_error(msgpack.packb(fields, use_bin_type=True))
-
-
-# -- ext accessors ----------------------------------------------------------------------------
-
-REQ = Frame.request(RequestCode.PULL_MESSAGE, 12, {
-    "topic": "t", "queueId": 3, "suspend": True, "msgId": b"\x01" * 16, "nil": None, "neg": -1,
-    "list": [1], "zero": 0})
-
-
-def test_ext_accessors_return_typed_values() -> None:
-    assert ext_str(REQ, "topic") == "t"
-    assert ext_int(REQ, "queueId") == 3
-    assert ext_int(REQ, "queueId", minimum=0, maximum=3) == 3
-    assert ext_bool(REQ, "suspend") is True
-    assert ext_bytes(REQ, "msgId") == b"\x01" * 16
-
-
-def test_ext_accessor_defaults() -> None:
-    assert ext_str(REQ, "missing", "dflt") == "dflt"
-    assert ext_str(REQ, "missing", None) is None
-    assert ext_int(REQ, "missing", 0) == 0
-    assert ext_int(REQ, "missing", -5, minimum=0) == -5  # a default is not range-checked
-    assert ext_bool(REQ, "nil", False) is False  # nil counts as absent
-    assert ext_bytes(REQ, "missing", b"") == b""
-
-
-@pytest.mark.parametrize(("call", "message"), [
-    (lambda: ext_int(REQ, "topic"), "ext field 'topic' must be an int, got str"),
-    (lambda: ext_int(REQ, "suspend"), "ext field 'suspend' must be an int, got bool"),
-    (lambda: ext_str(REQ, "queueId"), "ext field 'queueId' must be a str, got int"),
-    (lambda: ext_bool(REQ, "queueId"), "ext field 'queueId' must be a bool, got int"),
-    (lambda: ext_bytes(REQ, "topic"), "ext field 'topic' must be bytes, got str"),
-    (lambda: ext_str(REQ, "list"), "ext field 'list' must be a str, got list"),
-    (lambda: ext_str(REQ, "missing"), "ext field 'missing' is required (a str)"),
-    (lambda: ext_int(REQ, "nil"), "ext field 'nil' is required (an int)"),
-    (lambda: ext_int(REQ, "neg", minimum=0), "ext field 'neg' must be an int >= 0, got -1"),
-    (lambda: ext_int(REQ, "queueId", maximum=2), "must be an int <= 2, got 3"),
-    (lambda: ext_int(REQ, "queueId", minimum=0, maximum=1), "must be an int in 0..1, got 3"),
-    (lambda: ext_int(REQ, "topic", 0), "must be an int, got str"),  # a default does not hide a bad type
-    (lambda: ext_int(REQ, "zero", 0, minimum=1), "ext field 'zero' must be an int >= 1, got 0"),
-])
-def test_ext_accessor_errors(call: Any, message: str) -> None:
-    with pytest.raises(FrameError) as caught:
-        call()
-    assert caught.value.code is ResponseCode.INVALID_ARGUMENT
-    assert str(caught.value).endswith(message)
-    assert str(caught.value).startswith("ext field ")
-    assert caught.value.opaque == 12
-    reply = caught.value.response()
-    assert reply is not None and reply.response_code() is ResponseCode.INVALID_ARGUMENT
-    assert reply.remark == str(caught.value) and reply.opaque == 12
-

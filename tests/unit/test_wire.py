@@ -1,0 +1,317 @@
+"""Typed frame contents (protocol/wire.py and its request families).
+
+Three promises: every class round-trips through a frame's bytes (hypothesis, strategies
+made from the classes' own types); every class encodes to exactly the frame the
+hand-built dicts of the version before gave (``LEGACY``: old and new peers interoperate);
+and decoding refuses what is wrong with FrameError(INVALID_ARGUMENT) naming the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol.catalog import CATALOG, UNSERVED
+from protocol.consumer import (
+    ConsumerListRequest,
+    ConsumerListResponse,
+    HeartbeatRequest,
+    NotifyConsumersChanged,
+    UnregisterRequest,
+)
+from protocol.deferred import (
+    CheckTransactionRequest,
+    EndTransactionRequest,
+    EndTransactionResponse,
+    SendBackRequest,
+    SendBackResponse,
+)
+from protocol.offset import (
+    CommitOffsetRequest,
+    LockQueuesRequest,
+    LockQueuesResponse,
+    QueryOffsetRequest,
+    QueryOffsetResponse,
+    UnlockQueuesRequest,
+)
+from protocol.pull import LeaderlessMark, PullRequest, PullResponse, PullRow
+from protocol.query import (
+    QueryMessageRequest,
+    QueryResponse,
+    QueryRow,
+    ResetOffsetRequest,
+    ResetOffsetResponse,
+    SearchOffsetRequest,
+    SearchOffsetResponse,
+    ViewMessageRequest,
+)
+from protocol.remoting import Frame, FrameError, RequestCode, ResponseCode, decode_frame
+from protocol.send import SendBatchRequest, SendBatchResponse, SendMessageRequest, SendRow, WriteResponse
+from protocol.topic import (
+    CreateTopicRequest,
+    DeleteTopicRequest,
+    GetRouteRequest,
+    GetTopicsRequest,
+    GroupRouteData,
+    RouteResponse,
+    TopicQueues,
+    TopicRouteData,
+    TopicsResponse,
+)
+from protocol.wire import EmptyResponse, NotLeaderResponse, Request, Response
+
+OK, NOT_FOUND, MOVED = ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_OFFSET_MOVED
+MSG = b"\x9e\x01stored message bytes"
+REQUEST = Frame.request(RequestCode.HEARTBEAT, 7)  # what responses below answer
+ROUTE = {"topic": "t", "groups": [{"group": "g1", "queues": 8, "perm": 6, "term": 3, "leader": "h:1",
+                                   "replicas": {"n1": "h:1", "n2": "h:2"}}]}
+
+
+def test_every_served_request_code_has_its_classes() -> None:
+    assert set(CATALOG) | UNSERVED == set(RequestCode) and not set(CATALOG) & UNSERVED
+    for code, (request, _) in CATALOG.items():
+        assert code == request.CODE
+
+
+# -- the bytes of the version before ------------------------------------------------------
+def _request(code: int, ext: dict[str, Any] | None = None, body: bytes = b"", oneway: bool = False) -> Frame:
+    return Frame.request(code, 7, ext, body, oneway)
+
+
+def _reply(code: int = OK, ext: dict[str, Any] | None = None, body: bytes = b"") -> Frame:
+    return REQUEST.response(code, ext, body)
+
+
+#: (new, the frame the hand-built code of the version before sent for the same contents)
+LEGACY: list[tuple[Request | tuple[Response, int], Frame]] = [
+    (SendMessageRequest(message=MSG), _request(10, body=MSG)),
+    (SendBatchRequest(messages=(MSG, MSG + b"2")), _request(11, body=msgpack.packb([MSG, MSG + b"2"]))),
+    ((WriteResponse(queue_id=3, queue_offset=41, position=8192, duplicate=False), OK),
+     _reply(ext={"queueId": 3, "queueOffset": 41, "position": 8192, "duplicate": False})),
+    ((SendBatchResponse(rows=(SendRow(0, 3, 41, "", 8192), SendRow(16, -1, -1, "gap", -1))), OK),
+     _reply(body=msgpack.packb([[0, 3, 41, "", 8192], [16, -1, -1, "gap", -1]]))),
+    (PullRequest(topic="t", queue_id=3, offset=40, max_msgs=32, suspend_ms=15_000),
+     _request(12, {"topic": "t", "queueId": 3, "offset": 40, "maxMsgs": 32, "suspendMs": 15_000})),
+    (PullRequest(topic="t", queue_id=3, offset=40, max_msgs=32, suspend_ms=0, tag_hashes=(-5, 9),
+                 sql="a > 1"),
+     _request(12, {"topic": "t", "queueId": 3, "offset": 40, "maxMsgs": 32, "suspendMs": 0,
+                   "tagHashes": [-5, 9], "sql": "a > 1"})),
+    ((PullResponse(next_offset=42, max_offset=50, leaderless=False,
+                   rows=(PullRow(40, 8192, 1_795_000_000_123, MSG),
+                         PullRow(41, 8300, 1_795_000_000_123, MSG))),
+      OK),
+     _reply(ext={"nextOffset": 42, "maxOffset": 50, "leaderless": False},
+            body=msgpack.packb([[40, 8192, 1_795_000_000_123, MSG], [41, 8300, 1_795_000_000_123, MSG]]))),
+    ((PullResponse(next_offset=40, leaderless=True), NOT_FOUND),
+     _reply(NOT_FOUND, {"nextOffset": 40, "leaderless": True})),
+    ((PullResponse(next_offset=12, min_offset=12), MOVED),
+     _reply(MOVED, {"nextOffset": 12, "minOffset": 12})),
+    (QueryMessageRequest(key="order-1", begin_ms=0, end_ms=2**62, max_results=32),
+     _request(13, {"key": "order-1", "beginMs": 0, "endMs": 2**62, "maxResults": 32})),
+    (ViewMessageRequest(msg_id="00ff"), _request(14, {"msgId": "00ff"})),
+    ((QueryResponse(rows=(QueryRow(8192, 1_795_000_000_123, MSG),)), OK),
+     _reply(body=msgpack.packb([[8192, 1_795_000_000_123, MSG]]))),
+    (SearchOffsetRequest(topic="t", queue_id=1), _request(16, {"topic": "t", "queueId": 1})),
+    (SearchOffsetRequest(topic="t", queue_id=1, timestamp=5), _request(16, {"topic": "t", "queueId": 1,
+                                                                           "timestamp": 5})),
+    ((SearchOffsetResponse(min_offset=0, max_offset=9), OK), _reply(ext={"minOffset": 0, "maxOffset": 9})),
+    ((SearchOffsetResponse(min_offset=0, max_offset=9, offset=4), OK),
+     _reply(ext={"minOffset": 0, "maxOffset": 9, "offset": 4})),
+    (CommitOffsetRequest(group="g", topic="t", queue_id=1, offset=10),
+     _request(20, {"group": "g", "topic": "t", "queueId": 1, "offset": 10})),
+    (QueryOffsetRequest(group="g", topic="t", queue_id=1), _request(21, {"group": "g", "topic": "t",
+                                                                         "queueId": 1})),
+    ((QueryOffsetResponse(offset=-1), OK), _reply(ext={"offset": -1})),
+    (ResetOffsetRequest(group="g", topic="t", timestamp=5), _request(22, {"group": "g", "topic": "t",
+                                                                          "timestamp": 5})),
+    ((ResetOffsetResponse(offsets={0: 3, 1: 4}), OK), _reply(body=msgpack.packb({0: 3, 1: 4}))),
+    (HeartbeatRequest(client_id="c1", subscriptions={"g": ("t", "%RETRY%g")}),
+     _request(30, {"clientId": "c1"}, msgpack.packb({"g": ["t", "%RETRY%g"]}))),
+    (HeartbeatRequest(client_id="c1", producer_group="pg"), _request(30, {"clientId": "c1",
+                                                                          "producerGroup": "pg"})),
+    ((EmptyResponse(), OK), _reply()),
+    (UnregisterRequest(client_id="c1", group="g"), _request(31, {"clientId": "c1", "group": "g"})),
+    (ConsumerListRequest(group="g"), _request(32, {"group": "g"})),
+    ((ConsumerListResponse(client_ids=("a", "b")), OK), _reply(body=msgpack.packb(["a", "b"]))),
+    (SendBackRequest(group="g", position=8192, max_reconsume_times=16),
+     _request(33, {"group": "g", "position": 8192, "maxReconsumeTimes": 16})),
+    ((SendBackResponse(queue_id=0, queue_offset=-1, position=9000, duplicate=False, topic="%RETRY%g",
+                       reconsume_times=1), OK),
+     _reply(ext={"queueId": 0, "queueOffset": -1, "position": 9000, "duplicate": False, "topic": "%RETRY%g",
+                 "reconsumeTimes": 1})),
+    (LockQueuesRequest(group="g", client_id="c1", topic="t", queues=(0, 2)),
+     _request(34, {"group": "g", "clientId": "c1", "topic": "t", "queues": [0, 2]})),
+    (UnlockQueuesRequest(group="g", client_id="c1", topic="t", queues=(2,)),
+     _request(35, {"group": "g", "clientId": "c1", "topic": "t", "queues": [2]})),
+    ((LockQueuesResponse(queue_ids=(0,)), OK), _reply(body=msgpack.packb([0]))),
+    (GetRouteRequest(topic="t"), _request(40, {"topic": "t"})),
+    ((RouteResponse(route=TopicRouteData("t", (GroupRouteData(group="g1", queues=8, perm=6, term=3,
+                                                              leader="h:1",
+                                                              replicas={"n1": "h:1", "n2": "h:2"}),))), OK),
+     _reply(body=msgpack.packb(ROUTE))),
+    (CreateTopicRequest(topic="t", queues=8, perm=6), _request(50, {"topic": "t", "queues": 8, "perm": 6})),
+    (DeleteTopicRequest(topic="t"), _request(51, {"topic": "t"})),
+    (GetTopicsRequest(), _request(52)),
+    ((TopicsResponse(topics={"a": TopicQueues(8, 6), "b": TopicQueues(1, 4)}), OK),
+     _reply(body=msgpack.packb({"a": [8, 6], "b": [1, 4]}))),
+    (EndTransactionRequest(position=8192, commit=True), _request(60, {"position": 8192, "commit": True})),
+    ((EndTransactionResponse(outcome="committed"), OK), _reply(ext={"outcome": "committed"})),
+    (CheckTransactionRequest(position=8192, group="pg", message=MSG),
+     _request(61, {"position": 8192, "group": "pg"}, MSG, oneway=True)),
+    (NotifyConsumersChanged(group="g"), _request(62, {"group": "g"}, oneway=True)),
+    ((NotLeaderResponse(leader="n2", leader_address="h:2"), ResponseCode.NOT_LEADER),
+     REQUEST.response(ResponseCode.NOT_LEADER, {"leader": "n2", "leaderAddress": "h:2"})),
+    ((NotLeaderResponse(leader=None, leader_address=None), ResponseCode.NOT_LEADER),
+     REQUEST.response(ResponseCode.NOT_LEADER, {"leader": None, "leaderAddress": None})),
+]
+
+
+def _frame(new: Request | tuple[Response, int]) -> Frame:
+    if isinstance(new, Request):
+        return new.to_frame(7, oneway=new.CODE in (RequestCode.CHECK_TRANSACTION,
+                                                   RequestCode.NOTIFY_CONSUMER_IDS_CHANGED))
+    response, code = new
+    return response.reply(REQUEST, code)
+
+
+def _name(sample: object) -> str:
+    return type(sample[0] if isinstance(sample, tuple) else sample).__name__
+
+
+@pytest.mark.parametrize(("new", "legacy"), LEGACY, ids=_name)
+def test_the_same_bytes_as_the_hand_built_frames_before(new: Request | tuple[Response, int],
+                                                        legacy: Frame) -> None:
+    assert _frame(new).encode() == legacy.encode()
+    kind = type(new) if isinstance(new, Request) else type(new[0])
+    assert kind.from_frame(legacy) == (new if isinstance(new, Request) else new[0])
+
+
+def test_every_class_has_a_legacy_sample() -> None:
+    sampled = {type(n) if isinstance(n, Request) else type(n[0]) for n, _ in LEGACY}
+    catalogued = {c for pair in CATALOG.values() for c in pair if c is not None}
+    assert catalogued | {NotLeaderResponse} <= sampled
+
+
+# -- round trips ----------------------------------------------------------------------------
+def _strategy(t: msgspec.inspect.Type, *, body: bool = False) -> st.SearchStrategy[Any]:
+    """Values of a msgspec type (what a frame can carry: 64-bit ints, short texts)."""
+    i = msgspec.inspect
+    if isinstance(t, i.IntType):
+        low = t.ge if t.ge is not None else -(2**63)
+        high = t.le if t.le is not None else (t.lt - 1 if t.lt is not None else 2**63 - 1)
+        return st.integers(low, high)
+    if isinstance(t, i.StrType):
+        return st.text(min_size=t.min_length or 0, max_size=12)
+    if isinstance(t, i.BoolType):
+        return st.booleans()
+    if isinstance(t, i.BytesType):  # a raw body must not be empty: an empty body is no body
+        return st.binary(min_size=max(t.min_length or 0, 1 if body else 0), max_size=24)
+    if isinstance(t, i.NoneType):
+        return st.none()
+    if isinstance(t, i.LiteralType):
+        return st.sampled_from(t.values)
+    if isinstance(t, i.UnionType):
+        return st.one_of(*(_strategy(u) for u in t.types))
+    if isinstance(t, i.VarTupleType):
+        return st.lists(_strategy(t.item_type), min_size=t.min_length or 0, max_size=4).map(tuple)
+    if isinstance(t, i.DictType):
+        return st.dictionaries(_strategy(t.key_type), _strategy(t.value_type), max_size=4)
+    if isinstance(t, i.StructType):
+        return _instances(t)
+    raise AssertionError(f"no strategy for {t}")
+
+
+def _instances(info: msgspec.inspect.StructType) -> st.SearchStrategy[Any]:
+    body = getattr(info.cls, "BODY", None)
+    return st.builds(info.cls, **{f.name: _strategy(f.type, body=f.name == body) for f in info.fields})
+
+
+WIRE_CLASSES = sorted({c for pair in CATALOG.values() for c in pair if c is not None}
+                      | {NotLeaderResponse, LeaderlessMark}, key=lambda c: c.__name__)
+
+
+@pytest.mark.parametrize("kind", WIRE_CLASSES, ids=lambda c: c.__name__)
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_round_trip_through_the_frame_bytes(kind: type[Request] | type[Response],
+                                            data: st.DataObject) -> None:
+    value = data.draw(_instances(msgspec.inspect.type_info(kind)))  # type: ignore[arg-type]
+    frame = value.to_frame(3) if isinstance(value, Request) else value.reply(REQUEST)
+    assert kind.from_frame(decode_frame(frame.encode())) == value
+
+
+# -- refusals -----------------------------------------------------------------------------
+@pytest.mark.parametrize(("frame", "kind", "says"), [
+    (_request(12, {"queueId": 1, "offset": 0}), PullRequest, "ext field 'topic' is required"),
+    (_request(12, {"topic": "t", "queueId": None, "offset": 0}), PullRequest,
+     "ext field 'queueId' is required"),
+    (_request(12, {"topic": "t", "queueId": "1", "offset": 0}), PullRequest,
+     "ext field 'queueId': expected `int`, got `str`"),
+    (_request(12, {"topic": "t", "queueId": True, "offset": 0}), PullRequest,
+     "ext field 'queueId': expected `int`, got `bool`"),
+    (_request(12, {"topic": "t", "queueId": -1, "offset": 0}), PullRequest,
+     "ext field 'queueId': expected `int` >= 0"),
+    (_request(12, {"topic": "t", "queueId": 1, "offset": 0, "maxMsgs": 257}), PullRequest,
+     "ext field 'maxMsgs': expected `int` <= 256"),
+    (_request(12, {"topic": "t", "queueId": 1, "offset": 0, "tagHashes": [1, "x"]}), PullRequest,
+     "ext field 'tagHashes' at [1]: expected `int`, got `str`"),
+    (_request(34, {"group": "g", "clientId": "", "topic": "t", "queues": [1]}), LockQueuesRequest,
+     "ext field 'clientId': expected `str` of length >= 1"),
+    (_request(34, {"group": "g", "clientId": "c", "topic": "t", "queues": []}), LockQueuesRequest,
+     "ext field 'queues': expected `array` of length >= 1"),
+    (_request(34, {"group": "g", "clientId": "c", "topic": "t", "queues": [1024]}), LockQueuesRequest,
+     "ext field 'queues' at [0]: expected `int` <= 1023"),
+    (_request(50, {"topic": "t", "perm": 5}), CreateTopicRequest, "ext field 'perm': invalid enum value 5"),
+    (_request(10), SendMessageRequest, "the body (message) is required"),
+    (_request(11, body=b"\x01"), SendBatchRequest, "the body (messages) is malformed: expected `array`"),
+    (_request(11, body=msgpack.packb([b"a", "b"])), SendBatchRequest,
+     "the body (messages) is malformed: expected `bytes`, got `str` - at `$[1]`"),
+    (_request(30, {"clientId": "c"}, body=b"\x01"), HeartbeatRequest,
+     "the body (subscriptions) is malformed"),
+])
+def test_a_wrong_field_is_refused_naming_it(frame: Frame, kind: type[Request], says: str) -> None:
+    with pytest.raises(FrameError) as caught:
+        kind.from_frame(frame)
+    assert caught.value.code is ResponseCode.INVALID_ARGUMENT
+    assert str(caught.value).startswith(says), str(caught.value)
+    reply = caught.value.response()  # the broker answers it as such, to the same opaque
+    assert reply is not None and reply.opaque == 7 and reply.code == ResponseCode.INVALID_ARGUMENT
+
+
+def test_nil_counts_as_absent_and_unknown_keys_are_ignored() -> None:
+    req = PullRequest.from_frame(_request(12, {"topic": "t", "queueId": 1, "offset": 0, "maxMsgs": None,
+                                               "sql": None, "newerField": 1}))
+    assert req == PullRequest(topic="t", queue_id=1, offset=0)
+    assert req.max_msgs == 32 and req.sql is None
+    # a nullable field sent as nil stays None (it is not "absent, so required")
+    nobody = _reply(ResponseCode.NOT_LEADER, {"leader": None, "leaderAddress": None})
+    assert NotLeaderResponse.from_frame(nobody) == NotLeaderResponse(leader=None, leader_address=None)
+
+
+def test_the_body_field_cannot_be_sent_as_an_ext_field() -> None:
+    with pytest.raises(FrameError, match=r"the body \(messages\) is required"):
+        SendBatchRequest.from_frame(_request(11, {"messages": [b"smuggled"]}))
+    sent = _request(62, {"group": "g", "message": b"x"}, oneway=True)  # a key like another class's body
+    assert NotifyConsumersChanged.from_frame(sent) == NotifyConsumersChanged(group="g")
+
+
+def test_a_brokers_send_batch_rows_without_a_position_still_read() -> None:
+    rows = SendBatchResponse.from_frame(_reply(body=msgpack.packb([[0, 1, 7, ""]]))).rows
+    assert rows == (SendRow(0, 1, 7, "", -1),)
+
+
+def test_the_leaderless_mark_of_any_read() -> None:
+    assert LeaderlessMark.read(_reply(NOT_FOUND, {"nextOffset": 1, "leaderless": True}))
+    assert not LeaderlessMark.read(_reply(ext={"minOffset": 0, "maxOffset": 1}))
+    assert not LeaderlessMark.read(_reply(ext={"leaderless": "yes"}))  # malformed: not set
+
+
+def test_the_wire_benchmark_runs() -> None:
+    from raftmq.bench_wire import steps
+    for work in steps(4, 16).values():
+        work()

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from client.aio.connection import ConnectionPool
-from protocol.remoting import RequestCode, ResponseCode
+from protocol.remoting import ResponseCode
+from protocol.topic import CreateTopicRequest
 from tests.security.namesrv_cluster import http_json, local_cluster, raftmq
 from tests.support.procs import wait_until
 
@@ -62,8 +63,7 @@ async def create_topics(leader: str, topics: list[str], in_flight: int = 256) ->
 
     async def create(topic: str) -> None:
         async with gate:
-            reply = await pool.request(leader, RequestCode.CREATE_TOPIC, {"topic": topic, "queues": 2},
-                                       timeout=60)
+            reply = await pool.request(leader, CreateTopicRequest(topic=topic, queues=2), timeout=60)
             assert reply.code == ResponseCode.SUCCESS, reply.remark
 
     try:

@@ -1,14 +1,14 @@
 """The records a leader puts in an entry batch, one typed dataclass per kind.
 
-Every record is a msgpack array whose first element says what it is. A stored
-message (``protocol.message_format``, which starts with its version ``1``) is a
-record as it is, so the ConsumeQueue can point at its bytes; a fragment carries
-a slice of a message too large for one entry; every other kind is an admin or
+A message record (``protocol.record_batch``: 1..N messages of one queue) starts with
+its kind byte ``2`` and is stored as it is, so the ConsumeQueue can point at its bytes.
+Every other record is a msgpack array whose first element says what it is: a fragment
+carries a slice of a record too large for one entry; every other kind is an admin or
 state command::
 
     kind  record                                                     effect at apply
     ----  ---------------------------------------------------------  ------------------------------
-       1  message (see message_format)                               stored in a queue
+       2  message record (see protocol.record_batch)                 stored in a queue
       20  [20, chain_id, number, total, slice] (see broker.fragments) one piece of a message too
                                                                      large for one entry; stored
                                                                      when its chain is complete
@@ -20,7 +20,8 @@ state command::
      130  [130, group, client_id, topic, queue_id, lock]             take (lock true) or give back a
                                                                      queue's consume lock (orderly)
 
-Kinds 1..19 are kept for message format versions. A fragment is always the only
+Kinds 1..19 are kept for message format versions (1, a msgpack message of one, is no
+longer read: a store of that format is refused at start). A fragment is always the only
 record of its entry.
 
 Only the leader creates records (after validating the request); the apply step
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 
 import msgpack
 
+from protocol.record_batch import RECORD_KIND
 from protocol.topic import Perm
 
 __all__ = [
@@ -53,7 +55,7 @@ __all__ = [
 
 
 class RecordKind(enum.IntEnum):
-    MESSAGE = 1
+    MESSAGE = RECORD_KIND
     FRAGMENT = 20
     CREATE_TOPIC = 100
     DELETE_TOPIC = 101
@@ -113,6 +115,8 @@ def record_kind(record: bytes) -> int | None:
     if not record:
         return None
     head = record[0]
+    if head == RECORD_KIND:
+        return RECORD_KIND
     if 0x91 <= head <= 0x9F or head in (0xDC, 0xDD):  # an array
         start = 1 if head <= 0x9F else (3 if head == 0xDC else 5)
         if len(record) > start:

@@ -1,38 +1,40 @@
 """ConsumeQueue: the files of one (topic, queue id) -- append, trim, truncate, look up.
 
-The units and the files they are stored in are drawn in ``broker/consume_queue_layout.py``.
-This module keeps a queue's files::
+The units (one per record) and the files they are stored in are drawn in
+``broker/consume_queue_layout.py``. This module keeps a queue's files::
 
     consumequeue/<topic directory>/<queue_id>/
-      00000000000000000000   [u0][u1][u2][u3]     full            (closed between reads)
-      00000000000000000004   [u4][u5][u6][u7]     full
-      00000000000000000008   [u8][u9]             last: open, appended to
-                                     ▲ max_offset = 10
+      00000000000000000000   [u][u][u][u]     full            (closed between reads)
+      00000000000000000211   [u][u][u][u]     full
+      00000000000000000450   [u][u]           last: open, appended to
+                                       ▲ max_offset: the last unit's base + count
+
+A queue offset is found with a binary search: over the files by name, then over the
+units of one file by base offset (``_locate``; the offset after the last read is
+remembered, as consumers read on from there).
 
 Determinism: the units are derived from committed CommitLog entries by the broker's
-apply step, so replicas that apply the same entries must hold the same bytes. Nothing
-here depends on anything but the appended values: a new file is created by the append
-that needs it, and truncation deletes a file it empties (except the first, which keeps
-``min_offset``). There is always at least one file; a new queue starts with an empty
-file named by its start offset (0, or N for a queue restored from a snapshot).
+apply step, so replicas that apply the same entries hold the same bytes. A new file is
+created by the append that needs it; truncation deletes the files it empties (except
+the first, which keeps ``min_offset`` in its name). There is always at least one file.
 
 Recovery on open: a trailing partial unit (a torn write) is cut, and so are trailing
-all-zero units, and an empty last file after a full one is deleted. Anything else that
-is not the layout -- a file after the first whose name is not a multiple of
-``units_per_file``, a gap in the names, a file before the last that is not full, a file
-holding more than its span -- raises ConsumeQueueCorrupt.
+all-zero units, and an empty last file after another is deleted. Anything else that is
+not the layout -- a file whose name is not where the file before ends, a file before
+the last that is not full, a file holding more than ``units_per_file`` units, a first
+unit whose base is not its file's name -- raises ConsumeQueueCorrupt.
 
 Durability: appends land in the page cache; ``flush`` fsyncs every file written or
 truncated since the last flush, and the directory if files were created or deleted.
-``close`` does not flush.
-
-Descriptors: only the last file is kept open; a read of an older file opens it for the
-call (a broker has many queues, each with many files).
+``close`` does not flush. Only the last file is kept open; a read of an older file
+opens it for the call.
 """
 
 from __future__ import annotations
 
+import bisect as bisection
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,28 +44,16 @@ from broker.consume_queue_layout import (
     UNIT,
     UNIT_SIZE,
     CqUnit,
+    cq_file_name,
     encode_units,
     topic_directory,
     used_units,
 )
-from dledger.file_run import FileRun, FileRunStore
-from dledger.numbered_files import pread_full
+from dledger.numbered_files import PendingSync, close_quietly, numbered_files, pread_full, pwrite_all
 
-# CqUnit and topic_directory are named from here by the apply step and the pull path.
-__all__ = [
-    "FILTER_SCAN_FACTOR",
-    "ConsumeQueue",
-    "ConsumeQueueCorrupt",
-    "CqRead",
-    "CqUnit",
-    "OffsetOutOfRange",
-    "topic_directory",
-]
+__all__ = ["ConsumeQueue", "ConsumeQueueCorrupt", "CqRead", "CqUnit", "OffsetOutOfRange", "topic_directory"]
 
-FILTER_SCAN_FACTOR = 8
-"""A filtered ``read`` of ``max_units`` scans at most ``max_units * FILTER_SCAN_FACTOR`` units."""
-
-_RECOVER_CHUNK = 4096  # units read at a time when looking for the valid end on open
+Unit = tuple[int, int, int, int, int, int, int]
 
 
 class ConsumeQueueCorrupt(Exception):
@@ -71,8 +61,7 @@ class ConsumeQueueCorrupt(Exception):
 
 
 class OffsetOutOfRange(ValueError):
-    """A queue offset outside what the queue holds; carries the range at the time of the call,
-    so a caller can answer "offset too small" / "overflow" without a second, racy look."""
+    """A queue offset outside what the queue holds; carries the range at the time of the call."""
 
     def __init__(self, what: str, offset: int, min_offset: int, max_offset: int) -> None:
         super().__init__(f"{what}: queue offset {offset} is out of range "
@@ -84,46 +73,55 @@ class OffsetOutOfRange(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class CqRead:
-    """What ``read`` found: (queue offset, unit) pairs in offset order, and where to go on.
+    """What ``read`` found: units in offset order (the first holds the offset read from),
+    and the offset after the last of them (the offset read from when there were none)."""
 
-    ``next_offset`` is the offset after the last unit scanned (matched or skipped by
-    the tag filter); it equals the offset read from only when there was nothing to scan.
-    """
-
-    units: list[tuple[int, CqUnit]]
+    units: list[CqUnit]
     next_offset: int
 
 
-class ConsumeQueue(FileRunStore):
+class _File:
+    __slots__ = ("end", "fd", "path", "start", "units")
+
+    def __init__(self, start: int, path: Path, fd: int = -1, units: int = 0, end: int | None = None) -> None:
+        self.start = start  # base offset of its first unit (its name)
+        self.end = start if end is None else end  # offset after its last unit
+        self.path = path
+        self.fd = fd
+        self.units = units
+
+
+class ConsumeQueue:
     """The units of one (topic, queue id), in ``directory``.
 
-    Thread-safety: one internal lock guards every public method, so the apply
-    thread may append while any other threads read. ``bisect`` calls its ``key``
-    without the lock held. ``flush`` syncs outside the lock, and concurrent
-    flushes are serialised so that when one returns, everything appended before
-    it was called is durable. Methods raise ValueError after ``close``.
+    Thread-safety: one internal lock guards every public method, so the apply thread may
+    append while other threads read; ``bisect`` calls its ``key`` without it. Methods
+    raise ValueError after ``close``.
     """
 
     def __init__(self, directory: Path, units_per_file: int = DEFAULT_UNITS_PER_FILE,
                  start_offset: int = 0) -> None:
-        """Open the queue in ``directory`` (created, with an empty first file at
-        ``start_offset``, if it has none).
-
-        Raises ValueError if ``units_per_file`` < 1, ConsumeQueueCorrupt (see the module
-        docstring), OSError from the file system.
-        """
+        """Open the queue in ``directory`` (created, with an empty first file named
+        ``start_offset``, if it has none). Raises ValueError if ``units_per_file`` < 1,
+        ConsumeQueueCorrupt, OSError."""
         if units_per_file < 1:
             raise ValueError(f"units_per_file must be >= 1, not {units_per_file}")
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
         self._upf = units_per_file
-        self._run = FileRun(directory, units_per_file, UNIT_SIZE, keep_open=False,
-                            corrupt=ConsumeQueueCorrupt, what="consume queue file",
-                            span_name="units_per_file", closed_error=f"ConsumeQueue {directory} is closed")
-        self._lock = self._run.lock
-        self._files = self._run.files
-        with self._run.closed_on_error():
+        self._lock = threading.Lock()
+        self._files: list[_File] = []
+        self._pending: PendingSync[_File] = PendingSync(self.directory)
+        self._flushing = threading.Lock()
+        self._closed = False
+        self._hint = (-1, -1, -1)  # (offset, file start, unit index) of the last read's end
+        try:
             self._open_existing()
             if not self._files:
-                self._run.create(start_offset)
+                self._create(start_offset)
+        except BaseException:
+            close_quietly(f.fd for f in self._files if f.fd >= 0)
+            raise
 
     # -- properties ----------------------------------------------------------------
     @property
@@ -131,202 +129,303 @@ class ConsumeQueue(FileRunStore):
         return self._upf
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
     def min_offset(self) -> int:
-        """The first offset held: the first file's start (moves with ``delete_before``)."""
         with self._lock:
             return self._files[0].start
 
     @property
     def max_offset(self) -> int:
-        """The offset the next ``append`` must use (one past the last unit)."""
+        """The offset the next record's first message gets."""
         with self._lock:
-            return self._run.end
+            return self._files[-1].end
 
     def __len__(self) -> int:
+        """Messages held."""
         with self._lock:
-            return self._run.end - self._files[0].start
+            return self._files[-1].end - self._files[0].start
 
     # -- writing ---------------------------------------------------------------------
-    def append(self, offset: int, position: int, size: int, tag_hash: int) -> None:
-        """Write the unit of queue offset ``offset``, which must be ``max_offset``.
-
-        Raises ValueError if ``offset`` is not ``max_offset`` (the apply step passes
-        the offset it assigned, so a mismatch is a bug, not something to paper over),
-        or if ``position`` < 0, ``size`` is not in 1..2**31-1 or ``tag_hash`` is not an
-        i64; OSError from the file system (the unit is then not written).
-        """
-        self.append_many(offset, [(position, size, tag_hash)])
-
-    def append_many(self, offset: int, units: list[tuple[int, int, int]]) -> None:
-        """``append`` each (position, size, tag hash) of ``units`` from queue offset ``offset``
-        on, with one write per file touched. All are checked before any is written; on
-        an OSError the units of the failed write are not written (earlier files' are)."""
+    def append_many(self, offset: int, units: list[Unit]) -> None:
+        """Append ``units`` (each (position, size, count, tag kind, base, store ms, tag)),
+        the first at base ``offset``, which must be ``max_offset``. All are checked before
+        any is written (ValueError); OSError: the failed file's write is not kept."""
+        if units and units[0][4] != offset:
+            raise ValueError(f"the first unit's base {units[0][4]} is not {offset}")
         data = memoryview(encode_units(units))
         with self._lock:
-            self._run.check_open()
-            expected = self._run.end
-            if offset != expected:
+            self._check_open()
+            if offset != self._files[-1].end:
                 raise ValueError(f"append at queue offset {offset} in {self.directory}, "
-                                 f"but the next offset is {expected}")
-            done = 0
-            while done < len(data):
+                                 f"but the next offset is {self._files[-1].end}")
+            i = 0
+            while i < len(units):
                 last = self._files[-1]
-                room = (last.end - last.start) * UNIT_SIZE - last.length
-                if room == 0:
-                    last, room = self._run.roll(), (self._upf * UNIT_SIZE)
-                n = min(room, len(data) - done)
-                self._run.write_at_end(last, data[done:done + n])
-                done += n
+                if last.units == self._upf:
+                    last = self._roll(units[i][4])
+                n = min(self._upf - last.units, len(units) - i)
+                pwrite_all(last.fd, data[i * UNIT_SIZE:(i + n) * UNIT_SIZE], last.units * UNIT_SIZE,
+                           restore_length=last.units * UNIT_SIZE)
+                self._pending.wrote(last)
+                last.units += n
+                last.end = units[i + n - 1][4] + units[i + n - 1][2]
+                i += n
 
     def truncate_from(self, offset: int) -> None:
-        """Drop the units at ``offset`` and after (durable at the next ``flush``).
-
-        Files left empty are deleted, except the first. Raises OffsetOutOfRange if
-        ``offset`` is not in [min_offset, max_offset].
-        """
+        """Drop the units from the one whose base is ``offset`` on (durable at the next
+        ``flush``). Raises OffsetOutOfRange unless ``offset`` is a unit's base or the end."""
         with self._lock:
-            self._run.check_open()
-            low, high = self._files[0].start, self._run.end
+            self._check_open()
+            low, high = self._files[0].start, self._files[-1].end
             if not low <= offset <= high:
                 raise OffsetOutOfRange("truncate_from", offset, low, high)
-            if offset < high:
-                f = self._run.truncate_at(offset)
-                if f.length == 0 and len(self._files) > 1:
-                    self._drop_empty_last()
+            if offset == high:
+                return
+            k, i = self._locate(offset)
+            f = self._files[k]
+            if self._unit(f, i).base != offset:
+                raise OffsetOutOfRange("truncate_from (inside a record)", offset, low, high)
+            for g in self._files[k + 1:]:
+                self._delete(g)
+            del self._files[k + 1:]
+            if i == 0 and k > 0:
+                self._delete(f)
+                self._files.pop()
+                f = self._files[-1]
+            else:
+                if f.fd < 0:
+                    f.fd = os.open(f.path, os.O_RDWR)
+                os.ftruncate(f.fd, i * UNIT_SIZE)
+                self._pending.wrote(f)
+                f.units, f.end = i, offset
+            if f.fd < 0:
+                f.fd = os.open(f.path, os.O_RDWR)
+            self._hint = (-1, -1, -1)
 
     def delete_before(self, offset: int) -> list[int]:
-        """Delete the files whose units all lie before ``offset``; never the last file.
-
-        Whole files only: ``min_offset`` becomes the start of the first file kept.
-        Returns the first offsets of the deleted files, oldest first.
-        """
+        """Delete the files whose messages all lie before ``offset``; never the last file.
+        Returns the deleted files' first offsets, oldest first."""
         with self._lock:
-            self._run.check_open()
-            return self._run.delete_before(offset)
+            self._check_open()
+            deleted = []
+            while len(self._files) > 1 and self._files[0].end <= offset:
+                f = self._files.pop(0)
+                self._delete(f)
+                deleted.append(f.start)
+            return deleted
 
     # -- reading ---------------------------------------------------------------------
     def get(self, offset: int) -> CqUnit:
-        """The unit at ``offset``. Raises OffsetOutOfRange unless min_offset <= offset < max_offset."""
+        """The unit holding ``offset``. Raises OffsetOutOfRange unless min <= offset < max."""
         with self._lock:
-            self._run.check_open()
-            low, high = self._files[0].start, self._run.end
-            if not low <= offset < high:
-                raise OffsetOutOfRange("get", offset, low, high)
-            return CqUnit(*UNIT.unpack(self._read_units(offset, 1)))
+            self._check_open()
+            self._check_in(offset, "get")
+            k, i = self._locate(offset)
+            return self._unit(self._files[k], i)
 
-    def read(self, offset: int, max_units: int, tag_hashes: frozenset[int] | None = None) -> CqRead:
-        """Up to ``max_units`` units from ``offset`` on, with the offset to continue from.
-
-        With ``tag_hashes``, units whose tag hash is not in it are skipped, and at most
-        ``max_units * FILTER_SCAN_FACTOR`` units are scanned, so a selective filter
-        returns fewer units (possibly none) with ``next_offset`` moved past the scanned
-        ones rather than scanning to the end. Reading at ``max_offset`` returns no units
-        and ``next_offset == offset``.
-
-        Raises ValueError if ``max_units`` < 1, OffsetOutOfRange unless
-        min_offset <= offset <= max_offset.
-        """
+    def read(self, offset: int, max_units: int) -> CqRead:
+        """Up to ``max_units`` units from the one holding ``offset`` on. Reading at
+        ``max_offset`` returns none. Raises ValueError if ``max_units`` < 1,
+        OffsetOutOfRange unless min_offset <= offset <= max_offset."""
         if max_units < 1:
             raise ValueError(f"max_units must be >= 1, not {max_units}")
-        scan = max_units if tag_hashes is None else max_units * FILTER_SCAN_FACTOR
         with self._lock:
-            self._run.check_open()
-            low, high = self._files[0].start, self._run.end
+            self._check_open()
+            low, high = self._files[0].start, self._files[-1].end
             if not low <= offset <= high:
                 raise OffsetOutOfRange("read", offset, low, high)
-            end = min(high, offset + scan)
-            units: list[tuple[int, CqUnit]] = []
-            cur = offset
-            while cur < end:
-                n = min(end, self._run.file_of(cur).end) - cur
-                data = self._read_units(cur, n)
-                for i, (position, size, tag) in enumerate(UNIT.iter_unpack(data)):
-                    if tag_hashes is None or tag in tag_hashes:
-                        units.append((cur + i, CqUnit(position, size, tag)))
-                        if len(units) == max_units:
-                            return CqRead(units, cur + i + 1)
-                cur += n
-            return CqRead(units, cur)
+            if offset == high:
+                return CqRead([], offset)
+            k, i = self._locate(offset)
+            units: list[CqUnit] = []
+            while k < len(self._files) and len(units) < max_units:
+                f = self._files[k]
+                n = min(f.units - i, max_units - len(units))
+                data = self._read_units(f, i, n)
+                units.extend(CqUnit(p, s, c, kind, b, t, tag)
+                             for p, s, c, kind, _, b, t, tag in UNIT.iter_unpack(data))
+                i += n
+                if i == f.units:
+                    k, i = k + 1, 0
+            end = units[-1].end
+            if k < len(self._files):
+                self._hint = (end, self._files[k].start, i)
+            return CqRead(units, end)
 
     def bisect(self, key: Callable[[CqUnit], int], target: int) -> int:
-        """The smallest offset whose ``key(unit) >= target`` (``max_offset`` if none).
-
-        ``key`` must be non-decreasing over the offsets (a CommitLog position, a store
-        time the broker looks up). Binary search: O(log n) unit reads and ``key`` calls.
-        ``key`` is called without the lock held, so a slow one (a CommitLog read) does
-        not block appends; units deleted or truncated meanwhile count as below / above
-        the target, so the answer is right for the queue as it is when the search ends.
-        Exceptions from ``key`` propagate.
-        """
+        """The first queue offset of the first unit whose ``key(unit) >= target``
+        (``max_offset`` if none). ``key`` must be non-decreasing over the units (a store
+        time, a position); it is called without the lock held. Units deleted or truncated
+        meanwhile count as below / above the target."""
         with self._lock:
-            self._run.check_open()
-            lo, hi = self._files[0].start, self._run.end
+            self._check_open()
+            files = [(f, f.units) for f in self._files]
+        ordinals = [0]
+        for _, n in files:
+            ordinals.append(ordinals[-1] + n)
+        lo, hi = 0, ordinals[-1]
         while lo < hi:
             mid = (lo + hi) // 2
+            f, _ = files[bisection.bisect_right(ordinals, mid) - 1]
+            i = mid - ordinals[bisection.bisect_right(ordinals, mid) - 1]
             with self._lock:
-                self._run.check_open()
-                if mid < self._files[0].start:
-                    below = True
-                elif mid >= self._run.end:
-                    below = False
-                else:
-                    unit = CqUnit(*UNIT.unpack(self._read_units(mid, 1)))
-                    below = None
-            if below is None:
-                below = key(unit) < target
+                self._check_open()
+                gone = f not in self._files
+                unit = None if gone or i >= f.units else self._unit(f, i)
+            below = gone if unit is None else key(unit) < target
             if below:
                 lo = mid + 1
             else:
                 hi = mid
         with self._lock:
-            return min(max(lo, self._files[0].start), self._run.end)
+            if lo >= ordinals[-1]:
+                return self._files[-1].end
+            k = bisection.bisect_right(ordinals, lo) - 1
+            f, i = files[k][0], lo - ordinals[k]
+            if f not in self._files:
+                return self._files[0].start
+            return self._unit(f, i).base if i < f.units else self._files[-1].end
 
     def offset_for_position(self, position: int) -> int:
-        """The smallest offset whose CommitLog position is >= ``position`` (``max_offset`` if none)."""
+        """The first offset of the first record at CommitLog ``position`` or after
+        (``max_offset`` if none)."""
         return self.bisect(lambda unit: unit.position, position)
 
-    # -- internals -------------------------------------------------------------------
-    def _read_units(self, offset: int, count: int) -> bytes:
-        """The bytes of ``count`` units from ``offset``, all in one file (lock held)."""
-        f = self._run.file_of(offset)
-        size, at = count * UNIT_SIZE, (offset - f.start) * UNIT_SIZE
-        data = self._run.pread(f, size, at)
+    # -- durability ------------------------------------------------------------------
+    def flush(self) -> bool:
+        """fsync what changed since the last flush; True if anything was synced."""
+        with self._flushing:
+            with self._lock:
+                self._check_open()
+                if not self._pending:
+                    return False
+                batch = self._pending.take(
+                    lambda f: os.dup(f.fd) if f.fd >= 0 else os.open(f.path, os.O_RDONLY))
+            try:
+                batch.sync()
+            except BaseException:
+                with self._lock:
+                    self._pending.put_back(batch, self._files)
+                raise
+            return True
+
+    def close(self) -> None:
+        """Close the files (waits for a flush in progress; does not flush). Idempotent."""
+        with self._flushing, self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            close_quietly(f.fd for f in self._files if f.fd >= 0)
+            for f in self._files:
+                f.fd = -1
+
+    # -- internals (lock held) ----------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"ConsumeQueue {self.directory} is closed")
+
+    def _check_in(self, offset: int, what: str) -> None:
+        low, high = self._files[0].start, self._files[-1].end
+        if not low <= offset < high:
+            raise OffsetOutOfRange(what, offset, low, high)
+
+    def _locate(self, offset: int) -> tuple[int, int]:
+        """(file index, unit index) of the unit holding ``offset`` (min <= offset < max)."""
+        hint_offset, hint_start, hint_unit = self._hint
+        starts = [f.start for f in self._files]
+        if hint_offset == offset:
+            k = bisection.bisect_left(starts, hint_start)
+            if k < len(starts) and starts[k] == hint_start and hint_unit < self._files[k].units:
+                return k, hint_unit
+        k = bisection.bisect_right(starts, offset) - 1
+        while self._files[k].units == 0:  # an empty file holds nothing: the one before
+            k -= 1
+        f = self._files[k]
+        lo, hi = 0, f.units - 1
+        while lo < hi:  # the last unit whose base <= offset
+            mid = (lo + hi + 1) // 2
+            if self._unit(f, mid).base <= offset:
+                lo = mid
+            else:
+                hi = mid - 1
+        return k, lo
+
+    def _unit(self, f: _File, i: int) -> CqUnit:
+        p, s, c, kind, _, b, t, tag = UNIT.unpack(self._read_units(f, i, 1))
+        return CqUnit(p, s, c, kind, b, t, tag)
+
+    def _read_units(self, f: _File, i: int, n: int) -> bytes:
+        size, at = n * UNIT_SIZE, i * UNIT_SIZE
+        if f.fd >= 0:
+            data = pread_full(f.fd, size, at)
+        else:
+            fd = os.open(f.path, os.O_RDONLY)
+            try:
+                data = pread_full(fd, size, at)
+            finally:
+                os.close(fd)
         if len(data) != size:
             raise ConsumeQueueCorrupt(f"consume queue file {f.path} is shorter than expected: "
                                       f"{size} bytes at {at}")
         return data
 
+    def _create(self, start: int) -> _File:
+        path = self.directory / cq_file_name(start)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        f = _File(start, path, fd)
+        self._files.append(f)
+        self._pending.entries_changed()
+        return f
+
+    def _roll(self, start: int) -> _File:
+        old = self._files[-1]
+        if old.fd >= 0:
+            os.close(old.fd)
+            old.fd = -1
+        return self._create(start)
+
+    def _delete(self, f: _File) -> None:
+        self._pending.deleted(f)
+        if f.fd >= 0:
+            os.close(f.fd)
+            f.fd = -1
+        f.path.unlink(missing_ok=True)
+
     def _open_existing(self) -> None:
         """Adopt the files on disk and recover the end of the last (module docstring)."""
-        self._run.adopt_existing(aligned_first=False)
-        for f in self._files[:-1]:
-            full = (f.end - f.start) * UNIT_SIZE
-            if f.length != full:
-                raise ConsumeQueueCorrupt(f"consume queue file {f.path} has {f.length} bytes but is not "
-                                          f"the last file, so it must be full ({full} bytes)")
-        while self._files:
-            last = self._files[-1]
-            valid = _valid_units(last.fd, last.length // UNIT_SIZE) * UNIT_SIZE
-            if valid != last.length:
-                self._run.set_length(last, valid)
-            if valid or len(self._files) == 1:
-                return
-            self._drop_empty_last()
-
-    def _drop_empty_last(self) -> None:
-        """Delete the empty last file; the one before becomes the last (opened)."""
-        self._run.delete_from(len(self._files) - 1)
-        prev = self._files[-1]
-        prev.fd = os.open(prev.path, os.O_RDWR)
-
-
-def _valid_units(fd: int, units: int) -> int:
-    """How many leading units of the file to keep: up to the last one with a size > 0."""
-    end = units
-    while end > 0:
-        n = min(_RECOVER_CHUNK, end)
-        used = used_units(pread_full(fd, n * UNIT_SIZE, (end - n) * UNIT_SIZE))
-        if used:
-            return end - n + used
-        end -= n
-    return 0
+        found = numbered_files(self.directory)
+        for n, (start, path) in enumerate(found):
+            f = _File(start, path, os.open(path, os.O_RDWR))
+            self._files.append(f)
+            length = os.fstat(f.fd).st_size
+            f.units = length // UNIT_SIZE
+            if n < len(found) - 1 and length != self._upf * UNIT_SIZE:
+                raise ConsumeQueueCorrupt(f"consume queue file {path} has {length} bytes but is not "
+                                          f"the last file, so it must be full ({self._upf * UNIT_SIZE})")
+            if f.units > self._upf:
+                raise ConsumeQueueCorrupt(f"consume queue file {path} holds more than units_per_file "
+                                          f"{self._upf} units")
+            if n == len(found) - 1:
+                f.units = used_units(pread_full(f.fd, f.units * UNIT_SIZE, 0))
+                if f.units * UNIT_SIZE != length:
+                    os.ftruncate(f.fd, f.units * UNIT_SIZE)
+                    self._pending.wrote(f)
+            if f.units:
+                first, final = self._unit(f, 0), self._unit(f, f.units - 1)
+                if first.base != start:
+                    raise ConsumeQueueCorrupt(f"consume queue file {path} starts with offset {first.base}")
+                f.end = final.end
+            if n < len(found) - 1:
+                os.close(f.fd)
+                f.fd = -1
+            if n and start != self._files[-2].end:
+                raise ConsumeQueueCorrupt(f"consume queue files in {self.directory} are not contiguous: "
+                                          f"{self._files[-2].path.name} ends at {self._files[-2].end}, "
+                                          f"the next is {path.name}")
+        if len(self._files) > 1 and self._files[-1].units == 0:
+            self._delete(self._files.pop())
+            prev = self._files[-1]
+            prev.fd = os.open(prev.path, os.O_RDWR)

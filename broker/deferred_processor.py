@@ -13,7 +13,7 @@ import msgspec
 from broker.fragments import MessageGone, read_message_at
 from broker.send_processor import OUTCOME_CODE, written
 from protocol.deferred import EndTransactionRequest, EndTransactionResponse, SendBackRequest, SendBackResponse
-from protocol.message_format import MessageFormatError, decode_message, encode_message
+from protocol.message_format import MessageFormatError, encode_message, message_at
 from protocol.names import validate_group
 from protocol.remoting import Frame, FrameError, ResponseCode
 
@@ -36,7 +36,8 @@ class DeferredProcessor:
         req = SendBackRequest.from_frame(frame)
         group, position, max_times = validate_group(req.group), req.position, req.max_reconsume_times
         try:
-            stored = decode_message(read_message_at(self._server.rlog.commitlog, position))
+            record, at = read_message_at(self._server.rlog.commitlog, position)
+            stored = message_at(record, position - at)
         except (MessageGone, MessageFormatError, ValueError) as e:
             raise FrameError(ResponseCode.INVALID_ARGUMENT,
                              f"no message at position {position}: {e}") from None

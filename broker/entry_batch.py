@@ -7,11 +7,14 @@ timestamps from the entry alone (a deterministic apply).
 
 Layout (msgpack array)::
 
-    [ version = 1, store_timestamp_ms, [ message_bytes, ... ] ]
+    [ version = 2, store_timestamp_ms, [ record_bytes, ... ] ]
 
-``message_bytes`` are the batch's records, opaque here: encoded messages, admin
-commands, or a fragment (``broker.commands`` tells them apart by their first
-element). A packed entry never exceeds ``MAX_ENTRY_BYTES`` (which keeps pysyncobj
+``record_bytes`` are the batch's records, opaque here: message records
+(``protocol.record_batch``), admin commands, or a fragment (``broker.commands`` tells
+them apart by their first byte). Version 2: the records of messages are batches;
+entries of version 1 are not read (a store of that format is refused at start).
+
+A packed entry never exceeds ``MAX_ENTRY_BYTES`` (which keeps pysyncobj
 away from its broken chunked transmission); a single record that cannot fit raises
 ``MessageTooLarge``. A message larger than ``max_message_bytes()`` is not packed:
 the WritePath splits it into a chain of fragments (``broker.fragments``), each
@@ -38,7 +41,7 @@ __all__ = [
     "unpack_entry",
 ]
 
-VERSION = 1
+VERSION = 2
 _OVERHEAD = 16  # outer array 1, version 1, uint64 timestamp 9, inner array header <= 5
 
 
@@ -98,7 +101,7 @@ def unpack_entry(payload: bytes) -> EntryBatch:
         raise ValueError(f"not an entry batch: {e}") from None
     if version != VERSION or not isinstance(stamp, int) or not all(
             isinstance(m, bytes) for m in messages):
-        raise ValueError("not an entry batch of version 1")
+        raise ValueError(f"not an entry batch of version {VERSION}")
     return EntryBatch(stamp, tuple(messages))
 
 
@@ -119,7 +122,7 @@ def read_records(payload: bytes) -> tuple[int, list[tuple[int, bytes]]]:
     unpacker.feed(payload)
     try:
         if unpacker.read_array_header() != 3 or unpacker.unpack() != VERSION:
-            raise ValueError("not an entry batch of version 1")
+            raise ValueError(f"not an entry batch of version {VERSION}")
         stamp = unpacker.unpack()
         count = unpacker.read_array_header()
         records = []
@@ -132,7 +135,7 @@ def read_records(payload: bytes) -> tuple[int, list[tuple[int, bytes]]]:
     except (msgpack.OutOfData, msgpack.UnpackException, msgpack.ExtraData) as e:
         raise ValueError(f"not an entry batch: {e!r}") from None
     if not isinstance(stamp, int) or unpacker.tell() != len(payload):
-        raise ValueError("not an entry batch of version 1")
+        raise ValueError(f"not an entry batch of version {VERSION}")
     return stamp, records
 
 

@@ -46,10 +46,11 @@ A pending chain lives only in memory: the checkpoint records the applied index
 as the entry before the chain's fragment 0, so a restart re-applies the chain
 from its start (no state changed in between).
 
-Reading: ``read_message(commitlog, position, size)`` returns a message's bytes
+Reading: ``read_message(commitlog, position, size)`` returns a record's bytes
 from its ConsumeQueue unit -- one read when they lie in one entry, else slice 0
 and the slices of the following entries; ``read_message_at(commitlog, position)``
-does the same from a position alone (an IndexFile hit).
+finds the record holding a message's position (an IndexFile hit: the record's
+position plus the message's index in it).
 """
 
 from __future__ import annotations
@@ -197,11 +198,12 @@ def read_message(commitlog: CommitLog, position: int, size: int) -> bytes:
     return b"".join(parts)
 
 
-def read_message_at(commitlog: CommitLog, position: int) -> bytes:
-    """The bytes of the message starting at ``position`` (an IndexFile hit), whole.
+def read_message_at(commitlog: CommitLog, position: int) -> tuple[bytes, int]:
+    """The record holding the message at ``position`` (an IndexFile hit, a send-back: a
+    record's position plus the message's index in it), whole, and the record's position.
 
-    Raises MessageGone if the position is no longer retained, ValueError if no
-    message starts there.
+    Raises MessageGone if the position is no longer retained, ValueError if no record
+    holds a message there.
     """
     found = commitlog.entry_containing(position)
     if found is None:
@@ -209,17 +211,19 @@ def read_message_at(commitlog: CommitLog, position: int) -> bytes:
     index, start = found
     entry = commitlog.entry(index)
     if entry.kind == EntryKind.DATA:
-        rel = position - start - HEADER_SIZE
+        body_at = start + HEADER_SIZE
+        rel = position - body_at
         _, spans = locate_messages(entry.body)
         for offset, length in spans:
             if offset <= rel < offset + length:
                 record = entry.body[offset:offset + length]
                 kind = record_kind(record)
-                if kind == RecordKind.MESSAGE and offset == rel:
-                    return record
+                if kind == RecordKind.MESSAGE:
+                    return record, body_at + offset
                 if kind == RecordKind.FRAGMENT:
                     fragment = parse_fragment(record)
-                    if fragment.number == 0 and offset + fragment.offset == rel:
-                        return read_message(commitlog, position, fragment.total)
+                    if fragment.number == 0 and offset + fragment.offset <= rel:
+                        at = body_at + offset + fragment.offset
+                        return read_message(commitlog, at, fragment.total), at
                 break
-    raise ValueError(f"no message starts at position {position}")
+    raise ValueError(f"no message at position {position}")

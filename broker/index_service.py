@@ -114,21 +114,29 @@ class IndexService:
         take them all. Returns the number of entries put. Raises ValueError if there
         are more keys than a file holds, or ``position`` < 0; OSError.
         """
-        unique = [k for k in dict.fromkeys(keys) if k]
-        if not unique:
-            return 0
-        if len(unique) > self._index_num - 1:
-            raise ValueError(f"{len(unique)} keys for one message, more than an index file holds "
-                             f"({self._index_num - 1})")
+        return self.put_messages([(keys, position)], ts_ms)
+
+    def put_messages(self, messages: Iterable[tuple[Iterable[str], int]], ts_ms: int) -> int:
+        """``put_keys`` of each (keys, position) of ``messages`` -- a record's, in order --
+        under one lock. Returns the number of entries put."""
+        put = 0
         with self._lock:
             self._check_open()
-            if not self._files or not self._files[-1][1].put_many(unique, position, ts_ms):
-                f = self._roll()
-                while not f.put_many(unique, position, ts_ms):  # a small first file: the next is larger
-                    if f.index_num >= self._index_num:
-                        raise AssertionError(f"index file {f.path} refused a put it had room for")
+            for keys, position in messages:
+                unique = [k for k in dict.fromkeys(keys) if k]
+                if not unique:
+                    continue
+                if len(unique) > self._index_num - 1:
+                    raise ValueError(f"{len(unique)} keys for one message, more than an index file holds "
+                                     f"({self._index_num - 1})")
+                if not self._files or not self._files[-1][1].put_many(unique, position, ts_ms):
                     f = self._roll()
-        return len(unique)
+                    while not f.put_many(unique, position, ts_ms):  # a small first file: the next is larger
+                        if f.index_num >= self._index_num:
+                            raise AssertionError(f"index file {f.path} refused a put it had room for")
+                        f = self._roll()
+                put += len(unique)
+        return put
 
     def mark(self) -> tuple[int, IndexHeader] | None:
         """Where the index stands: (last file's sequence, its header); None if empty.

@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import sys
 from typing import Any
 
 from aiohttp import web
@@ -37,6 +38,7 @@ from broker.config import SECTIONS, read_broker_section
 from broker.registrar import Registrar
 from broker.server import AppliedSignal, BrokerServer
 from broker.state_machine import BrokerStateMachine
+from broker.store_format import StoreFormatError, check_store_format
 from dledger.applier import Applier
 from dledger.log import Log
 from dledger.replica_args import add_replica_arguments, open_replica, run_alone
@@ -89,6 +91,12 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     rlog, broker = open_replica(args, read_broker_section, sections=SECTIONS)
     config = rlog.config
+    try:
+        check_store_format(config.data_dir, rlog.commitlog.last_index > 0)
+    except (StoreFormatError, OSError) as e:
+        rlog.close()
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     machine = BrokerStateMachine(
         config.data_dir / "store", index_slots=broker.index_slots, index_entries=broker.index_entries,
         cq_units_per_file=broker.cq_units_per_file, segment_bytes=config.segment_bytes,

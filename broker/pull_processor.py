@@ -1,37 +1,41 @@
-"""PULL_MESSAGE: a page of one queue's messages, served by any replica from applied --
+"""PULL_MESSAGE: a page of one queue's records, served by any replica from applied --
 hence committed -- state, with a long poll, tag-hash and SQL92 filters::
 
     PullRequest: topic, queue id, offset, max messages (<= MAX_PULL), long poll (<= 30 s),
                  tag hashes (optional), SQL92 on properties (optional)
-    SUCCESS             PullResponse: rows (offset, CommitLog position, store ms, message),
-                        next offset, max offset, leaderless
+    SUCCESS             PullResponse: rows (base offset, CommitLog position, store ms, record
+                        as stored, SQL92 matches), next offset, max offset, leaderless
     PULL_NOT_FOUND      nothing at ``offset`` yet (after the long poll); next offset
     PULL_OFFSET_MOVED   ``offset`` is past the end, or below what retention kept: next offset
                         (and min offset) say where to go on
 
 (the layout: ``protocol.pull``)
 
-A page stops at ``PULL_BODY_BYTES`` of rows but holds at least one message. Messages the
-ConsumeQueue lists one after the other mostly share an entry, which is read once
-(``_EntryWindow``). A replica that knows no leader marks its answers ``leaderless`` and
-holds long polls at most ``LEADERLESS_SUSPEND_S``, so clients try another replica first.
+A page is whole records, from the one holding the offset asked for; it stops at the record
+that brings ``max messages`` from that offset, or at ``PULL_BODY_BYTES`` of rows, and
+holds at least one record. Records are never decoded here: a tag filter keeps a record
+when its unit's tag summary and then its tag-hash array say a message may match (the
+client drops the messages that do not); an SQL92 filter decodes only properties and
+lists the messages that matched. Records the ConsumeQueue lists one after the other
+mostly share an entry, which is read once (``_EntryWindow``). A replica that knows no
+leader marks its answers ``leaderless`` and holds long polls at most
+``LEADERLESS_SUSPEND_S``, so clients try another replica first.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from broker.entry_batch import read_stamp
+from broker.consume_queue_layout import TAG_BLOOM, CqUnit, bloom_bits, summary_may_match
 from broker.fragments import MessageGone, read_message
 from broker.metrics import BrokerMetrics
 from broker.state_machine import BrokerStateMachine
 from dledger.commitlog import CommitLog
-from dledger.entry_format import HEADER_SIZE
 from dledger.log import Log
-from protocol.message_format import MessageFormatError, decode_record
 from protocol.pull import MAX_PULL, MAX_SUSPEND_MS, PullRequest, PullResponse, PullRow
+from protocol.record_batch import MessageFormatError, read_header, record_properties
 from protocol.remoting import Frame, FrameError, ResponseCode
 from protocol.sql_filter import FilterSyntaxError, SqlFilter, compile_filter
 
@@ -43,13 +47,13 @@ __all__ = ["LEADERLESS_SUSPEND_S", "MAX_FILTER_SCAN", "MAX_PULL", "MAX_SUSPEND_M
 
 #: Longest long poll a replica that knows no leader holds (module docstring).
 LEADERLESS_SUSPEND_S = 0.5
-#: Most ConsumeQueue units one filtered pull looks at before answering (an empty page).
-MAX_FILTER_SCAN = 4096
+#: Most ConsumeQueue units (records) one filtered pull looks at before answering (an empty page).
+MAX_FILTER_SCAN = 1024
 #: A pull stops adding rows past this many body bytes (it always returns one message):
 #: with the largest default message, the response frame stays within DEFAULT_MAX_FRAME,
 #: which is what clients accept by default.
 PULL_BODY_BYTES = 4 * 1024 * 1024
-_ROW_OVERHEAD = 40  # msgpack of [offset, position, stamp, bin header]
+_ROW_OVERHEAD = 48  # msgpack of [offset, position, stamp, bin header, selected]
 
 
 class AppliedWaiter(Protocol):
@@ -96,15 +100,13 @@ class PullProcessor:
             return PullResponse(next_offset=low, min_offset=low).reply(frame, ResponseCode.PULL_OFFSET_MOVED)
         filtered = wanted_set is not None or sql is not None
         read = cq.read(offset, MAX_FILTER_SCAN if filtered else max_msgs)
-        units = read.units
-        if wanted_set is not None:
-            units = [(off, u) for off, u in units if u.tag_hash in wanted_set]
-        rows, next_offset, gone_at = self._rows(units, read.next_offset, max_msgs, sql, filtered)
+        page = _Page(offset, max_msgs, wanted_set, sql)
+        rows, next_offset, gone_at = self._rows(read.units, read.next_offset, page)
         if gone_at is not None:  # retention deleted the first message while this pull read the queue
             low = self._machine.retained_min_offset(cq, self._rlog.commitlog.start_position)
-            return PullResponse(next_offset=max(low, gone_at + 1), min_offset=low).reply(
+            return PullResponse(next_offset=max(low, gone_at), min_offset=low).reply(
                 frame, ResponseCode.PULL_OFFSET_MOVED)
-        self._metrics.pulled.inc(len(rows))
+        self._metrics.pulled.inc(page.got)
         self._metrics.pull_serve.observe(loop.time() - served_from)
         return PullResponse(next_offset=next_offset, max_offset=max_offset, leaderless=leaderless,
                             rows=rows).reply(frame)
@@ -120,31 +122,32 @@ class PullProcessor:
                 return cq, max_offset
             await self._signal.wait(deadline - loop.time())
 
-    def _rows(self, units: list[tuple[int, Any]], next_offset: int, max_msgs: int,
-              sql: SqlFilter | None, filtered: bool) -> tuple[list[PullRow], int, int | None]:
-        """The page's rows (offset, position, store time, message bytes) within
-        PULL_BODY_BYTES, the offset to pull next, and the offset of a message retention
-        deleted before any row was read (None: none)."""
+    def _rows(self, units: list[CqUnit], next_offset: int,
+              page: _Page) -> tuple[list[PullRow], int, int | None]:
+        """The page's rows within PULL_BODY_BYTES, the offset to pull next, and the offset
+        after a record retention deleted before any row was read (None: none)."""
         rows: list[PullRow] = []
         size = 0
-        entry = _EntryWindow(self._rlog.commitlog)  # consecutive messages share an entry: one read
-        for off, unit in units:
+        entry = _EntryWindow(self._rlog.commitlog)  # consecutive records share an entry: one read
+        for unit in units:
             if rows and size + unit.size + _ROW_OVERHEAD > PULL_BODY_BYTES:
-                return rows, off, None  # the rest on the next pull
+                return rows, unit.base, None  # the rest on the next pull
+            if page.wanted is not None and not summary_may_match(unit.tag_kind, unit.tag, page.wanted,
+                                                                  page.wanted_bits):
+                continue
             try:
                 data = entry.slice(unit.position, unit.size)
-                stamp = entry.stamp
-                if data is None:  # a message chained over several entries
+                if data is None:  # a record chained over several entries
                     data = read_message(self._rlog.commitlog, unit.position, unit.size)
-                    stamp = self._store_time(unit.position)
             except MessageGone:  # retention deleted it while this pull read the queue
-                return (rows, off, None) if rows else (rows, off, off)
-            if sql is not None and not sql.matches(_properties(data)):
+                return (rows, unit.base, None) if rows else (rows, unit.base, unit.end)
+            row = page.row(unit, data)
+            if row is None:
                 continue
-            rows.append(PullRow(off, unit.position, stamp, data))
+            rows.append(row)
             size += unit.size + _ROW_OVERHEAD
-            if len(rows) == max_msgs and filtered:
-                return rows, off + 1, None
+            if page.full():
+                return rows, unit.end, None
         return rows, next_offset, None
 
     def _sql_filter(self, expression: str | None) -> SqlFilter | None:
@@ -162,24 +165,52 @@ class PullProcessor:
         return found
 
 
-def _properties(data: bytes) -> dict[str, str]:
-    try:
-        return decode_record(data).properties
-    except MessageFormatError:
-        return {}
+class _Page:
+    """What one pull wants: messages from ``offset``, at most about ``max_msgs``, those a tag
+    filter (``wanted`` hashes) or an SQL92 filter keeps."""
+
+    __slots__ = ("got", "max_msgs", "offset", "sql", "wanted", "wanted_bits")
+
+    def __init__(self, offset: int, max_msgs: int, wanted: frozenset[int] | None,
+                 sql: SqlFilter | None) -> None:
+        self.offset, self.max_msgs, self.wanted, self.sql = offset, max_msgs, wanted, sql
+        self.wanted_bits = [] if wanted is None else [bloom_bits(h) for h in wanted]
+        self.got = 0
+
+    def row(self, unit: CqUnit, data: bytes) -> PullRow | None:
+        """The row of ``unit``'s record ``data``, or None when no message of it is wanted."""
+        skip = max(0, self.offset - unit.base)  # a page may start inside its first record
+        selected = None
+        try:
+            if self.wanted is not None and (unit.tag_kind == TAG_BLOOM or skip):
+                header = read_header(data)
+                hashes = header.tag_hashes(data)[skip:]
+                if not any(h in self.wanted for h in hashes):
+                    return None
+            if self.sql is not None:
+                props = record_properties(data)
+                matches = self.sql.matches
+                selected = tuple(i for i in range(skip, unit.count) if matches(props[i]))
+                if not selected:
+                    return None
+        except MessageFormatError:
+            return None
+        self.got += unit.count - skip if selected is None else len(selected)
+        return PullRow(unit.base, unit.position, unit.store_ms, data, selected)
+
+    def full(self) -> bool:
+        return self.got >= self.max_msgs
 
 
 class _EntryWindow:
-    """The last entry record a pull read: the messages a ConsumeQueue lists one after the
-    other mostly sit in the same entry, so each entry is read (and its store time parsed)
-    once, not once per message."""
+    """The last entry record a pull read: the records a ConsumeQueue lists one after the
+    other mostly sit in the same entry, so each entry is read once, not once per record."""
 
-    __slots__ = ("_commitlog", "_data", "_end", "_start", "stamp")
+    __slots__ = ("_commitlog", "_data", "_end", "_start")
 
     def __init__(self, commitlog: CommitLog) -> None:
         self._commitlog = commitlog
         self._start, self._end, self._data = -1, -1, b""
-        self.stamp = -1  # the store time of the entry last sliced
 
     def slice(self, position: int, size: int) -> bytes | None:
         """The ``size`` bytes at ``position`` if they lie inside one entry record, else None."""
@@ -190,7 +221,6 @@ class _EntryWindow:
             index, start = found
             self._data = self._commitlog.read_at(start, self._commitlog.record_size_of(index))
             self._start, self._end = start, start + len(self._data)
-            self.stamp = read_stamp(self._data[HEADER_SIZE:HEADER_SIZE + 16])
             if position + size > self._end:
                 return None
         offset = position - self._start

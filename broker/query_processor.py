@@ -12,7 +12,9 @@ the offset-by-time requests)::
 (their layouts: ``protocol.query``)
 
 Keys come from the IndexFile, which may hold hash collisions and whole-second times: every
-row is checked against the message. ``store_time`` (the store time of the entry holding a
+row is checked against the message. A row is the message found as a record of one (its
+position is its record's plus its index there). Time searches bisect the ConsumeQueue
+units' store times. ``store_time`` (the store time of the entry holding a
 position, cached: committed entries never change) also serves pulls and the overdue watch.
 """
 
@@ -21,12 +23,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from broker.commands import CommitOffset, encode_admin
+from broker.consume_queue import CqUnit
 from broker.entry_batch import read_stamp
 from broker.fragments import MessageGone, read_message_at
 from broker.send_processor import OUTCOME_CODE
 from broker.state_machine import Outcome
 from dledger.entry_format import HEADER_SIZE
-from protocol.message_format import decode_record
+from protocol.message_format import Message, MessageFormatError, encode_message, message_at
 from protocol.names import validate_group
 from protocol.query import (
     QueryMessageRequest,
@@ -67,13 +70,16 @@ class QueryProcessor:
             self._stamps[start] = stamp
         return stamp
 
-    def _message_at(self, position: int) -> tuple[bytes, int]:
-        """The message bytes starting at ``position`` (whole, if chained) and their store time."""
+    def _message_at(self, position: int) -> tuple[Message, int]:
+        """The message at ``position`` (of its record, read whole if chained) and its store time."""
         try:
-            data = read_message_at(self._server.rlog.commitlog, position)
+            record, at = read_message_at(self._server.rlog.commitlog, position)
+            return message_at(record, position - at), self.store_time(at)
         except MessageGone:
             raise FrameError(ResponseCode.QUERY_NOT_FOUND, f"position {position} is not retained") from None
-        return data, self.store_time(position)
+        except (ValueError, MessageFormatError) as e:
+            raise FrameError(ResponseCode.QUERY_NOT_FOUND,
+                             f"no message at position {position}: {e}") from None
 
     async def query_by_key(self, frame: Frame) -> Frame:
         req = QueryMessageRequest.from_frame(frame)
@@ -87,11 +93,10 @@ class QueryProcessor:
                     by_id: bool) -> Frame:
         rows = []
         for position in self._server.machine.query_key(key, begin, end, limit * 4):
-            data, stamp = self._message_at(position)
-            m = decode_record(data)
+            m, stamp = self._message_at(position)
             real = m.msg_id.hex() == key if by_id else key in m.keys
             if real and begin <= stamp <= end:  # hash collisions and second-granular times
-                rows.append(QueryRow(position, stamp, data))
+                rows.append(QueryRow(position, stamp, encode_message(m)))
             if len(rows) >= limit:
                 break
         if not rows:
@@ -110,7 +115,7 @@ class QueryProcessor:
             machine.retained_min_offset(cq, self._server.rlog.commitlog.start_position), cq.max_offset)
         at = None
         if req.timestamp is not None:
-            at = 0 if cq is None else cq.bisect(lambda u: self.store_time(u.position), req.timestamp)
+            at = 0 if cq is None else cq.bisect(_stored_at, req.timestamp)
         return SearchOffsetResponse(min_offset=low, max_offset=high, offset=at).reply(frame)
 
     async def reset_offset(self, frame: Frame) -> Frame:
@@ -125,10 +130,14 @@ class QueryProcessor:
         offsets = {}
         for qid in range(config.queues):
             cq = self._server.machine.queue(topic, qid)
-            offsets[qid] = 0 if cq is None else cq.bisect(lambda u: self.store_time(u.position), ts)
+            offsets[qid] = 0 if cq is None else cq.bisect(_stored_at, ts)
         records = [encode_admin(CommitOffset(group, topic, q, o)) for q, o in offsets.items()]
         outcomes = await self._server.write.send(records)
         bad = [a for a in outcomes if a.outcome != Outcome.DONE]
         if bad:
             return frame.response(OUTCOME_CODE[bad[0].outcome], remark=bad[0].reason)
         return ResetOffsetResponse(offsets=offsets).reply(frame)
+
+
+def _stored_at(unit: CqUnit) -> int:
+    return unit.store_ms

@@ -1,10 +1,14 @@
 """SEND_MESSAGE and SEND_BATCH on the leader (RocketMQ's SendMessageProcessor): each
-message is checked (size, format, topic) and prepared (a delay becomes a delivery time:
-``DeferredService.prepare``) before any of a batch is proposed; the ``WritePath`` then
-packs it into entries and answers with the apply outcome (``answer``)::
+record (``protocol.record_batch``: 1..N messages of one queue) is checked from its header
+and sizes -- size, format, topic -- never by decoding its messages, before any record of
+the request is proposed. A SPECIAL record (a property the broker acts on: a delay, a
+transaction) is decoded and split into records of one, each prepared
+(``DeferredService.prepare``: a delay becomes a delivery time). The ``WritePath`` then packs
+the records into entries and answers with the apply outcome of each; a record's outcome
+answers each of its messages (``rows``)::
 
-    SEND_MESSAGE   SendMessageRequest (one encoded message) -> WriteResponse
-    SEND_BATCH     SendBatchRequest (encoded messages)      -> SendBatchResponse (a row each)
+    SEND_MESSAGE   SendMessageRequest (a record of one)  -> WriteResponse
+    SEND_BATCH     SendBatchRequest (records)            -> SendBatchResponse (a row per message)
 
 (their layouts: ``protocol.send``)
 
@@ -18,8 +22,9 @@ from typing import TYPE_CHECKING
 
 from broker.entry_batch import MessageTooLarge
 from broker.state_machine import Applied, Outcome
-from protocol.message_format import MessageFormatError, decode_message, encode_message
+from protocol.message_format import Message, encode_message
 from protocol.names import validate_topic
+from protocol.record_batch import MessageFormatError, RecordHeader, decode_messages, read_header
 from protocol.remoting import Frame, FrameError, ResponseCode
 from protocol.send import SendBatchRequest, SendBatchResponse, SendMessageRequest, SendRow, WriteResponse
 
@@ -60,49 +65,75 @@ class SendProcessor:
     def __init__(self, server: BrokerServer) -> None:
         self._server = server
 
-    def _check_message(self, record: bytes, checked_topics: set[str] | None = None) -> bytes:
-        """The record as it will be stored (delays become a delivery time); raises for bad ones.
-        Topics in ``checked_topics`` (a batch's, checked once) are not checked again."""
+    def _check_record(self, record: bytes, checked_topics: set[str]) -> list[tuple[bytes, int]]:
+        """The records to store for ``record``, each with its message count (itself, or a
+        SPECIAL record's messages as prepared records of one); raises for a bad one. Topics
+        in ``checked_topics`` (a request's, checked once) are not checked again."""
         if len(record) > self._server.max_message_bytes:
-            raise MessageTooLarge(f"message of {len(record)} bytes exceeds this broker's "
+            raise MessageTooLarge(f"record of {len(record)} bytes exceeds this broker's "
                                   f"{self._server.max_message_bytes}-byte limit (max_message_bytes)")
         try:
-            m = decode_message(record)
+            h = read_header(record)
         except MessageFormatError as e:
             raise FrameError(ResponseCode.INVALID_ARGUMENT, str(e)) from None
-        if checked_topics is None or m.topic not in checked_topics:
-            validate_topic(m.topic, system=False)
-            if m.topic not in self._server.machine.topics:
+        if h.topic not in checked_topics:
+            validate_topic(h.topic, system=False)
+            if h.topic not in self._server.machine.topics:
                 raise FrameError(ResponseCode.TOPIC_NOT_EXIST,
-                                 f"topic {m.topic!r} does not exist; create it first (auto-create is off)")
-            if checked_topics is not None:
-                checked_topics.add(m.topic)
-        if not m.properties:
-            return record
-        prepared = self._server.deferred.prepare(m)
-        return record if prepared is m else encode_message(prepared)
+                                 f"topic {h.topic!r} does not exist; create it first (auto-create is off)")
+            checked_topics.add(h.topic)
+        if not h.special:
+            return [(record, h.count)]
+        return [(encode_message(self._server.deferred.prepare(m)), 1) for m in _messages(record, h)]
 
     async def send(self, frame: Frame) -> Frame:
-        """SEND_MESSAGE: one encoded message."""
+        """SEND_MESSAGE: one record of one message."""
         self._server.require_leader()
-        record = self._check_message(SendMessageRequest.from_frame(frame).message)
-        (applied,) = await self._timed_send([record])
+        records = self._check_record(SendMessageRequest.from_frame(frame).message, set())
+        if len(records) != 1 or records[0][1] != 1:
+            raise FrameError(ResponseCode.INVALID_ARGUMENT, "SEND_MESSAGE carries a record of one message; "
+                                                            "send more with SEND_BATCH")
+        (applied,) = await self._timed_send([records[0][0]])
         return answer(frame, applied)
 
-    async def _timed_send(self, records: list[bytes]) -> list[Applied]:
+    async def _timed_send(self, records: list[bytes], counts: list[int] | None = None) -> list[Applied]:
         started = asyncio.get_running_loop().time()
         outcomes = await self._server.write.send(records)
         self._server.metrics.commit_latency.observe(asyncio.get_running_loop().time() - started)
-        self._server.metrics.sent.inc(sum(a.outcome == Outcome.STORED for a in outcomes))
+        counts = counts or [1] * len(outcomes)
+        self._server.metrics.sent.inc(sum(n for a, n in zip(outcomes, counts, strict=True)
+                                          if a.outcome == Outcome.STORED))
         return outcomes
 
     async def send_batch(self, frame: Frame) -> Frame:
-        """SEND_BATCH: encoded messages, answered row by row."""
+        """SEND_BATCH: records, answered message by message."""
         self._server.require_leader()
         checked: set[str] = set()
         # all checked before anything is proposed
-        records = [self._check_message(r, checked) for r in SendBatchRequest.from_frame(frame).messages]
-        outcomes = await self._timed_send(records)
-        rows = [SendRow(OUTCOME_CODE[a.outcome], a.queue_id, a.queue_offset, a.reason, a.position)
-                for a in outcomes]
-        return SendBatchResponse(rows=rows).reply(frame)
+        prepared = [r for record in SendBatchRequest.from_frame(frame).records
+                    for r in self._check_record(record, checked)]
+        counts = [n for _, n in prepared]
+        outcomes = await self._timed_send([r for r, _ in prepared], counts)
+        return SendBatchResponse(rows=rows(outcomes, counts)).reply(frame)
+
+
+def rows(outcomes: list[Applied], counts: list[int]) -> list[SendRow]:
+    """A row per message: a record's outcome for each of its ``count`` messages, the queue
+    offsets and positions counted from the record's (-1 stays -1)."""
+    out = []
+    for a, count in zip(outcomes, counts, strict=True):
+        code = OUTCOME_CODE[a.outcome]
+        offset, position = a.queue_offset, a.position
+        for i in range(count):
+            out.append(SendRow(code, a.queue_id, offset + i if offset >= 0 else -1, a.reason,
+                               position + i if position >= 0 else -1))
+    return out
+
+
+def _messages(record: bytes, h: RecordHeader) -> list[Message]:
+    try:
+        decoded = decode_messages(record, h)
+    except MessageFormatError as e:
+        raise FrameError(ResponseCode.INVALID_ARGUMENT, str(e)) from None
+    return [Message(r.topic, r.body, r.queue_id, r.tags, r.keys, r.properties, r.msg_id, r.flag, r.born_ts_ms,
+                    r.born_host, r.producer_id, r.sequence, r.reconsume) for r in decoded]

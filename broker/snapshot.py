@@ -17,7 +17,8 @@ File ``store/snapshots/<S, 20 digits>.snap`` (msgpack, written atomically)::
         "topics":    {topic: [queues, perm]},
         "queues":    {topic: {queue id: next queue offset}},
         "offsets":   {group: {topic: {queue id: committed offset}}},
-        "producers": {"producer\\0topic\\0queue": [last sequence, [queue offsets], last ms]},
+        "producers": {"producer\\0topic\\0queue": [last sequence, [[base sequence, count,
+                                                      base offset], ...], last ms]},
         "timers":    {position: [size, due ms]},
         "halves":    {position: [size, next check ms, checks, producer group]},
         "locks":     {"group\\0topic\\0queue": [client id, ms]},
@@ -50,11 +51,11 @@ from dledger.durable_file import atomic_write
 __all__ = ["VERSION", "Snapshot", "SnapshotError", "SnapshotStore", "canonical_bytes", "cq_hash_prefix",
            "cq_hash_step"]
 
-VERSION = 1
+VERSION = 2  # 2: records, one ConsumeQueue unit each; producers' windows by record
 _MASK = (1 << 128) - 1
 _MULTIPLIER = 0x9E3779B97F4A7C15F39CC0605CEDC835  # odd: the step is a bijection of the old hash
 _NAME = re.compile(r"^(\d{20})\.snap$")
-_UNIT = struct.Struct(">qqiq")  # queue offset, CommitLog position, size, tag hash
+_UNIT = struct.Struct(">qqiHBqq")  # base offset, position, size, count, tag kind, store ms, tag
 
 
 class SnapshotError(ValueError):
@@ -66,11 +67,13 @@ def cq_hash_prefix(topic: str, queue_id: int) -> bytes:
     return f"{topic}\0{queue_id}\0".encode()
 
 
-def cq_hash_step(h: int, prefix: bytes, offset: int, position: int, size: int, tag: int) -> int:
-    """The running ConsumeQueue hash after one more unit at ``offset`` of the queue whose
-    ``cq_hash_prefix`` is ``prefix`` (order-sensitive)."""
-    return (h * _MULTIPLIER + mmh3.hash128(prefix + _UNIT.pack(offset, position, size, tag),
-                                           signed=False)) & _MASK
+def cq_hash_step(h: int, prefix: bytes, unit: tuple[int, int, int, int, int, int, int]) -> int:
+    """The running ConsumeQueue hash after one more unit (position, size, count, tag kind,
+    base offset, store ms, tag) of the queue whose ``cq_hash_prefix`` is ``prefix``
+    (order-sensitive)."""
+    position, size, count, kind, base, store_ms, tag = unit
+    return (h * _MULTIPLIER + mmh3.hash128(prefix + _UNIT.pack(base, position, size, count, kind, store_ms,
+                                                                tag), signed=False)) & _MASK
 
 
 def _canonical(obj: Any) -> Any:

@@ -56,12 +56,12 @@ from broker.state.derived import DerivedState
 from broker.state.locks import LOCK_EXPIRY_MS
 from broker.state.offsets import ConsumerOffsets
 from broker.state.outcome import Applied, Kept, Outcome, applied
-from broker.state.producers import PRODUCER_EXPIRY_MS, RECENT_SEQUENCES
+from broker.state.producers import PRODUCER_EXPIRY_MS, RECENT_RECORDS
 from broker.state.send_backs import SENT_BACK_WINDOW_MS
 from broker.state.topics import TopicConfig, Topics
 from dledger.entry_format import Entry, EntryKind
 
-__all__ = ["DIGEST_EVERY", "LOCK_EXPIRY_MS", "PRODUCER_EXPIRY_MS", "RECENT_SEQUENCES",
+__all__ = ["DIGEST_EVERY", "LOCK_EXPIRY_MS", "PRODUCER_EXPIRY_MS", "RECENT_RECORDS",
            "SENT_BACK_WINDOW_MS", "Applied", "BrokerStateMachine", "Outcome", "TopicConfig"]
 
 log = logging.getLogger("broker.state_machine")

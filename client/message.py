@@ -1,7 +1,7 @@
-"""What users send and receive, and how it maps to the broker's stored message.
-
-Bodies larger than ``COMPRESS_OVER`` bytes are zlib-compressed by the producer
-(flag bit ``FLAG_COMPRESSED``) and decompressed transparently on receipt.
+"""What users send and receive, and how they map to the broker's records
+(``protocol.record_batch``): ``encode_batch`` makes the record of a batch of messages to
+one queue (optionally compressed as one block: zstd or lz4), ``received_all`` turns a
+pulled record back into ReceivedMessages.
 """
 
 from __future__ import annotations
@@ -9,28 +9,23 @@ from __future__ import annotations
 import enum
 import os
 import socket
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from client.queues import MessageQueue
-from protocol.message_format import MessageRecord, decode_record, pack_message
+from protocol.record_batch import MessageRecord, decode_messages, encode_record
 
 __all__ = [
-    "COMPRESS_OVER",
-    "FLAG_COMPRESSED",
     "ConsumeStatus",
     "Message",
     "ReceivedMessage",
     "SendResult",
     "SendStatus",
-    "decode_received",
-    "encode_for_send",
+    "encode_batch",
     "received",
+    "received_all",
 ]
 
-COMPRESS_OVER = 4 * 1024
-FLAG_COMPRESSED = 1
 _HOST = socket.gethostname()
 
 
@@ -104,35 +99,37 @@ class ReceivedMessage:
         return self.queue.queue_id
 
 
-def encode_for_send(m: Message, queue_id: int, msg_id: bytes, born_ms: int,
-                    producer_id: str | None = None, sequence: int | None = None) -> bytes:
-    """The stored form of ``m`` (``protocol.message_format``), bodies over ``COMPRESS_OVER``
-    compressed."""
-    body, flag = m.body, 0
-    if len(body) > COMPRESS_OVER:
-        packed = zlib.compress(body, 1)
-        if len(packed) < len(body):
-            body, flag = packed, FLAG_COMPRESSED
-    return pack_message(msg_id, m.topic, queue_id, flag, m.tags or None, m.keys, m.wire_properties(),
-                        born_ms, _HOST, producer_id, sequence, 0, body)
-
-
-def decode_received(data: bytes, queue: MessageQueue, queue_offset: int, position: int,
-                    store_ms: int) -> ReceivedMessage:
-    """The message in the stored bytes ``data``; MessageFormatError if they are not one."""
-    return received(decode_record(data), queue, queue_offset, position, store_ms)
+def encode_batch(messages: Sequence[Message], queue_id: int, msg_ids: Sequence[bytes], born_ms: int,
+                 producer_id: str | None = None, base_sequence: int = -1,
+                 compression: str | None = None) -> bytes:
+    """The record of ``messages`` (one topic) for queue ``queue_id``: message i gets id
+    ``msg_ids[i]`` and, with a ``producer_id``, sequence ``base_sequence + i``."""
+    entries = [(msg_ids[i], born_ms, 0, m.tags or None, m.keys, m.wire_properties(), 0, m.body)
+               for i, m in enumerate(messages)]
+    return encode_record(messages[0].topic, queue_id, entries, producer_id=producer_id,
+                         base_sequence=base_sequence, born_host=_HOST, compression=compression)
 
 
 def received(s: MessageRecord, queue: MessageQueue, queue_offset: int, position: int,
              store_ms: int) -> ReceivedMessage:
-    """The stored message ``s`` as its consumer sees it (the body inflated)."""
-    body = zlib.decompress(s.body) if s.flag & FLAG_COMPRESSED else s.body
+    """The stored message ``s`` as its consumer sees it."""
     if queue.queue_id != s.queue_id:  # a query knows the group, the stored bytes the queue
         queue = MessageQueue(queue.topic, queue.group, s.queue_id)
     # a retried message shows its original topic (it arrives through %RETRY%group)
-    return ReceivedMessage(s.properties.get("RETRY_TOPIC", s.topic), body, s.tags, s.keys, s.properties,
+    return ReceivedMessage(s.properties.get("RETRY_TOPIC", s.topic), s.body, s.tags, s.keys, s.properties,
                            s.msg_id.hex(), queue, queue_offset, position, store_ms, s.born_ts_ms,
                            s.born_host, s.reconsume)
+
+
+def received_all(record: bytes, queue: MessageQueue, base_offset: int, position: int, store_ms: int,
+                 from_offset: int = 0, selected: Sequence[int] | None = None) -> list[ReceivedMessage]:
+    """The messages of a pulled ``record`` (its first at queue offset ``base_offset`` and
+    CommitLog ``position``) from queue offset ``from_offset`` on, only those ``selected``
+    (indexes) if given. MessageFormatError if the bytes are not a record."""
+    msgs = decode_messages(record)
+    indexes = range(max(0, from_offset - base_offset), len(msgs)) if selected is None else \
+        [i for i in selected if base_offset + i >= from_offset]
+    return [received(msgs[i], queue, base_offset + i, position + i, store_ms) for i in indexes]
 
 
 def new_msg_id() -> bytes:

@@ -1,44 +1,34 @@
-"""A message as the producer sends it and as it is stored inside an entry batch.
+"""One message with every field, and the record of one that stores it.
 
-One message is one msgpack array; its bytes are stored verbatim in the entry, so
-the ConsumeQueue can point at them with a CommitLog (position, size) pair and a
-consumer's pull is a read of exactly those bytes::
+Messages are stored in records (``protocol.record_batch``): 1..N messages of one queue.
+The broker's own copies -- delayed messages released, retries, dead letters, committed
+transaction halves -- and every message with a property the broker acts on are records
+of one. ``Message`` is such a message with all its fields (``producer_id`` and ``sequence``
+come together); ``encode_message`` makes its record of one, ``decode_message`` and
+``decode_record`` read one back (MessageFormatError for anything else, a record of more
+messages included).
 
-    [ version = 1,
-      msg_id        bin(16)      unique id chosen by the producer (RocketMQ's UNIQ_KEY)
-      topic         str
-      queue_id      int
-      flag          int
-      tags          str | nil
-      keys          [str]
-      properties    {str: str}
-      born_ts_ms    int          the producer's clock
-      born_host     str
-      producer_id   str | nil    idempotent producer: who
-      sequence      int | nil    idempotent producer: per-queue sequence number
-      reconsume     int          times re-delivered through the retry topic
-      body          bin ]
+The broker accepts records up to ``MAX_MESSAGE_BYTES`` (configurable per broker,
+``[broker] max_message_bytes``); one larger than a Raft entry is stored as a chain of
+fragments (``broker.fragments``).
 
-A message larger than one Raft entry can hold is stored as a chain of fragments
-(``broker.fragments``); its bytes are the same, only spread over consecutive
-entries. The broker accepts encoded messages up to ``MAX_MESSAGE_BYTES``
-(configurable per broker, ``[broker] max_message_bytes``).
-
-What the broker assigns at apply time -- queue offset, store time (the
-leader's, from the batch), CommitLog position -- is not written into these
-bytes; it comes from the ConsumeQueue unit and the entry.
+What the broker assigns at apply time -- queue offset, store time (the leader's, from
+the entry), CommitLog position -- is not written into these bytes; it comes from the
+ConsumeQueue unit and the entry.
 """
 
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any
 
-import msgpack
-import msgspec
+from protocol.record_batch import (
+    MessageFormatError,
+    MessageRecord,
+    decode_messages,
+    encode_record,
+    read_header,
+)
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
@@ -47,21 +37,14 @@ __all__ = [
     "MessageRecord",
     "decode_message",
     "decode_record",
-    "decode_records",
     "encode_message",
+    "message_at",
     "new_msg_id",
-    "pack_message",
     "peek_msg_id",
 ]
 
-VERSION = 1
-#: The largest encoded message a broker accepts by default (4 MiB).
+#: The largest record a broker accepts by default (4 MiB).
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-_PEEK = 32  # array header 1-3, version 1, bin(16) header 2 + 16
-
-
-class MessageFormatError(ValueError):
-    """Bytes that are not a version-1 message."""
 
 
 def new_msg_id() -> bytes:
@@ -69,38 +52,9 @@ def new_msg_id() -> bytes:
     return os.urandom(16)
 
 
-class MessageRecord(msgspec.Struct, array_like=True, frozen=True, forbid_unknown_fields=True):
-    """The layout above, field for field: the one definition of a message's bytes.
-
-    ``version`` is compared with ``==`` after decoding (as the first decoder did), so the
-    verdict on any bytes -- message or not -- is what it always was: the apply step of
-    every replica, old or new, must agree on it.
-    """
-
-    version: Any
-    msg_id: Annotated[bytes, msgspec.Meta(min_length=16, max_length=16)]
-    topic: str
-    queue_id: int
-    flag: int
-    tags: str | None
-    keys: tuple[str, ...]
-    properties: dict[str, str]
-    born_ts_ms: int
-    born_host: str
-    producer_id: str | None
-    sequence: int | None
-    reconsume: int
-    body: bytes
-
-
-_FIELDS = len(MessageRecord.__struct_fields__)
-_DECODER = msgspec.msgpack.Decoder(MessageRecord)
-
-
 @dataclass(slots=True)
 class Message:
-    """Treat as immutable (not frozen only because a frozen dataclass is ~5x slower to
-    build, and the apply step decodes every message)."""
+    """Treat as immutable (not frozen only because a frozen dataclass is ~5x slower to build)."""
 
     topic: str
     body: bytes
@@ -118,99 +72,47 @@ class Message:
 
 
 def encode_message(m: Message) -> bytes:
-    return pack_message(m.msg_id, m.topic, m.queue_id, m.flag, m.tags, m.keys, m.properties,
-                        m.born_ts_ms, m.born_host, m.producer_id, m.sequence, m.reconsume, m.body)
+    """The record of one holding ``m``. Raises ValueError for a message id that is not 16
+    bytes or a producer id without a sequence, TypeError for a value msgpack cannot pack."""
+    if (m.producer_id is None) != (m.sequence is None):
+        raise ValueError("producer_id and sequence come together")
+    return encode_record(m.topic, m.queue_id, [(m.msg_id, m.born_ts_ms, m.flag, m.tags, m.keys,
+                                                m.properties, m.reconsume, bytes(m.body))],
+                         producer_id=m.producer_id,
+                         base_sequence=-1 if m.sequence is None else m.sequence, born_host=m.born_host)
 
 
-#: Messages up to this size are packed by a per-thread Packer (``packb`` makes a new one per
-#: call, which costs more than packing a small message); a Packer keeps its largest buffer,
-#: so larger ones are packed by ``packb``.
-_REUSED_PACKER_MAX = 64 * 1024
-_packers = threading.local()
+def decode_record(data: bytes) -> MessageRecord:
+    """The message of a record of one; MessageFormatError for anything else."""
+    h = read_header(data)
+    if h.count != 1:
+        raise MessageFormatError(f"a record of {h.count} messages where one was expected")
+    return decode_messages(data, h)[0]
 
 
-def pack_message(msg_id: bytes, topic: str, queue_id: int, flag: int, tags: str | None,
-                 keys: Sequence[str], properties: Mapping[str, str], born_ts_ms: int, born_host: str,
-                 producer_id: str | None, sequence: int | None, reconsume: int,
-                 body: bytes | bytearray | memoryview) -> bytes:
-    """The encoded message of these fields, in MessageRecord's order (``encode_message``
-    without building a Message; the client's producer encodes every message it sends with
-    it). Raises TypeError for a value msgpack cannot pack.
-
-    msgpack packs it, not msgspec: msgspec would also pack sets, dates or dataclasses a
-    caller put in by mistake, and a message is refused here, at its producer."""
-    row = [VERSION, msg_id, topic, queue_id, flag, tags, list(keys), properties, born_ts_ms,
-           born_host, producer_id, sequence, reconsume, body]
-    if len(body) > _REUSED_PACKER_MAX:
-        packed: bytes = msgpack.packb(row, use_bin_type=True)
-        return packed
-    pack: Callable[[Any], bytes] | None = getattr(_packers, "pack", None)
-    if pack is None:
-        pack = _packers.pack = msgpack.Packer(use_bin_type=True).pack
-    return pack(row)
+def decode_message(data: bytes) -> Message:
+    """``decode_record`` as a ``Message``."""
+    return _message(decode_record(data))
 
 
-def decode_record(data: bytes | memoryview) -> MessageRecord:
-    """Decode one message into its record (no Message built: what consumers read); raises
-    MessageFormatError, naming the field, for anything else."""
-    try:
-        record = _DECODER.decode(data)
-    except msgspec.ValidationError as e:
-        raise MessageFormatError(f"malformed message: {_field_named(str(e))}") from None
-    except Exception as e:  # msgspec.DecodeError, UnicodeDecodeError: not msgpack at all
-        raise MessageFormatError(f"not a message: {e}") from None
-    _check_record(record)
-    return record
+def message_at(record: bytes, index: int) -> Message:
+    """Message ``index`` of ``record`` (of any count); MessageFormatError if there is none."""
+    h = read_header(record)
+    if not 0 <= index < h.count:
+        raise MessageFormatError(f"no message {index} in a record of {h.count}")
+    return _message(decode_messages(record, h)[index])
 
 
-def decode_records(datas: Sequence[bytes]) -> list[MessageRecord]:
-    """``decode_record`` of each (a pull's page at once); MessageFormatError for the first
-    that is not a message."""
-    decode = _DECODER.decode
-    try:
-        records = [decode(data) for data in datas]
-    except Exception as e:
-        for data in datas:
-            decode_record(data)  # raises, naming the field
-        raise MessageFormatError(f"not a message: {e}") from None
-    for record in records:
-        _check_record(record)
-    return records
-
-
-def _check_record(r: MessageRecord) -> None:
-    if r.version != VERSION:
-        raise MessageFormatError("not a version-1 message")
-    if (r.producer_id is None) != (r.sequence is None):
-        raise MessageFormatError("malformed message: producer_id and sequence come together")
-
-
-def decode_message(data: bytes | memoryview) -> Message:
-    """Decode one message; raises MessageFormatError for anything else."""
-    r = decode_record(data)
+def _message(r: MessageRecord) -> Message:
     return Message(r.topic, r.body, r.queue_id, r.tags, r.keys, r.properties, r.msg_id, r.flag,
                    r.born_ts_ms, r.born_host, r.producer_id, r.sequence, r.reconsume)
 
 
-def _field_named(text: str) -> str:
-    """msgspec's complaint with the field's name for its position (``$[2]`` -> topic)."""
-    what, _, where = text.partition(" - at `$[")
-    if not where:
-        return text if "length" not in text else f"a message has {_FIELDS} fields ({text})"
-    index, _, rest = where.partition("]")
-    name = MessageRecord.__struct_fields__[int(index)] if index.isdigit() else index
-    return f"{name}{rest.rstrip('`')}: {what[:1].lower()}{what[1:]}"
-
-
 def peek_msg_id(data: bytes) -> bytes | None:
-    """The message id from the first bytes of an encoded message, without decoding the
-    rest (a large body is not copied); None if the bytes do not start like a message."""
-    unpacker = msgpack.Unpacker(raw=False)
-    unpacker.feed(data[:_PEEK])
+    """The first message id of a record, read from its header (nothing else decoded, a large
+    body not copied); None if the bytes are not a record."""
     try:
-        if unpacker.read_array_header() != _FIELDS or unpacker.unpack() != VERSION:
-            return None
-        msg_id = unpacker.unpack()
-    except Exception:
+        h = read_header(data)
+    except MessageFormatError:
         return None
-    return msg_id if isinstance(msg_id, bytes) and len(msg_id) == 16 else None
+    return bytes(data[h.ids_at:h.ids_at + 16])

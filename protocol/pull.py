@@ -1,9 +1,10 @@
-"""PULL_MESSAGE (12): a page of one queue's messages from any replica::
+"""PULL_MESSAGE (12): a page of one queue's records from any replica::
 
     request ext  topic      str
                  queueId    int >= 0
                  offset     int >= 0      the first queue offset wanted
-                 maxMsgs    int 1..256    (absent: 32)
+                 maxMsgs    int 1..256    (absent: 32) the page stops at the record that
+                                          reaches it
                  suspendMs  int 0..30000  long poll while nothing is there (absent: 0)
                  tagHashes  [int]         optional: only messages with one of these tag hashes
                  sql        str           optional: SQL92 on the messages' properties
@@ -13,15 +14,21 @@
                  maxOffset  int           SUCCESS: the queue's end on this replica
                  minOffset  int           MOVED by retention: the first message kept
                  leaderless bool          the replica knows no leader (absent: false)
-           body  SUCCESS only: msgpack array of rows, in queue order
-                 +--------------+--------------------+----------+-------------+
-                 | queue offset | CommitLog position | store ms | message bin |
-                 +--------------+--------------------+----------+-------------+
-                  int            int                  int        the stored message's bytes
-                                                                 (protocol.message_format)
+           body  SUCCESS only: msgpack array of rows, one per record, in queue order
+                 +-------------+--------------------+----------+------------+----------+
+                 | base offset | CommitLog position | store ms | record bin | selected |
+                 +-------------+--------------------+----------+------------+----------+
+                  int            int                 int        the stored   [int] | nil
+                  the record's first message's                  record, as   (SQL92: the
+                  queue offset                                  stored       indexes that
+                                                                (protocol.   matched; nil:
+                                                                record_batch) every one)
 
-``PullRow.record`` decodes a row's message (``decode_record``): the one decoder the
-client's consumers and the Spark reader use.
+Records ship as stored; the client splits them (``PullRow.messages``). A page may start
+inside its first record (a pull at an offset past the record's base): the messages below
+the offset asked for are the client's to skip, as are those a tag filter does not want
+(the broker chose records by their tag summaries and tag-hash arrays, never bodies).
+Message i of a row has queue offset ``offset + i`` and CommitLog position ``position + i``.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from typing import Annotated
 
 import msgspec
 
-from protocol.message_format import MessageRecord, decode_record
+from protocol.record_batch import MessageRecord, decode_messages
 from protocol.remoting import Frame, FrameError, RequestCode, ResponseCode
 from protocol.wire import Request, Response
 
@@ -58,16 +65,17 @@ class PullRequest(Request, frozen=True):
 
 
 class PullRow(msgspec.Struct, array_like=True, frozen=True, gc=False):
-    """One message of a page (module docstring)."""
+    """One record of a page (module docstring)."""
 
     offset: int
     position: int
     store_ms: int
-    message: bytes
+    record: bytes
+    selected: tuple[int, ...] | None = None
 
-    def record(self) -> MessageRecord:
-        """The stored message's fields; MessageFormatError if the bytes are not one."""
-        return decode_record(self.message)
+    def messages(self) -> list[MessageRecord]:
+        """The record's messages; MessageFormatError if the bytes are not a record."""
+        return decode_messages(self.record)
 
 
 class PullResponse(Response, frozen=True):

@@ -5,7 +5,7 @@
     VIEW_MESSAGE_BY_ID (14)  ext  msgId str (the id in hex)
         response (SUCCESS) body: msgpack array of rows (QUERY_NOT_FOUND: none)
                  +--------------------+----------+-------------+
-                 | CommitLog position | store ms | message bin |
+                 | CommitLog position | store ms | message bin |   (a record of one)
                  +--------------------+----------+-------------+
 
     SEARCH_OFFSET (16)       ext  topic str, queueId int >= 0, timestamp int >= 0 (optional, ms)

@@ -1,11 +1,12 @@
 """SEND_MESSAGE and SEND_BATCH, and the answer of any one write through the log::
 
-    SEND_MESSAGE (10)  request body: one encoded message (protocol.message_format), as it is
-    SEND_BATCH   (11)  request body: msgpack array of encoded messages
-                       +-----------+-----------+-----+
-                       | bin msg 0 | bin msg 1 | ... |
-                       +-----------+-----------+-----+
-                       response body (SUCCESS): one row per message, in order
+    SEND_MESSAGE (10)  request body: one record of one message (protocol.record_batch), as it is
+    SEND_BATCH   (11)  request body: msgpack array of records (protocol.record_batch: 1..N
+                       messages of one queue each; one record per queue, or several)
+                       +--------------+--------------+-----+
+                       | bin record 0 | bin record 1 | ... |
+                       +--------------+--------------+-----+
+                       response body (SUCCESS): one row per message of the records, in order
                        +------+----------+--------------+--------+----------+
                        | code | queue id | queue offset | reason | position |
                        +------+----------+--------------+--------+----------+
@@ -39,9 +40,9 @@ class SendMessageRequest(Request, frozen=True):
 
 class SendBatchRequest(Request, frozen=True):
     CODE = RequestCode.SEND_BATCH
-    BODY = "messages"
+    BODY = "records"
 
-    messages: tuple[bytes, ...]
+    records: tuple[bytes, ...]
 
 
 class WriteResponse(Response, frozen=True):

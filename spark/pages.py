@@ -1,22 +1,20 @@
 """Decoded pages of a queue range: :class:`Columns` and ``decode_page`` -- Spark-free.
 
-A PULL_MESSAGE answer's rows (``protocol.pull.PullRow``: queue offset, CommitLog
-position, store ms, the stored message; up to 256 of them) become columns in
-``decode_page`` (what ``spark.arrow`` makes an Arrow batch of): each message decoded once
-by ``protocol.message_format``, compressed bodies inflated, the messages a tag filter
-does not want dropped, and every message checked to be of the range's queue.
+A PULL_MESSAGE answer's rows (``protocol.pull.PullRow``: one record each -- base queue
+offset, CommitLog position, store ms, the record as stored) become columns in
+``decode_page`` (what ``spark.arrow`` makes an Arrow batch of): each record decoded once
+by ``protocol.record_batch``, the messages outside the range asked for and those a tag
+filter does not want dropped, and every record checked to be of the range's queue.
 """
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from client.message import FLAG_COMPRESSED
-from protocol.message_format import MessageFormatError, decode_records
 from protocol.pull import PullRow
+from protocol.record_batch import MessageFormatError, decode_messages, read_header
 from spark.errors import RangeMismatchError
 from spark.planning import QueueRange
 
@@ -62,29 +60,38 @@ class Columns:
                         self.tags, self.properties, self.body, strict=True))
 
 
-def decode_page(rows: Sequence[PullRow], rng: QueueRange, wanted_tags: frozenset[str] | None) -> Columns:
-    """Columns from one PULL_MESSAGE answer's rows; checks every message is of ``rng``'s queue."""
+def decode_page(rows: Sequence[PullRow], rng: QueueRange, wanted_tags: frozenset[str] | None,
+                start: int = 0, end: int | None = None) -> Columns:
+    """Columns of the messages of one PULL_MESSAGE answer's records with queue offsets in
+    [``start``, ``end``); checks every record is of ``rng``'s queue."""
     cols = Columns(rng.topic, rng.group, rng.queue_id)
-    if not rows:
-        return cols
-    try:
-        msgs = decode_records([row.message for row in rows])
-    except MessageFormatError as e:
-        raise RangeMismatchError(f"{rng}: a replica returned bytes that are not messages ({e})") from None
-    topics, qids = {m.topic for m in msgs}, {m.queue_id for m in msgs}
-    if topics != {rng.topic} or qids != {rng.queue_id}:
-        raise RangeMismatchError(f"{rng}: a replica returned messages of {sorted(topics)} "
-                                 f"queue(s) {sorted(qids)}")
-    if wanted_tags is not None and any(m.tags not in wanted_tags for m in msgs):
-        kept = [(row, m) for row, m in zip(rows, msgs, strict=True) if m.tags in wanted_tags]
-        rows, msgs = [row for row, _ in kept], [m for _, m in kept]
-    cols.queue_offset = [row.offset for row in rows]
-    cols.commit_log_offset = [row.position for row in rows]
-    cols.store_ms = [row.store_ms for row in rows]
+    stop = rng.end if end is None else end
+    offsets, positions, stamps, msgs = [], [], [], []
+    for row in rows:
+        try:
+            h = read_header(row.record)
+            if h.topic != rng.topic or h.queue_id != rng.queue_id:
+                raise RangeMismatchError(f"{rng}: a replica returned a record of {h.topic!r} queue "
+                                         f"{h.queue_id}")
+            decoded = decode_messages(row.record, h)
+        except MessageFormatError as e:
+            raise RangeMismatchError(f"{rng}: a replica returned bytes that are not records ({e})") from None
+        first, last = max(0, start - row.offset), min(len(decoded), stop - row.offset)
+        for i in range(first, last):
+            m = decoded[i]
+            if wanted_tags is not None and m.tags not in wanted_tags:
+                continue
+            offsets.append(row.offset + i)
+            positions.append(row.position + i)
+            stamps.append(row.store_ms)
+            msgs.append(m)
+    cols.queue_offset = offsets
+    cols.commit_log_offset = positions
+    cols.store_ms = stamps
     cols.msg_id = [m.msg_id.hex() for m in msgs]
     cols.born_ms = [m.born_ts_ms for m in msgs]
     cols.keys = [m.keys for m in msgs]
     cols.tags = [m.tags for m in msgs]
     cols.properties = [m.properties for m in msgs]
-    cols.body = [zlib.decompress(m.body) if m.flag & FLAG_COMPRESSED else m.body for m in msgs]
+    cols.body = [m.body for m in msgs]
     return cols

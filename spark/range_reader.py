@@ -24,6 +24,7 @@ from client.aio.core import ClientCore
 from client.backoff import Deadline
 from client.errors import ClientError
 from protocol.pull import PULL_ANSWERS, PullRequest, PullResponse, PullRow
+from protocol.record_batch import record_count
 from protocol.remoting import Frame, FrameError, ResponseCode
 from spark.errors import DataLossError, RangeMismatchError, ReadError, ReplicaUnavailableError
 from spark.options import SourceOptions
@@ -117,6 +118,7 @@ class RangeReader:
                                                                         self.rng.end - self.cursor)
                 self._inflight.append((self.cursor, count, self._request(self.cursor, count, suspend)))
             return
+        self._next = max(self._next, self.cursor)  # a page of whole records may reach past its count
         while len(self._inflight) < self.opts.pipeline and self._next < self.rng.end:
             count = min(self.opts.pull_batch, self.rng.end - self._next)
             self._inflight.append((self._next, count, self._request(self._next, count, 0.0)))
@@ -177,7 +179,7 @@ class RangeReader:
     def _accept(self, offset: int, count: int, reply: Frame) -> Columns | None:
         """Take one answer; returns the page, or None when it brought nothing (lagging replica,
         a filtered page without matches, a stale speculative request)."""
-        if offset != self.cursor:  # a speculative request made stale by a short page
+        if offset > self.cursor:  # a speculative request made stale by a short page
             return None
         pulled = self._decode(reply)
         if reply.code != ResponseCode.SUCCESS:
@@ -203,17 +205,20 @@ class RangeReader:
         self.served_by.add(self.address)
         if self.filtered:
             return self._accept_filtered(offset, raw, next_offset)
-        n = len(raw)
-        page = decode_page(raw, self.rng, None)
-        if n == 0 or n > count or next_offset != offset + n or page.queue_offset != list(range(offset,
-                                                                                               offset + n)):
+        if offset < self.cursor and next_offset <= self.cursor:
+            return None  # a speculative request wholly covered by the page before (whole records)
+        page = decode_page(raw, self.rng, None, self.cursor)
+        n = len(page)
+        expected = list(range(self.cursor, self.cursor + n))
+        if n == 0 or not _contiguous(raw, offset, next_offset) or page.queue_offset != expected:
             shown = f"{page.queue_offset[0]}..{page.queue_offset[-1]}" if n else "nothing"
             raise RangeMismatchError(
                 f"{self.rng}: asked {self.address} for {count} messages from offset {offset}, got {n} "
-                f"({shown}, next offset {next_offset}): not the contiguous range asked for")
-        self.cursor += n
+                f"from {self.cursor} ({shown}, next offset {next_offset}): not the contiguous range "
+                "asked for")
+        self.cursor = min(next_offset, self.rng.end)
         self.received += n
-        if n < count:  # a short page (size cap, or the replica has no more yet): re-plan requests
+        if self.cursor < min(offset + count, self.rng.end):  # a short page: re-plan requests
             self._drop_inflight()
         return page
 
@@ -229,13 +234,13 @@ class RangeReader:
 
     def _accept_filtered(self, offset: int, raw: Sequence[PullRow], next_offset: int) -> Columns | None:
         got = [r.offset for r in raw]
-        if next_offset <= offset or any(not offset <= o < next_offset for o in got) \
+        if next_offset <= offset or any(not o < next_offset for o in got) \
                 or any(a >= b for a, b in itertools.pairwise(got)):
             raise RangeMismatchError(f"{self.rng}: {self.address} answered offsets {got[:3]}... with next "
                                      f"offset {next_offset} to a pull at {offset}: not a gap-free page")
         raw = [r for r in raw if r.offset < self.rng.end]
+        page = decode_page(raw, self.rng, self._wanted, self.cursor)
         self.cursor = min(next_offset, self.rng.end)
-        page = decode_page(raw, self.rng, self._wanted)
         self.received += len(page)
         return page if len(page) else None
 
@@ -300,3 +305,16 @@ def read_columns(opts: SourceOptions, rng: QueueRange, batch_rows: int | None = 
         finally:
             loop.close()
             gc.set_threshold(*thresholds)
+
+
+def _contiguous(rows: Sequence[PullRow], offset: int, next_offset: int) -> bool:
+    """Whether the records of ``rows`` follow one another from the one holding ``offset`` to
+    ``next_offset`` (each record's message count is in its header)."""
+    at = rows[0].offset if rows else offset
+    if rows and at > offset:
+        return False
+    for row in rows:
+        if row.offset != at:
+            return False
+        at += record_count(row.record)
+    return at == next_offset and (not rows or offset < at)

@@ -5,7 +5,7 @@ operations and its checkpoint form -- with the files derived alongside::
 
     topics        Topics             name -> queues, permission
     offsets       ConsumerOffsets    (group, topic, queue) -> committed offset
-    producers     ProducerWindows    (producer, topic, queue) -> last sequence, recent offsets
+    producers     ProducerWindows    (producer, topic, queue) -> last sequence, recent records
     locks         QueueLocks         (group, topic, queue) -> the client holding its consume lock
     deferral      Deferral           held messages: Timers, Halves (broker.deferred), SendBacks
     queue_files   QueueFiles         the ConsumeQueues and their running hash
@@ -14,8 +14,9 @@ operations and its checkpoint form -- with the files derived alongside::
     last_store_ms                    the latest store time applied: the apply step's clock,
                                      by which producers, locks and send-backs expire
 
-``apply_entry`` applies one DATA entry's records in order: messages (stored, held or
-refused), fragments of a chain, admin records (``broker.commands``). Every decision depends
+``apply_entry`` applies one DATA entry's records in order: message records (stored whole,
+held or refused, their bodies never decoded), fragments of a chain, admin records
+(``broker.commands``). Every decision depends
 only on the entries, so every replica derives the same state; ``state`` is its canonical
 form (``broker.snapshot``), what checkpoints and snapshots hold and digests are over.
 """
@@ -39,6 +40,7 @@ from broker.commands import (
     decode_admin,
     record_kind,
 )
+from broker.consume_queue_layout import tag_summary
 from broker.entry_batch import read_records
 from broker.index_layout import IndexHeader
 from broker.index_service import IndexService
@@ -51,8 +53,8 @@ from broker.state.producers import ProducerWindows
 from broker.state.queues import QueueFiles
 from broker.state.topics import TopicConfig, Topics
 from dledger.entry_format import HEADER_SIZE, Entry
-from protocol.message_format import Message, MessageFormatError, decode_message
-from protocol.tags import tag_hash
+from protocol.message_format import MessageFormatError, decode_message
+from protocol.record_batch import read_header
 
 __all__ = ["DerivedState"]
 
@@ -119,36 +121,54 @@ class DerivedState:
         return out
 
     def _apply_message(self, record: bytes, position: int, store_ts_ms: int) -> Kept:
+        """A message record: checked from its header (topic, permission, queue, producer
+        sequences), stored as one ConsumeQueue unit, its keys and ids indexed; its body never
+        decoded (but for a SPECIAL record of one: where to hold it)."""
         try:
-            m = decode_message(record)
+            h = read_header(record)
         except MessageFormatError as e:
             return kept(Outcome.INVALID, reason=str(e))
-        topic = self.topics.for_message(m.topic)
-        if topic is None or not topic.perm & _PERM_WRITE or not 0 <= m.queue_id < topic.queues:
-            self.deferral.drop_hold(m)
-            return _refusal(m, topic)
-        producer, sequence = m.producer_id, m.sequence
-        if producer is not None and sequence is not None:  # they come together (message_format)
-            key = (producer, m.topic, m.queue_id)
-            refused = self.producers.admit(key, sequence, self.last_store_ms)
+        m = None
+        if h.special:  # a property the broker acts on: the leader sent it as a record of one
+            try:
+                m = decode_message(record)
+            except MessageFormatError as e:
+                return kept(Outcome.INVALID, reason=str(e))
+        topic = self.topics.for_message(h.topic)
+        qid = h.queue_id
+        if topic is None or not topic.perm & _PERM_WRITE or not 0 <= qid < topic.queues:
+            if m is not None:
+                self.deferral.drop_hold(m)
+            return _refusal(h.topic, qid, topic)
+        count, producer = h.count, h.producer_id
+        if producer is not None:  # base sequence with it (record_batch)
+            key = (producer, h.topic, qid)
+            refused = self.producers.admit(key, h.base_sequence, count, self.last_store_ms)
             if refused is not None:
                 return refused
-        if m.properties:
+        try:
+            keys = h.keys(record)
+        except MessageFormatError as e:
+            return kept(Outcome.INVALID, reason=str(e))
+        if m is not None:
             where = self.deferral.route(m, position, len(record), store_ts_ms)
             if isinstance(where, str):
-                return kept(Outcome.DUPLICATE, m.queue_id, reason=where)
+                return kept(Outcome.DUPLICATE, qid, reason=where)
         else:
-            where = (m.topic, m.queue_id)
-        queue_offset = self.queue_files.append(where, position, len(record), tag_hash(m.tags))
-        self.index.put_keys([*m.keys, m.msg_id.hex()], position, store_ts_ms)
+            where = (h.topic, qid)
+        kind, tag = tag_summary(h.tag_hashes(record))
+        base = self.queue_files.append(where, position, len(record), count, store_ts_ms, kind, tag)
+        ids = h.msg_ids(record)
+        self.index.put_messages([((*keys[i], ids[i].hex()), position + i) for i in range(count)],
+                                store_ts_ms)
         # a held message (delayed, a transaction half) has no offset in its queue until it
         # is delivered: its sender is told -1, not the offset in the internal queue
-        shown = queue_offset if where == (m.topic, m.queue_id) else -1
-        if producer is not None and sequence is not None:
-            self.producers.record(key, sequence, shown, store_ts_ms)
+        shown = base if where == (h.topic, qid) else -1
+        if producer is not None:
+            self.producers.record(key, h.base_sequence, count, shown, store_ts_ms)
         if shown < 0:
-            return (STORED, m.queue_id, -1, position, _HELD)
-        return (STORED, m.queue_id, queue_offset, position, "")
+            return (STORED, qid, -1, position, _HELD)
+        return (STORED, qid, base, position, "")
 
     def _apply_admin(self, record: bytes, stamp: int) -> Kept:
         try:
@@ -233,10 +253,10 @@ class DerivedState:
         self.index.close()
 
 
-def _refusal(m: Message, topic: TopicConfig | None) -> Kept:
-    """Why a message to a missing or read-only topic, or to no queue of it, is not stored."""
+def _refusal(name: str, queue_id: int, topic: TopicConfig | None) -> Kept:
+    """Why a record to a missing or read-only topic, or to no queue of it, is not stored."""
     if topic is None:
-        return kept(Outcome.TOPIC_NOT_EXIST, reason=f"topic {m.topic!r} does not exist")
+        return kept(Outcome.TOPIC_NOT_EXIST, reason=f"topic {name!r} does not exist")
     if not topic.perm & _PERM_WRITE:
-        return kept(Outcome.NO_PERMISSION, reason=f"topic {m.topic!r} is not writable")
-    return kept(Outcome.INVALID, reason=f"queue {m.queue_id} is not in 0..{topic.queues - 1}")
+        return kept(Outcome.NO_PERMISSION, reason=f"topic {name!r} is not writable")
+    return kept(Outcome.INVALID, reason=f"queue {queue_id} is not in 0..{topic.queues - 1}")

@@ -1,14 +1,15 @@
 """Idempotent producers: each one's last sequence on each queue (replicated state).
 
-A message carrying (producer id, sequence) is stored only if sequence == last + 1 for that
-producer and queue; a resend of a stored one (sequence <= last) is answered DUPLICATE with
-its original queue offset (for the last RECENT_SEQUENCES) and not stored again; a gap
-(sequence > last + 1) is refused. A producer silent on a queue for PRODUCER_EXPIRY_MS of
-store time is forgotten: its next sequence must be 0 again.
+A record carrying (producer id, base sequence, count) is stored only if base == last + 1
+for that producer and queue; it then takes sequences base .. base + count - 1. A resend
+of a stored record (the same base and count, as first sent) is answered DUPLICATE with
+its original base queue offset (for the last RECENT_RECORDS records); a record that
+overlaps stored sequences any other way is refused (INVALID: a resend must be the whole
+record as first sent); a gap (base > last + 1) is refused. A producer silent on a queue
+for PRODUCER_EXPIRY_MS of store time is forgotten: its next sequence must be 0 again.
 
-Checkpoint form: ``{"producer\\0topic\\0queue id": [last sequence, [queue offsets of the
-last sequences, oldest first], store ms of the last]}``; older checkpoints held
-``[sequence, offset]`` pairs, and no store time.
+Checkpoint form: ``{"producer\\0topic\\0queue id": [last sequence, [[base sequence, count,
+base offset], ... oldest first], store ms of the last]}``.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from typing import Any
 from broker.state.keys import ProducerQueue, join_key, split_key
 from broker.state.outcome import Kept, Outcome, kept
 
-__all__ = ["PRODUCER_EXPIRY_MS", "RECENT_SEQUENCES", "ProducerWindows"]
+__all__ = ["PRODUCER_EXPIRY_MS", "RECENT_RECORDS", "ProducerWindows"]
 
-RECENT_SEQUENCES = 256   # per producer and queue: sequences answered on a retry
+RECENT_RECORDS = 64   # per producer and queue: records answered on a retry
 #: An idempotent producer silent on a queue this long is forgotten (its next sequence must be 0).
 PRODUCER_EXPIRY_MS = 24 * 3600 * 1000
 
@@ -30,8 +31,8 @@ PRODUCER_EXPIRY_MS = 24 * 3600 * 1000
 @dataclass(slots=True)
 class _Window:
     last_sequence: int
-    offsets: list[int]  # queue offsets of the sequences up to the last; offsets[-1] is the last's
-    last_ms: int        # store time of the last
+    records: list[list[int]]  # [base sequence, count, base offset] of the last records, oldest first
+    last_ms: int              # store time of the last
 
 
 class ProducerWindows:
@@ -39,14 +40,13 @@ class ProducerWindows:
 
     def __init__(self, state: Mapping[str, list[Any]] | None = None) -> None:
         self._windows: dict[ProducerQueue, _Window] = {}
-        for text, (last, offsets, *rest) in (state or {}).items():
-            if offsets and isinstance(offsets[0], list):  # written as [sequence, offset] pairs
-                offsets = [offset for _, offset in offsets]
-            self._windows[split_key(text)] = _Window(last, list(offsets), rest[0] if rest else 0)
+        for text, (last, records, last_ms) in (state or {}).items():
+            self._windows[split_key(text)] = _Window(last, [list(r) for r in records], last_ms)
 
-    def admit(self, key: ProducerQueue, sequence: int, now_ms: int) -> Kept | None:
-        """None if ``sequence`` is the next of ``key``'s; else the result that refuses it
-        (DUPLICATE with its original queue offset, or -1 if forgotten; SEQUENCE_GAP). ``now_ms``:
+    def admit(self, key: ProducerQueue, base: int, count: int, now_ms: int) -> Kept | None:
+        """None if the record of sequences ``base`` .. ``base + count - 1`` is the next of
+        ``key``'s; else the result that refuses it (DUPLICATE with its original base queue
+        offset, or -1 if forgotten; INVALID for a partial overlap; SEQUENCE_GAP). ``now_ms``:
         the apply step's store time, which decides expiry alike on every replica."""
         window = self._windows.get(key)
         if window is None:
@@ -56,35 +56,44 @@ class ProducerWindows:
             last = -1
         else:
             last = window.last_sequence
-        if sequence == last + 1:
+        if base == last + 1:
             return None
-        if sequence <= last:
-            assert window is not None
-            recent, back = window.offsets, last - sequence  # recent[-1] is last's offset
-            original = recent[-1 - back] if back < min(len(recent), RECENT_SEQUENCES) else -1
-            return kept(Outcome.DUPLICATE, key[2], original, reason=f"sequence {sequence} was already stored")
-        return kept(Outcome.SEQUENCE_GAP, key[2], reason=f"sequence {sequence} after {last}: a gap")
+        if base > last + 1:
+            return kept(Outcome.SEQUENCE_GAP, key[2], reason=f"sequence {base} after {last}: a gap")
+        assert window is not None
+        for first, n, offset in reversed(window.records):
+            if first == base and n == count:
+                return kept(Outcome.DUPLICATE, key[2], offset, reason=f"sequence {base} was already stored")
+            if first <= base < first + n or base < first < base + count:
+                break
+        else:
+            if base + count - 1 <= last and (not window.records or base + count <= window.records[0][0]):
+                return kept(Outcome.DUPLICATE, key[2], -1, reason=f"sequence {base} was already stored")
+        return kept(Outcome.INVALID, key[2], reason=(
+            f"sequences {base}..{base + count - 1} overlap the stored ones (up to {last}) but are not a "
+            "record as first sent: a resend must be the whole record, unchanged"))
 
-    def record(self, key: ProducerQueue, sequence: int, queue_offset: int, stamp: int) -> None:
-        """``sequence`` (admitted) was stored at ``queue_offset`` (-1: held) at store time ``stamp``."""
+    def record(self, key: ProducerQueue, base: int, count: int, queue_offset: int, stamp: int) -> None:
+        """The record of sequences ``base`` .. (admitted) was stored at base ``queue_offset``
+        (-1: held) at store time ``stamp``."""
         window = self._windows.get(key)
         if window is None:
-            self._windows[key] = _Window(sequence, [queue_offset], stamp)
+            self._windows[key] = _Window(base + count - 1, [[base, count, queue_offset]], stamp)
             return
-        window.last_sequence, window.last_ms = sequence, stamp
-        offsets = window.offsets
-        offsets.append(queue_offset)
-        if len(offsets) > 2 * RECENT_SEQUENCES:  # trimmed now and then: amortised O(1)
-            del offsets[:-RECENT_SEQUENCES]
+        window.last_sequence, window.last_ms = base + count - 1, stamp
+        records = window.records
+        records.append([base, count, queue_offset])
+        if len(records) > 2 * RECENT_RECORDS:  # trimmed now and then: amortised O(1)
+            del records[:-RECENT_RECORDS]
 
     def forget_expired(self, now_ms: int) -> None:
         """Drop what lookups already treat as absent (producers silent for PRODUCER_EXPIRY_MS),
-        and keep the offsets of the last RECENT_SEQUENCES sequences only."""
+        and keep the last RECENT_RECORDS records only."""
         horizon = now_ms - PRODUCER_EXPIRY_MS
         for key in [k for k, w in self._windows.items() if w.last_ms < horizon]:
             del self._windows[key]
         for window in self._windows.values():
-            del window.offsets[:-RECENT_SEQUENCES]
+            del window.records[:-RECENT_RECORDS]
 
     def forget_topic(self, topic: str) -> None:
         """Deleted means deleted: a topic created again under the name takes sequence 0 as new."""
@@ -92,4 +101,4 @@ class ProducerWindows:
             del self._windows[key]
 
     def state(self) -> dict[str, list[Any]]:
-        return {join_key(k): [w.last_sequence, w.offsets, w.last_ms] for k, w in self._windows.items()}
+        return {join_key(k): [w.last_sequence, w.records, w.last_ms] for k, w in self._windows.items()}

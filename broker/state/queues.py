@@ -36,7 +36,8 @@ class _Appends:
     cq: ConsumeQueue
     first_offset: int
     hash_prefix: bytes  # cq_hash_prefix of its queue
-    units: list[tuple[int, int, int]] = field(default_factory=list)
+    next_offset: int
+    units: list[tuple[int, int, int, int, int, int, int]] = field(default_factory=list)
 
 
 class QueueFiles:
@@ -92,17 +93,21 @@ class QueueFiles:
         return removed
 
     # -- the apply step ------------------------------------------------------------------------
-    def append(self, where: tuple[str, int], position: int, size: int, tag: int) -> int:
-        """Assign the next offset of queue ``where`` (topic, queue id) to a unit; returns it.
-        Written by ``write_appends``."""
+    def append(self, where: tuple[str, int], position: int, size: int, count: int, store_ms: int,
+               tag_kind: int, tag: int) -> int:
+        """Assign the next ``count`` offsets of queue ``where`` (topic, queue id) to a record's
+        unit; returns the first (its base). Written by ``write_appends``."""
         appends = self._appends.get(where)
         if appends is None:
             cq = self._open(where)
-            appends = self._appends[where] = _Appends(cq, cq.max_offset, cq_hash_prefix(*where))
-        queue_offset = appends.first_offset + len(appends.units)
-        appends.units.append((position, size, tag))
-        self._hash = cq_hash_step(self._hash, appends.hash_prefix, queue_offset, position, size, tag)
-        return queue_offset
+            first = cq.max_offset
+            appends = self._appends[where] = _Appends(cq, first, cq_hash_prefix(*where), first)
+        base = appends.next_offset
+        unit = (position, size, count, tag_kind, base, store_ms, tag)
+        appends.units.append(unit)
+        appends.next_offset = base + count
+        self._hash = cq_hash_step(self._hash, appends.hash_prefix, unit)
+        return base
 
     def write_appends(self) -> None:
         for appends in self._appends.values():
@@ -124,7 +129,7 @@ class QueueFiles:
         for (topic, qid), cq in sorted(self._queues.items()):
             appends = self._appends.get((topic, qid))
             out.setdefault(topic, {})[qid] = (
-                cq.max_offset if appends is None else appends.first_offset + len(appends.units))
+                cq.max_offset if appends is None else appends.next_offset)
         return out
 
     def hash_state(self) -> bytes:
@@ -166,7 +171,7 @@ class QueueFiles:
                     continue
                 cq = ConsumeQueue(queue_dir, self._units)
                 end = known[qid]
-                if end > cq.min_offset and not (end <= cq.max_offset and cq.get(end - 1).position <= covered):
+                if end > cq.min_offset and not (end <= cq.max_offset and _holds_to(cq, end, covered)):
                     log.info("queue %s/%s: its files are of the topic created again after the checkpoint; "
                              "they go, the replay makes them again", topic, qid)
                     cq.close()
@@ -199,9 +204,15 @@ class QueueFiles:
                     self._queues[(topic, int(qid))] = self._new((topic, int(qid)), int(next_offset))
 
     def close(self) -> None:
-        """Close every queue (files stay); pending appends are dropped."""
+        """Close every queue (files stay); pending appends are dropped (see ``close_queues``)."""
         self._appends.clear()
         with self._lock:
             for cq in self._queues.values():
                 cq.close()
             self._queues.clear()
+
+
+def _holds_to(cq: ConsumeQueue, end: int, covered: int) -> bool:
+    """Whether ``cq`` has a record ending exactly at ``end`` at a position the checkpoint covers."""
+    unit = cq.get(end - 1)
+    return unit.end == end and unit.position <= covered

@@ -1,9 +1,11 @@
 """The producer: ordered, idempotent sends with one request in flight per queue.
 
     send(msg, shard_key) ─▶ queue (shard_queue(key) or round robin) ─▶ QueueSender
-    QueueSender: pending ─▶ batch (≤ 256 msgs / 1 MiB) ─▶ SEND_BATCH to the group's leader
-                 each message carries (producer id, sequence): the broker stores sequence
-                 last+1, answers a resend of a stored one with its original offset, refuses gaps
+    QueueSender: pending ─▶ batch (≤ 256 msgs / 1 MiB) ─▶ records (≤ RECORD_BYTES each:
+                 protocol.record_batch) ─▶ SEND_BATCH to the group's leader
+                 each record carries (producer id, base sequence, count): the broker stores
+                 it if base = last+1, answers a resend of a stored one with its original
+                 offsets, refuses gaps
 
 One batch per queue is in flight at a time, so the broker never sees a gap it
 would have to refuse, and messages queued meanwhile ride in the next batch
@@ -30,7 +32,6 @@ import itertools
 import logging
 import os
 import time
-import zlib
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ from client.errors import (
     MessageTooLargeError,
     broker_error,
 )
-from client.message import COMPRESS_OVER, Message, SendResult, SendStatus, encode_for_send, new_msg_id
+from client.message import Message, SendResult, SendStatus, encode_batch, new_msg_id
 from client.queues import MessageQueue, shard_queue
 from protocol.names import InvalidName, validate_topic
 from protocol.remoting import ResponseCode
@@ -58,9 +59,12 @@ log = logging.getLogger("client.producer")
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # the broker's default limit of an encoded message
 _ENVELOPE = 128  # the encoded message's fixed fields, generously (ids, times, host, sequence)
-#: At most the broker's RECENT_SEQUENCES: a resent batch is answered with every original offset.
 BATCH_MAX_MESSAGES = 256
 BATCH_MAX_BYTES = 1024 * 1024
+#: A record's messages, about (a record this size fits one Raft entry; a larger message is
+#: a record of its own, stored as a chain of fragments).
+RECORD_BYTES = 48 * 1024
+_PER_MESSAGE = 40  # a message's bytes in a record besides body, tags, keys and properties
 _BODY_TYPES = (bytes, bytearray, memoryview)
 
 _Outcome = SendResult | BaseException
@@ -96,7 +100,7 @@ class _Item:
     deadline: Deadline
     msg_id: bytes = field(default_factory=new_msg_id)
     born_ms: int = field(default_factory=lambda: int(time.time() * 1000))
-    record: bytes | None = None  # encoded with (producer id, sequence) once, resent unchanged
+    size: int = 0  # about its bytes in a record
     call: _Call | None = None
     index: int = 0
 
@@ -141,53 +145,65 @@ class QueueSender:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            batch = self._take()
+            batch, records = self._take()
+            if not batch:
+                continue
             try:
-                await self._send(batch)
+                await self._send(batch, records)
             except Exception as e:  # never let one batch kill the queue's sender
                 log.exception("send to %s failed", self.queue)
                 self._fail(batch, e if isinstance(e, ClientError) else ClientError(str(e)))
 
-    def _take(self) -> list[_Item]:
+    def _take(self) -> tuple[list[_Item], list[bytes]]:
+        """The next batch and its records (sequences taken from the producer's next);
+        messages that cannot be encoded are settled with the error."""
         batch: list[_Item] = []
         size = 0
-        pending, queue_id, producer_id = self._pending, self.queue.queue_id, self.producer_id
+        pending = self._pending
         while pending and len(batch) < BATCH_MAX_MESSAGES:
             item = pending[0]
             if item.future.done():  # cancelled by its caller before it was sent
                 pending.popleft()
                 continue
-            record = item.record
-            if record is None:
-                try:
-                    record = item.record = encode_for_send(item.message, queue_id, item.msg_id,
-                                                           item.born_ms, producer_id, self._next_seq)
-                except (TypeError, ValueError, OverflowError) as e:  # what _check cannot foresee
-                    pending.popleft()  # its sequence was not used: no gap
-                    item.settle(ClientError(f"the message cannot be encoded: {e}"))
-                    continue
-                self._next_seq += 1
-            if batch and size + len(record) > BATCH_MAX_BYTES:
+            if batch and size + item.size > BATCH_MAX_BYTES:
                 break
             batch.append(pending.popleft())
-            size += len(record)
-        return batch
+            size += item.size
+        records: list[bytes] = []
+        start, size = 0, 0
+        try:
+            for i, item in enumerate(batch):
+                if i > start and size + item.size > RECORD_BYTES:
+                    records.append(self._record(batch[start:i]))
+                    start, size = i, 0
+                size += item.size
+            if batch:
+                records.append(self._record(batch[start:]))
+        except (TypeError, ValueError, OverflowError) as e:  # what _check cannot foresee
+            self._fail(batch, ClientError(f"the messages cannot be encoded: {e}"))
+            return [], []
+        return batch, records
+
+    def _record(self, items: Sequence[_Item]) -> bytes:
+        record = encode_batch([item.message for item in items], self.queue.queue_id,
+                              [item.msg_id for item in items], items[0].born_ms, self.producer_id,
+                              self._next_seq)
+        self._next_seq += len(items)
+        return record
 
     def _new_epoch(self, resend: Sequence[_Item] = ()) -> None:
-        """Start a fresh producer id; re-encode messages that were refused as gaps (never stored)."""
+        """Start a fresh producer id; ``resend`` (refused as gaps: never stored) goes first."""
         self._epoch += 1
         self._next_seq = 0
         self._pending.extendleft(reversed(resend))
-        for item in self._pending:  # none of these was sent with its old sequence
-            item.record = None
 
     def _fail(self, batch: Sequence[_Item], error: BaseException) -> None:
         for item in batch:
             item.settle(error)
         self._new_epoch()
 
-    async def _send(self, batch: list[_Item]) -> None:
-        request = SendBatchRequest(messages=tuple(cast(bytes, item.record) for item in batch))
+    async def _send(self, batch: list[_Item], records: list[bytes]) -> None:
+        request = SendBatchRequest(records=tuple(records))
         # the earliest deadline; the messages of one send call share theirs
         deadline = min(dict.fromkeys(item.deadline for item in batch), key=Deadline.remaining)
         try:
@@ -354,15 +370,11 @@ class AsyncProducer:
                 if not all(isinstance(k, str) and isinstance(v, str) for k, v in m.properties.items()):
                     raise TypeError("properties must map strings to strings")
                 size += sum(len(k) + len(v) + 4 for k, v in m.properties.items())
-            # the broker limits the encoded message; bodies over 4 KiB are compressed first,
-            # so only a body too large as it is needs compressing to know
-            size += len(m.body)
-            if size > self.max_message_bytes and len(m.body) > COMPRESS_OVER:
-                size += len(zlib.compress(m.body, 1)) - len(m.body)
+            size += len(m.body)  # the broker limits the record: a message this large is one alone
             if size > self.max_message_bytes:
                 raise MessageTooLargeError(
                     ResponseCode.MESSAGE_TOO_LARGE,
-                    f"message of about {size} bytes (encoded, compressed) exceeds max_message_bytes="
+                    f"message of about {size} bytes (encoded) exceeds max_message_bytes="
                     f"{self.max_message_bytes}; split it or store the payload elsewhere")
         return topic
 
@@ -394,10 +406,20 @@ class AsyncProducer:
         ids = os.urandom(16 * len(messages))
         sender.submit([_Item(Message(m.topic, bytes(m.body), m.tags, tuple(m.keys), dict(m.properties),
                                      m.delay_level, m.deliver_at_ms),
-                             call.future, deadline, ids[16 * i:16 * i + 16], born_ms, None, call, i)
+                             call.future, deadline, ids[16 * i:16 * i + 16], born_ms, _size(m), call, i)
                        for i, m in enumerate(messages)])
         await call.future  # cancelled with its caller: the messages not yet taken are dropped
         for outcome in call.outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
         return cast("list[SendResult]", call.outcomes)
+
+
+def _size(m: Message) -> int:
+    """About the bytes of ``m`` in a record."""
+    size = _PER_MESSAGE + len(m.body) + len(m.tags or "")
+    if m.keys:
+        size += sum(len(k) + 2 for k in m.keys)
+    if m.properties:
+        size += sum(len(k) + len(v) + 4 for k, v in m.properties.items())
+    return size

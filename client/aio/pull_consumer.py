@@ -18,7 +18,7 @@ from client.aio.core import READ_FROM, ClientCore
 from client.aio.routes import PERM_READ
 from client.backoff import Deadline
 from client.errors import ClientError
-from client.message import ReceivedMessage, received
+from client.message import ReceivedMessage, received_all
 from client.queues import MessageQueue
 from client.tag_filter import TagSelector, parse_tags
 from protocol.offset import CommitOffsetRequest, QueryOffsetRequest, QueryOffsetResponse
@@ -36,7 +36,8 @@ _PULL_OK = (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL
 
 @dataclass(frozen=True, slots=True)
 class PullResult:
-    messages: list[ReceivedMessage]   # those the selector matched, in queue order
+    messages: list[ReceivedMessage]   # those the selector matched, in queue order (a page of
+                                      # whole records: may be more than max_msgs)
     next_offset: int                  # where the next pull starts (past filtered-out ones too)
     max_offset: int | None            # the replica's queue end, when it said
 
@@ -62,11 +63,10 @@ async def fetch(core: ClientCore, queue: MessageQueue, offset: int, *, max_msgs:
                     next_offset)
     if reply.code != ResponseCode.SUCCESS:
         return PullResult([], max(next_offset, offset), max_offset)
-    messages = []
-    for row in pulled.rows or ():
-        m = received(row.record(), queue, row.offset, row.position, row.store_ms)
-        if selector is None or selector.matches(m.tags):
-            messages.append(m)
+    messages: list[ReceivedMessage] = []
+    for row in pulled.rows or ():  # records as stored: split here
+        got = received_all(row.record, queue, row.offset, row.position, row.store_ms, offset, row.selected)
+        messages.extend(got if selector is None else [m for m in got if selector.matches(m.tags)])
     return PullResult(messages, next_offset, max_offset)
 
 

@@ -23,6 +23,9 @@ import os
 from dataclasses import dataclass, field
 
 from protocol.record_batch import (
+    HEADER,
+    HEADER_SIZE,
+    RECORD_KIND,
     MessageFormatError,
     MessageRecord,
     decode_messages,
@@ -108,11 +111,13 @@ def _message(r: MessageRecord) -> Message:
                    r.born_ts_ms, r.born_host, r.producer_id, r.sequence, r.reconsume)
 
 
-def peek_msg_id(data: bytes) -> bytes | None:
-    """The first message id of a record, read from its header (nothing else decoded, a large
-    body not copied); None if the bytes are not a record."""
-    try:
-        h = read_header(data)
-    except MessageFormatError:
+def peek_msg_id(data: bytes | memoryview) -> bytes | None:
+    """The first message id of a record from its first bytes (the header and what precedes
+    the ids: nothing else read, a large body not copied); None if they do not start like a
+    record."""
+    if len(data) < HEADER_SIZE or data[0] != RECORD_KIND:
         return None
-    return bytes(data[h.ids_at:h.ids_at + 16])
+    count, tlen, plen, hlen = (HEADER.unpack_from(data)[i] for i in (2, 6, 7, 8))
+    at = HEADER_SIZE + tlen + plen + hlen + 8 * count
+    found = bytes(data[at:at + 16])
+    return found if count and len(found) == 16 else None

@@ -4,13 +4,13 @@ Each step is timed alone (timeit, the best of ``--repeat`` rounds) on one thread
 no network: building and encoding a frame, or decoding one and its typed contents, as
 the producer, the broker and the consumer do it::
 
-    send  client: SendBatchRequest of N messages -> bytes     (the messages already encoded)
-          broker: bytes -> Frame -> SendBatchRequest
+    send  client: N messages -> a record -> SendBatchRequest -> bytes
+          broker: bytes -> Frame -> SendBatchRequest -> the record's header
           broker: N SendRows -> SendBatchResponse -> bytes
           client: bytes -> Frame -> SendBatchResponse
     pull  client: PullRequest -> bytes;  broker: bytes -> Frame -> PullRequest
-          broker: N PullRows -> PullResponse -> bytes
-          client: bytes -> Frame -> PullResponse -> each row's MessageRecord
+          broker: a PullRow of the record -> PullResponse -> bytes
+          client: bytes -> Frame -> PullResponse -> the record's N MessageRecords
 
 Figures are microseconds per frame (and per message where a frame carries N).
 """
@@ -22,40 +22,46 @@ import os
 import timeit
 from collections.abc import Callable
 
-from protocol.message_format import pack_message
 from protocol.pull import PullRequest, PullResponse, PullRow
+from protocol.record_batch import Entry, encode_record, read_header
 from protocol.remoting import decode_frame
 from protocol.send import SendBatchRequest, SendBatchResponse, SendRow
 
 __all__ = ["main", "measure"]
 
 
-def _messages(count: int, body_bytes: int) -> list[bytes]:
+def _messages(count: int, body_bytes: int) -> list[Entry]:
     body = os.urandom(body_bytes)
-    return [pack_message(os.urandom(16), "bench", 3, 0, "tagA", ("k1",), {}, 1_795_000_000_000,
-                         "10.0.0.9:52000", "producer-1", i, 0, body) for i in range(count)]
+    return [(os.urandom(16), 1_795_000_000_000, 0, "tagA", ("k1",), {}, 0, body) for _ in range(count)]
+
+
+def _record(messages: list[Entry]) -> bytes:
+    return encode_record("bench", 3, messages, producer_id="producer-1", base_sequence=0,
+                         born_host="10.0.0.9:52000")
 
 
 def steps(count: int, body_bytes: int) -> dict[str, Callable[[], object]]:
     """The timed steps, by name: each builds or reads one frame of ``count`` messages."""
-    records = _messages(count, body_bytes)
-    send = SendBatchRequest(messages=tuple(records)).to_frame(7)
+    messages = _messages(count, body_bytes)
+    records = [_record(messages)]
+    send = SendBatchRequest(records=tuple(records)).to_frame(7)
     send_bytes = send.encode()
     answer = SendBatchResponse(rows=tuple(SendRow(0, 3, i, "", 8192 + i) for i in range(count))).reply(send)
     answer_bytes = answer.encode()
     pull = PullRequest(topic="bench", queue_id=3, offset=40, max_msgs=count, suspend_ms=15_000).to_frame(8)
     pull_bytes = pull.encode()
-    page = [PullRow(40 + i, 8192 + i, 1_795_000_000_123, r) for i, r in enumerate(records)]
+    page = [PullRow(40, 8192, 1_795_000_000_123, r) for r in records]
     page_bytes = PullResponse(next_offset=40 + count, max_offset=50 + count, leaderless=False,
                               rows=page).reply(pull).encode()
 
     def pulled() -> object:
-        return [row.record() for row in PullResponse.from_frame(decode_frame(page_bytes)).rows or ()]
+        return [row.messages() for row in PullResponse.from_frame(decode_frame(page_bytes)).rows or ()]
 
     return {
         "send: client builds the request": lambda: SendBatchRequest(
-            messages=tuple(records)).to_frame(7).encode(),
-        "send: broker reads the request": lambda: SendBatchRequest.from_frame(decode_frame(send_bytes)),
+            records=(_record(messages),)).to_frame(7).encode(),
+        "send: broker reads the request": lambda: [
+            read_header(r) for r in SendBatchRequest.from_frame(decode_frame(send_bytes)).records],
         "send: broker builds the answer": lambda: SendBatchResponse(
             rows=[SendRow(0, 3, i, "", 8192 + i) for i in range(count)]).reply(send).encode(),
         "send: client reads the answer": lambda: SendBatchResponse.from_frame(decode_frame(answer_bytes)),
@@ -64,7 +70,7 @@ def steps(count: int, body_bytes: int) -> dict[str, Callable[[], object]]:
         "pull: broker reads the request": lambda: PullRequest.from_frame(decode_frame(pull_bytes)),
         "pull: broker builds the answer": lambda: PullResponse(
             next_offset=40 + count, max_offset=50 + count, leaderless=False,
-            rows=[PullRow(40 + i, 8192 + i, 1_795_000_000_123, r) for i, r in enumerate(records)]).reply(
+            rows=[PullRow(40, 8192, 1_795_000_000_123, r) for r in records]).reply(
                 pull).encode(),
         "pull: client reads the answer and messages": pulled,
     }

@@ -116,6 +116,9 @@ class DerivedState:
                 out.append(self._apply_message(record, base + offset, stamp))
             elif kind == _FRAGMENT:
                 out.append(kept(Outcome.INVALID, reason="a fragment must be the only record of its entry"))
+            elif kind is not None and kind < _FRAGMENT:
+                out.append(kept(Outcome.INVALID, reason=f"a message record of format {kind}: not read "
+                                                        f"(this broker stores format {_MESSAGE})"))
             else:
                 out.append(self._apply_admin(record, stamp))
         return out

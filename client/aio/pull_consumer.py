@@ -36,8 +36,7 @@ _PULL_OK = (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL
 
 @dataclass(frozen=True, slots=True)
 class PullResult:
-    messages: list[ReceivedMessage]   # those the selector matched, in queue order (a page of
-                                      # whole records: may be more than max_msgs)
+    messages: list[ReceivedMessage]   # those the selector matched, in queue order (<= max_msgs)
     next_offset: int                  # where the next pull starts (past filtered-out ones too)
     max_offset: int | None            # the replica's queue end, when it said
 
@@ -67,6 +66,10 @@ async def fetch(core: ClientCore, queue: MessageQueue, offset: int, *, max_msgs:
     for row in pulled.rows or ():  # records as stored: split here
         got = received_all(row.record, queue, row.offset, row.position, row.store_ms, offset, row.selected)
         messages.extend(got if selector is None else [m for m in got if selector.matches(m.tags)])
+        if len(messages) >= max_msgs:  # the rest of the page is pulled again next time
+            next_offset = min(next_offset, messages[max_msgs - 1].queue_offset + 1)
+            del messages[max_msgs:]
+            break
     return PullResult(messages, next_offset, max_offset)
 
 

@@ -57,6 +57,7 @@ from broker.snapshot import canonical_bytes
 from broker.state_machine import BrokerStateMachine
 from dledger.entry_format import HEADER_SIZE, Entry, EntryKind, record_size
 from protocol.message_format import Message, encode_message
+from protocol.record_batch import encode_record
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "apply_history"
 WRITE = os.environ.get("RAFTMQ_WRITE_GOLDEN") == "1"
@@ -110,6 +111,17 @@ class Messages:
     def __init__(self) -> None:
         self.n = 0
 
+    def many(self, topic: str, queue: int, count: int, *, producer: str | None = None, base: int = -1,
+             tags: tuple[str | None, ...] = ("a",)) -> bytes:
+        """A record of ``count`` messages (tags taken in turn from ``tags``)."""
+        entries = []
+        for i in range(count):
+            self.n += 1
+            entries.append((self.n.to_bytes(16, "big"), T0 + i, 0, tags[i % len(tags)],
+                            (f"key-{self.n % 5}",), {}, 0, bytes((self.n * 31 + k) % 256 for k in range(24))))
+        return encode_record(topic, queue, entries, producer_id=producer, base_sequence=base,
+                             born_host="host-1")
+
     def __call__(self, topic: str, queue: int = 0, *, tags: str | None = "a", keys: tuple[str, ...] = (),
                  props: dict[str, str] | None = None, producer: str | None = None, seq: int | None = None,
                  size: int = 24, reconsume: int = 0) -> bytes:
@@ -137,7 +149,13 @@ def history() -> History:
               msg("audit", n % 2, tags=None), msg("gone", n % 2, producer="pg", seq=n // 2))
     h.add(msg("orders", 0, producer="p1", seq=11), msg("orders", 1, producer="p1", seq=3),
           msg("orders", 2, producer="p1", seq=14), msg("orders", 3, producer="p1", seq=12))
-    h.add(msg("missing"), msg("ro"), msg("orders", 9), b"\x92\x7f\x01",
+    # records of many: one unit each; resent whole (duplicate), overlapping (refused), mixed tags
+    batch = msg.many("orders", 1, 5, producer="pb", base=0)
+    h.add(batch, msg.many("audit", 0, 3, tags=("x", "y", None)))
+    h.add(batch, msg.many("orders", 1, 3, producer="pb", base=3),
+          msg.many("orders", 1, 2, producer="pb", base=5), msg.many("orders", 1, 2, producer="pb", base=9))
+    old = msgpack.packb([1, bytes(16), "orders", 0, 0, None, [], {}, T0, "h", None, None, 0, b"format 1"])
+    h.add(msg("missing"), msg("ro"), msg("orders", 9), b"\x92\x7f\x01", old,
           msgpack.packb([RecordKind.CREATE_TOPIC, "t", 0, 6]), encode_admin(DeleteTopic("missing")))
     # offsets and locks
     h.add(encode_admin(CommitOffset("billing", "orders", 1, 7)),

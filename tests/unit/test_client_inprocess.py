@@ -76,9 +76,9 @@ def test_idempotent_resend_is_answered_not_stored(broker: str) -> None:
         from client.aio.producer import _Item
         from client.backoff import Deadline
         item = _Item(Message("idem", b"one"), asyncio.get_running_loop().create_future(), Deadline(5))
-        from client.message import encode_for_send
-        item.record = encode_for_send(item.message, 0, bytes.fromhex(r1.msg_id), 0, sender.producer_id, 0)
-        await sender._send([item])
+        from client.message import encode_batch
+        record = encode_batch([item.message], 0, [bytes.fromhex(r1.msg_id)], 0, sender.producer_id, 0)
+        await sender._send([item], [record])
         again = await item.future
         assert again.duplicate and again.queue_offset == r1.queue_offset
         r2 = await p.send(Message("idem", b"two"), shard_key="s")

@@ -1,6 +1,6 @@
-"""The producer's send path, cheaper but unchanged: ``encode_for_send`` makes exactly the
-bytes ``protocol.message_format.encode_message`` makes, and ``send_batch`` keeps its order,
-outcomes, deadlines and cancellation against a scripted broker."""
+"""The producer's send path: ``encode_batch`` makes the record whose messages decode to
+what the client means to send, and ``send_batch`` keeps its order, outcomes, deadlines
+and cancellation against a scripted broker."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import asyncio
 import os
 import random
 import threading
-import zlib
 from typing import Any
 
 import msgpack
@@ -18,21 +17,22 @@ from client.aio.producer import AsyncProducer
 from client.aio.routes import GroupRoute, TopicRoute
 from client.backoff import Deadline
 from client.errors import TopicNotExistError
-from client.message import _HOST, COMPRESS_OVER, FLAG_COMPRESSED, Message, encode_for_send
+from client.message import _HOST, Message, encode_batch
 from protocol.message_format import Message as StoredMessage
-from protocol.message_format import decode_message, encode_message
+from protocol.message_format import encode_message
+from protocol.record_batch import decode_messages, read_header
 from protocol.remoting import Frame, ResponseCode
 from protocol.send import SendBatchRequest
 
-# -- encode_for_send == encode_message ----------------------------------------------
+# -- encode_batch: what the client means to send ---------------------------------------
 
 _rnd = random.Random(7)
 
 MESSAGES = [
     Message("t", b""),
     Message("t", b"plain"),
-    Message("orders", b"x" * 256, tags="paid"),
-    Message("orders", b"x", tags=""),  # an empty tag is sent as none
+    Message("t", b"x" * 256, tags="paid"),
+    Message("t", b"x", tags=""),  # an empty tag is sent as none
     Message("t", b"k", keys=("order-1", "customer-9")),
     Message("t", b"k", keys=["a list", "of keys"]),
     Message("t", b"p", properties={"a": "1", "b": "two", "ünï": "cödé"}),
@@ -40,63 +40,52 @@ MESSAGES = [
     Message("t", b"d", deliver_at_ms=1_700_000_000_123),
     Message("t", b"d", properties={"DELAY": "9"}, delay_level=2, deliver_at_ms=5),
     Message("t", bytearray(b"a bytearray body")),
-    Message("t", b"z" * (COMPRESS_OVER + 1)),  # compressible: sent compressed
-    Message("t", _rnd.randbytes(COMPRESS_OVER * 2)),  # incompressible: sent as is
-    Message("t", _rnd.randbytes(200_000), keys=("large",)),  # past the reused packer's size
-    Message("t", b"y" * 300_000, tags="big", properties={"p": "q"}),  # large, compressed
-    Message("%RETRY%group", "ünïcode body".encode(), tags="t|u", keys=("k",) * 20,
+    Message("t", _rnd.randbytes(200_000), keys=("large",)),
+    Message("t", "ünïcode body".encode(), tags="t|u", keys=("k",) * 20,
             properties={str(i): "v" * i for i in range(40)}),
 ]
 
 
-def _reference(m: Message, queue_id: int, msg_id: bytes, born_ms: int, producer_id: str | None,
-               sequence: int | None) -> bytes:
-    """The broker's encoding of what the client means to send (compression as the client does it)."""
-    body, flag = bytes(m.body), 0
-    if len(body) > COMPRESS_OVER:
-        packed = zlib.compress(body, 1)
-        if len(packed) < len(body):
-            body, flag = packed, FLAG_COMPRESSED
-    return encode_message(StoredMessage(m.topic, body, queue_id, m.tags or None, tuple(m.keys),
-                                        m.wire_properties(), msg_id, flag, born_ms, _HOST, producer_id,
-                                        sequence))
+def _meant(m: Message, queue_id: int, msg_id: bytes, born_ms: int, producer_id: str | None,
+           sequence: int | None) -> StoredMessage:
+    return StoredMessage(m.topic, bytes(m.body), queue_id, m.tags or None, tuple(m.keys), m.wire_properties(),
+                         msg_id, 0, born_ms, _HOST, producer_id, sequence)
 
 
-@pytest.mark.parametrize("m", MESSAGES, ids=range(len(MESSAGES)))
-@pytest.mark.parametrize(("producer_id", "sequence"),
-                         [(None, None), ("group/0a1b2c3d4e5f.0", 0), ("p.7", 127), ("p.7", 128),
+@pytest.mark.parametrize(("producer_id", "base"),
+                         [(None, -1), ("group/0a1b2c3d4e5f.0", 0), ("p.7", 128),
                           ("p." + "e" * 300, 2**32 + 5)])
-def test_encode_for_send_is_byte_identical_to_the_broker_encoding(
-        m: Message, producer_id: str | None, sequence: int | None) -> None:
-    msg_id = os.urandom(16)
+def test_encode_batch_holds_what_the_client_means_to_send(producer_id: str | None, base: int) -> None:
+    ids = [os.urandom(16) for _ in MESSAGES]
     for queue_id, born_ms in ((0, 0), (7, 1_700_000_000_000), (1023, 2**40)):
-        data = encode_for_send(m, queue_id, msg_id, born_ms, producer_id, sequence)
-        assert data == _reference(m, queue_id, msg_id, born_ms, producer_id, sequence)
-        stored = decode_message(data)
-        assert (stored.producer_id, stored.sequence, stored.queue_id) == (producer_id, sequence, queue_id)
+        record = encode_batch(MESSAGES, queue_id, ids, born_ms, producer_id, base)
+        got = [StoredMessage(r.topic, r.body, r.queue_id, r.tags, r.keys, r.properties, r.msg_id, r.flag,
+                             r.born_ts_ms, r.born_host, r.producer_id, r.sequence, r.reconsume)
+               for r in decode_messages(record)]
+        assert got == [_meant(m, queue_id, ids[i], born_ms, producer_id, None if base < 0 else base + i)
+                       for i, m in enumerate(MESSAGES)]
+        assert read_header(record).special  # a delay in the batch: the leader splits it
 
 
-def test_encode_for_send_is_the_same_on_every_thread_and_after_a_large_message() -> None:
-    m = Message("t", b"body", tags="a", keys=("k",), properties={"x": "y"})
-    expected = _reference(m, 1, b"\x01" * 16, 5, "p.0", 3)
-    assert encode_for_send(m, 1, b"\x01" * 16, 5, "p.0", 3) == expected
-    encode_for_send(Message("t", _rnd.randbytes(60_000)), 1, b"\x02" * 16, 5)  # reuses the packer
-    assert encode_for_send(m, 1, b"\x01" * 16, 5, "p.0", 3) == expected
+def test_encode_batch_is_the_same_on_every_thread() -> None:
+    ms = [Message("t", b"body", tags="a", keys=("k",), properties={"x": "y"})] * 3
+    expected = encode_batch(ms, 1, [b"\x01" * 16] * 3, 5, "p.0", 3)
+    encode_batch([Message("t", _rnd.randbytes(60_000))], 1, [b"\x02" * 16], 5)
     got: list[bytes] = []
-    threads = [threading.Thread(target=lambda: got.append(encode_for_send(m, 1, b"\x01" * 16, 5, "p.0", 3)))
-               for _ in range(4)]
+    threads = [threading.Thread(
+        target=lambda: got.append(encode_batch(ms, 1, [b"\x01" * 16] * 3, 5, "p.0", 3))) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert got == [expected] * 4
+    assert got == [expected] * 4 and not read_header(expected).special
 
 
 def test_an_unpackable_message_leaves_the_packer_usable() -> None:
     with pytest.raises(TypeError):
-        encode_for_send(Message("t", b"x", properties={"a": {1}}), 0, b"\x00" * 16, 0)  # type: ignore[dict-item]
-    m = Message("t", b"fine")
-    assert encode_for_send(m, 0, b"\x00" * 16, 0) == _reference(m, 0, b"\x00" * 16, 0, None, None)
+        encode_batch([Message("t", b"x", properties={"a": {1}})], 0, [b"\x00" * 16], 0)  # type: ignore[dict-item]
+    record = encode_batch([Message("t", b"fine")], 0, [b"\x00" * 16], 0)
+    assert decode_messages(record)[0].body == b"fine"
 
 
 # -- send_batch against a scripted broker ---------------------------------------------
@@ -111,8 +100,9 @@ class _Routes:
 
 
 class FakeCore:
-    """Answers SEND_BATCH as the broker does (a row per record: code, queue id, offset, reason,
-    position), with codes from ``script`` when given; ``gate`` holds answers back."""
+    """Answers SEND_BATCH as the broker does (a row per message: code, queue id, offset, reason,
+    position), with codes (per message) from ``script`` when given; ``gate`` holds answers back.
+    ``bodies``: each request's messages as records of one."""
 
     def __init__(self, queues: int = 1) -> None:
         self.routes = _Routes(queues)
@@ -124,7 +114,10 @@ class FakeCore:
 
     async def leader_request(self, group: str, request: SendBatchRequest, *, deadline: Deadline,
                              topic: str | None = None) -> Frame:
-        records = list(request.messages)
+        records = [encode_message(StoredMessage(r.topic, r.body, r.queue_id, r.tags, r.keys, r.properties,
+                                                r.msg_id, r.flag, r.born_ts_ms, r.born_host, r.producer_id,
+                                                r.sequence, r.reconsume))
+                   for rec in request.records for r in decode_messages(rec)]
         self.bodies.append(records)
         self.deadlines.append(deadline)
         if self.gate is not None:
@@ -132,7 +125,7 @@ class FakeCore:
         codes = self.script.pop(0) if self.script else [0] * len(records)
         rows = []
         for record, c in zip(records, codes, strict=True):
-            q = decode_message(record).queue_id
+            q = decode_messages(record)[0].queue_id
             offset = self.offsets.get(q, 0)
             if c == 0:
                 self.offsets[q] = offset + 1
@@ -158,7 +151,7 @@ def _queued(p: AsyncProducer) -> int:
 
 
 def _seqs(records: list[bytes]) -> list[tuple[str | None, int | None, bytes]]:
-    return [(s.producer_id, s.sequence, s.body) for s in map(decode_message, records)]
+    return [(s.producer_id, s.sequence, s.body) for r in records for s in decode_messages(r)]
 
 
 def test_send_batch_results_are_in_order_with_distinct_ids_and_positions() -> None:
@@ -177,7 +170,7 @@ def test_send_batch_results_are_in_order_with_distinct_ids_and_positions() -> No
         assert [s[1] for s in sent] == list(range(305))
         assert {s[0] for s in sent} == {p._base + ".0"}
         assert [s[2] for s in sent[:300]] == [b"m%d" % i for i in range(300)]
-        stored = decode_message(core.bodies[0][0])
+        (stored,) = decode_messages(core.bodies[0][0])
         assert stored.msg_id.hex() == first[0].msg_id
         await p.shutdown()
 
@@ -199,7 +192,7 @@ def test_a_message_changed_after_send_batch_is_sent_as_it_was() -> None:
         m.keys.append("k2")  # type: ignore[attr-defined]
         core.gate.set()
         await asyncio.gather(blocker, task)
-        stored = decode_message(core.bodies[1][0])
+        (stored,) = decode_messages(core.bodies[1][0])
         assert (stored.body, stored.tags, stored.keys, stored.properties) == (b"before", None, ("k1",),
                                                                              {"a": "1"})
         await p.shutdown()

@@ -30,7 +30,7 @@ def test_small_messages_share_an_entry() -> None:
     assert len(pack_entries([b"m" * 256] * 200, 5)) == 1
 
 
-@pytest.mark.parametrize("bad", [b"", b"\x93\x02\x01\x90", b"\xc1"])
+@pytest.mark.parametrize("bad", [b"", b"\x93\x01\x01\x90", b"\x93\x03\x01\x90", b"\xc1"])
 def test_garbage_is_refused(bad: bytes) -> None:
     with pytest.raises(ValueError):
         unpack_entry(bad)

@@ -73,8 +73,9 @@ def test_malformed_fragments_are_refused(record: bytes) -> None:
 
 def test_peek_msg_id_reads_only_the_head() -> None:
     m = Message("t", b"x" * 100_000)
-    assert peek_msg_id(encode_message(m)[:40]) == m.msg_id
+    assert peek_msg_id(encode_message(m)[:80]) == m.msg_id
     assert peek_msg_id(b"\x93\x01\x02\x03") is None and peek_msg_id(b"") is None
+    assert peek_msg_id(encode_message(m)[:60]) is None  # the id is not in these bytes
 
 
 def test_read_message_across_entries_and_segments(tmp_path: Path) -> None:
@@ -91,17 +92,18 @@ def test_read_message_across_entries_and_segments(tmp_path: Path) -> None:
     (record,) = unpack_entry(first.body).messages
     where = positions[1] + HEADER_SIZE + len(first.body) - len(parse_fragment(record).data)
     assert read_message(log, where, len(large)) == large
-    assert read_message_at(log, where) == large
+    assert read_message_at(log, where) == (large, where)
     body0 = log.entry(1).body
     at = positions[0] + HEADER_SIZE + body0.index(small[1])
-    assert read_message(log, at, len(small[1])) == small[1] == read_message_at(log, at)
+    assert read_message(log, at, len(small[1])) == small[1] and read_message_at(log, at) == (small[1], at)
     last = log.entry(len(payloads)).body
     at = positions[-1] + HEADER_SIZE + last.index(small[2])
-    assert read_message(log, at, len(small[2])) == small[2] == read_message_at(log, at)
+    assert read_message(log, at, len(small[2])) == small[2] and read_message_at(log, at) == (small[2], at)
     with pytest.raises(ValueError):
         read_message(log, where + 1, len(large) - 1)  # not where the message starts
+    assert read_message_at(log, where + 1) == (large, where)  # message 1's position: its record
     with pytest.raises(ValueError):
-        read_message_at(log, where + 1)
+        read_message_at(log, positions[0] + 4)  # inside the entry's header: no record
     with pytest.raises(ValueError):
         read_message(log, where, len(large) + 1)  # runs into the next entry's batch
     with pytest.raises(MessageGone):

@@ -1,21 +1,33 @@
-"""Stored message format: exact round trips; anything else is a MessageFormatError."""
+"""Records (protocol.record_batch) and the record of one (protocol.message_format): exact
+round trips; anything else is a MessageFormatError; what the broker reads of a record
+(header, tag hashes, ids, keys) without its message section."""
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+import random
+import struct
 
-import msgpack
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol.message_format import Message, MessageFormatError, decode_message, encode_message
+from protocol.message_format import Message, MessageFormatError, decode_message, encode_message, message_at
+from protocol.record_batch import (
+    FLAG_SPECIAL,
+    HEADER,
+    decode_messages,
+    encode_record,
+    read_header,
+    record_count,
+    record_properties,
+)
+from protocol.tags import tag_hash
 
 text = st.text(max_size=20)
 messages = st.builds(
     Message, topic=text, body=st.binary(max_size=200), queue_id=st.integers(0, 1023),
-    tags=st.none() | text, keys=st.lists(text, max_size=3).map(tuple),
+    tags=st.none() | text.filter(bool), keys=st.lists(text, max_size=3).map(tuple),
     properties=st.dictionaries(text, text, max_size=3), msg_id=st.binary(min_size=16, max_size=16),
     flag=st.integers(0, 2**31), born_ts_ms=st.integers(0, 2**45), born_host=text,
     reconsume=st.integers(0, 100))
@@ -29,10 +41,12 @@ def test_round_trip(m: Message) -> None:
 def test_idempotent_fields_travel_together() -> None:
     m = Message("t", b"x", producer_id="p1", sequence=7)
     assert decode_message(encode_message(m)).sequence == 7
-    row = msgpack.unpackb(encode_message(m))
-    row[11] = None  # sequence without producer
+    with pytest.raises(ValueError, match="together"):
+        encode_message(Message("t", b"x", producer_id="p1"))
+    data = bytearray(encode_message(m))
+    struct.pack_into(">q", data, 8, -1)  # base sequence gone, producer id still there
     with pytest.raises(MessageFormatError, match="together"):
-        decode_message(msgpack.packb(row, use_bin_type=True))
+        decode_message(bytes(data))
 
 
 @given(st.binary(max_size=64))
@@ -41,58 +55,75 @@ def test_garbage_raises_only_message_format_error(data: bytes) -> None:
         decode_message(data)
 
 
-# -- the msgspec decoder gives the verdict the first decoder gave ------------------------------
-# The apply step of every replica decodes each message: a replica on this version and one on
-# the version before must agree on which bytes are a message. ``_first_decoder`` is that
-# version's decoder (msgpack, then type checks), kept here as the oracle.
-
-def _first_decoder(data: bytes) -> Message:
-    try:
-        row = msgpack.unpackb(data, use_list=False, raw=False, strict_map_key=True)
-    except Exception as e:
-        raise MessageFormatError(str(e)) from None
-    if not isinstance(row, tuple) or len(row) != 14 or row[0] != 1:
-        raise MessageFormatError("not a version-1 message")
-    (_, msg_id, topic, queue_id, flag, tags, keys, props, born, host, pid, seq, reconsume, body) = row
-    ok = (type(msg_id) is bytes and len(msg_id) == 16 and type(topic) is str and type(host) is str
-          and all(type(v) is int for v in (queue_id, flag, born, reconsume))
-          and (tags is None or type(tags) is str) and type(keys) is tuple and type(props) is dict
-          and type(body) is bytes
-          and ((pid is None and seq is None) or (type(pid) is str and type(seq) is int))
-          and all(type(k) is str for k in keys)
-          and all(type(k) is str and type(v) is str for k, v in props.items()))
-    if not ok:
-        raise MessageFormatError("malformed")
-    return Message(topic, body, queue_id, tags, keys, props, msg_id, flag, born, host, pid, seq, reconsume)
-
-
-odd_values = (st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False)
-              | st.text(max_size=4) | st.binary(max_size=17) | st.lists(st.text(max_size=2), max_size=2)
-              | st.lists(st.integers(0, 3), max_size=2)
-              | st.dictionaries(st.text(max_size=2), st.text(max_size=2), max_size=2)
-              | st.dictionaries(st.integers(0, 3), st.text(max_size=2), max_size=1)
-              | st.sampled_from([1, 1.0, True, b"\x00" * 16, (), {}]))
+@given(st.lists(messages, min_size=1, max_size=8), st.sampled_from([None, "zstd", "lz4"]),
+       st.integers(-1, 2**40))
+def test_a_record_of_many_round_trips_and_its_header_says_what_the_broker_needs(
+        ms: list[Message], compression: str | None, base: int) -> None:
+    entries = [(m.msg_id, m.born_ts_ms, m.flag, m.tags, m.keys, m.properties, m.reconsume, m.body)
+               for m in ms]
+    producer = None if base < 0 else "p-1"
+    record = encode_record("orders", 3, entries, producer_id=producer, base_sequence=base,
+                           born_host="h", compression=compression)
+    h = read_header(record)
+    assert (h.count, h.topic, h.queue_id, h.producer_id, h.base_sequence) == (
+        len(ms), "orders", 3, producer, base)
+    assert record_count(record) == len(ms)
+    assert h.tag_hashes(record) == [tag_hash(m.tags) for m in ms]
+    assert h.msg_ids(record) == [m.msg_id for m in ms]
+    assert h.keys(record) == [m.keys for m in ms]
+    got = decode_messages(record)
+    assert [(g.msg_id, g.tags, g.keys, g.properties, g.born_ts_ms, g.body, g.flag, g.reconsume)
+            for g in got] == [(m.msg_id, m.tags, m.keys, m.properties, m.born_ts_ms, m.body, m.flag,
+                               m.reconsume) for m in ms]
+    assert [g.sequence for g in got] == [None if base < 0 else base + i for i in range(len(ms))]
+    assert record_properties(record) == [m.properties for m in ms]
+    assert message_at(record, len(ms) - 1).body == ms[-1].body
 
 
-@settings(max_examples=600)
-@given(messages, st.lists(st.tuples(st.integers(0, 14), odd_values), max_size=3), st.integers(-1, 1))
-def test_the_verdict_on_any_bytes_is_the_first_decoders(m: Message, changes: list[tuple[int, Any]],
-                                                         resize: int) -> None:
-    row = list(msgpack.unpackb(encode_message(m)))
-    for index, value in changes:
-        if index < len(row):
-            row[index] = value
-    if resize < 0:
-        row.pop()
-    elif resize > 0:
-        row.append(0)
-    data = msgpack.packb(row, use_bin_type=True)
-    try:
-        expected: Message | None = _first_decoder(data)
-    except MessageFormatError:
-        expected = None
-    try:
-        got: Message | None = decode_message(data)
-    except MessageFormatError:
-        got = None
-    assert got == expected
+def test_compression_keeps_the_header_readable_and_is_used_only_when_smaller() -> None:
+    body = b"abcd" * 2000
+    entries = [(bytes(16), 0, 0, "t", ("k",), {}, 0, body)] * 4
+    plain = encode_record("t", 0, entries)
+    for codec in ("zstd", "lz4"):
+        packed = encode_record("t", 0, entries, compression=codec)
+        assert len(packed) < len(plain) // 10
+        assert read_header(packed).keys(packed) == [("k",)] * 4  # never compressed
+        assert [m.body for m in decode_messages(packed)] == [body] * 4
+    random_body = random.Random(1).randbytes(512)
+    assert encode_record("t", 0, [(bytes(16), 0, 0, None, (), {}, 0, random_body)], compression="lz4")[1] == 0
+    with pytest.raises(ValueError, match="compression"):
+        encode_record("t", 0, entries, compression="zlib")
+
+
+def test_special_properties_mark_the_record() -> None:
+    for props, special in (({}, False), ({"region": "eu"}, False), ({"DELAY": "3"}, True),
+                           ({"TRAN_MSG": "true"}, True), ({"__SENT_BACK": "g:1"}, True)):
+        flags = read_header(encode_message(Message("t", b"x", properties=props))).flags
+        assert bool(flags & FLAG_SPECIAL) == special
+
+
+@pytest.mark.parametrize("change", ["kind", "count", "length", "codec", "section"])
+def test_a_damaged_header_is_refused(change: str) -> None:
+    data = bytearray(encode_record("t", 0, [(bytes(16), 0, 0, "a", (), {}, 0, b"body")]))
+    fields = list(HEADER.unpack_from(data))
+    if change == "kind":
+        fields[0] = 1  # the format before: a msgpack message of one
+    elif change == "count":
+        fields[2] = 0
+    elif change == "codec":
+        fields[1] = 3
+    elif change == "section":
+        fields[11] += 1
+    HEADER.pack_into(data, 0, *fields)
+    if change == "length":
+        data += b"\x00"
+    with pytest.raises(MessageFormatError):
+        decode_messages(bytes(data))
+
+
+def test_a_record_of_many_is_not_a_message() -> None:
+    record = encode_record("t", 0, [(bytes(16), 0, 0, None, (), {}, 0, b"a")] * 2)
+    with pytest.raises(MessageFormatError, match="2 messages"):
+        decode_message(record)
+    with pytest.raises(MessageFormatError, match="no message 2"):
+        message_at(record, 2)

@@ -14,7 +14,9 @@ from client.backoff import Deadline
 from client.errors import OutcomeUnknownError, TopicNotExistError
 from client.message import Message
 from client.queues import MessageQueue
-from protocol.message_format import decode_message
+from protocol.message_format import Message as Stored
+from protocol.message_format import decode_message, encode_message
+from protocol.record_batch import decode_messages
 from protocol.remoting import Frame, ResponseCode
 from protocol.send import SendBatchRequest
 
@@ -22,7 +24,8 @@ Q = MessageQueue("t", "g1", 0)
 
 
 class ScriptedCore:
-    """``leader_request`` answers from a script: an exception to raise, or a row code per record."""
+    """``leader_request`` answers from a script: an exception to raise, or a row code per message
+    (``bodies``: each request's messages as records of one, re-encoded)."""
 
     def __init__(self, script: list[Any]) -> None:
         self.script = script
@@ -31,7 +34,7 @@ class ScriptedCore:
 
     async def leader_request(self, group: str, request: SendBatchRequest, *, deadline: Deadline,
                              topic: str | None = None) -> Frame:
-        records = list(request.messages)
+        records = [encode_message(m) for r in request.records for m in _messages(r)]
         self.bodies.append(records)
         if self.gate is not None:
             await self.gate.wait()
@@ -125,3 +128,8 @@ def test_a_broker_that_forgot_the_producer_gets_the_batch_again_in_a_new_epoch()
         await sender.close(1)
 
     asyncio.run(main())
+
+
+def _messages(record: bytes) -> list[Stored]:
+    return [Stored(r.topic, r.body, r.queue_id, r.tags, r.keys, r.properties, r.msg_id, r.flag, r.born_ts_ms,
+                   r.born_host, r.producer_id, r.sequence, r.reconsume) for r in decode_messages(record)]

@@ -78,7 +78,7 @@ def machine(path: Path) -> BrokerStateMachine:
 def queue_units(m: BrokerStateMachine, topic: str, qid: int) -> dict[int, object]:
     cq = m.queue(topic, qid)
     assert cq is not None
-    return dict(cq.read(cq.min_offset, 10_000).units)
+    return {u.base: u for u in cq.read(cq.min_offset, 10_000).units}
 
 
 def test_snapshots_are_taken_before_each_segment_and_equal_on_replicas_that_applied_alike(

@@ -122,7 +122,7 @@ def test_messages_land_in_their_queues_in_order(tmp_path: Path) -> None:
         entry = max((e for e in log.entries if e.position <= unit.position), key=lambda e: e.position)
         start = unit.position - entry.position - 32
         bodies.append(entry.body[start:start + unit.size])
-    assert all(b.startswith(b"\x9e\x01") for b in bodies)  # each unit points at a message
+    assert all(b.startswith(b"\x02") for b in bodies)  # each unit points at a record
     assert sm.committed_offset("billing", "orders", 1) == 17
     by_id = sm.query_key((123).to_bytes(16, "big").hex(), 0, 2**62, 10)
     assert len(by_id) == 1 and any(u.position == by_id[0] for q in range(4)
@@ -287,10 +287,10 @@ def test_a_chain_is_stored_when_complete_at_its_first_fragment(tmp_path: Path) -
     assert chain[0].position < unit.position < chain[1].position  # slice 0 of the first entry
     commitlog = on_disk(log, tmp_path / "log")
     assert read_message(commitlog, unit.position, unit.size) == large
-    assert read_message_at(commitlog, unit.position) == large
+    assert read_message_at(commitlog, unit.position) == (large, unit.position)
     second = sm.queue("t", 0).get(1)
     assert read_message(commitlog, second.position, second.size) == msg("t", 2)
-    assert read_message_at(commitlog, second.position) == msg("t", 2)
+    assert read_message_at(commitlog, second.position) == (msg("t", 2), second.position)
     commitlog.close()
     # the store time is fragment 0's entry's stamp
     assert sm.query_key("big-1", 1_700_000_000_000, 1_700_000_000_600, 4) == [unit.position]
@@ -457,10 +457,10 @@ def test_an_idempotent_producer_silent_for_a_day_is_forgotten(tmp_path: Path) ->
     sm.close()
 
 
-def test_a_resend_is_answered_with_its_offset_for_the_last_recent_sequences(tmp_path: Path) -> None:
-    """A producer's stored sequences keep their queue offsets (the last RECENT_SEQUENCES, also
+def test_a_resend_is_answered_with_its_offset_for_the_last_recent_records(tmp_path: Path) -> None:
+    """A producer's stored records keep their queue offsets (the last RECENT_RECORDS, also
     across a restart from the checkpoint); older resends are still refused, with offset -1."""
-    from broker.state_machine import RECENT_SEQUENCES
+    from broker.state_machine import RECENT_RECORDS as RECENT_SEQUENCES
 
     n = 2 * RECENT_SEQUENCES + 40  # past the point where the in-memory window is trimmed
     log = Log()
@@ -481,33 +481,6 @@ def test_a_resend_is_answered_with_its_offset_for_the_last_recent_sequences(tmp_
     assert {a.outcome for a in answers} == {Outcome.DUPLICATE}
     assert [a.queue_offset for a in answers] == [n - 1, oldest_kept, -1, -1]
     assert sm.queue("t", 0).max_offset == n
-    sm.close()
-
-
-def test_a_checkpoint_with_sequence_offset_pairs_still_answers_resends(tmp_path: Path) -> None:
-    """Checkpoints written before the table kept bare offsets carry [sequence, offset] pairs."""
-    import msgpack
-
-    log = Log()
-    log.add([encode_admin(CreateTopic("t", 1))])
-    for i in range(3):
-        log.add([msg("t", i, producer_id="p", sequence=i)])
-    sm = BrokerStateMachine(tmp_path / "s", index_slots=8, index_entries=64)
-    sm.apply(log.entries)
-    sm.close()
-    path = tmp_path / "s" / "state.checkpoint"
-    state = msgpack.unpackb(path.read_bytes(), strict_map_key=False)
-    for entry in state["producers"].values():
-        entry[1] = [[seq, offset] for seq, offset in zip(range(entry[0] - len(entry[1]) + 1, entry[0] + 1),
-                                                          entry[1], strict=True)]
-    path.write_bytes(msgpack.packb(state, use_bin_type=True))
-    sm = BrokerStateMachine(tmp_path / "s", index_slots=8, index_entries=64)
-    resend = log.add([msg("t", 1, producer_id="p", sequence=1)])
-    nxt = log.add([msg("t", 3, producer_id="p", sequence=3)])
-    sm.apply(log.entries[sm.applied_index():])
-    assert (sm.results(resend.index)[0].outcome, sm.results(resend.index)[0].queue_offset) == (
-        Outcome.DUPLICATE, 1)
-    assert (sm.results(nxt.index)[0].outcome, sm.results(nxt.index)[0].queue_offset) == (Outcome.STORED, 3)
     sm.close()
 
 

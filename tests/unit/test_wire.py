@@ -66,7 +66,7 @@ from protocol.topic import (
 from protocol.wire import EmptyResponse, NotLeaderResponse, Request, Response
 
 OK, NOT_FOUND, MOVED = ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_OFFSET_MOVED
-MSG = b"\x9e\x01stored message bytes"
+MSG = b"\x02stored record bytes"
 REQUEST = Frame.request(RequestCode.HEARTBEAT, 7)  # what responses below answer
 ROUTE = {"topic": "t", "groups": [{"group": "g1", "queues": 8, "perm": 6, "term": 3, "leader": "h:1",
                                    "replicas": {"n1": "h:1", "n2": "h:2"}}]}
@@ -90,7 +90,7 @@ def _reply(code: int = OK, ext: dict[str, Any] | None = None, body: bytes = b"")
 #: (new, the frame the hand-built code of the version before sent for the same contents)
 LEGACY: list[tuple[Request | tuple[Response, int], Frame]] = [
     (SendMessageRequest(message=MSG), _request(10, body=MSG)),
-    (SendBatchRequest(messages=(MSG, MSG + b"2")), _request(11, body=msgpack.packb([MSG, MSG + b"2"]))),
+    (SendBatchRequest(records=(MSG, MSG + b"2")), _request(11, body=msgpack.packb([MSG, MSG + b"2"]))),
     ((WriteResponse(queue_id=3, queue_offset=41, position=8192, duplicate=False), OK),
      _reply(ext={"queueId": 3, "queueOffset": 41, "position": 8192, "duplicate": False})),
     ((SendBatchResponse(rows=(SendRow(0, 3, 41, "", 8192), SendRow(16, -1, -1, "gap", -1))), OK),
@@ -106,7 +106,8 @@ LEGACY: list[tuple[Request | tuple[Response, int], Frame]] = [
                          PullRow(41, 8300, 1_795_000_000_123, MSG))),
       OK),
      _reply(ext={"nextOffset": 42, "maxOffset": 50, "leaderless": False},
-            body=msgpack.packb([[40, 8192, 1_795_000_000_123, MSG], [41, 8300, 1_795_000_000_123, MSG]]))),
+            body=msgpack.packb([[40, 8192, 1_795_000_000_123, MSG, None],
+                                [41, 8300, 1_795_000_000_123, MSG, None]]))),
     ((PullResponse(next_offset=40, leaderless=True), NOT_FOUND),
      _reply(NOT_FOUND, {"nextOffset": 40, "leaderless": True})),
     ((PullResponse(next_offset=12, min_offset=12), MOVED),
@@ -268,9 +269,9 @@ def test_round_trip_through_the_frame_bytes(kind: type[Request] | type[Response]
      "ext field 'queues' at [0]: expected `int` <= 1023"),
     (_request(50, {"topic": "t", "perm": 5}), CreateTopicRequest, "ext field 'perm': invalid enum value 5"),
     (_request(10), SendMessageRequest, "the body (message) is required"),
-    (_request(11, body=b"\x01"), SendBatchRequest, "the body (messages) is malformed: expected `array`"),
+    (_request(11, body=b"\x01"), SendBatchRequest, "the body (records) is malformed: expected `array`"),
     (_request(11, body=msgpack.packb([b"a", "b"])), SendBatchRequest,
-     "the body (messages) is malformed: expected `bytes`, got `str` - at `$[1]`"),
+     "the body (records) is malformed: expected `bytes`, got `str` - at `$[1]`"),
     (_request(30, {"clientId": "c"}, body=b"\x01"), HeartbeatRequest,
      "the body (subscriptions) is malformed"),
 ])
@@ -294,8 +295,8 @@ def test_nil_counts_as_absent_and_unknown_keys_are_ignored() -> None:
 
 
 def test_the_body_field_cannot_be_sent_as_an_ext_field() -> None:
-    with pytest.raises(FrameError, match=r"the body \(messages\) is required"):
-        SendBatchRequest.from_frame(_request(11, {"messages": [b"smuggled"]}))
+    with pytest.raises(FrameError, match=r"the body \(records\) is required"):
+        SendBatchRequest.from_frame(_request(11, {"records": [b"smuggled"]}))
     sent = _request(62, {"group": "g", "message": b"x"}, oneway=True)  # a key like another class's body
     assert NotifyConsumersChanged.from_frame(sent) == NotifyConsumersChanged(group="g")
 

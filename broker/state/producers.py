@@ -23,7 +23,8 @@ from broker.state.outcome import Kept, Outcome, kept
 
 __all__ = ["PRODUCER_EXPIRY_MS", "RECENT_RECORDS", "ProducerWindows"]
 
-RECENT_RECORDS = 64   # per producer and queue: records answered on a retry
+RECENT_RECORDS = 256  # per producer and queue: records answered on a retry (a batch of 256
+#                     messages split into records of one, e.g. delayed ones, is answered whole)
 #: An idempotent producer silent on a queue this long is forgotten (its next sequence must be 0).
 PRODUCER_EXPIRY_MS = 24 * 3600 * 1000
 

@@ -34,8 +34,8 @@ from urllib.parse import quote
 import aiohttp
 import msgpack
 
-from broker.consume_queue_layout import UNIT_SIZE
-from client.message import decode_received
+from broker.consume_queue_layout import UNIT, UNIT_SIZE
+from client.message import received_all
 from client.queues import MessageQueue
 from protocol.remoting import RequestCode, ResponseCode
 from tests.chaos.brokers import BROKER_GROUP, ChaosBrokers
@@ -70,9 +70,10 @@ async def _read_queues(address: str, queues: int) -> list[Stored]:
                         continue
                     if frame.code != ResponseCode.SUCCESS:
                         break
-                    for off, position, stamp, data in msgpack.unpackb(frame.body):
-                        m = decode_received(data, name, off, position, stamp)
-                        rows.append(Stored(str(name), off, m.body, position))
+                    for base, position, stamp, record, selected in msgpack.unpackb(frame.body):
+                        # a record's messages, each at its own offset and position
+                        for m in received_all(record, name, base, position, stamp, offset, selected):
+                            rows.append(Stored(str(name), m.queue_offset, m.body, m.commit_log_offset))
                     offset = int(frame.ext["nextOffset"])
         finally:
             await client.close()
@@ -80,18 +81,17 @@ async def _read_queues(address: str, queues: int) -> list[Stored]:
 
 
 def consume_queue_units(directory: Path) -> dict[int, bytes]:
-    """Queue offset -> its 20-byte unit, from one ConsumeQueue's files (files are named by
-    their first offset; read as bytes, nothing is opened for writing)."""
+    """Base queue offset -> its 40-byte unit (one per record), from one ConsumeQueue's files
+    (read as bytes, nothing is opened for writing)."""
     units: dict[int, bytes] = {}
     if not directory.is_dir():
         return units
     for path in sorted(p for p in directory.iterdir() if p.name.isdigit()):
         data = path.read_bytes()
-        start = int(path.name)
         for i in range(len(data) // UNIT_SIZE):
             unit = data[i * UNIT_SIZE:(i + 1) * UNIT_SIZE]
             if unit != bytes(UNIT_SIZE):
-                units[start + i] = unit
+                units[UNIT.unpack(unit)[5]] = unit
     return units
 
 

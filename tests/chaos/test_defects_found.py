@@ -31,7 +31,7 @@ from client.aio import AsyncAdmin, AsyncProducer, AsyncPushConsumer
 from client.aio.connection import Connection
 from client.aio.producer import BATCH_MAX_MESSAGES
 from client.errors import ClientError
-from client.message import Message, encode_for_send, new_msg_id
+from client.message import Message, encode_batch, new_msg_id
 from dledger.entry_format import Entry, EntryKind
 from protocol.remoting import RequestCode, ResponseCode
 from tests.chaos.brokers import ChaosBrokers
@@ -94,7 +94,7 @@ def test_a_leader_that_steps_down_answers_its_pending_sends_at_once(brokers: Cha
     async def run() -> tuple[float, float, int]:
         await _create_topic(brokers, brokers.servers, brokers.address_map)
         leader = brokers.leader()
-        record = encode_for_send(Message("t", b"x"), 0, new_msg_id(), 0)
+        record = encode_batch([Message("t", b"x")], 0, [new_msg_id()], 0)
         async with aiohttp.ClientSession() as session:
             client = await FrameClient.connect(session, brokers.nodes[leader].http)
             try:
@@ -166,11 +166,11 @@ def test_ordered_sends_fail_over_when_the_old_leader_hangs(brokers: ChaosBrokers
 
 
 def test_a_resent_full_batch_is_answered_with_its_original_offsets(tmp_path: Path) -> None:
-    """Regression test (found reading the idempotence path while writing the storms; fixed by
-    ``BATCH_MAX_MESSAGES`` = ``RECENT_SEQUENCES`` = 256): the state machine keeps the last
-    RECENT_SEQUENCES (sequence, offset) pairs per producer and queue, the producer packed up to
-    1,024 messages per batch, and a resend of a stored batch was answered DUPLICATE with queue
-    offset -1 for all but the last 256 of them."""
+    """Regression test (found reading the idempotence path while writing the storms; fixed then
+    by ``BATCH_MAX_MESSAGES`` = 256 = the sequences a producer's window kept): a resend of a
+    stored batch was answered DUPLICATE with queue offset -1 for all but the last 256 of its
+    messages. A batch is sent as records now; the window keeps records, so here the batch is
+    its messages as records of one, the most records a batch can be."""
     machine = BrokerStateMachine(tmp_path / "store", index_slots=1024, index_entries=8192)
     index = position = 0
 
@@ -186,7 +186,7 @@ def test_a_resent_full_batch_is_answered_with_its_original_offsets(tmp_path: Pat
 
     try:
         apply([encode_admin(CreateTopic("t", 1))])
-        batch = [encode_for_send(Message("t", b"m%d" % i), 0, new_msg_id(), 0, "p.0", i)
+        batch = [encode_batch([Message("t", b"m%d" % i)], 0, [new_msg_id()], 0, "p.0", i)
                  for i in range(BATCH_MAX_MESSAGES)]
         first = apply(batch)
         again = apply(batch)  # the same batch resent after its answer was lost

@@ -151,14 +151,16 @@ def test_spark_schema_is_the_arrow_schema_spark_checks_batches_against() -> None
     assert [f.name for f in SCHEMA.fields] == [name for name, _ in COLUMNS]
 
 
-def test_compressed_bodies_are_inflated() -> None:
-    import zlib
-
-    from protocol.message_format import Message, encode_message
+def test_a_compressed_record_of_many_is_split_from_where_the_range_starts() -> None:
+    from protocol.record_batch import encode_record
     body = b"x" * 10_000
-    data = encode_message(Message(TOPIC, zlib.compress(body), QUEUE, flag=1))
-    cols = decode_page([PullRow(0, 0, 0, data)], QueueRange(TOPIC, "g1", QUEUE, 0, 1, ("x",)), None)
-    assert cols.body == [body]
+    entries = [(bytes([i]) * 16, 5, 0, "a", (), {}, 0, body + bytes([i])) for i in range(6)]
+    data = encode_record(TOPIC, QUEUE, entries, compression="zstd")
+    assert len(data) < 2_000
+    rng = QueueRange(TOPIC, "g1", QUEUE, 0, 10, ("x",))
+    cols = decode_page([PullRow(4, 900, 7, data)], rng, None, start=6, end=9)
+    assert cols.queue_offset == [6, 7, 8] and cols.commit_log_offset == [902, 903, 904]
+    assert cols.body == [body + bytes([i]) for i in (2, 3, 4)] and cols.store_ms == [7, 7, 7]
 
 
 def test_import_spark_does_not_import_pyspark() -> None:

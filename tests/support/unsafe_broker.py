@@ -18,7 +18,7 @@ from broker.commands import RecordKind, record_kind
 from broker.node import main
 from broker.state_machine import Applied, Outcome
 from broker.write_path import WritePath
-from protocol.message_format import MessageFormatError, decode_message
+from protocol.record_batch import MessageFormatError, read_header
 
 log = logging.getLogger("tests.unsafe_broker")
 
@@ -43,12 +43,12 @@ class UnsafeWritePath(WritePath):
             p.future.set_result(guessed)
 
     def _guess_place(self, record: bytes) -> Applied:
-        m = decode_message(record)
-        key = (m.topic, m.queue_id)
+        h = read_header(record)
+        key = (h.topic, h.queue_id)
         cq = self._machine.queue(*key)
         offset = max(self._guessed_next.get(key, 0), cq.max_offset if cq is not None else 0)
-        self._guessed_next[key] = offset + 1
-        return Applied(Outcome.STORED, m.queue_id, offset)
+        self._guessed_next[key] = offset + h.count
+        return Applied(Outcome.STORED, h.queue_id, offset)
 
 
 if __name__ == "__main__":

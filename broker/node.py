@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     rlog, broker = open_replica(args, read_broker_section, sections=SECTIONS)
     config = rlog.config
     try:
-        check_store_format(config.data_dir, rlog.commitlog.last_index > 0)
+        check_store_format(config.data_dir)
     except (StoreFormatError, OSError) as e:
         rlog.close()
         print(f"error: {e}", file=sys.stderr)

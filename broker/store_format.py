@@ -3,8 +3,8 @@
 ``<data_dir>/FORMAT`` holds one line, ``raftmq-broker-store <N>``: N is the format of the
 entries in its CommitLog and of the files derived from them (``STORE_FORMAT``; 2: message
 records, one ConsumeQueue unit per record). A replica refuses to start on a directory of
-another format -- or on one that holds a CommitLog or derived state but no FORMAT file,
-which is format 1 (one message per record) -- with a message that says so: there is no
+another format -- or on one that holds derived state (``store/``) but no FORMAT file, which
+is format 1 (one message per record) -- with a message that says so: there is no
 migration before the first release.
 """
 
@@ -24,18 +24,17 @@ class StoreFormatError(Exception):
     """A data directory of another format (the message says which and what to do)."""
 
 
-def check_store_format(data_dir: Path, has_entries: bool) -> None:
-    """Record the format of a new data directory, or refuse one of another format.
-
-    ``has_entries``: the CommitLog there holds entries already. Raises StoreFormatError,
-    OSError."""
+def check_store_format(data_dir: Path) -> None:
+    """Record the format of a new data directory, or refuse one of another format. Raises
+    StoreFormatError, OSError."""
     marker = data_dir / "FORMAT"
     try:
         text = marker.read_text().strip()
     except FileNotFoundError:
         text = None
     if text is None:
-        if has_entries or (data_dir / "store" / "state.checkpoint").exists():
+        store = data_dir / "store"
+        if (store / "state.checkpoint").exists() or any((store / "consumequeue").glob("*")):
             _refuse(data_dir, 1)
         atomic_write(marker, f"{_TAG} {STORE_FORMAT}\n".encode())
         return

@@ -68,11 +68,15 @@ def decode_page(rows: Sequence[PullRow], rng: QueueRange, wanted_tags: frozenset
     stop = rng.end if end is None else end
     offsets, positions, stamps, msgs = [], [], [], []
     for row in rows:
+        if row.offset >= stop:
+            break
         try:
             h = read_header(row.record)
             if h.topic != rng.topic or h.queue_id != rng.queue_id:
                 raise RangeMismatchError(f"{rng}: a replica returned a record of {h.topic!r} queue "
                                          f"{h.queue_id}")
+            if row.offset + h.count <= start:
+                continue  # wholly before the range (a page starts with the record holding its offset)
             decoded = decode_messages(row.record, h)
         except MessageFormatError as e:
             raise RangeMismatchError(f"{rng}: a replica returned bytes that are not records ({e})") from None

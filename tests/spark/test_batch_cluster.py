@@ -110,7 +110,9 @@ def test_offsets_timestamps_tags_and_read_from(spark_session: Any, brokers: Loca
     before = pulled(brokers)
     assert len(ids(readFrom="leader")) == 1600
     after = pulled(brokers)
-    assert after[leader] - before[leader] == 1600
+    # pages are whole records: a record across two pipelined requests' offsets ships twice
+    assert after[leader] - before[leader] >= 1600
+    assert all(after[n] == before[n] for n in after if n != leader)
     with pytest.raises(Exception, match=r"no longer retained|startingOffsets"):
         ids(startingOffsets='{"g1": {"0": 5000}}', endingOffsets='{"g1": {"0": 10}}')
 

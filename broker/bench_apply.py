@@ -1,11 +1,12 @@
 """``python -m broker.bench_apply``: CPU per message of the apply step, in isolation.
 
 Feeds ``BrokerStateMachine.apply`` entries of 160 messages of 256 B (idempotent
-producers on 8 queues, as ``raftmq bench produce`` sends them), one entry per call,
-in a temporary directory, and prints wall and CPU microseconds per message. No
-network, no Raft: the cost every replica pays for every message it applies.
+producers on 8 queues, as ``raftmq bench produce`` sends them) in records of
+``--per-record`` messages (64; 1: one message per record, the cost of single sends), one
+entry per call, in a temporary directory, and prints wall and CPU microseconds per
+message. No network, no Raft: the cost every replica pays for every message it applies.
 
-    python -m broker.bench_apply --entries 1500
+    python -m broker.bench_apply --entries 1500 [--per-record 64] [--keys 1]
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ from broker.commands import CreateTopic, encode_admin
 from broker.entry_batch import pack_entries
 from broker.state_machine import BrokerStateMachine, Outcome
 from dledger.entry_format import Entry, EntryKind, record_size
-from protocol.message_format import Message, encode_message
+from protocol.record_batch import encode_record
 
 QUEUES = 8
 STAMP = 1_700_000_000_000
 
 
-def _entries(count: int, per_entry: int, body_bytes: int) -> list[Entry]:
+def _entries(count: int, per_entry: int, body_bytes: int, per_record: int, keys: int) -> list[Entry]:
     body = os.urandom(body_bytes)
     next_seq = [0] * QUEUES
     entries: list[Entry] = []
@@ -42,10 +43,13 @@ def _entries(count: int, per_entry: int, body_bytes: int) -> list[Entry]:
     for i in range(count):
         q = i % QUEUES
         records = []
-        for _ in range(per_entry):
-            records.append(encode_message(Message("bench", body, q, None, (), {}, os.urandom(16), 0, STAMP,
-                                                  "bench-host", f"bench-{q}.0", next_seq[q])))
-            next_seq[q] += 1
+        for start in range(0, per_entry, per_record):
+            n = min(per_record, per_entry - start)
+            names = [tuple(f"key-{i}-{start + k}-{j}" for j in range(keys)) for k in range(n)]
+            messages = [(os.urandom(16), STAMP, 0, None, names[k], {}, 0, body) for k in range(n)]
+            records.append(encode_record("bench", q, messages, producer_id=f"bench-{q}.0",
+                                         base_sequence=next_seq[q], born_host="bench-host"))
+            next_seq[q] += n
         (payload,) = pack_entries(records, STAMP + i)
         add(payload)
     return entries
@@ -57,8 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--entries", type=int, default=1500, help="entries to apply (default 1500)")
     ap.add_argument("--per-entry", type=int, default=160, help="messages per entry (default 160)")
     ap.add_argument("--size", type=int, default=256, help="message body bytes (default 256)")
+    ap.add_argument("--per-record", type=int, default=64, help="messages per record (default 64)")
+    ap.add_argument("--keys", type=int, default=0, help="keys per message (default 0; ids are indexed)")
     args = ap.parse_args(argv)
-    entries = _entries(args.entries, args.per_entry, args.size)
+    entries = _entries(args.entries, args.per_entry, args.size, args.per_record, args.keys)
     with tempfile.TemporaryDirectory(prefix="raftmq-bench-apply-") as tmp:
         sm = BrokerStateMachine(Path(tmp) / "store")
         sm.apply(entries[:1])

@@ -242,6 +242,45 @@ class IndexFile:
             self._dirty = True
             return True
 
+    def put_pairs(self, pairs: list[tuple[str, int]], store_timestamp_ms: int) -> bool:
+        """``put`` each (key, position) of ``pairs`` in order -- a record's messages' keys, at
+        one store time, positions not decreasing -- if they all fit; False, writing nothing,
+        if they do not. One lock and one header write for all of them."""
+        if not pairs:
+            return True
+        ts = store_timestamp_ms
+        with self._lock:
+            self._check_open()
+            m = self._map
+            n, slot_count, slot_num = self._count, self._slot_count, self._slot_num
+            if n + len(pairs) > self._index_num - 1:
+                return False
+            if pairs[0][1] < 0 or pairs[-1][1] > _I64_MAX:
+                raise ValueError(f"CommitLog positions {pairs[0][1]}.. are not in 0..2**63-1")
+            if n == 0:
+                self._begin_ts, self._begin_pos, self._end_ts = ts, pairs[0][1], ts
+            diff = time_diff(ts, self._begin_ts)
+            entries_at = self._entries_at
+            unpack_slot, pack_slot, pack_entry = SLOT.unpack_from, SLOT.pack_into, ENTRY.pack_into
+            hash32 = mmh3.hash
+            for key, position in pairs:
+                h = hash32(key, signed=False) & 0x7FFFFFFF  # key_hash, inlined
+                slot_at = HEADER_SIZE + (h % slot_num) * SLOT_SIZE
+                (head,) = unpack_slot(m, slot_at)
+                if not 0 < head <= n:
+                    head = 0  # empty, or left by an unflushed put before a crash
+                n += 1
+                slot_count += head == 0
+                pack_entry(m, entries_at + n * ENTRY_SIZE, h, position, diff, head)
+                pack_slot(m, slot_at, n)
+            position = pairs[-1][1]
+            self._end_ts = max(self._end_ts, ts)
+            self._end_pos = position
+            self._slot_count, self._count = slot_count, n
+            HEADER.pack_into(m, 0, self._begin_ts, self._end_ts, self._begin_pos, position, slot_count, n)
+            self._dirty = True
+            return True
+
     def rollback_to(self, header: IndexHeader) -> int:
         """Undo the puts made after this file's header was ``header``; returns how many.
 

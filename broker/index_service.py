@@ -118,7 +118,14 @@ class IndexService:
 
     def put_messages(self, messages: Iterable[tuple[Iterable[str], int]], ts_ms: int) -> int:
         """``put_keys`` of each (keys, position) of ``messages`` -- a record's, in order --
-        under one lock. Returns the number of entries put."""
+        under one lock, in one write to the last file when they all fit there. Returns the
+        number of entries put."""
+        messages = list(messages)
+        pairs = [(k, position) for keys, position in messages for k in dict.fromkeys(keys) if k]
+        with self._lock:
+            self._check_open()
+            if self._files and self._files[-1][1].put_pairs(pairs, ts_ms):
+                return len(pairs)
         put = 0
         with self._lock:
             self._check_open()

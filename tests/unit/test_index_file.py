@@ -412,3 +412,28 @@ def test_an_idle_index_is_small_and_files_grow_with_the_load(tmp_path: Path) -> 
     again = IndexService(tmp_path / "small", slot_num=64, index_num=256)  # reopened by their grades
     assert again.query("x59", 0, BIG, 5) == [59]
     again.close()
+
+
+def test_a_records_keys_put_at_once_give_the_bytes_of_putting_them_one_by_one(tmp_path: Path) -> None:
+    """IndexService.put_messages (a record's messages, one write when they fit the last file)
+    leaves the same files as put_keys per message, also where a record crosses into a new file."""
+    from broker.index_service import IndexService
+
+    batched, single = IndexService(tmp_path / "b", 8, 64), IndexService(tmp_path / "s", 8, 64)
+    try:
+        position = 4096
+        for record in range(12):
+            messages = [((f"k{record}-{i}", f"id{record}-{i}", ""), position + i)
+                        for i in range(record % 5 + 1)]
+            batched.put_messages(messages, 1_700_000_000_000 + record)
+            for keys, at in messages:
+                single.put_keys(keys, at, 1_700_000_000_000 + record)
+            position += 500
+        assert len(batched.files()) > 1
+        batched.flush()
+        single.flush()
+        for a, b in zip(sorted((tmp_path / "b").iterdir()), sorted((tmp_path / "s").iterdir()), strict=True):
+            assert a.name == b.name and a.read_bytes() == b.read_bytes()
+    finally:
+        batched.close()
+        single.close()

@@ -1,7 +1,7 @@
 """The producer: ordered, idempotent sends with one request in flight per queue.
 
     send(msg, shard_key) ─▶ queue (shard_queue(key) or round robin) ─▶ QueueSender
-    QueueSender: pending ─▶ batch (≤ 256 msgs / 1 MiB) ─▶ records (≤ RECORD_BYTES each:
+    QueueSender: pending ─▶ batch (≤ 2048 msgs / 1 MiB) ─▶ records (≤ RECORD_BYTES each:
                  protocol.record_batch) ─▶ SEND_BATCH to the group's leader
                  each record carries (producer id, base sequence, count): the broker stores
                  it if base = last+1, answers a resend of a stored one with its original
@@ -59,7 +59,10 @@ log = logging.getLogger("client.producer")
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # the broker's default limit of an encoded message
 _ENVELOPE = 128  # the encoded message's fixed fields, generously (ids, times, host, sequence)
-BATCH_MAX_MESSAGES = 256
+#: One request per queue is in flight: a batch is up to this many messages in records of up
+#: to RECORD_BYTES (the broker answers a resend with every record's original offsets for the
+#: last 256 records of a producer and queue: more than a batch ever holds).
+BATCH_MAX_MESSAGES = 2048
 BATCH_MAX_BYTES = 1024 * 1024
 #: A record's messages, about (a record this size fits one Raft entry; a larger message is
 #: a record of its own, stored as a chain of fragments).

@@ -26,6 +26,7 @@ import pytest
 
 from broker.commands import CreateTopic, encode_admin
 from broker.entry_batch import pack_entries
+from broker.state.producers import RECENT_RECORDS
 from broker.state_machine import BrokerStateMachine
 from client.aio import AsyncAdmin, AsyncProducer, AsyncPushConsumer
 from client.aio.connection import Connection
@@ -187,7 +188,7 @@ def test_a_resent_full_batch_is_answered_with_its_original_offsets(tmp_path: Pat
     try:
         apply([encode_admin(CreateTopic("t", 1))])
         batch = [encode_batch([Message("t", b"m%d" % i)], 0, [new_msg_id()], 0, "p.0", i)
-                 for i in range(BATCH_MAX_MESSAGES)]
+                 for i in range(min(BATCH_MAX_MESSAGES, RECENT_RECORDS))]
         first = apply(batch)
         again = apply(batch)  # the same batch resent after its answer was lost
     finally:

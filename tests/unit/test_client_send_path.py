@@ -164,8 +164,8 @@ def test_send_batch_results_are_in_order_with_distinct_ids_and_positions() -> No
         assert [r.position for r in first + second] == [1000 + i for i in range(305)]
         assert len({r.msg_id for r in first + second}) == 305
         assert all(not r.duplicate and r.queue.group == "g1" for r in first + second)
-        # ≤ 256 records a request, one producer id, sequences without a gap
-        assert [len(b) for b in core.bodies] == [256, 44, 5]
+        # one request for the call (≤ BATCH_MAX_MESSAGES), one producer id, sequences without a gap
+        assert [len(b) for b in core.bodies] == [300, 5]
         sent = [s for b in core.bodies for s in _seqs(b)]
         assert [s[1] for s in sent] == list(range(305))
         assert {s[0] for s in sent} == {p._base + ".0"}

@@ -119,12 +119,12 @@ class _Row(msgspec.Struct, array_like=True, frozen=True, gc=False):
 
 
 class _PropsRow(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """A message section row read up to its properties (the rest, body included, is skipped)."""
+
     born_delta: int
     flag: int
     tags: str | None
     properties: dict[str, str]
-    reconsume: int
-    body: msgspec.Raw
 
 
 _SECTION = msgspec.msgpack.Decoder(list[_Row])

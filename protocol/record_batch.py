@@ -59,11 +59,13 @@ __all__ = [
     "SPECIAL_PROPERTIES",
     "MessageFormatError",
     "MessageRecord",
+    "RecordColumns",
     "RecordHeader",
     "decode_messages",
     "encode_record",
     "is_special",
     "read_header",
+    "record_columns",
     "record_count",
     "record_properties",
 ]
@@ -128,6 +130,7 @@ class _PropsRow(msgspec.Struct, array_like=True, frozen=True, gc=False):
 
 
 _SECTION = msgspec.msgpack.Decoder(list[_Row])
+_SECTION_TUPLES = msgspec.msgpack.Decoder(list[tuple[int, int, str | None, dict[str, str], int, bytes]])
 _PROPS = msgspec.msgpack.Decoder(list[_PropsRow])
 _KEYS = msgspec.msgpack.Decoder(list[tuple[str, ...]])
 _tag_hashes: dict[str | None, bytes] = {}
@@ -315,6 +318,33 @@ def decode_messages(record: bytes, header: RecordHeader | None = None) -> list[M
     return [MessageRecord(ids[i], topic, qid, r.flag, r.tags, keys[i], r.properties, born + r.born_delta,
                           host, producer, None if seq < 0 else seq + i, r.reconsume, r.body)
             for i, r in enumerate(rows)]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordColumns:
+    """A record's messages column by column (``record_columns``): each a tuple of ``count``."""
+
+    born_ms: tuple[int, ...]
+    flags: tuple[int, ...]
+    tags: tuple[str | None, ...]
+    properties: tuple[dict[str, str], ...]
+    reconsumes: tuple[int, ...]
+    bodies: tuple[bytes, ...]
+    keys: list[tuple[str, ...]]
+    msg_ids_hex: list[str]
+
+
+def record_columns(record: bytes, header: RecordHeader | None = None) -> RecordColumns:
+    """Every message of ``record`` as columns, without an object per message (what a columnar
+    reader such as Spark wants); MessageFormatError if it is not a record."""
+    h = header or read_header(record)
+    rows = _rows(_SECTION_TUPLES, record, h)
+    deltas, flags, tags, props, reconsumes, bodies = zip(*rows, strict=True)
+    base = h.base_born_ms
+    born = deltas if base == 0 else tuple(base + d for d in deltas)
+    ids = record[h.ids_at:h.keys_at].hex()
+    return RecordColumns(born, flags, tags, props, reconsumes, bodies, h.keys(record),
+                         [ids[i:i + 32] for i in range(0, len(ids), 32)])
 
 
 def record_properties(record: bytes, header: RecordHeader | None = None) -> list[dict[str, str]]:

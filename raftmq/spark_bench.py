@@ -9,6 +9,10 @@ times ``df.count()`` instead (the same reads, without Spark materialising rows).
 rows/s per run, the messages each node served (the leader must serve none) and the CPU
 seconds of the brokers, the Spark JVM and its Python workers during each timed run.
 Every process it starts is stopped by PID at the end.
+
+Each run also times Spark alone on the same schema: a source of as many partitions that
+yields ready-made Arrow batches of the same rows' shape (no brokers, no decoding), into
+the same sink -- the ceiling the raftmq source is compared with (``ratio``).
 """
 
 from __future__ import annotations
@@ -91,6 +95,45 @@ def _fill(servers: list[str], topic: str, queues: int, messages: int, body_bytes
     return time.monotonic() - started
 
 
+def _alone_source(rows: int, partitions: int, body_bytes: int, batch_rows: int) -> Any:
+    """A DataSource ("raftmq_alone") of ``partitions`` partitions yielding ``rows`` rows in
+    all, in ready-made Arrow batches of the raftmq schema (built once per partition)."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from spark.arrow import SCHEMA_DDL
+
+    class Alone(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "raftmq_alone"
+
+        def schema(self) -> str:
+            return SCHEMA_DDL
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return AloneReader()
+
+    class AloneReader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(i) for i in range(partitions)]
+
+        def read(self, partition: InputPartition) -> Any:
+            from spark.arrow import to_record_batch
+            from spark.pages import Columns
+            n = min(batch_rows, rows // partitions)
+            cols = Columns("bench", "g1", partition.value, list(range(n)), list(range(1000, 1000 + n)),
+                           [1_700_000_000_000] * n, [os.urandom(16).hex() for _ in range(n)],
+                           [1_700_000_000_000] * n, [("k",)] * n, ["red"] * n, [{}] * n,
+                           [os.urandom(body_bytes)] * n)
+            batch = to_record_batch(cols)
+            left = rows // partitions
+            while left > 0:
+                yield batch if left >= n else batch.slice(0, left)
+                left -= n
+
+    return Alone
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m raftmq.spark_bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--messages", type=int, default=200_000)
@@ -142,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         if got != expected:
             print(f"error: read {got} rows, expected {expected}", file=sys.stderr)
             return 1
+        session.dataSource.register(_alone_source(expected, args.queues, args.body_bytes, 8192))
+        alone = session.read.format("raftmq_alone").load()
+        alone.write.format("noop").mode("overwrite").save()  # its warm-up
         brokers = {n: p.proc.pid for n, p in group.nodes.items() if p.proc is not None}
         broker_pids = set(brokers.values())
         spark_pids: list[int] = []
@@ -163,9 +209,18 @@ def main(argv: list[str] | None = None) -> int:
             cpu = {k: round(_cpu_seconds(p) - cpu0[k], 2) for k, p in watched.items()}
             cpu["bench driver (python)"] = round(time.process_time() - own0, 2)
             served = {n: int(after[n] - before[n]) for n in after}
+            started = time.monotonic()
+            if args.sink == "noop":
+                alone.write.format("noop").mode("overwrite").save()
+            else:
+                assert alone.count() == expected
+            alone_took = time.monotonic() - started
             runs.append({"run": i + 1, "seconds": round(took, 3), "rows_per_s": round(expected / took),
+                         "spark_alone_rows_per_s": round(expected / alone_took),
+                         "ratio": round(alone_took / took, 3),
                          "served": served, "cpu_s": {k: v for k, v in cpu.items() if v > 0}})
-            print(f"run {i + 1}: {expected} rows in {took:.2f} s = {expected / took:,.0f} rows/s; "
+            print(f"run {i + 1}: {expected} rows in {took:.2f} s = {expected / took:,.0f} rows/s "
+                  f"(Spark alone {expected / alone_took:,.0f} rows/s: {alone_took / took:.0%}); "
                   f"served {served}; cpu s {runs[-1]['cpu_s']}", flush=True)
             if served.get(leader, 0) != 0:
                 print(f"error: the leader {leader} served {served[leader]} messages", file=sys.stderr)

@@ -2,9 +2,11 @@
 
 A PULL_MESSAGE answer's rows (``protocol.pull.PullRow``: one record each -- base queue
 offset, CommitLog position, store ms, the record as stored) become columns in
-``decode_page`` (what ``spark.arrow`` makes an Arrow batch of): each record decoded once
-by ``protocol.record_batch``, the messages outside the range asked for and those a tag
-filter does not want dropped, and every record checked to be of the range's queue.
+``decode_page`` (what ``spark.arrow`` makes an Arrow batch of): each record decoded once,
+column by column (``protocol.record_batch.record_columns``: no object per message, the
+columns of a record sliced, not looped over), the messages outside the range asked for
+and those a tag filter does not want dropped, and every record checked to be of the
+range's queue.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from protocol.pull import PullRow
-from protocol.record_batch import MessageFormatError, decode_messages, read_header
+from protocol.record_batch import MessageFormatError, read_header, record_columns
 from spark.errors import RangeMismatchError
 from spark.planning import QueueRange
 
@@ -66,7 +68,6 @@ def decode_page(rows: Sequence[PullRow], rng: QueueRange, wanted_tags: frozenset
     [``start``, ``end``); checks every record is of ``rng``'s queue."""
     cols = Columns(rng.topic, rng.group, rng.queue_id)
     stop = rng.end if end is None else end
-    offsets, positions, stamps, msgs = [], [], [], []
     for row in rows:
         if row.offset >= stop:
             break
@@ -77,25 +78,31 @@ def decode_page(rows: Sequence[PullRow], rng: QueueRange, wanted_tags: frozenset
                                          f"{h.queue_id}")
             if row.offset + h.count <= start:
                 continue  # wholly before the range (a page starts with the record holding its offset)
-            decoded = decode_messages(row.record, h)
+            c = record_columns(row.record, h)
         except MessageFormatError as e:
             raise RangeMismatchError(f"{rng}: a replica returned bytes that are not records ({e})") from None
-        first, last = max(0, start - row.offset), min(len(decoded), stop - row.offset)
-        for i in range(first, last):
-            m = decoded[i]
-            if wanted_tags is not None and m.tags not in wanted_tags:
-                continue
-            offsets.append(row.offset + i)
-            positions.append(row.position + i)
-            stamps.append(row.store_ms)
-            msgs.append(m)
-    cols.queue_offset = offsets
-    cols.commit_log_offset = positions
-    cols.store_ms = stamps
-    cols.msg_id = [m.msg_id.hex() for m in msgs]
-    cols.born_ms = [m.born_ts_ms for m in msgs]
-    cols.keys = [m.keys for m in msgs]
-    cols.tags = [m.tags for m in msgs]
-    cols.properties = [m.properties for m in msgs]
-    cols.body = [m.body for m in msgs]
+        first, last = max(0, start - row.offset), min(h.count, stop - row.offset)
+        keep: Sequence[int] | range = range(first, last)
+        if wanted_tags is not None:
+            keep = [i for i in keep if c.tags[i] in wanted_tags]
+        if isinstance(keep, range):  # every message of the slice: columns sliced, no loop per row
+            cols.queue_offset += range(row.offset + first, row.offset + last)
+            cols.commit_log_offset += range(row.position + first, row.position + last)
+            cols.store_ms += [row.store_ms] * (last - first)
+            cols.msg_id += c.msg_ids_hex[first:last]
+            cols.born_ms += c.born_ms[first:last]
+            cols.keys += c.keys[first:last]
+            cols.tags += c.tags[first:last]
+            cols.properties += c.properties[first:last]
+            cols.body += c.bodies[first:last]
+            continue
+        cols.queue_offset += [row.offset + i for i in keep]
+        cols.commit_log_offset += [row.position + i for i in keep]
+        cols.store_ms += [row.store_ms] * len(keep)
+        cols.msg_id += [c.msg_ids_hex[i] for i in keep]
+        cols.born_ms += [c.born_ms[i] for i in keep]
+        cols.keys += [c.keys[i] for i in keep]
+        cols.tags += [c.tags[i] for i in keep]
+        cols.properties += [c.properties[i] for i in keep]
+        cols.body += [c.bodies[i] for i in keep]
     return cols

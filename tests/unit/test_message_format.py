@@ -19,6 +19,7 @@ from protocol.record_batch import (
     decode_messages,
     encode_record,
     read_header,
+    record_columns,
     record_count,
     record_properties,
 )
@@ -127,3 +128,16 @@ def test_a_record_of_many_is_not_a_message() -> None:
         decode_message(record)
     with pytest.raises(MessageFormatError, match="no message 2"):
         message_at(record, 2)
+
+
+@given(st.lists(messages, min_size=1, max_size=6), st.integers(0, 2**40))
+def test_record_columns_are_the_messages_column_by_column(ms: list[Message], born: int) -> None:
+    entries = [(m.msg_id, born + i, m.flag, m.tags, m.keys, m.properties, m.reconsume, m.body)
+               for i, m in enumerate(ms)]
+    record = encode_record("t", 1, entries)
+    c = record_columns(record)
+    got = decode_messages(record)
+    assert list(c.born_ms) == [g.born_ts_ms for g in got] and list(c.bodies) == [g.body for g in got]
+    assert list(c.tags) == [g.tags for g in got] and list(c.properties) == [g.properties for g in got]
+    assert c.keys == [g.keys for g in got] and c.msg_ids_hex == [g.msg_id.hex() for g in got]
+    assert list(c.flags) == [g.flag for g in got] and list(c.reconsumes) == [g.reconsume for g in got]

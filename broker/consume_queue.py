@@ -80,6 +80,11 @@ class CqRead:
     next_offset: int
 
 
+def units_end(units: list[CqUnit], offset: int) -> int:
+    """Messages from ``offset`` to the end of the last of ``units`` (0 if none)."""
+    return units[-1].end - offset if units else 0
+
+
 class _File:
     __slots__ = ("end", "fd", "path", "start", "units")
 
@@ -226,8 +231,9 @@ class ConsumeQueue:
             k, i = self._locate(offset)
             return self._unit(self._files[k], i)
 
-    def read(self, offset: int, max_units: int) -> CqRead:
-        """Up to ``max_units`` units from the one holding ``offset`` on. Reading at
+    def read(self, offset: int, max_units: int, max_messages: int | None = None) -> CqRead:
+        """Up to ``max_units`` units from the one holding ``offset`` on, stopping at the unit
+        that brings ``max_messages`` messages from ``offset`` (if given). Reading at
         ``max_offset`` returns none. Raises ValueError if ``max_units`` < 1,
         OffsetOutOfRange unless min_offset <= offset <= max_offset."""
         if max_units < 1:
@@ -241,13 +247,18 @@ class ConsumeQueue:
                 return CqRead([], offset)
             k, i = self._locate(offset)
             units: list[CqUnit] = []
-            while k < len(self._files) and len(units) < max_units:
+            wanted = high - offset if max_messages is None else max_messages
+            chunk = 8 if max_messages is not None else max_units  # records hold many messages
+            while k < len(self._files) and len(units) < max_units and units_end(units, offset) < wanted:
                 f = self._files[k]
-                n = min(f.units - i, max_units - len(units))
+                n = min(f.units - i, max_units - len(units), chunk)
                 data = self._read_units(f, i, n)
-                units.extend(CqUnit(p, s, c, kind, b, t, tag)
-                             for p, s, c, kind, _, b, t, tag in UNIT.iter_unpack(data))
-                i += n
+                for p, s, c, kind, _, b, t, tag in UNIT.iter_unpack(data):
+                    units.append(CqUnit(p, s, c, kind, b, t, tag))
+                    i += 1
+                    if b + c - offset >= wanted:
+                        break
+                chunk *= 2
                 if i == f.units:
                     k, i = k + 1, 0
             end = units[-1].end

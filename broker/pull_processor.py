@@ -99,7 +99,7 @@ class PullProcessor:
         if offset < low:  # retention deleted those messages: the first one kept
             return PullResponse(next_offset=low, min_offset=low).reply(frame, ResponseCode.PULL_OFFSET_MOVED)
         filtered = wanted_set is not None or sql is not None
-        read = cq.read(offset, MAX_FILTER_SCAN if filtered else max_msgs)
+        read = cq.read(offset, MAX_FILTER_SCAN) if filtered else cq.read(offset, max_msgs, max_msgs)
         page = _Page(offset, max_msgs, wanted_set, sql)
         rows, next_offset, gone_at = self._rows(read.units, read.next_offset, page)
         if gone_at is not None:  # retention deleted the first message while this pull read the queue

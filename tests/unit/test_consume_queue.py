@@ -291,3 +291,12 @@ def test_model(tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, in
         cq.close()
         for p in d.iterdir():
             os.unlink(p)
+
+
+def test_a_read_for_some_messages_stops_at_the_record_that_brings_them(cq: ConsumeQueue) -> None:
+    fill(cq, [3] * 40)
+    got = cq.read(4, 100, max_messages=10)  # 4..5 of the record at 3, then 6.., 9.., 12..14
+    assert [u.base for u in got.units] == [3, 6, 9, 12] and got.next_offset == 15
+    assert [u.base for u in cq.read(4, 2, max_messages=10).units] == [3, 6]
+    assert len(cq.read(0, 100).units) == 40
+    assert cq.read(117, 5, max_messages=50).next_offset == 120

@@ -12,8 +12,10 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import msgspec
+
 from client.queues import MessageQueue
-from protocol.record_batch import MessageRecord, decode_messages, encode_record
+from protocol.record_batch import MessageRecord, encode_record, read_header, record_columns
 
 __all__ = [
     "ConsumeStatus",
@@ -78,8 +80,10 @@ class ConsumeStatus(enum.Enum):
     SUSPEND = "SUSPEND"  # orderly: stop this queue for a while, then retry the same message
 
 
-@dataclass(frozen=True, slots=True)
-class ReceivedMessage:
+class ReceivedMessage(msgspec.Struct, frozen=True):
+    """A message as its consumer gets it (a frozen msgspec Struct: cheap to build for every
+    message of a page; compared and hashed by value, like the dataclass it was)."""
+
     topic: str
     body: bytes
     tags: str | None
@@ -126,10 +130,17 @@ def received_all(record: bytes, queue: MessageQueue, base_offset: int, position:
     """The messages of a pulled ``record`` (its first at queue offset ``base_offset`` and
     CommitLog ``position``) from queue offset ``from_offset`` on, only those ``selected``
     (indexes) if given. MessageFormatError if the bytes are not a record."""
-    msgs = decode_messages(record)
-    indexes = range(max(0, from_offset - base_offset), len(msgs)) if selected is None else \
+    h = read_header(record)
+    c = record_columns(record, h)
+    if queue.queue_id != h.queue_id:
+        queue = MessageQueue(queue.topic, queue.group, h.queue_id)
+    indexes = range(max(0, from_offset - base_offset), h.count) if selected is None else \
         [i for i in selected if base_offset + i >= from_offset]
-    return [received(msgs[i], queue, base_offset + i, position + i, store_ms) for i in indexes]
+    topic, host, props = h.topic, h.born_host, c.properties
+    return [ReceivedMessage(props[i].get("RETRY_TOPIC", topic) if props[i] else topic, c.bodies[i], c.tags[i],
+                            c.keys[i], props[i], c.msg_ids_hex[i], queue, base_offset + i, position + i,
+                            store_ms, c.born_ms[i], host, c.reconsumes[i])
+            for i in indexes]
 
 
 def new_msg_id() -> bytes:

@@ -3,6 +3,7 @@
     raftmq bench produce --local --size 256 --batch 64 --inflight 32 --duration 20
     raftmq bench produce --local --size 256 --rate 1000 --duration 20      # latency at a fixed rate
     raftmq bench consume --local --messages 200000 --size 256              # loads, then reads
+    raftmq bench produce --local --groups 2 --size 256 --batch 64           # a topic over two groups
 
 ``--local`` starts a name server and a 3-node group in a temporary directory (flush
 policy sync) and stops them afterwards; otherwise give --namesrv/--servers/--dir.
@@ -180,11 +181,11 @@ async def _load(args: argparse.Namespace, where: dict[str, Any], count: int) -> 
 
 
 @contextlib.contextmanager
-def _local_cluster() -> Iterator[dict[str, Any]]:
+def _local_cluster(groups: int = 1) -> Iterator[dict[str, Any]]:
     from raftmq import cluster_cmd
 
     with tempfile.TemporaryDirectory(prefix="raftmq-bench-") as d:
-        if cluster_cmd.main(["up", "--dir", d, "--namesrv-port", "0"]) != 0:
+        if cluster_cmd.main(["up", "--dir", d, "--namesrv-port", "0", "--groups", str(groups)]) != 0:
             raise SystemExit("error: the local cluster did not start")
         try:
             yield {"namesrv": [cluster_cmd.namesrv_address(d)]}
@@ -214,6 +215,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--messages", type=int, default=0, help="consume: load this many first")
     parser.add_argument("--read-from", default="follower", choices=["follower", "leader", "any"])
     parser.add_argument("--local", action="store_true", help="start a local cluster for the run")
+    parser.add_argument("--groups", type=int, default=1,
+                        help="--local: broker groups of 3 replicas (default 1; the topic spans them all)")
     parser.add_argument("--namesrv", action="append")
     parser.add_argument("--servers")
     parser.add_argument("--dir")
@@ -231,7 +234,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     try:
         if args.local:
-            with _local_cluster() as where:
+            with _local_cluster(args.groups) as where:
                 result = asyncio.run(run(where))
         else:
             result = asyncio.run(run(_where(args)))

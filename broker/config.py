@@ -10,7 +10,7 @@
     # retry_overdue_s = 15              # a retried message this late past due is reported
     # digest_every = 4096               # entries between the state digests replicas compare
     # index_slots, index_entries        # IndexFile geometry (the full-size files)
-    # cq_units_per_file = 300000        # ConsumeQueue file size in 20-byte units
+    # cq_units_per_file = 300000        # ConsumeQueue file size in 40-byte units (one per record)
 
 Unknown keys and wrong types are refused naming the file and the key (``msgspec``).
 """

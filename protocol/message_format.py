@@ -44,6 +44,7 @@ __all__ = [
     "message_at",
     "new_msg_id",
     "peek_msg_id",
+    "peek_topic",
 ]
 
 #: The largest record a broker accepts by default (4 MiB).
@@ -121,3 +122,16 @@ def peek_msg_id(data: bytes | memoryview) -> bytes | None:
     at = HEADER_SIZE + tlen + plen + hlen + 8 * count
     found = bytes(data[at:at + 16])
     return found if count and len(found) == 16 else None
+
+
+def peek_topic(data: bytes | memoryview) -> str | None:
+    """The topic of a record from its first bytes (the header and the topic: nothing else
+    read; the broker's authorization of a send); None if they do not start like a record."""
+    if len(data) < HEADER_SIZE or data[0] != RECORD_KIND:
+        return None
+    tlen = HEADER.unpack_from(data)[6]
+    try:
+        topic = bytes(data[HEADER_SIZE:HEADER_SIZE + tlen]).decode()
+    except UnicodeDecodeError:
+        return None
+    return topic if len(topic.encode()) == tlen else None

@@ -141,3 +141,11 @@ def test_record_columns_are_the_messages_column_by_column(ms: list[Message], bor
     assert list(c.tags) == [g.tags for g in got] and list(c.properties) == [g.properties for g in got]
     assert c.keys == [g.keys for g in got] and c.msg_ids_hex == [g.msg_id.hex() for g in got]
     assert list(c.flags) == [g.flag for g in got] and list(c.reconsumes) == [g.reconsume for g in got]
+
+
+def test_peek_topic_reads_the_header_and_the_topic_only() -> None:
+    from protocol.message_format import peek_topic
+    record = encode_message(Message("orders-ü", b"x" * 100_000))
+    assert peek_topic(record[:60]) == "orders-ü" and peek_topic(record) == "orders-ü"
+    assert peek_topic(record[:46]) is None  # the topic is cut
+    assert peek_topic(b"\x93\x01\x02") is None and peek_topic(b"") is None

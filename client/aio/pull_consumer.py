@@ -36,14 +36,19 @@ _PULL_OK = (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL
 
 @dataclass(frozen=True, slots=True)
 class PullResult:
-    messages: list[ReceivedMessage]   # those the selector matched, in queue order (<= max_msgs)
+    messages: list[ReceivedMessage]   # those the selector matched, in queue order (<= max_msgs
+                                      # unless fetched with whole_records)
     next_offset: int                  # where the next pull starts (past filtered-out ones too)
     max_offset: int | None            # the replica's queue end, when it said
 
 
 async def fetch(core: ClientCore, queue: MessageQueue, offset: int, *, max_msgs: int = 32,
                 suspend_s: float = 0.0, selector: TagSelector | None = None,
-                read_from: str = "follower", sql: str | None = None) -> PullResult:
+                read_from: str = "follower", sql: str | None = None,
+                whole_records: bool = False) -> PullResult:
+    """One pull of ``queue`` from ``offset``. A page is whole records: its messages beyond
+    ``max_msgs`` are dropped (and pulled again next time) unless ``whole_records``, where
+    every message of the page comes back (the push consumer's process queue takes them)."""
     hashes = selector.hashes() if selector is not None else None
     request = PullRequest(topic=queue.topic, queue_id=queue.queue_id, offset=offset, max_msgs=max_msgs,
                           suspend_ms=int(suspend_s * 1000),
@@ -66,7 +71,7 @@ async def fetch(core: ClientCore, queue: MessageQueue, offset: int, *, max_msgs:
     for row in pulled.rows or ():  # records as stored: split here
         got = received_all(row.record, queue, row.offset, row.position, row.store_ms, offset, row.selected)
         messages.extend(got if selector is None else [m for m in got if selector.matches(m.tags)])
-        if len(messages) >= max_msgs:  # the rest of the page is pulled again next time
+        if len(messages) >= max_msgs and not whole_records:  # the rest is pulled again next time
             next_offset = min(next_offset, messages[max_msgs - 1].queue_offset + 1)
             del messages[max_msgs:]
             break

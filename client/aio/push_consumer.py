@@ -419,7 +419,8 @@ class AsyncPushConsumer:
                 main = pq.queue.topic == self.topic  # the retry topic takes everything
                 result = await fetch(self.core, pq.queue, pq.next_offset, max_msgs=self.pull_batch,
                                      suspend_s=self.long_poll_s, selector=self.selector if main else None,
-                                     read_from=self.read_from, sql=self.sql if main else None)
+                                     read_from=self.read_from, sql=self.sql if main else None,
+                                     whole_records=True)  # no record is pulled twice
                 failures = 0
             except ClientError as e:
                 failures += 1

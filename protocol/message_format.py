@@ -52,6 +52,7 @@ __all__ = [
     "new_msg_id",
     "pack_message",
     "peek_msg_id",
+    "peek_topic",
 ]
 
 VERSION = 1
@@ -214,3 +215,22 @@ def peek_msg_id(data: bytes) -> bytes | None:
     except Exception:
         return None
     return msg_id if isinstance(msg_id, bytes) and len(msg_id) == 16 else None
+
+
+#: A topic is at most 7 + 255 ASCII characters (a retry or dead-letter topic of the longest group).
+_PEEK_TOPIC = _PEEK + 3 + 262
+
+
+def peek_topic(data: bytes) -> str | None:
+    """The topic from the first bytes of an encoded message, without decoding the rest (the
+    broker's authorization of a send); None if the bytes do not start like a message."""
+    unpacker = msgpack.Unpacker(raw=False)
+    unpacker.feed(data[:_PEEK_TOPIC])
+    try:
+        if unpacker.read_array_header() != _FIELDS or unpacker.unpack() != VERSION:
+            return None
+        unpacker.skip()
+        topic = unpacker.unpack()
+    except Exception:
+        return None
+    return topic if isinstance(topic, str) else None

@@ -7,8 +7,9 @@ is on (issue 15, build item 2; docs/SECURITY.md).
                in ``broker.access_map`` are checked (``broker.authorizer``): NO_PERMISSION
                naming the user, the resource and the action when one is not met.
     HTTP       ``/admin/...`` needs ``Authorization: Bearer <token>``; a token comes from a
-               SCRAM exchange over ``POST /auth/scram`` (two calls), valid for 10 minutes on
-               every replica of the group. 401 without a valid one, 403 without the right.
+               SCRAM exchange over ``POST /auth/scram`` (two calls), valid ``acl_token_ttl_s`` on
+               every replica of the group (600 s by default). 401 without a valid one, 403
+               without the right.
                ``/healthz``, ``/status``, ``/metrics`` stay open (no message data).
     bootstrap  ``[broker] acl_bootstrap_file`` holds a super user's SCRAM record (``raftmq
                user hash``); a leader proposes it while the users table has no user of that
@@ -39,7 +40,7 @@ from broker.access_map import HTTP_ACCESS, OPEN, SUPER_ONLY, needs
 from broker.authorizer import Need, Principal
 from broker.commands import PutUser, encode_admin
 from broker.fragments import MessageGone, read_message_at
-from broker.scram_auth import AdminTokens, AuthFailed, ScramExchange
+from broker.scram_auth import TOKEN_TTL_S, AdminTokens, AuthFailed, ScramExchange
 from dledger.errors import ProposeError
 from protocol.acl import PutUserRequest
 from protocol.message_format import peek_topic
@@ -105,12 +106,13 @@ CONNECTION_AUTH: contextvars.ContextVar[ConnectionAuth | None] = contextvars.Con
 
 
 class AccessControl:
-    def __init__(self, server: BrokerServer, *, enabled: bool, bootstrap: PutUser | None = None) -> None:
+    def __init__(self, server: BrokerServer, *, enabled: bool, bootstrap: PutUser | None = None,
+                 token_ttl_s: float = TOKEN_TTL_S) -> None:
         self.enabled = enabled
         self._server = server
         self._bootstrap = bootstrap
         config = server.rlog.config
-        self.tokens = AdminTokens(config.secret, config.group, lambda: server.machine.access)
+        self.tokens = AdminTokens(config.secret, config.group, lambda: server.machine.access, token_ttl_s)
         self._http_exchanges: dict[str, tuple[float, ScramExchange]] = {}
 
     # -- connections -------------------------------------------------------------------

@@ -117,7 +117,7 @@ class BrokerServer:
                  max_message_bytes: int = MAX_MESSAGE_BYTES, delay_levels: str = DEFAULT_DELAY_LEVELS,
                  retry_delays: str = RETRY_DELAYS,
                  retry_overdue_s: float = DEFAULT_OVERDUE_S, acl: bool = False,
-                 acl_bootstrap: PutUser | None = None) -> None:
+                 acl_bootstrap: PutUser | None = None, acl_token_ttl_s: float = 600.0) -> None:
         if max_message_bytes < 1:
             raise ValueError("max_message_bytes must be positive")
         self.max_message_bytes = max_message_bytes
@@ -153,7 +153,8 @@ class BrokerServer:
         self.metrics = BrokerMetrics(self)
         self.started_at = time.time()  # /status: uptime
         self.pulls = PullProcessor(machine, rlog, signal, self.metrics, self.queries.store_time)
-        self.access = AccessControl(self, enabled=acl, bootstrap=acl_bootstrap)  # every request checked
+        self.access = AccessControl(self, enabled=acl, bootstrap=acl_bootstrap,  # every request checked
+                                    token_ttl_s=acl_token_ttl_s)
         self.acl_requests = AclProcessor(self)
         self._handlers: dict[int, Callable[[Frame], Awaitable[Frame]]] = {
             RequestCode.SEND_MESSAGE: self.sends.send,

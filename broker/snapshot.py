@@ -18,7 +18,7 @@ File ``store/snapshots/<S, 20 digits>.snap`` (msgpack, written atomically)::
         "queues":    {topic: {queue id: next queue offset}},
         "offsets":   {group: {topic: {queue id: committed offset}}},
         "producers": {"producer\\0topic\\0queue": [last sequence, [queue offsets], last ms]},
-        "timers":    {position: [size, due ms]},
+        "timers":    {position: [size, due ms, topic]},
         "halves":    {position: [size, next check ms, checks, producer group]},
         "locks":     {"group\\0topic\\0queue": [client id, ms]},
         "sent_back": {"group:position": ms},

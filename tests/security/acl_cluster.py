@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import scramp
 
 from client import Admin, Credentials
 from client.credentials import scram_record
@@ -70,14 +69,7 @@ def leader_address(group: LocalGroup) -> str:
 
 async def login(conn: FrameClient, credentials: Credentials) -> tuple[str, str, Frame]:
     """A SCRAM exchange by hand: (client-first, client-final, the AUTH_FINISH answer)."""
-    client = scramp.ScramClient(["SCRAM-SHA-256"], credentials.user, credentials.password)
-    first = client.get_client_first()
-    r1 = await conn.call(RequestCode.AUTH_START, {"mechanism": "SCRAM-SHA-256", "message": first})
-    if r1.code != ResponseCode.SUCCESS:
-        return first, "", r1
-    client.set_server_first(str(r1.ext["message"]))
-    final = client.get_client_final()
-    return first, final, await conn.call(RequestCode.AUTH_FINISH, {"message": final})
+    return await conn.login(credentials.user, credentials.password)
 
 
 async def session_call(address: str, credentials: Credentials | None, requests: list[Request]) -> list[Frame]:

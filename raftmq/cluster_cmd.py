@@ -29,6 +29,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from raftmq.admin_auth import admin_headers
 from raftmq.local_acl import acl_broker_options, wait_for_super_user
 from raftmq.local_group import LocalGroup, free_port
 from raftmq.local_namesrv import configure_namesrv, namesrv_argv
@@ -325,7 +326,7 @@ def run_leader(args: argparse.Namespace) -> int:
         return 1
     body = json.dumps({"to": args.to} if args.to else {}).encode()
     request = urllib.request.Request(f"http://{leader}/admin/leader/transfer", data=body, method="POST",
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", **admin_headers(leader)})
     try:
         with urllib.request.urlopen(request, timeout=15) as resp:
             doc = json.loads(resp.read())

@@ -5,11 +5,7 @@ without the right sees the action refused, naming the user, the action and the r
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,9 +13,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from client import Admin, Credentials
-from tests.console.conftest import raftmq, screenshot, wait_for
+from tests.console.conftest import console_process, raftmq, screenshot, wait_for
 from tests.console.test_console_pages import click, confirm, notice, open_page, page_texts
-from tests.support.procs import stop_popen
 
 pytestmark = [pytest.mark.console]
 
@@ -51,16 +46,8 @@ def acl_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
 
 @pytest.fixture(scope="module")
 def acl_console(acl_cluster: dict[str, Any]) -> Iterator[str]:
-    proc = subprocess.Popen([sys.executable, "-m", "raftmq", "console", "--namesrv", acl_cluster["namesrv"],
-                             "--listen", "127.0.0.1:0", "--sample-interval", "0.5"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
-    try:
-        line = proc.stdout.readline()  # type: ignore[union-attr]
-        assert line.startswith("console at "), line + proc.stdout.read()  # type: ignore[union-attr]
-        yield line.split()[2].rstrip("/")
-    finally:
-        stop_popen(proc)
+    with console_process(acl_cluster["namesrv"]) as base:
+        yield base
 
 
 def sign_in(driver: WebDriver, base: str, who: Credentials) -> None:

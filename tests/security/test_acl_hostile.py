@@ -17,6 +17,9 @@ refused. The rights hold on a new leader after the old one is killed.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -180,3 +183,18 @@ def test_rights_hold_on_a_new_leader(group: tuple[LocalGroup, int]) -> None:
         assert run(session_call(address, MALLORY, [request]))[0].code == ResponseCode.NO_PERMISSION
     finally:
         g.start_node(old)
+
+
+def test_operator_commands_authenticate_from_the_environment(group: tuple[LocalGroup, int]) -> None:
+    """``raftmq leader transfer`` (admin HTTP) refused without credentials, done with them --
+    read from the environment, never from argv."""
+    g, _ = group
+    where = ["--servers", ",".join(servers(g))]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTMQ_")}
+    refused = subprocess.run([sys.executable, "-m", "raftmq", "leader", "transfer", *where], env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "authentication required" in refused.stderr, refused.stderr
+    env |= {"RAFTMQ_USER": ROOT.user, "RAFTMQ_PASSWORD": ROOT.password}
+    done = subprocess.run([sys.executable, "-m", "raftmq", "leader", "transfer", *where], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "leader is now" in done.stdout, done.stdout + done.stderr

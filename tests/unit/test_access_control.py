@@ -253,3 +253,25 @@ def test_users_are_in_the_checkpoint_and_digest_and_leave_no_trace_when_gone(tmp
         assert "users" not in state and "policies" not in state  # the form of a state never with users
     finally:
         again.close()
+
+
+def test_a_replica_installing_a_snapshot_gets_the_users_and_policies(tmp_path: Path) -> None:
+    from broker.snapshot import Snapshot
+    from broker.state_machine import BrokerStateMachine
+    from tests.unit.test_state_machine import Log
+
+    log = Log()
+    source = BrokerStateMachine(tmp_path / "a", index_slots=8, index_entries=32)
+    target = BrokerStateMachine(tmp_path / "b", index_slots=8, index_entries=32)
+    try:
+        source.apply([log.add([encode_admin(_user("alice")),
+                               encode_admin(Grant("alice", "group:g1", "deny", "10.0.0.0/8", ("sub",)))])])
+        snap = Snapshot.of(source.applied_index(), source._canonical_state())
+        target.install_snapshot(snap.index, snap.encode())
+        assert set(target.access.users) == {"alice"}
+        assert [(s.resource, s.decision, s.source) for s in target.access.statements()] == [
+            ("group:g1", "deny", "10.0.0.0/8")]
+        assert Snapshot.of(snap.index, target._canonical_state()).digest == snap.digest
+    finally:
+        source.close()
+        target.close()

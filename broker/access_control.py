@@ -168,7 +168,6 @@ class AccessControl:
             return None
 
     def _refuse(self, frame: Frame, code: ResponseCode, remark: str) -> Frame:
-        self._server.metrics.request(frame.code)
         return frame.response(code, remark=remark)
 
     # -- audit ---------------------------------------------------------------------------

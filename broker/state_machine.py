@@ -51,6 +51,7 @@ from broker.deferred import Halves, Timers
 from broker.index_layout import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
 from broker.index_service import IndexService
 from broker.snapshot import Snapshot, SnapshotError, SnapshotStore
+from broker.state.access import AccessTables
 from broker.state.checkpoint import CheckpointWriter, read_checkpoint
 from broker.state.derived import DerivedState
 from broker.state.locks import LOCK_EXPIRY_MS
@@ -119,6 +120,11 @@ class BrokerStateMachine:
     @property
     def offsets(self) -> ConsumerOffsets:
         return self._state.offsets
+
+    @property
+    def access(self) -> AccessTables:
+        """Users and policies (read by any thread; replaced whole by the apply thread)."""
+        return self._state.access
 
     @property
     def timers(self) -> Timers:

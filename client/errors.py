@@ -6,6 +6,7 @@
     │   ├── NoLeaderError    (retriable) the group is electing a leader
     │   ├── TopicNotExistError, InvalidNameError, MessageTooLargeError, NoPermissionError,
     │   │   SequenceGapError, InvalidArgumentError, SubscriptionInvalidError
+    │   ├── AuthFailedError  wrong user or password, or credentials missing (ACLs are on)
     │   └── OutcomeUnknownError (retriable) the request may or may not have taken effect
     ├── ConnectionLostError  (retriable) the broker could not be reached or the connection dropped
     ├── RequestTimeoutError  (retriable) no answer in time; a send may still have been stored
@@ -18,6 +19,7 @@ from __future__ import annotations
 from protocol.remoting import ResponseCode
 
 __all__ = [
+    "AuthFailedError",
     "BrokerError",
     "ClientClosedError",
     "ClientError",
@@ -79,7 +81,13 @@ class MessageTooLargeError(BrokerError):
 
 
 class NoPermissionError(BrokerError):
-    pass
+    """The user may not do this (the remark names the user, the action and the resource),
+    or the topic is not writable."""
+
+
+class AuthFailedError(BrokerError):
+    """Not authenticated: wrong user name or password, or no credentials where the broker
+    needs them (``credentials=``, or RAFTMQ_USER / RAFTMQ_PASSWORD for the CLI)."""
 
 
 class SequenceGapError(BrokerError):
@@ -121,6 +129,7 @@ _BY_CODE: dict[int, type[BrokerError]] = {
     ResponseCode.INVALID_NAME: InvalidNameError,
     ResponseCode.MESSAGE_TOO_LARGE: MessageTooLargeError,
     ResponseCode.NO_PERMISSION: NoPermissionError,
+    ResponseCode.AUTH_FAILED: AuthFailedError,
     ResponseCode.SEQUENCE_GAP: SequenceGapError,
     ResponseCode.INVALID_ARGUMENT: InvalidArgumentError,
     ResponseCode.SUBSCRIPTION_INVALID: SubscriptionInvalidError,

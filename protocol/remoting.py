@@ -105,6 +105,14 @@ class RequestCode(IntEnum):
     END_TRANSACTION = 60
     CHECK_TRANSACTION = 61  # broker -> client
     NOTIFY_CONSUMER_IDS_CHANGED = 62  # broker -> client
+    AUTH_START = 70  # SCRAM-SHA-256: client-first (protocol.acl)
+    AUTH_FINISH = 71  # SCRAM-SHA-256: client-final with the proof
+    PUT_USER = 72  # users and policies: entries in the log (super users only)
+    DELETE_USER = 73
+    LIST_USERS = 74
+    GRANT = 75
+    REVOKE = 76
+    LIST_POLICIES = 77
 
 
 class ResponseCode(IntEnum):
@@ -141,6 +149,7 @@ class ResponseCode(IntEnum):
     QUERY_NOT_FOUND = 17, "the query matched nothing"
     INVALID_ARGUMENT = 18, "a request field is missing or has a wrong type or value"
     SUBSCRIPTION_INVALID = 19, "the subscription expression is invalid or unknown"
+    AUTH_FAILED = 20, "not authenticated: wrong user or password, or no credentials given"
 
     @property
     def retriable(self) -> bool:

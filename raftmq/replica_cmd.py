@@ -25,6 +25,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from raftmq.admin_auth import admin_headers
 from raftmq.cluster_cmd import find_group
 
 __all__ = ["main"]
@@ -41,9 +42,10 @@ class MemberLeads(CommandError):
 def _call(address: str, path: str, body: dict[str, Any] | None = None,
           timeout: float = 30.0) -> tuple[int, dict[str, Any]]:
     data = None if body is None else json.dumps(body).encode()
+    auth = admin_headers(address) if path.startswith("/admin") else {}  # a group with ACLs on
     request = urllib.request.Request(f"http://{address}{path}", data=data,
                                      method="GET" if body is None else "POST",
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", **auth})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as resp:
             return resp.status, json.loads(resp.read())

@@ -8,6 +8,7 @@ operations and its checkpoint form -- with the files derived alongside::
     producers     ProducerWindows    (producer, topic, queue) -> last sequence, recent offsets
     locks         QueueLocks         (group, topic, queue) -> the client holding its consume lock
     deferral      Deferral           held messages: Timers, Halves (broker.deferred), SendBacks
+    access        AccessTables       users (SCRAM credentials) and access policies
     queue_files   QueueFiles         the ConsumeQueues and their running hash
     index         IndexService       IndexFiles: message keys and ids -> positions
     chains        ChainCollector     a large message's fragments so far (not replicated)
@@ -32,8 +33,11 @@ from broker.commands import (
     CommitOffset,
     CreateTopic,
     DeleteTopic,
+    DeleteUser,
+    Grant,
     LockQueue,
     Perm,
+    PutUser,
     RecordKind,
     RollbackHalf,
     decode_admin,
@@ -42,6 +46,7 @@ from broker.commands import (
 from broker.entry_batch import read_records
 from broker.index_layout import IndexHeader
 from broker.index_service import IndexService
+from broker.state.access import AccessTables
 from broker.state.chain import ChainCollector, Whole
 from broker.state.deferral import Deferral
 from broker.state.locks import QueueLocks
@@ -89,6 +94,7 @@ class DerivedState:
         self.producers = ProducerWindows(state.get("producers"))
         self.locks = QueueLocks(state.get("locks"))
         self.deferral = Deferral(state)
+        self.access = AccessTables(state.get("users"), state.get("policies"))
 
     # -- applying ----------------------------------------------------------------------
     def apply_entry(self, entry: Entry) -> list[Kept]:
@@ -174,17 +180,23 @@ class DerivedState:
                     return kept(Outcome.DUPLICATE, reason="the transaction was already resolved")
             case LockQueue():
                 return self.locks.apply(cmd, stamp)
+            case PutUser() | DeleteUser() | Grant():
+                why = self.access.apply(cmd)
+                if why is not None:
+                    return kept(Outcome.INVALID, reason=why)
         return (DONE, -1, -1, -1, "")
 
     def _forget_topic(self, topic: str) -> None:
         """Deleted means deleted (guarantee 6): the topic's queues, consumer offsets, its
-        producers' sequence windows and its queue locks go with it, so a topic created again
-        under the name starts empty -- no group skips its first messages, no producer's
-        sequence 0 is taken for a resend."""
+        producers' sequence windows, its queue locks and its held delayed messages and retries
+        go with it, so a topic created again under the name starts empty -- no group skips its
+        first messages, no producer's sequence 0 is taken for a resend, no old message comes
+        back through a group's retry topic."""
         self.queue_files.drop_topic(topic)
         self.offsets.forget_topic(topic)
         self.producers.forget_topic(topic)
         self.locks.forget_topic(topic)
+        self.deferral.timers.forget_topic(topic)
 
     # -- canonical form ----------------------------------------------------------------
     def forget_expired(self) -> None:
@@ -210,6 +222,7 @@ class DerivedState:
             "locks": self.locks.state(),
             "sent_back": deferral["sent_back"],
             "cq_hash": self.queue_files.hash_state(),
+            **self.access.state(),  # nothing while there are no users: the form is unchanged
         }
 
     def index_mark(self) -> list[Any] | None:

@@ -3,7 +3,9 @@
 ``Connection.request`` sends a request (a ``protocol`` request class) and waits for the
 response with the same opaque; ``oneway`` sends without waiting. Requests the broker
 sends to us (e.g. NOTIFY_CONSUMER_IDS_CHANGED) go to the ``on_request`` callback. ``ConnectionPool``
-keeps one live connection per address and reconnects on the next use after a drop.
+keeps one live connection per address and reconnects on the next use after a drop; given
+``credentials`` it authenticates each new connection before its first request
+(``client.aio.auth``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Callable
 
 import aiohttp
 
+from client.credentials import Credentials
 from client.errors import ConnectionLostError, RequestTimeoutError, broker_error
 from protocol.remoting import DEFAULT_MAX_FRAME, Frame, FrameError, ResponseCode, decode_frame
 from protocol.wire import NotLeaderResponse, Request
@@ -120,7 +123,9 @@ def _leader_address(reply: Frame) -> str | None:
 
 
 class ConnectionPool:
-    def __init__(self, on_request: Callable[[str, Frame], None] | None = None) -> None:
+    def __init__(self, on_request: Callable[[str, Frame], None] | None = None,
+                 credentials: Credentials | None = None) -> None:
+        self.credentials = credentials
         self._session: aiohttp.ClientSession | None = None
         self._conns: dict[str, Connection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -144,7 +149,10 @@ class ConnectionPool:
                     CONNECT_TIMEOUT_S)
             except (aiohttp.ClientError, OSError, TimeoutError) as e:
                 raise ConnectionLostError(f"cannot connect to broker {address}: {e}") from None
-            conn = self._conns[address] = Connection(address, ws, self._on_request)
+            conn = Connection(address, ws, self._on_request)
+            if self.credentials is not None:
+                await _login(conn, self.credentials)
+            self._conns[address] = conn
         for cb in self.on_connect:
             cb(address)
         return conn
@@ -176,3 +184,14 @@ class ConnectionPool:
             self._session = aiohttp.ClientSession()
         return self._session
 
+
+
+async def _login(conn: Connection, credentials: Credentials) -> None:
+    """Authenticate ``conn``; closed if that fails."""
+    from client.aio.auth import login  # auth imports this module's Connection
+
+    try:
+        await login(conn, credentials)
+    except BaseException:
+        await conn.close()
+        raise

@@ -22,6 +22,7 @@ import mmh3
 from client.aio.connection import ConnectionPool
 from client.aio.routes import RouteBook, default_namesrv
 from client.backoff import Deadline, backoff_delays
+from client.credentials import Credentials
 from client.errors import BrokerError, ClientError, NotLeaderError, RouteNotFoundError
 from protocol.consumer import NotifyConsumersChanged
 from protocol.deferred import CheckTransactionRequest
@@ -46,12 +47,13 @@ LEADERLESS_S = 3.0
 class ClientCore:
     def __init__(self, namesrv: str | Sequence[str] | None = None, servers: Sequence[str] | None = None,
                  *, client_id: str | None = None, request_timeout: float = 5.0,
-                 route_refresh_s: float = 30.0, address_map: Mapping[str, str] | None = None) -> None:
+                 route_refresh_s: float = 30.0, address_map: Mapping[str, str] | None = None,
+                 credentials: Credentials | None = None) -> None:
         ns = [namesrv] if isinstance(namesrv, str) else list(namesrv or [])
         if not ns and not servers:
             ns = default_namesrv()
         self.client_id = client_id or f"{socket.gethostname()}@{os.getpid()}@{os.urandom(3).hex()}"
-        self.pool = ConnectionPool(on_request=self._on_request)
+        self.pool = ConnectionPool(on_request=self._on_request, credentials=credentials)
         self.routes = RouteBook(self.pool, ns, list(servers or []), route_refresh_s, address_map)
         self.request_timeout = request_timeout
         self.on_notify: list[Callable[[str], None]] = []

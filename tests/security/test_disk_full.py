@@ -148,7 +148,7 @@ def test_two_full_disks_answer_disk_full_and_writes_resume_when_space_returns(tm
             assert group.nodes[name].alive, f"{name} died while the disks were full:\n{group.log_tail(name)}"
         assert window, "no send failed while two of three disks were full"
         named = [e for e in window if "DISK_FULL" in e and any(n in e for n in FULL)]
-        assert named, f"no DISK_FULL error naming n2 or n3 among {window[:5]}"
+        assert named and len(named) * 2 >= len(window), f"few DISK_FULL errors naming n2 or n3: {window[:5]}"
         assert term_after - term_before <= 2, f"elections went on: term {term_before} -> {term_after}"
         for name in FULL:
             disk = status(group, name)["disk"]

@@ -144,8 +144,9 @@ def test_code_values_are_fixed() -> None:
         "CONSUMER_SEND_MSG_BACK": 33, "LOCK_BATCH_MQ": 34, "UNLOCK_BATCH_MQ": 35,
         "GET_ROUTE": 40, "CREATE_TOPIC": 50, "DELETE_TOPIC": 51, "GET_TOPICS": 52,
         "END_TRANSACTION": 60, "CHECK_TRANSACTION": 61, "NOTIFY_CONSUMER_IDS_CHANGED": 62}
-    assert [c.value for c in ResponseCode] == list(range(20))
+    assert [c.value for c in ResponseCode] == [*range(20), 21]  # 20: AUTH_FAILED (issue 15, ACLs)
     assert ResponseCode.SUCCESS == 0 and ResponseCode.SUBSCRIPTION_INVALID == 19
+    assert ResponseCode.DISK_FULL == 21 and ResponseCode.DISK_FULL.retriable
     assert ResponseCode(8) is ResponseCode.NOT_LEADER
 
 

@@ -260,7 +260,8 @@ class ReplicatedLog:
         sync = config.flush == FlushPolicy.SYNC
         transport = make_transport_class(self.journal.flush if sync else None,
                                          lambda: self.journal.resume_hint, lambda: self._learner,
-                                         self._set_transport, disk_full=lambda: self.disk.full)
+                                         self._set_transport, disk_full=lambda: self.disk.full,
+                                         follower_full=self._follower_full)
         self._transport: Any = None
         journal_key = str(config.data_dir / "commitlog")
         self._dump_path.unlink(missing_ok=True)  # rewritten from the log as it is now
@@ -447,6 +448,10 @@ class ReplicatedLog:
         if held is not None and held[0] is command:
             with contextlib.suppress(concurrent.futures.InvalidStateError):
                 held[1].set_exception(own_disk_full(self.config.node, self.config.group, self.disk))
+
+    def _follower_full(self, node: Any) -> bool:
+        """Transport (tick thread): whether follower ``node`` last said its disk is full."""
+        return self._follower_disks.is_full(getattr(node, "name", ""))
 
     def _note_follower_disk(self, node: Any, message: dict[str, Any]) -> bool:
         """Transport intercept (tick thread): every answer of a follower to an append says

@@ -30,7 +30,11 @@
 
   3. **a full disk is said** (``dledger.disk_guard``): while this node's disk is full,
      every ``next_node_idx`` answer carries ``disk_full: True`` (pysyncobj ignores the
-     key), so the leader knows which followers cannot store.
+     key), so the leader knows which followers cannot store; and a leader sends such a
+     follower its appends without their entries (heartbeats: the follower would refuse
+     them, and resending a growing backlog every heartbeat costs the leader its send
+     budget). Sending a follower fewer entries is always safe (Raft §5.3); once its
+     answers say it has room, the entries flow again from where it stands.
 
 On the receive path, ``intercept`` (``dledger.prevote``, the leader's note of full disks)
 sees every message first and consumes pre-vote's own two message types. An append whose
@@ -94,6 +98,8 @@ class GroupTransport(TCPTransport):
     intercept: Callable[[Any, dict[str, Any]], bool] | None = None
     #: whether this node's disk is full (said in every next_node_idx answer)
     disk_full: Callable[[], bool] | None = None
+    #: on a leader: whether a follower's last answer said its disk is full
+    follower_full: Callable[[Any], bool] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._handshakes = PendingHandshakes()
@@ -151,6 +157,9 @@ class GroupTransport(TCPTransport):
             raise RuntimeError("an entry reached pysyncobj's chunked transmission path")
         if self.flush_before_send is not None:
             self.flush_before_send()
+        if (self.follower_full is not None and isinstance(message, dict) and message.get("entries")
+                and message.get("type") == "append_entries" and self.follower_full(node)):
+            message = {**message, "entries": []}
         if isinstance(message, dict) and message.get("type") == "next_node_idx":
             if self.resume_hint is not None and message.get("reset") and not message.get("success"):
                 hint = self.resume_hint()
@@ -166,6 +175,7 @@ def make_transport_class(
     is_learner: Callable[[], bool] | None = None,
     created: Callable[[GroupTransport], None] | None = None,
     disk_full: Callable[[], bool] | None = None,
+    follower_full: Callable[[Any], bool] | None = None,
 ) -> type[GroupTransport]:
     """A GroupTransport subclass bound to one node's journal (pysyncobj takes a class)."""
     return type(
@@ -177,5 +187,6 @@ def make_transport_class(
             "is_learner": staticmethod(is_learner) if is_learner else None,
             "created": staticmethod(created) if created else None,
             "disk_full": staticmethod(disk_full) if disk_full else None,
+            "follower_full": staticmethod(follower_full) if follower_full else None,
         },
     )

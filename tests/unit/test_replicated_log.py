@@ -224,3 +224,30 @@ def test_a_full_leader_hands_over_and_stands_again_once_there_is_room(
     wait_for(lambda: not old.disk.full and old.commitlog.last_index >= done.index, 15,
              "the old leader catching up once it has room")
     assert new.is_leader
+
+
+def test_the_transport_says_a_full_disk_and_sends_a_full_follower_no_entries(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from pysyncobj.transport import TCPTransport
+
+    from dledger.transport import make_transport_class
+
+    sent: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(TCPTransport, "send",
+                        lambda self, node, message: sent.append((node, message)) or True)
+    full = {"here": False}
+    cls = make_transport_class(None, lambda: 7, disk_full=lambda: full["here"],
+                               follower_full=lambda node: node == "n3")
+    t = object.__new__(cls)
+    append = {"type": "append_entries", "term": 2, "prevLogIdx": 4, "prevLogTerm": 2, "commit_index": 4,
+              "entries": [(b"\x00x", 5, 2)]}
+    t.send("n3", append)
+    t.send("n2", append)
+    assert sent[0][1]["entries"] == [] and sent[0][1]["prevLogIdx"] == 4  # a heartbeat: safe
+    assert sent[1][1] is append
+    rejection = {"type": "next_node_idx", "next_node_idx": 9, "reset": True, "success": False}
+    t.send("n1", rejection)
+    full["here"] = True
+    t.send("n1", rejection)
+    assert "disk_full" not in sent[2][1] and sent[2][1]["next_node_idx"] == 7
+    assert sent[3][1] == {**rejection, "next_node_idx": 7, "disk_full": True}

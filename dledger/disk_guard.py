@@ -11,7 +11,8 @@ a CommitLog append, a ConsumeQueue unit, an IndexFile page, a checkpoint. While 
                        nothing is skipped, nothing is applied twice
     /status, /metrics  show the flag, why, and the free bytes
 
-The flag goes down only when the file system has ``resume_free_bytes`` free again
+The flag goes down only when the file system has ``resume_free_bytes`` free again -- at
+most a tenth of its size, so that a disk smaller than ten times the setting resumes too
 (``check``, called about once a second by the Raft tick): a disk hovering at its edge
 does not flap between leading and refusing. Nothing has to be restarted. A failure
 reported after that much is free again (a write that began before space was freed) does
@@ -62,8 +63,9 @@ class DiskGuard:
         ``full_since``."""
         self._directory = Path(directory)
         self.resume_free_bytes = resume_free_bytes
-        #: how free space is measured (a test may replace it)
+        #: how free space and the file system's size are measured (a test may replace them)
         self.measure_free: Callable[[], int] = free_bytes or self._statvfs_free
+        self.measure_total: Callable[[], int] = self._statvfs_total
         self._clock = clock
         self._full = False
         self._reason: str | None = None
@@ -93,20 +95,28 @@ class DiskGuard:
         Returns whether ``error`` is out-of-space (the caller re-raises anything else)."""
         if not is_out_of_space(error):
             return False
-        if not self._full and self.free_bytes() < self.resume_free_bytes:
+        if not self._full and self.free_bytes() < self.resume_threshold():
             self._reason = f"{what}: {error}"
             self._since = self._clock()
             self._full = True
             log.error("the disk of %s is full (%s); %d bytes free. Writes stop here until %d bytes "
                       "are free again", self._directory, self._reason, self.free_bytes(),
-                      self.resume_free_bytes)
+                      self.resume_threshold())
         return True
 
+    def resume_threshold(self) -> int:
+        """The free bytes that lower the flag: ``resume_free_bytes``, at most a tenth of the
+        file system."""
+        try:
+            return min(self.resume_free_bytes, self.measure_total() // 10)
+        except OSError:
+            return self.resume_free_bytes
+
     def check(self) -> bool:
-        """Lower the flag if ``resume_free_bytes`` are free again; returns whether it is up."""
+        """Lower the flag if ``resume_threshold()`` bytes are free again; returns whether it is up."""
         if self._full:
             free = self.free_bytes()
-            if free >= self.resume_free_bytes:
+            if free >= self.resume_threshold():
                 log.warning("the disk of %s has %d bytes free again (it was full since %.0f s: %s); "
                             "writes resume", self._directory, free,
                             self._clock() - (self._since or self._clock()), self._reason)
@@ -116,7 +126,7 @@ class DiskGuard:
     def status(self) -> dict[str, Any]:
         """``/status``'s ``disk`` fields: free bytes, the flag, why and since when."""
         return {"free_bytes": self.free_bytes(), "full": self._full, "full_reason": self._reason,
-                "full_since": self._since, "resume_free_bytes": self.resume_free_bytes}
+                "full_since": self._since, "resume_free_bytes": self.resume_threshold()}
 
     def wait_for_space(self, what: str, write: Callable[[], T]) -> T:
         """Run ``write`` until it does not fail for want of space, and return its result.
@@ -142,3 +152,7 @@ class DiskGuard:
     def _statvfs_free(self) -> int:
         st = os.statvfs(self._directory)
         return st.f_bavail * st.f_frsize
+
+    def _statvfs_total(self) -> int:
+        st = os.statvfs(self._directory)
+        return st.f_blocks * st.f_frsize

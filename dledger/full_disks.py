@@ -50,7 +50,7 @@ def own_disk_full(node: str, group: str, disk: DiskGuard) -> DiskFull:
     """The answer of a replica whose own disk is full."""
     return DiskFull([node], f"replica {node} of group {group} cannot store entries: its disk is "
                     f"full ({disk.reason}); writes resume by themselves once "
-                    f"{disk.resume_free_bytes} bytes are free there")
+                    f"{disk.resume_threshold()} bytes are free there")
 
 
 def refusal(node: str, group: str, disk: DiskGuard, full: Collection[str],

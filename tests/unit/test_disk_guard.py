@@ -128,3 +128,13 @@ def test_followers_disks_are_what_their_last_answer_said() -> None:
     assert disks.full_among(["n1", "n2", "n3"]) == {"n2"}
     disks.heard("n2", False)
     assert disks.full_among(["n2"]) == set()
+
+
+def test_a_disk_smaller_than_ten_times_the_threshold_resumes_at_a_tenth_of_it(tmp_path: Path) -> None:
+    free = Disk(0)
+    guard = DiskGuard(tmp_path, resume_free_bytes=64 << 20, free_bytes=free)
+    guard.measure_total = lambda: 100 << 20
+    assert guard.resume_threshold() == 10 << 20
+    guard.note("x", ENOSPC)
+    free.free = 10 << 20
+    assert not guard.check()

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
@@ -59,7 +58,7 @@ from broker.state_machine import BrokerStateMachine
 from broker.topic_processor import TopicProcessor
 from broker.write_path import WritePath
 from dledger.applier import Applier
-from dledger.errors import NoLeader, NotLeader, OutcomeUnknown, ProposeError
+from dledger.errors import DiskFull, NoLeader, NotLeader, OutcomeUnknown, ProposeError
 from dledger.log import Log
 from protocol.message_format import MAX_MESSAGE_BYTES
 from protocol.names import InvalidName
@@ -280,7 +279,7 @@ class BrokerServer:
         status["snapshot_installs"] = self.machine.installs
         cl = self.rlog.commitlog
         status["disk"] = {"commitlog_bytes": cl.write_position - cl.start_position,
-                          "free_bytes": shutil.disk_usage(self.rlog.config.data_dir).free}
+                          **self.rlog.disk.status()}
         status["version"] = VERSION
         status["started_at"] = self.started_at
         return web.json_response(status)
@@ -357,6 +356,8 @@ class BrokerServer:
             return frame.response(ResponseCode.NO_LEADER, remark=str(e))
         except OutcomeUnknown as e:
             return frame.response(ResponseCode.OUTCOME_UNKNOWN, remark=str(e))
+        except DiskFull as e:
+            return frame.response(ResponseCode.DISK_FULL, remark=str(e))
         except ProposeError as e:
             return frame.response(ResponseCode.SYSTEM_BUSY, remark=str(e))
         except Exception:

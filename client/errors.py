@@ -7,7 +7,8 @@
     │   ├── TopicNotExistError, InvalidNameError, MessageTooLargeError, NoPermissionError,
     │   │   SequenceGapError, InvalidArgumentError, SubscriptionInvalidError
     │   ├── AuthFailedError  wrong user or password, or credentials missing (ACLs are on)
-    │   └── OutcomeUnknownError (retriable) the request may or may not have taken effect
+    │   ├── OutcomeUnknownError (retriable) the request may or may not have taken effect
+    │   └── DiskFullError    (retriable) a replica's disk is full; writes resume once space is freed
     ├── ConnectionLostError  (retriable) the broker could not be reached or the connection dropped
     ├── RequestTimeoutError  (retriable) no answer in time; a send may still have been stored
     ├── RouteNotFoundError   (retriable) no name server or node knows the topic yet
@@ -24,6 +25,7 @@ __all__ = [
     "ClientClosedError",
     "ClientError",
     "ConnectionLostError",
+    "DiskFullError",
     "InvalidArgumentError",
     "InvalidNameError",
     "MessageTooLargeError",
@@ -106,6 +108,12 @@ class OutcomeUnknownError(BrokerError):
     """The write may or may not have been stored. An idempotent resend never duplicates it."""
 
 
+class DiskFullError(BrokerError):
+    """A replica's disk is full (the message names it): the write was not stored, unless the
+    message says it may still commit. Writes resume by themselves once space is freed there;
+    an idempotent producer's resend never duplicates."""
+
+
 class ConnectionLostError(ClientError):
     retriable = True
 
@@ -135,6 +143,7 @@ _BY_CODE: dict[int, type[BrokerError]] = {
     ResponseCode.SUBSCRIPTION_INVALID: SubscriptionInvalidError,
     ResponseCode.OUTCOME_UNKNOWN: OutcomeUnknownError,
     ResponseCode.FLUSH_TIMEOUT: OutcomeUnknownError,
+    ResponseCode.DISK_FULL: DiskFullError,
 }
 
 

@@ -232,6 +232,7 @@ def _replica_row(node: str, address: str, s: dict[str, Any] | None, now: float) 
             "commit_index": s["commit_index"], "applied_index": s.get("applied_index"),
             "lag_of": {f: max(0, last - i) for f, i in (s.get("follower_match_index") or {}).items()},
             "free_bytes": disk.get("free_bytes"), "commitlog_bytes": disk.get("commitlog_bytes"),
+            "disk_full": bool(disk.get("full")),
             "version": s.get("version"), "healthy": s.get("healthy", True),
             "uptime_s": now - s["started_at"] if s.get("started_at") else None}
 

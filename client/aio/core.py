@@ -2,7 +2,9 @@
 of reaching a group -- writes to its leader, reads from the replica ``read_from`` asks for.
 
 ``leader_request`` follows NOT_LEADER answers at once and retries NO_LEADER, lost
-connections, timeouts and unknown outcomes with backoff until its deadline. Every
+connections, timeouts and unknown outcomes with backoff until its deadline; DISK_FULL
+(the leader answers, but members' disks are full) is retried at the same leader, and is
+what the caller gets at the deadline. Every
 write the client makes is safe to repeat (idempotent sends carry producer id and
 sequence; offsets and topic configs are set, not added), so a retry after an unknown
 outcome never duplicates anything.
@@ -23,7 +25,7 @@ from client.aio.connection import ConnectionPool
 from client.aio.routes import RouteBook, default_namesrv
 from client.backoff import Deadline, backoff_delays
 from client.credentials import Credentials
-from client.errors import BrokerError, ClientError, NotLeaderError, RouteNotFoundError
+from client.errors import BrokerError, ClientError, DiskFullError, NotLeaderError, RouteNotFoundError
 from protocol.consumer import NotifyConsumersChanged
 from protocol.deferred import CheckTransactionRequest
 from protocol.pull import LeaderlessMark
@@ -110,6 +112,8 @@ class ClientCore:
                         continue  # follow at once; repeated redirects back off below
                 else:
                     tried.append(address)
+            except DiskFullError as e:
+                last = e  # the leader answered: ask it again after a pause, not the followers
             except BrokerError as e:
                 if not e.retriable:
                     raise

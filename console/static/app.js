@@ -135,7 +135,9 @@ function groupCard(g) {
   const headers = [["node"], ["address"], ["role"], ["term", "num"], ["commit", "num"], ["applied", "num"],
                    ["replication lag", "num"], ["disk free", "num"], ["version"], ["uptime", "num"], ["health"]];
   const rows = g.replicas.map((r) => [r.node, r.address, h("span", { class: `role-${r.role}` }, r.role),
-    r.term ?? "–", r.commit_index ?? "–", r.applied_index ?? "–", r.lag ?? "–", bytes(r.free_bytes),
+    r.term ?? "–", r.commit_index ?? "–", r.applied_index ?? "–", r.lag ?? "–",
+    r.disk_full ? h("span", { class: "bad", title: "disk full: stores nothing, does not lead" },
+                    `${bytes(r.free_bytes)} full`) : bytes(r.free_bytes),
     r.version ?? "–", duration(r.uptime_s),
     r.role === "down" ? h("span", { class: "bad" }, "down") :
       r.healthy ? h("span", { class: "ok" }, "ok") : h("span", { class: "bad" }, "unhealthy")]);

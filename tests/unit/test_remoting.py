@@ -146,10 +146,11 @@ def test_code_values_are_fixed() -> None:
         "END_TRANSACTION": 60, "CHECK_TRANSACTION": 61, "NOTIFY_CONSUMER_IDS_CHANGED": 62,
         "AUTH_START": 70, "AUTH_FINISH": 71, "PUT_USER": 72, "DELETE_USER": 73, "LIST_USERS": 74,
         "GRANT": 75, "REVOKE": 76, "LIST_POLICIES": 77}
-    assert [c.value for c in ResponseCode] == list(range(21))
+    assert [c.value for c in ResponseCode] == list(range(22))
     assert ResponseCode.AUTH_FAILED == 20 and not ResponseCode.AUTH_FAILED.retriable
     assert not ResponseCode.NO_PERMISSION.retriable
     assert ResponseCode.SUCCESS == 0 and ResponseCode.SUBSCRIPTION_INVALID == 19
+    assert ResponseCode.DISK_FULL == 21 and ResponseCode.DISK_FULL.retriable
     assert ResponseCode(8) is ResponseCode.NOT_LEADER
 
 

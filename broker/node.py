@@ -49,12 +49,11 @@ async def _serve(rlog: Log, machine: BrokerStateMachine, applier: Applier,
                  listen: str, addresses: dict[str, str], namesrvs: list[str],
                  **options: Any) -> None:
     sig = AppliedSignal(asyncio.get_running_loop())
-    machine.on_applied.append(lambda _index: sig.notify())
     server = BrokerServer(rlog, machine, applier, sig, lambda name: rlog.client_addresses().get(name),
                           addresses=addresses, **options)
     # on SIGTERM: close the clients' WebSockets at once (they re-route to the next leader)
     # instead of letting aiohttp wait up to 60 s for them while this node still leads
-    runner = web.AppRunner(server.app(), access_log=None, shutdown_timeout=1.0)
+    runner = server.runner(access_log=None, shutdown_timeout=1.0)  # behind the connection guard
     await runner.setup()
     host, port = listen.rsplit(":", 1)
     await web.TCPSite(runner, host, int(port)).start()

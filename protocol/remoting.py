@@ -326,13 +326,14 @@ def _read_head(unpacker: msgpack.Unpacker, head: _Head) -> tuple[int, Any, Any, 
         raise _malformed(f"a frame is a msgpack array ({_describe(e)})") from None
     _require(count >= 1, "frame is an empty array")
     version = _next(unpacker, "version")
-    _require(_is_int(version) and version == VERSION,
-             f"unsupported frame version {_show(version)}; this broker speaks {VERSION}")
     code = _next(unpacker, "code") if count > 1 else None
     opaque = _next(unpacker, "opaque") if count > 2 else None
     head.opaque = opaque if _is_opaque(opaque) else None
     flags = _next(unpacker, "flags") if count > 3 else None
     head.flags = flags if _is_flags(flags) else None
+    # checked after the opaque and flags are known: a frame of another version is answered
+    _require(_is_int(version) and version == VERSION,
+             f"unsupported frame version {_show(version)}; this broker speaks {VERSION}")
     return count, code, opaque, flags
 
 

@@ -104,10 +104,13 @@ class QueueFiles:
         self._hash = cq_hash_step(self._hash, appends.hash_prefix, queue_offset, position, size, tag)
         return queue_offset
 
-    def write_appends(self) -> None:
+    def write_appends(self) -> list[tuple[str, int]]:
+        """Write the units gathered since the last call; returns the queues that grew."""
         for appends in self._appends.values():
             appends.cq.append_many(appends.first_offset, appends.units)
+        grown = list(self._appends)
         self._appends.clear()
+        return grown
 
     def drop_topic(self, topic: str) -> None:
         """A deleted topic's queues go, files and all (and its units of this apply call)."""

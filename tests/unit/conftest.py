@@ -52,10 +52,9 @@ def broker(one_node_broker, request) -> Iterator[str]:  # type: ignore[no-untype
 
     async def up() -> None:
         signal = AppliedSignal(asyncio.get_running_loop())
-        machine.on_applied.append(lambda _i: signal.notify())
         server = BrokerServer(rlog, machine, applier, signal, lambda n: address,
                               addresses={rlog.config.node: address}, **options)
-        runner = web.AppRunner(server.app())
+        runner = server.runner()
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         runner_box.append(runner)

@@ -27,9 +27,8 @@ async def serve(parts: tuple[ReplicatedLog, BrokerStateMachine, Applier],
                 **server_kw: Any) -> AsyncIterator[FrameClient]:
     rlog, machine, applier = parts
     signal = AppliedSignal(asyncio.get_running_loop())
-    machine.on_applied.append(lambda _i: signal.notify())
     server = BrokerServer(rlog, machine, applier, signal, lambda name: None, **server_kw)
-    runner = web.AppRunner(server.app())
+    runner = server.runner()
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()

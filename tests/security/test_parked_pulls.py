@@ -78,10 +78,11 @@ def test_parked_pulls_wake_by_queue_and_are_capped_per_connection(tmp_path: Path
                   f"connection {p99(parked) * 1000:.1f} ms; queue reads during {SENDS} sends: {reads}")
             assert reads < 10 * SENDS, f"{reads} queue reads for {SENDS} sends: parked pulls woke on them"
 
+            on_three = [p for i, p in enumerate(polls) if i % 8 == 3 and not p.done()]
+            assert on_three
             r = await admin.call(RequestCode.SEND_MESSAGE, body=encode_message(Message("idle", b"x", 3)))
             assert r.code == ResponseCode.SUCCESS
             woken_deadline = time.monotonic() + 5
-            on_three = [p for i, p in enumerate(polls) if i % 8 == 3 and not p.done()]
             while not all(p.done() for p in on_three):
                 assert time.monotonic() < woken_deadline, "pulls parked on idle/3 did not wake on its message"
                 await asyncio.sleep(0.02)

@@ -47,9 +47,6 @@ class ClientLimits:
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise ValueError(f"{f.name} must be a positive number, not {value!r}")
-        if self.max_connections_per_address > self.max_connections:
-            raise ValueError(f"max_connections_per_address ({self.max_connections_per_address}) is above "
-                             f"max_connections ({self.max_connections})")
         if self.frame_deadline_s > self.idle_timeout_s:
             raise ValueError(f"frame_deadline_s ({self.frame_deadline_s}) is above idle_timeout_s "
                              f"({self.idle_timeout_s})")

@@ -43,14 +43,14 @@ from aiohttp import web
 
 from broker.client_limits import ClientLimits
 from dledger.refusal_log import RefusalLog
+from protocol.remoting import REFUSED_HEADER
 
-__all__ = ["CLOSE_WAIT_S", "REFUSED_HEADER", "ConnectionGuard", "FdBudget", "GuardedRunner", "close_reason"]
+__all__ = ["CLOSE_WAIT_S", "ConnectionGuard", "FdBudget", "GuardedRunner", "close_reason"]
 
 log = logging.getLogger("broker.connections")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-REFUSED_HEADER = "X-RaftMQ-Refused"
 #: a refused connection that sends no request is closed after this long
 REFUSED_GRACE_S = 5.0
 #: how often deadlines are checked

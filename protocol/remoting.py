@@ -51,6 +51,7 @@ __all__ = [
     "MAX_CODE",
     "MAX_EXT_ITEMS",
     "MAX_OPAQUE",
+    "REFUSED_HEADER",
     "RETRIABLE",
     "VERSION",
     "ExtScalar",
@@ -70,6 +71,9 @@ DEFAULT_MAX_FRAME = 4 * 1024 * 1024 + 64 * 1024
 MAX_EXT_ITEMS = 1024
 MAX_OPAQUE = 2**32 - 1
 MAX_CODE = 2**31 - 1
+#: The HTTP header of a broker's 503 to a WebSocket upgrade it refused (a connection limit):
+#: why, in words, for the client's error.
+REFUSED_HEADER = "X-RaftMQ-Refused"
 
 _FIELDS = 7
 _PEEK_BYTES = 64  # enough for the array header, version, code, opaque and flags

@@ -4,6 +4,10 @@
 response with the same opaque; ``oneway`` sends without waiting. Requests the broker
 sends to us (e.g. NOTIFY_CONSUMER_IDS_CHANGED) go to the ``on_request`` callback. ``ConnectionPool``
 keeps one live connection per address and reconnects on the next use after a drop.
+
+When the broker closes the connection with a code and a reason (a malformed frame, a frame
+too slow to arrive, idle, stopping) or refuses it (503: a connection limit, the reason in
+``REFUSED_HEADER``), the ``ConnectionLostError`` of every request it ends says so.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from collections.abc import Callable
 import aiohttp
 
 from client.errors import ConnectionLostError, RequestTimeoutError, broker_error
-from protocol.remoting import DEFAULT_MAX_FRAME, Frame, FrameError, ResponseCode, decode_frame
+from protocol.remoting import DEFAULT_MAX_FRAME, REFUSED_HEADER, Frame, FrameError, ResponseCode, decode_frame
 from protocol.wire import NotLeaderResponse, Request
 
 __all__ = ["Connection", "ConnectionPool"]
@@ -25,6 +29,12 @@ __all__ = ["Connection", "ConnectionPool"]
 log = logging.getLogger("client.connection")
 
 CONNECT_TIMEOUT_S = 3.0
+
+_ENDS = frozenset({aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED,
+                   aiohttp.WSMsgType.ERROR})
+#: what a close code says when the broker gave no reason
+_CLOSE_MEANING = {1001: "going away", 1006: "connection dropped", 1007: "malformed frame",
+                  1008: "policy violation", 1009: "frame too large", 1011: "internal error"}
 
 
 class Connection:
@@ -35,15 +45,26 @@ class Connection:
         self._on_request = on_request
         self._opaques = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[Frame]] = {}
+        #: why the broker closed the connection, when it said: "closed by the broker: 1008 ..."
+        self.close_reason = ""
         self._reader = asyncio.create_task(self._read())
 
     @property
     def closed(self) -> bool:
         return self._ws.closed or self._reader.done()
 
+    def _lost(self, what: str) -> str:
+        """``what`` happened to the connection, with why the broker closed it if it said."""
+        why = self.close_reason
+        return f"{what} ({why})" if why else what
+
     async def _read(self) -> None:
         try:
-            async for msg in self._ws:
+            while True:
+                msg = await self._ws.receive()
+                if msg.type in _ENDS:
+                    self._note_close(msg)
+                    break
                 if msg.type != aiohttp.WSMsgType.BINARY:
                     continue
                 try:
@@ -61,7 +82,7 @@ class Connection:
         except (aiohttp.ClientError, ConnectionError) as e:
             log.debug("connection to %s failed: %s", self.address, e)
         finally:
-            lost = ConnectionLostError(f"connection to broker {self.address} was lost")
+            lost = ConnectionLostError(self._lost(f"connection to broker {self.address} was lost"))
             for fut in self._waiting.values():
                 if not fut.done():
                     fut.set_exception(lost)
@@ -71,7 +92,7 @@ class Connection:
         """Send a request and return the response frame (any code). Raises
         ConnectionLostError or RequestTimeoutError."""
         if self.closed:
-            raise ConnectionLostError(f"connection to broker {self.address} is closed")
+            raise ConnectionLostError(self._lost(f"connection to broker {self.address} is closed"))
         opaque = next(self._opaques) % (2**32)
         fut = self._waiting[opaque] = asyncio.get_running_loop().create_future()
         try:
@@ -95,12 +116,21 @@ class Connection:
 
     async def oneway(self, request: Request) -> None:
         if self.closed:
-            raise ConnectionLostError(f"connection to broker {self.address} is closed")
+            raise ConnectionLostError(self._lost(f"connection to broker {self.address} is closed"))
         frame = request.to_frame(next(self._opaques) % (2**32), oneway=True)
         try:
             await self._ws.send_bytes(frame.encode())
         except (aiohttp.ClientError, ConnectionError) as e:
             raise ConnectionLostError(f"cannot send to broker {self.address}: {e}") from None
+
+    def _note_close(self, msg: aiohttp.WSMessage) -> None:
+        code = self._ws.close_code
+        if msg.type == aiohttp.WSMsgType.CLOSE:
+            code = msg.data
+        reason = msg.extra if msg.type == aiohttp.WSMsgType.CLOSE and isinstance(msg.extra, str) else ""
+        if (code is not None and code != aiohttp.WSCloseCode.OK) or reason:
+            said = reason or _CLOSE_MEANING.get(code or 0, "")
+            self.close_reason = f"closed by the broker: {code} {said}".rstrip()
 
     async def close(self) -> None:
         await self._ws.close()
@@ -142,6 +172,9 @@ class ConnectionPool:
                 ws = await asyncio.wait_for(self._session.ws_connect(
                     f"http://{address}/ws", max_msg_size=2 * DEFAULT_MAX_FRAME, heartbeat=10.0),
                     CONNECT_TIMEOUT_S)
+            except aiohttp.WSServerHandshakeError as e:
+                why = (e.headers or {}).get(REFUSED_HEADER) or e.message
+                raise ConnectionLostError(f"cannot connect to broker {address}: {e.status} {why}") from None
             except (aiohttp.ClientError, OSError, TimeoutError) as e:
                 raise ConnectionLostError(f"cannot connect to broker {address}: {e}") from None
             conn = self._conns[address] = Connection(address, ws, self._on_request)

@@ -21,6 +21,7 @@ import msgpack
 import pytest
 from aiohttp import WSMsgType, web
 
+from broker.client_limits import ClientLimits
 from broker.namesrv import make_app
 from broker.route_table import RouteTable
 from protocol.remoting import Frame, RequestCode, ResponseCode, decode_frame
@@ -190,5 +191,35 @@ def test_the_name_server_answers_bad_input_with_a_json_4xx() -> None:
                     await check_json_4xx(http, f"http://127.0.0.1:{port}", method, path, body)
         finally:
             await runner.cleanup()
+
+    asyncio.run(main())
+
+
+# -- the client ------------------------------------------------------------------------
+
+def test_the_client_error_says_why_the_broker_closed_or_refused_the_connection(tmp_path: Path) -> None:
+    from client.aio.connection import ConnectionPool
+    from client.errors import ConnectionLostError
+    from protocol.pull import PullRequest
+    from protocol.topic import CreateTopicRequest
+
+    async def main() -> None:
+        async with serving_broker(tmp_path, limits=ClientLimits(max_connections_per_address=1)) as (
+                _server, address):
+            pool, other = ConnectionPool(), ConnectionPool()
+            try:
+                conn = await pool.get(address)
+                await conn.request(CreateTopicRequest(topic="t", queues=1))
+                parked = asyncio.create_task(conn.call(PullRequest(topic="t", queue_id=0, offset=0,
+                                                                   suspend_ms=20_000), timeout=30))
+                await asyncio.sleep(0.2)
+                with pytest.raises(ConnectionLostError, match="too many connections from 127.0.0.1"):
+                    await other.get(address)  # the second from this address
+                await conn._ws.send_bytes(b"\xc1")  # garbage on the wire: the broker closes
+                with pytest.raises(ConnectionLostError, match="closed by the broker: 1007 malformed frame"):
+                    await asyncio.wait_for(parked, 5)
+            finally:
+                await pool.close()
+                await other.close()
 
     asyncio.run(main())

@@ -122,6 +122,7 @@ class _Link:
     opened: float
     refused: str | None = None
     ws: web.WebSocketResponse | None = None
+    kill: Callable[[int, str], None] | None = None  # the frame reader's: close with code, reason
     partial: int = 0  # bytes received since the last whole frame
     partial_since: float = 0.0
     paused: bool = False
@@ -144,7 +145,6 @@ class ConnectionGuard:
         self._partial_total = 0
         self._paused: dict[_Link, None] = {}  # in the order they were paused
         self._refusals = RefusalLog(log, "refused a client connection from")
-        self._closing: set[asyncio.Task[None]] = set()
         self.closed_at_accept = 0  # connections closed for want of descriptors (tests, metrics)
 
     # -- connections ---------------------------------------------------------------------
@@ -197,15 +197,21 @@ class ConnectionGuard:
         return self._admitted
 
     # -- WebSocket frames -----------------------------------------------------------------
-    def watch(self, transport: asyncio.BaseTransport | None, ws: web.WebSocketResponse) -> None:
-        """The connection on ``transport`` was upgraded to ``ws``: meter its frames."""
+    def watch(self, transport: asyncio.BaseTransport | None, ws: web.WebSocketResponse,
+              kill: Callable[[int, str], None]) -> None:
+        """The connection on ``transport`` was upgraded to ``ws``: meter its frames; ``kill``
+        closes it with a code and a reason."""
         link = self._links.get(transport) if transport is not None else None
         if link is not None:
-            link.ws = ws
+            link.ws, link.kill = ws, kill
 
-    def received(self, link: _Link, size: int) -> None:
-        if link.ws is None or link.closing:
-            return
+    def received(self, link: _Link, size: int) -> bool:
+        """``size`` bytes arrived on ``link``: False when they are to be dropped (it is being
+        closed for a deadline: nothing more of it is buffered)."""
+        if link.closing:
+            return False
+        if link.ws is None:
+            return True
         if link.partial == 0:
             link.partial_since = self._clock()
         link.partial += size
@@ -214,6 +220,7 @@ class ConnectionGuard:
             link.paused = True
             self._paused[link] = None
             link.protocol.pause_reading()
+        return True
 
     def frame_done(self, transport: asyncio.BaseTransport | None, control_payload: int | None = None) -> None:
         """A whole frame was read from ``transport``: a data frame (every byte so far was
@@ -283,27 +290,17 @@ class ConnectionGuard:
                 self.close(link, 1008, why)
 
     def close(self, link: _Link, code: int, reason: str) -> None:
-        """Close ``link``'s WebSocket with ``code`` and ``reason`` (the peer has CLOSE_WAIT_S to
-        answer the close, then the connection is cut)."""
+        """Close ``link`` with ``code`` and ``reason``; what it sends meanwhile is dropped (its
+        frame's bytes stay counted until it is gone: aiohttp holds them until then)."""
         link.closing = True
-        self._partial_total -= link.partial
-        link.partial = 0
-        if link.paused:
+        if link.paused:  # read (and drop) what it sends, so the close is not cut by a reset
             self._paused.pop(link, None)
-        self._resume_paused()
-        ws = link.ws
-        if ws is None:
+            link.paused = False
+            link.protocol.resume_reading()
+        if link.kill is not None:
+            link.kill(code, reason)
+        else:
             link.transport.close()
-            return
-
-        async def closing() -> None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(ws.close(code=code, message=close_reason(reason)), CLOSE_WAIT_S)
-            link.transport.close()
-
-        task = asyncio.get_running_loop().create_task(closing())
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
 
     async def background(self, _app: web.Application) -> AsyncIterator[None]:
         """For ``app.cleanup_ctx``: the deadline checks run while the app does."""
@@ -332,10 +329,8 @@ class GuardedProtocol(asyncio.Protocol):
         self._inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
-        if self._link is None:
-            return
-        self._guard.received(self._link, len(data))
-        self._inner.data_received(data)
+        if self._link is not None and self._guard.received(self._link, len(data)):
+            self._inner.data_received(data)
 
     def eof_received(self) -> bool | None:
         return None if self._link is None else self._inner.eof_received()

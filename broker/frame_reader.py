@@ -11,7 +11,10 @@ the requests it has being served at once.
 ``frames`` stops reading while the requests in flight hold ``max_inflight_bytes`` (each
 counted at least ``MIN_CHARGE``): aiohttp then stops reading the socket and TCP holds the
 client back. It closes the connection (1000, "idle ...") after ``idle_timeout_s`` with no
-frame, no ping and no request in progress, and ``close`` ends it with any code and reason.
+frame, no ping and no request in progress. ``kill(code, reason)`` (the guard's deadline, an
+unreadable frame) interrupts the frame being received and closes with that code and reason;
+the close is sent from here, not from another task, so aiohttp waits ``CLOSE_WAIT_S`` for
+the client's answer before it cuts the connection: the client can read why.
 """
 
 from __future__ import annotations
@@ -52,21 +55,30 @@ class FrameReader:
         self._room = asyncio.Event()
         self._room.set()
         self._tasks: set[asyncio.Task[None]] = set()
-        guard.watch(transport, ws)
+        self._receiving: asyncio.Timeout | None = None  # while a frame is awaited
+        self._kill: tuple[int, str] | None = None
+        guard.watch(transport, ws, self.kill)
 
     async def frames(self) -> AsyncIterator[bytes | str]:
         """Data frames until the connection ends (closed by either side, idle, or an error)."""
         ws = self.ws
-        while not ws.closed:
+        while not ws.closed and self._kill is None:
             await self._wait_for_room()
+            if self._kill is not None:
+                break
             try:
-                msg = await ws.receive(timeout=self._idle_s)
+                async with asyncio.timeout(self._idle_s) as self._receiving:
+                    msg = await ws.receive()
             except TimeoutError:
+                if self._kill is not None:
+                    break
                 if self._tasks:  # requests in progress (a parked pull): not idle
                     continue
                 await self.close(WSCloseCode.OK, f"idle for {self._idle_s:g} s: no frame, ping or "
                                                  "request in progress")
                 return
+            finally:
+                self._receiving = None
             if msg.type == WSMsgType.PING:
                 self._guard.frame_done(self._transport, len(msg.data))
                 with contextlib.suppress(ConnectionError, RuntimeError):
@@ -79,6 +91,18 @@ class FrameReader:
                 return
             self._guard.frame_done(self._transport)
             yield msg.data
+        if self._kill is not None:
+            await self.close(*self._kill)
+
+    def kill(self, code: int, reason: str) -> None:
+        """End the connection with ``code`` and ``reason``: the frame being received is given
+        up and ``frames`` closes the WebSocket (any task of the loop may call this)."""
+        if self._kill is not None or self.ws.closed:
+            return
+        self._kill = (code, reason)
+        if self._receiving is not None:
+            self._receiving.reschedule(asyncio.get_running_loop().time())
+        self._room.set()  # a reader held back for room goes on to the close
 
     def spawn(self, work: Coroutine[Any, Any, None], size: int) -> None:
         """Serve one request (``size`` bytes) in its own task, counted in flight until done."""
@@ -107,8 +131,8 @@ class FrameReader:
 
     async def close(self, code: int, reason: str) -> None:
         """Close the WebSocket with ``code`` and ``reason`` (cut short to what a close frame holds)."""
-        with contextlib.suppress(Exception, asyncio.CancelledError):  # shielded: the close goes out
-            await asyncio.shield(self.ws.close(code=code, message=close_reason(reason)))
+        with contextlib.suppress(Exception):
+            await self.ws.close(code=code, message=close_reason(reason))
 
     def cancel(self) -> None:
         """The connection ended: stop serving its requests."""

@@ -300,7 +300,7 @@ class BrokerServer:
         except FrameError as e:
             reply = e.response()
             if reply is None:  # nobody to answer: say why on the way out
-                await reader.close(WSCloseCode.INVALID_TEXT, e.message)
+                reader.kill(WSCloseCode.INVALID_TEXT, e.message)
             elif not ws.closed:
                 await ws.send_bytes(reply.encode())
             return

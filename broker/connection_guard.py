@@ -1,12 +1,12 @@
 """Bounds on the broker's client port before any request is read (issue 15, rows 5 and 6).
 
-Every TCP connection to the client port passes a ``GuardedProtocol`` in front of aiohttp's
-own (``GuardedRunner`` puts it there)::
+Every TCP connection to the client port is accepted by ``broker.guarded_site`` and passes
+the guard before aiohttp sees it::
 
-    accept ─▶ fewer than fd_reserve descriptors left under RLIMIT_NOFILE?
+    accept ─▶ fewer than fd_reserve descriptors left under RLIMIT_NOFILE (``accepting``)?
     │           yes: closed at once, nothing read (the Raft port, the peers and the log's
     │           files keep their descriptors); logged once a minute with a count
-    ├─▶ over max_connections, or max_connections_per_address from its address?
+    ├─▶ over max_connections, or max_connections_per_address from its address (``admit``)?
     │           yes: its request is answered 503 with the reason (JSON, and the header
     │           X-RaftMQ-Refused for WebSocket clients); closed after REFUSED_GRACE_S anyway
     ▼
@@ -45,7 +45,7 @@ from broker.client_limits import ClientLimits
 from dledger.refusal_log import RefusalLog
 from protocol.remoting import REFUSED_HEADER
 
-__all__ = ["CLOSE_WAIT_S", "ConnectionGuard", "FdBudget", "GuardedRunner", "close_reason"]
+__all__ = ["CLOSE_WAIT_S", "ConnectionGuard", "FdBudget", "close_reason"]
 
 log = logging.getLogger("broker.connections")
 
@@ -148,17 +148,25 @@ class ConnectionGuard:
         self.closed_at_accept = 0  # connections closed for want of descriptors (tests, metrics)
 
     # -- connections ---------------------------------------------------------------------
-    def admit(self, transport: asyncio.Transport, protocol: Any) -> _Link | None:
-        """A new connection: None to close it at once, else its link (maybe refused)."""
-        peer = transport.get_extra_info("peername")
-        address = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
-        if not self._fds.room():
-            self.closed_at_accept += 1
-            self._refusals.note("descriptors", address,
-                                f"fewer than {self.limits.fd_reserve} file descriptors left under the "
-                                "open-file limit: closed at once (the reserve is for the log and peers)")
-            return None
-        self._fds.took()
+    def accepting(self, peer: object) -> bool:
+        """Whether a socket just accepted from ``peer`` may stay: False (the caller closes it at
+        once) when fewer than ``fd_reserve`` descriptors would be left."""
+        if self._fds.room():
+            self._fds.took()
+            return True
+        self.closed_at_accept += 1
+        self._refusals.note("descriptors", _host(peer),
+                            f"fewer than {self.limits.fd_reserve} file descriptors left under the open-file "
+                            "limit: closed at once (the reserve is for the log, its files and the peers)")
+        return False
+
+    def note_accept_failed(self, error: OSError) -> None:
+        """accept() itself failed for want of descriptors (something else took the reserve)."""
+        self._refusals.note("accept failed", "the client port", f"accept() failed: {error}")
+
+    def admit(self, transport: asyncio.Transport, protocol: Any) -> _Link:
+        """A new connection's link (refused when over a connection cap)."""
+        address = _host(transport.get_extra_info("peername"))
         link = _Link(address, transport, protocol, self._clock())
         held = self._per_address.get(address, 0)
         if held >= self.limits.max_connections_per_address:
@@ -311,65 +319,5 @@ class ConnectionGuard:
             await task
 
 
-class GuardedProtocol(asyncio.Protocol):
-    """aiohttp's protocol for one connection behind the guard (public asyncio Protocol calls only)."""
-
-    __slots__ = ("_guard", "_inner", "_link")
-
-    def __init__(self, inner: Any, guard: ConnectionGuard) -> None:
-        self._inner = inner
-        self._guard = guard
-        self._link: _Link | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._link = self._guard.admit(transport, self._inner)  # type: ignore[arg-type]
-        if self._link is None:
-            transport.close()  # aiohttp never sees it
-            return
-        self._inner.connection_made(transport)
-
-    def data_received(self, data: bytes) -> None:
-        if self._link is not None and self._guard.received(self._link, len(data)):
-            self._inner.data_received(data)
-
-    def eof_received(self) -> bool | None:
-        return None if self._link is None else self._inner.eof_received()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self._link is None:
-            return
-        self._guard.release(self._link)
-        self._inner.connection_lost(exc)
-
-    def pause_writing(self) -> None:
-        if self._link is not None:
-            self._inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        if self._link is not None:
-            self._inner.resume_writing()
-
-
-class _GuardedServer:
-    """aiohttp's ``web.Server`` whose protocols are behind the guard (the rest delegated)."""
-
-    def __init__(self, server: web.Server, guard: ConnectionGuard) -> None:
-        self._server = server
-        self._guard = guard
-
-    def __call__(self) -> GuardedProtocol:
-        return GuardedProtocol(self._server(), self._guard)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._server, name)
-
-
-class GuardedRunner(web.AppRunner):
-    """``web.AppRunner`` whose sites accept connections through ``guard``."""
-
-    def __init__(self, app: web.Application, guard: ConnectionGuard, **kwargs: Any) -> None:
-        super().__init__(app, **kwargs)
-        self._guard = guard
-
-    async def _make_server(self) -> web.Server:
-        return _GuardedServer(await super()._make_server(), self._guard)  # type: ignore[return-value]
+def _host(peer: object) -> str:
+    return str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)

@@ -31,9 +31,8 @@ import logging
 import signal
 from typing import Any
 
-from aiohttp import web
-
 from broker.config import SECTIONS, read_broker_section
+from broker.guarded_site import GuardedSite
 from broker.registrar import Registrar
 from broker.server import AppliedSignal, BrokerServer
 from broker.state_machine import BrokerStateMachine
@@ -56,7 +55,7 @@ async def _serve(rlog: Log, machine: BrokerStateMachine, applier: Applier,
     runner = server.runner(access_log=None, shutdown_timeout=1.0)  # behind the connection guard
     await runner.setup()
     host, port = listen.rsplit(":", 1)
-    await web.TCPSite(runner, host, int(port)).start()
+    await GuardedSite(runner, host, int(port)).start()  # accepts within the descriptor reserve
     registrar = asyncio.create_task(Registrar(rlog, machine, listen, namesrvs).run()) if namesrvs else None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

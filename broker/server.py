@@ -42,7 +42,7 @@ from aiohttp import WSCloseCode, web
 
 from broker.admin_api import admin_routes
 from broker.client_limits import ClientLimits
-from broker.connection_guard import ConnectionGuard, GuardedRunner
+from broker.connection_guard import ConnectionGuard
 from broker.consumer_processor import CONNECTION, ConsumerProcessor
 from broker.consumer_registry import ConsumerRegistry
 from broker.deferred import DEFAULT_DELAY_LEVELS, RETRY_DELAYS
@@ -52,6 +52,7 @@ from broker.divergence import MARKER as DIVERGENT_MARKER
 from broker.divergence import DivergenceCheck
 from broker.entry_batch import MessageTooLarge
 from broker.frame_reader import FrameReader, open_websocket
+from broker.guarded_site import GuardedRunner
 from broker.long_polls import AppliedSignal, ParkedPulls
 from broker.membership_admin import member_routes
 from broker.metrics import VERSION, BrokerMetrics
@@ -175,9 +176,9 @@ class BrokerServer:
         app.cleanup_ctx.append(self.connections.background)
         return app
 
-    def runner(self, **kwargs: Any) -> web.AppRunner:
-        """An ``AppRunner`` of ``app()`` whose sites accept through the connection guard
-        (``broker.connection_guard``); ``kwargs`` as AppRunner's."""
+    def runner(self, **kwargs: Any) -> GuardedRunner:
+        """An ``AppRunner`` of ``app()`` whose connections pass the connection guard; serve it
+        with ``broker.guarded_site.GuardedSite``. ``kwargs`` as AppRunner's."""
         return GuardedRunner(self.app(), self.connections, **kwargs)
 
     async def close_connections(self) -> None:

@@ -13,8 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-
+from broker.guarded_site import GuardedSite
 from broker.server import AppliedSignal, BrokerServer
 from broker.state_machine import BrokerStateMachine
 from dledger.applier import Applier
@@ -43,7 +42,7 @@ async def serving_broker(base: Path, **server_kw: Any) -> AsyncIterator[tuple[Br
         runner = server.runner()
         await runner.setup()
         try:
-            await web.TCPSite(runner, "127.0.0.1", port).start()
+            await GuardedSite(runner, "127.0.0.1", port).start()
             yield server, address
         finally:
             await server.close_connections()

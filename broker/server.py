@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import shutil
 import time
@@ -307,8 +308,11 @@ class BrokerServer:
             return
         if frame.is_response:
             return  # no server-to-client requests are outstanding yet
+        if frame.is_oneway:  # handled as a request; its answer (an error, say) goes nowhere
+            await self.handle(dataclasses.replace(frame, flags=0))
+            return
         reply = await self.handle(frame)
-        if not frame.is_oneway and not ws.closed:
+        if not ws.closed:
             await ws.send_bytes(reply.encode())
 
     async def handle(self, frame: Frame) -> Frame:

@@ -11,7 +11,9 @@ a JSON error, never a 500.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -223,3 +225,21 @@ def test_the_client_error_says_why_the_broker_closed_or_refused_the_connection(t
                 await other.close()
 
     asyncio.run(main())
+
+
+def test_a_failing_oneway_request_is_dropped_quietly(tmp_path: Path,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """A oneway request whose handler refuses it has nobody to answer: found by the fuzzing,
+    building the error answer raised in a task nobody awaited (a traceback in the log)."""
+    async def scenario(address: str) -> None:
+        async with aiohttp.ClientSession() as http, http.ws_connect(f"http://{address}/ws") as ws:
+            bad = Frame.request(RequestCode.SEND_MESSAGE, 43, body=b"\x00garbage", oneway=True).encode()
+            kind, frame, _ = await answer_or_close(ws, bad)
+            assert kind == "silence", (kind, frame)
+            kind, frame, _ = await answer_or_close(ws, Frame.request(RequestCode.HEARTBEAT, 44).encode())
+            assert kind == "answer" and frame.code == ResponseCode.SUCCESS and frame.opaque == 44
+
+    with caplog.at_level(logging.ERROR):
+        run(tmp_path, scenario)
+        gc.collect()  # an unawaited task's exception is reported when it is collected
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text

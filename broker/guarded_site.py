@@ -103,12 +103,13 @@ class GuardedRunner(web.AppRunner):
 class _Listening:
     """What ``BaseSite.stop`` and ``BaseRunner.addresses`` need of a site's server."""
 
-    def __init__(self, sock: socket.socket, accepting: asyncio.Task[None]) -> None:
-        self.sockets = [sock]
+    def __init__(self, socks: list[socket.socket], accepting: list[asyncio.Task[None]]) -> None:
+        self.sockets = socks
         self._accepting = accepting
 
     def close(self) -> None:
-        self._accepting.cancel()
+        for task in self._accepting:
+            task.cancel()
         for sock in self.sockets:
             sock.close()
 
@@ -131,9 +132,19 @@ class GuardedSite(web.BaseSite):
 
     async def start(self) -> None:
         await super().start()
-        sock = socket.create_server((self._host, self._port), backlog=self._backlog)
-        sock.setblocking(False)
-        self._server = _Listening(sock, asyncio.get_running_loop().create_task(self._accept(sock)))
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(self._host or None, self._port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+        socks: list[socket.socket] = []
+        try:
+            for family, address in dict.fromkeys((info[0], info[4]) for info in infos):  # once each
+                socks.append(socket.create_server(address, family=family, backlog=self._backlog))
+                socks[-1].setblocking(False)
+        except OSError:
+            for sock in socks:
+                sock.close()
+            raise
+        self._server = _Listening(socks, [loop.create_task(self._accept(sock)) for sock in socks])
 
     async def _accept(self, sock: socket.socket) -> None:
         runner = self._runner

@@ -124,13 +124,16 @@ class Connection:
             raise ConnectionLostError(f"cannot send to broker {self.address}: {e}") from None
 
     def _note_close(self, msg: aiohttp.WSMessage) -> None:
-        code = self._ws.close_code
+        """Keep why the connection ended: the broker's close frame (code and reason), or the
+        close code of a connection that ended without one."""
         if msg.type == aiohttp.WSMsgType.CLOSE:
-            code = msg.data
-        reason = msg.extra if msg.type == aiohttp.WSMsgType.CLOSE and isinstance(msg.extra, str) else ""
-        if (code is not None and code != aiohttp.WSCloseCode.OK) or reason:
-            said = reason or _CLOSE_MEANING.get(code or 0, "")
-            self.close_reason = f"closed by the broker: {code} {said}".rstrip()
+            code, reason = msg.data, msg.extra if isinstance(msg.extra, str) else ""
+            said = reason or _CLOSE_MEANING.get(code, "")
+            if code != aiohttp.WSCloseCode.OK or reason:
+                self.close_reason = f"closed by the broker: {code} {said}".rstrip()
+        elif self._ws.close_code not in (None, aiohttp.WSCloseCode.OK):
+            code = self._ws.close_code
+            self.close_reason = f"closed: {code} {_CLOSE_MEANING.get(code, '')}".rstrip()
 
     async def close(self) -> None:
         await self._ws.close()

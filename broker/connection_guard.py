@@ -45,7 +45,7 @@ from broker.client_limits import ClientLimits
 from dledger.refusal_log import RefusalLog
 from protocol.remoting import REFUSED_HEADER
 
-__all__ = ["CLOSE_WAIT_S", "ConnectionGuard", "FdBudget", "close_reason"]
+__all__ = ["CLOSE_WAIT_S", "ConnectionGuard", "FdBudget", "Link", "close_reason"]
 
 log = logging.getLogger("broker.connections")
 
@@ -113,7 +113,7 @@ def _open_descriptors() -> int | None:
 
 
 @dataclass(slots=True, eq=False)
-class _Link:
+class Link:
     """One accepted connection, as the guard sees it."""
 
     address: str
@@ -139,11 +139,11 @@ class ConnectionGuard:
         self.limits = limits or ClientLimits()
         self._clock = clock
         self._fds = fds or FdBudget(self.limits.fd_reserve, clock=clock)
-        self._links: dict[asyncio.BaseTransport, _Link] = {}
+        self._links: dict[asyncio.BaseTransport, Link] = {}
         self._per_address: dict[str, int] = {}
         self._admitted = 0
         self._partial_total = 0
-        self._paused: dict[_Link, None] = {}  # in the order they were paused
+        self._paused: dict[Link, None] = {}  # in the order they were paused
         self._refusals = RefusalLog(log, "refused a client connection from")
         self.closed_at_accept = 0  # connections closed for want of descriptors (tests, metrics)
 
@@ -164,10 +164,10 @@ class ConnectionGuard:
         """accept() itself failed for want of descriptors (something else took the reserve)."""
         self._refusals.note("accept failed", "the client port", f"accept() failed: {error}")
 
-    def admit(self, transport: asyncio.Transport, protocol: Any) -> _Link:
+    def admit(self, transport: asyncio.Transport, protocol: Any) -> Link:
         """A new connection's link (refused when over a connection cap)."""
         address = _host(transport.get_extra_info("peername"))
-        link = _Link(address, transport, protocol, self._clock())
+        link = Link(address, transport, protocol, self._clock())
         held = self._per_address.get(address, 0)
         if held >= self.limits.max_connections_per_address:
             link.refused = (f"too many connections from {address}: {held} open, at most "
@@ -183,7 +183,7 @@ class ConnectionGuard:
         self._links[transport] = link
         return link
 
-    def release(self, link: _Link) -> None:
+    def release(self, link: Link) -> None:
         """The connection is gone."""
         if self._links.pop(link.transport, None) is None:
             return
@@ -213,7 +213,7 @@ class ConnectionGuard:
         if link is not None:
             link.ws, link.kill = ws, kill
 
-    def received(self, link: _Link, size: int) -> bool:
+    def received(self, link: Link, size: int) -> bool:
         """``size`` bytes arrived on ``link``: False when they are to be dropped (it is being
         closed for a deadline: nothing more of it is buffered)."""
         if link.closing:
@@ -297,7 +297,7 @@ class ConnectionGuard:
                 self._refusals.note("frame deadline", link.address, why)
                 self.close(link, 1008, why)
 
-    def close(self, link: _Link, code: int, reason: str) -> None:
+    def close(self, link: Link, code: int, reason: str) -> None:
         """Close ``link`` with ``code`` and ``reason``; what it sends meanwhile is dropped (its
         frame's bytes stay counted until it is gone: aiohttp holds them until then)."""
         link.closing = True

@@ -31,7 +31,7 @@ from typing import Any
 
 from aiohttp import web
 
-from broker.connection_guard import ConnectionGuard, _Link
+from broker.connection_guard import ConnectionGuard, Link
 
 __all__ = ["ACCEPT_RETRY_S", "GuardedProtocol", "GuardedRunner", "GuardedSite"]
 
@@ -50,7 +50,7 @@ class GuardedProtocol(asyncio.Protocol):
     def __init__(self, inner: Any, guard: ConnectionGuard) -> None:
         self._inner = inner
         self._guard = guard
-        self._link: _Link | None = None
+        self._link: Link | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._link = self._guard.admit(transport, self._inner)  # type: ignore[arg-type]

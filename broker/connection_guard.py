@@ -279,7 +279,10 @@ class ConnectionGuard:
         """Close what is past its deadline, every SWEEP_S, until cancelled."""
         while True:
             await asyncio.sleep(SWEEP_S)
-            self.sweep()
+            try:
+                self.sweep()
+            except Exception:  # never stop checking deadlines
+                log.exception("checking the client connections' deadlines failed")
 
     def sweep(self) -> None:
         now = self._clock()

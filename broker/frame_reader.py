@@ -101,7 +101,8 @@ class FrameReader:
             return
         self._kill = (code, reason)
         if self._receiving is not None:
-            self._receiving.reschedule(asyncio.get_running_loop().time())
+            with contextlib.suppress(RuntimeError):  # expiring already: frames() sees _kill
+                self._receiving.reschedule(asyncio.get_running_loop().time())
         self._room.set()  # a reader held back for room goes on to the close
 
     def spawn(self, work: Coroutine[Any, Any, None], size: int) -> None:

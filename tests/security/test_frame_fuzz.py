@@ -13,10 +13,10 @@ decoder -- says of it fixes what must happen:
 and after each a HEARTBEAT on the same connection (unless closed) must be answered. Nothing
 the broker logs at ERROR (a handler failing) is allowed: 0 crashes.
 
-``client_auth`` is the seam for authentication: today it has one value, ``None`` (the
-broker has no users yet). When clients authenticate, add the credentials as a second
-parameter and make ``open_client`` authenticate with them; every example then runs
-authenticated too.
+Every example runs twice: against a broker without ACLs, and against one with ACLs on
+(``client_auth``), where each fuzzing connection first authenticates as a super user over
+the raw socket (SCRAM-SHA-256, ``protocol.acl``) -- a frame the fuzzer draws may also be an
+AUTH_START / AUTH_FINISH of its own, which must be answered like any other.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import asyncio
 import logging
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -33,11 +34,16 @@ from typing import Any
 import msgpack
 import msgspec
 import pytest
+import scramp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from broker.commands import PutUser
+from client.credentials import Credentials, scram_record
+from protocol.acl import MECHANISM, AuthFinishRequest, AuthResponse, AuthStartRequest
 from protocol.catalog import CATALOG
 from protocol.remoting import MAX_OPAQUE, Frame, FrameError, RequestCode, ResponseCode, decode_frame
+from raftmq.local_acl import acl_broker_options, local_credentials
 from raftmq.local_group import LocalGroup
 from tests.support.inprocess_broker import serving_broker
 from tests.support.raw_ws import read_frame, send_binary, upgrade
@@ -105,16 +111,57 @@ frames_of_all_kinds = st.one_of(
 
 # -- the broker and its client ---------------------------------------------------------
 
-@pytest.fixture(scope="module", params=[None], ids=["auth-off"])
-def client_auth(request: pytest.FixtureRequest) -> Any:
-    """The credentials every fuzzing connection authenticates with (None: the broker has no
-    users yet; module docstring)."""
+FUZZER = Credentials("fuzzer", "a password for the fuzzing only")
+
+
+@pytest.fixture(scope="module", params=[None, FUZZER], ids=["acl-off", "acl-on"])
+def client_auth(request: pytest.FixtureRequest) -> Credentials | None:
+    """The credentials every fuzzing connection authenticates with (None: ACLs off)."""
     return request.param
 
 
-def open_client(address: str, auth: Any) -> socket.socket:
-    assert auth is None, "authenticate here once the broker has users"
-    return upgrade(address)
+def bootstrap_user(credentials: Credentials) -> PutUser:
+    record = scram_record(credentials.password)
+    return PutUser(credentials.user, True, record.salt, record.iterations, record.stored_key,
+                   record.server_key)
+
+
+def _call(sock: socket.socket, request: Any, opaque: int) -> Frame:
+    send_binary(sock, request.to_frame(opaque).encode())
+    while True:
+        got = read_frame(sock, ANSWER_S)
+        assert got is not None and got[0] == 2, f"no answer to {request!r}: {got!r}"
+        frame = decode_frame(got[1])
+        if frame.is_response and frame.opaque == opaque:
+            return frame
+
+
+def wait_for_login(address: str, auth: Credentials, timeout: float = 15.0) -> None:
+    """Until the leader has proposed the bootstrapped user and it authenticates."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            open_client(address, auth).close()
+            return
+        except AssertionError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
+
+
+def open_client(address: str, auth: Credentials | None) -> socket.socket:
+    """A raw WebSocket to ``address``, authenticated as ``auth`` (SCRAM over frames)."""
+    sock = upgrade(address)
+    if auth is None:
+        return sock
+    scram = scramp.ScramClient([MECHANISM], auth.user, auth.password)
+    first = _call(sock, AuthStartRequest(mechanism=MECHANISM, message=scram.get_client_first()), 1)
+    assert first.code == ResponseCode.SUCCESS, first.remark
+    scram.set_server_first(AuthResponse.from_frame(first).message)
+    final = _call(sock, AuthFinishRequest(message=scram.get_client_final()), 2)
+    assert final.code == ResponseCode.SUCCESS, final.remark
+    scram.set_server_final(AuthResponse.from_frame(final).message)
+    return sock
 
 
 class Errors(logging.Handler):
@@ -131,8 +178,12 @@ class Errors(logging.Handler):
 
 
 @pytest.fixture(scope="module")
-def inprocess(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Errors]]:
-    """A broker on a LocalLog on its own event loop thread: (address, its ERROR records)."""
+def inprocess(tmp_path_factory: pytest.TempPathFactory,
+              client_auth: Credentials | None) -> Iterator[tuple[str, Errors]]:
+    """A broker on a LocalLog on its own event loop thread, with ACLs on when ``client_auth``
+    is given (its super user bootstrapped): (address, its ERROR records)."""
+    acl: dict[str, Any] = {} if client_auth is None else {
+        "acl": True, "acl_bootstrap": bootstrap_user(client_auth)}
     errors = Errors()
     logging.getLogger().addHandler(errors)
     loop = asyncio.new_event_loop()
@@ -142,13 +193,16 @@ def inprocess(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, E
     stop = asyncio.Event()
 
     async def serve() -> None:
-        async with serving_broker(tmp_path_factory.mktemp("fuzz")) as (_server, at):
+        async with serving_broker(tmp_path_factory.mktemp("fuzz"), **acl) as (_server, at):
             address.set_result(at)
             await stop.wait()
 
     served = asyncio.run_coroutine_threadsafe(serve(), loop)
     try:
-        yield address.result(15), errors
+        at = address.result(15)
+        if client_auth is not None:
+            wait_for_login(at, client_auth)
+        yield at, errors
     finally:
         loop.call_soon_threadsafe(stop.set)
         served.result(15)
@@ -226,13 +280,19 @@ _sessions: dict[tuple[str, str], Session] = {}
 
 
 @pytest.mark.cluster
-def test_a_broker_process_survives_the_fuzzing(tmp_path: Path) -> None:
-    group = LocalGroup(tmp_path / "g", 1, module="broker",
-                       broker={"index_slots": 4096, "index_entries": 65536})
+@pytest.mark.parametrize("acl", [False, True], ids=["acl-off", "acl-on"])
+def test_a_broker_process_survives_the_fuzzing(tmp_path: Path, acl: bool) -> None:
+    options: dict[str, Any] = {"index_slots": 4096, "index_entries": 65536}
+    if acl:
+        options.update(acl_broker_options(tmp_path))
+    group = LocalGroup(tmp_path / "g", 1, module="broker", broker=options)
     try:
         group.start()
         name = group.wait_leader(timeout=30)
-        session = Session(group.nodes[name].http, None)
+        auth = local_credentials(tmp_path) if acl else None
+        if auth is not None:
+            wait_for_login(group.nodes[name].http, auth, timeout=30)
+        session = Session(group.nodes[name].http, auth)
 
         @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow],
                   database=None)

@@ -11,17 +11,29 @@
     # digest_every = 4096               # entries between the state digests replicas compare
     # index_slots, index_entries        # IndexFile geometry (the full-size files)
     # cq_units_per_file = 300000        # ConsumeQueue file size in 40-byte units (one per record)
+    # acl = false                       # users, SCRAM authentication and policies on every
+                                        # request (docs/SECURITY.md); default off
+    # acl_bootstrap_file = "admin.scram"  # a super user's record (`raftmq user hash`), added by
+                                        # the leader while no user has its name
+    # acl_token_ttl_s = 600             # how long an admin HTTP token is valid (1 .. 86400)
+    # max_connections = 4096, max_connections_per_address = 256, fd_reserve = 256,
+    # idle_timeout_s = 120, frame_deadline_s = 30, max_partial_frame_bytes, max_inflight_bytes,
+    # max_parked_pulls_per_connection = 1024, max_parked_pulls = 16384
+    #                                   # the client port's bounds (broker.client_limits)
 
 Unknown keys and wrong types are refused naming the file and the key (``msgspec``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from broker.access_control import read_bootstrap
+from broker.client_limits import ClientLimits
 from broker.deferred import parse_delay_levels
 from broker.index_file import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
 from broker.state_machine import DIGEST_EVERY
@@ -49,14 +61,43 @@ class BrokerSection(msgspec.Struct, forbid_unknown_fields=True):
     index_slots: int = DEFAULT_SLOT_NUM
     index_entries: int = DEFAULT_INDEX_NUM
     cq_units_per_file: int = 300_000
+    #: Whether every request is authenticated and authorized (``broker.access_control``);
+    #: what a check of a secure start looks at.
+    acl: bool = False
+    acl_bootstrap_file: str | None = None
+    acl_token_ttl_s: float = 600.0
+    max_connections: int | msgspec.UnsetType = msgspec.UNSET
+    max_connections_per_address: int | msgspec.UnsetType = msgspec.UNSET
+    fd_reserve: int | msgspec.UnsetType = msgspec.UNSET
+    idle_timeout_s: float | msgspec.UnsetType = msgspec.UNSET
+    frame_deadline_s: float | msgspec.UnsetType = msgspec.UNSET
+    max_partial_frame_bytes: int | msgspec.UnsetType = msgspec.UNSET
+    max_inflight_bytes: int | msgspec.UnsetType = msgspec.UNSET
+    max_parked_pulls_per_connection: int | msgspec.UnsetType = msgspec.UNSET
+    max_parked_pulls: int | msgspec.UnsetType = msgspec.UNSET
 
     def server_options(self) -> dict[str, Any]:
         """The BrokerServer keyword arguments this section sets (the rest keep its defaults)."""
         options: dict[str, Any] = {"max_message_bytes": self.max_message_bytes}
+        if self.acl:
+            options["acl"] = True
+        if self.acl_token_ttl_s != 600.0:
+            options["acl_token_ttl_s"] = self.acl_token_ttl_s
+        if self.acl_bootstrap_file is not None:
+            options["acl_bootstrap"] = read_bootstrap(Path(self.acl_bootstrap_file))
         for key in ("delay_levels", "retry_delays", "retry_overdue_s"):
             if getattr(self, key) is not msgspec.UNSET:
                 options[key] = getattr(self, key)
+        limits = self.client_limits()
+        if limits != ClientLimits():
+            options["limits"] = limits
         return options
+
+    def client_limits(self) -> ClientLimits:
+        """The client port's bounds: the keys set here, ClientLimits' defaults for the rest
+        (ValueError if they do not fit together)."""
+        return ClientLimits(**{f.name: getattr(self, f.name) for f in dataclasses.fields(ClientLimits)
+                               if getattr(self, f.name) is not msgspec.UNSET})
 
 
 def read_broker_section(path: Path) -> BrokerSection:
@@ -78,8 +119,22 @@ def read_broker_section(path: Path) -> BrokerSection:
     if not 64 <= section.digest_every <= 10_000_000:
         raise ConfigError(f"{path}: broker.digest_every (entries between state digests the replicas "
                           f"compare) must be in 64..10000000, not {section.digest_every}")
+    try:
+        section.client_limits()
+    except ValueError as e:
+        raise ConfigError(f"{path}: broker.{e}") from None
     overdue = section.retry_overdue_s
     if overdue is not msgspec.UNSET and not 1 <= overdue <= 86_400:
         raise ConfigError(f"{path}: broker.retry_overdue_s must be a number of seconds in 1..86400, "
                           f"not {overdue}")
+    if not 1 <= section.acl_token_ttl_s <= 86_400:
+        raise ConfigError(f"{path}: broker.acl_token_ttl_s must be in 1..86400 s, "
+                          f"not {section.acl_token_ttl_s}")
+    if section.acl_bootstrap_file is not None:
+        bootstrap = path.parent / section.acl_bootstrap_file  # relative to the file
+        try:
+            read_bootstrap(bootstrap)
+        except ValueError as e:
+            raise ConfigError(f"{path}: broker.acl_bootstrap_file: {e}") from None
+        section = msgspec.structs.replace(section, acl_bootstrap_file=str(bootstrap))
     return section

@@ -119,30 +119,39 @@ class IndexService:
     def put_messages(self, messages: Iterable[tuple[Iterable[str], int]], ts_ms: int) -> int:
         """``put_keys`` of each (keys, position) of ``messages`` -- a record's, in order --
         under one lock, in one write to the last file when they all fit there. Returns the
-        number of entries put."""
+        number of entries put. All or nothing: on an error (OSError for a full disk) the
+        keys of the messages already put are taken back, so calling it again gives the
+        bytes of a call that never failed."""
         messages = list(messages)
         pairs = [(k, position) for keys, position in messages for k in dict.fromkeys(keys) if k]
         with self._lock:
             self._check_open()
             if self._files and self._files[-1][1].put_pairs(pairs, ts_ms):
                 return len(pairs)
+            mark = (self._files[-1][0], self._files[-1][1].header()) if self._files else None
+            try:
+                return self._put_each(messages, ts_ms)
+            except BaseException:
+                self._rollback_locked(mark)
+                raise
+
+    def _put_each(self, messages: list[tuple[Iterable[str], int]], ts_ms: int) -> int:
+        """``put_messages`` message by message, rolling files (lock held)."""
         put = 0
-        with self._lock:
-            self._check_open()
-            for keys, position in messages:
-                unique = [k for k in dict.fromkeys(keys) if k]
-                if not unique:
-                    continue
-                if len(unique) > self._index_num - 1:
-                    raise ValueError(f"{len(unique)} keys for one message, more than an index file holds "
-                                     f"({self._index_num - 1})")
-                if not self._files or not self._files[-1][1].put_many(unique, position, ts_ms):
+        for keys, position in messages:
+            unique = [k for k in dict.fromkeys(keys) if k]
+            if not unique:
+                continue
+            if len(unique) > self._index_num - 1:
+                raise ValueError(f"{len(unique)} keys for one message, more than an index file holds "
+                                 f"({self._index_num - 1})")
+            if not self._files or not self._files[-1][1].put_many(unique, position, ts_ms):
+                f = self._roll()
+                while not f.put_many(unique, position, ts_ms):  # a small first file: the next is larger
+                    if f.index_num >= self._index_num:
+                        raise AssertionError(f"index file {f.path} refused a put it had room for")
                     f = self._roll()
-                    while not f.put_many(unique, position, ts_ms):  # a small first file: the next is larger
-                        if f.index_num >= self._index_num:
-                            raise AssertionError(f"index file {f.path} refused a put it had room for")
-                        f = self._roll()
-                put += len(unique)
+            put += len(unique)
         return put
 
     def mark(self) -> tuple[int, IndexHeader] | None:
@@ -158,16 +167,20 @@ class IndexService:
         """Undo every put made after ``mark`` (a value of ``mark()``), files included."""
         with self._lock:
             self._check_open()
-            keep = -1 if mark is None else mark[0]
-            while self._files and self._files[-1][0] > keep:
-                _, f = self._files.pop()
-                f.close()
-                f.path.unlink()
-            if mark is not None:
-                if not self._files or self._files[-1][0] != keep:
-                    raise IndexFileCorrupt(f"index file {index_file_name(keep)} is missing")
-                self._files[-1][1].rollback_to(mark[1])
+            self._rollback_locked(mark)
             fsync_directory(self._dir)
+
+    def _rollback_locked(self, mark: tuple[int, IndexHeader] | None) -> None:
+        keep = -1 if mark is None else mark[0]
+        while self._files and self._files[-1][0] > keep:
+            _, f = self._files.pop()
+            f.close()
+            f.path.unlink()
+            self._dir_dirty = True
+        if mark is not None:
+            if not self._files or self._files[-1][0] != keep:
+                raise IndexFileCorrupt(f"index file {index_file_name(keep)} is missing")
+            self._files[-1][1].rollback_to(mark[1])
 
     def query(self, key: str, begin_ms: int, end_ms: int, max_results: int) -> list[int]:
         """Positions indexed for ``key`` with a store time in range, newest first.

@@ -12,7 +12,7 @@ within ``CATCH_UP_SLACK`` entries of the leader's committed index and its apply 
 not waiting for a snapshot, read from its ``/status`` at ``client``. Only then is the
 change proposed, so the replica counts for the majority only once it can acknowledge new
 entries at once and holds the group's state, not just its log (Raft thesis §4.2.1). A ``remove`` of
-the leader itself is refused: transfer the leadership first. Any node that is not
+the leader itself is refused (409 with ``"leads": true``): transfer the leadership first. Any node that is not
 the leader answers 421 naming the leader.
 """
 
@@ -22,9 +22,11 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
+import msgspec
 from aiohttp import web
 
 from dledger.errors import NoLeader, NotLeader, ProposeError
+from dledger.http_errors import read_json
 from dledger.membership import Change, Member
 
 if TYPE_CHECKING:
@@ -33,6 +35,13 @@ if TYPE_CHECKING:
 __all__ = ["CATCH_UP_SLACK", "member_routes"]
 
 CATCH_UP_SLACK = 1000  # entries a learner may still be behind when it is added
+
+
+class _ChangeDoc(msgspec.Struct):
+    op: str
+    name: str
+    raft: str | None = None
+    client: str | None = None
 
 
 def _members_doc(server: BrokerServer) -> dict[str, Any]:
@@ -67,18 +76,20 @@ def member_routes(server: BrokerServer) -> list[web.RouteDef]:
 
     async def change_members(request: web.Request) -> web.Response:
         rlog = server.rlog
+        doc = await read_json(request, _ChangeDoc)
+        op = doc.op
         try:
-            doc = await request.json()
-            op = doc["op"]
             if op == "add":
-                member = Member(str(doc["name"]), str(doc["raft"]), str(doc["client"]))
+                if doc.raft is None or doc.client is None:
+                    raise ValueError("an add names raft and client")
+                member = Member(doc.name, doc.raft, doc.client)
             elif op == "remove":
-                current = rlog.members().get(str(doc["name"]))
-                member = current or Member(str(doc["name"]), "0.0.0.0:1")
+                current = rlog.members().get(doc.name)
+                member = current or Member(doc.name, "0.0.0.0:1")
             else:
                 raise ValueError(f"op {op!r}")
             member.check()
-        except (ValueError, KeyError, TypeError) as e:
+        except ValueError as e:
             return web.json_response({"error": f"bad request ({e}): body must be JSON "
                                       '{"op": "add", "name", "raft", "client"} or '
                                       '{"op": "remove", "name"}'}, status=400)
@@ -94,6 +105,9 @@ def member_routes(server: BrokerServer) -> list[web.RouteDef]:
                 return web.json_response({"error": f"{member.name} is {behind} entries behind the leader; "
                                           "it keeps catching up as a learner: retry",
                                           "behind": behind}, status=409)
+        if op == "remove" and member.raft == rlog.config.address:
+            return web.json_response({"error": f"{member.name} is the leader: transfer the leadership "
+                                      "first (raftmq leader transfer)", "leads": True}, status=409)
         change = Change("add" if op == "add" else "rem", member)
         try:
             await asyncio.get_running_loop().run_in_executor(None, rlog.change_membership, change)

@@ -32,9 +32,8 @@ import signal
 import sys
 from typing import Any
 
-from aiohttp import web
-
 from broker.config import SECTIONS, read_broker_section
+from broker.guarded_site import GuardedSite
 from broker.registrar import Registrar
 from broker.server import AppliedSignal, BrokerServer
 from broker.state_machine import BrokerStateMachine
@@ -51,15 +50,14 @@ async def _serve(rlog: Log, machine: BrokerStateMachine, applier: Applier,
                  listen: str, addresses: dict[str, str], namesrvs: list[str],
                  **options: Any) -> None:
     sig = AppliedSignal(asyncio.get_running_loop())
-    machine.on_applied.append(lambda _index: sig.notify())
     server = BrokerServer(rlog, machine, applier, sig, lambda name: rlog.client_addresses().get(name),
                           addresses=addresses, **options)
     # on SIGTERM: close the clients' WebSockets at once (they re-route to the next leader)
     # instead of letting aiohttp wait up to 60 s for them while this node still leads
-    runner = web.AppRunner(server.app(), access_log=None, shutdown_timeout=1.0)
+    runner = server.runner(access_log=None, shutdown_timeout=1.0)  # behind the connection guard
     await runner.setup()
     host, port = listen.rsplit(":", 1)
-    await web.TCPSite(runner, host, int(port)).start()
+    await GuardedSite(runner, host, int(port)).start()  # accepts within the descriptor reserve
     registrar = asyncio.create_task(Registrar(rlog, machine, listen, namesrvs).run()) if namesrvs else None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -100,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     machine = BrokerStateMachine(
         config.data_dir / "store", index_slots=broker.index_slots, index_entries=broker.index_entries,
         cq_units_per_file=broker.cq_units_per_file, segment_bytes=config.segment_bytes,
-        digest_every=broker.digest_every)
+        digest_every=broker.digest_every, disk=rlog.disk)
     rlog.set_applied_floor(machine.durable_index)  # a restart re-applies from there
     rlog.set_snapshot_source(machine)  # retention cuts only where a snapshot is held
     applier = Applier(rlog, machine).start()

@@ -6,11 +6,26 @@
 """
 
 from client.aio.transaction import LocalTransactionState, TransactionResult
+from client.credentials import Credentials
 from client.errors import ClientError
 from client.message import ConsumeStatus, Message, ReceivedMessage, SendResult, SendStatus
 from client.queues import MessageQueue
 from client.sync import Admin, Producer, PullConsumer, PushConsumer, TransactionProducer
 
-__all__ = ["Admin", "ClientError", "ConsumeStatus", "LocalTransactionState", "Message", "MessageQueue",
-           "Producer", "PullConsumer", "PushConsumer", "ReceivedMessage", "SendResult", "SendStatus",
-           "TransactionProducer", "TransactionResult"]
+__all__ = [
+           "Admin",
+           "ClientError",
+           "ConsumeStatus",
+           "Credentials",
+           "LocalTransactionState",
+           "Message",
+           "MessageQueue",
+           "Producer",
+           "PullConsumer",
+           "PushConsumer",
+           "ReceivedMessage",
+           "SendResult",
+           "SendStatus",
+           "TransactionProducer",
+           "TransactionResult",
+]

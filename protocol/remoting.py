@@ -51,6 +51,7 @@ __all__ = [
     "MAX_CODE",
     "MAX_EXT_ITEMS",
     "MAX_OPAQUE",
+    "REFUSED_HEADER",
     "RETRIABLE",
     "VERSION",
     "ExtScalar",
@@ -70,6 +71,9 @@ DEFAULT_MAX_FRAME = 4 * 1024 * 1024 + 64 * 1024
 MAX_EXT_ITEMS = 1024
 MAX_OPAQUE = 2**32 - 1
 MAX_CODE = 2**31 - 1
+#: The HTTP header of a broker's 503 to a WebSocket upgrade it refused (a connection limit):
+#: why, in words, for the client's error.
+REFUSED_HEADER = "X-RaftMQ-Refused"
 
 _FIELDS = 7
 _PEEK_BYTES = 64  # enough for the array header, version, code, opaque and flags
@@ -105,6 +109,14 @@ class RequestCode(IntEnum):
     END_TRANSACTION = 60
     CHECK_TRANSACTION = 61  # broker -> client
     NOTIFY_CONSUMER_IDS_CHANGED = 62  # broker -> client
+    AUTH_START = 70  # SCRAM-SHA-256: client-first (protocol.acl)
+    AUTH_FINISH = 71  # SCRAM-SHA-256: client-final with the proof
+    PUT_USER = 72  # users and policies: entries in the log (super users only)
+    DELETE_USER = 73
+    LIST_USERS = 74
+    GRANT = 75
+    REVOKE = 76
+    LIST_POLICIES = 77
 
 
 class ResponseCode(IntEnum):
@@ -141,6 +153,9 @@ class ResponseCode(IntEnum):
     QUERY_NOT_FOUND = 17, "the query matched nothing"
     INVALID_ARGUMENT = 18, "a request field is missing or has a wrong type or value"
     SUBSCRIPTION_INVALID = 19, "the subscription expression is invalid or unknown"
+    AUTH_FAILED = 20, "not authenticated: wrong user or password, or no credentials given"
+    DISK_FULL = 21, ("a replica's disk is full (the remark names it): the write was not stored, "
+                     "unless the remark says it may still commit; retry after a pause")
 
     @property
     def retriable(self) -> bool:
@@ -148,9 +163,9 @@ class ResponseCode(IntEnum):
 
 
 #: Codes after which the same request may be sent again (after a pause or a route
-#: refresh). FLUSH_TIMEOUT and OUTCOME_UNKNOWN may have taken effect: resending a
-#: message is exactly-once only for an idempotent producer (producer_id + sequence),
-#: at-least-once otherwise.
+#: refresh). FLUSH_TIMEOUT and OUTCOME_UNKNOWN (and a DISK_FULL whose remark says so) may
+#: have taken effect: resending a message is exactly-once only for an idempotent producer
+#: (producer_id + sequence), at-least-once otherwise.
 RETRIABLE: frozenset[ResponseCode] = frozenset({
     ResponseCode.SYSTEM_BUSY,
     ResponseCode.NOT_LEADER,
@@ -158,6 +173,7 @@ RETRIABLE: frozenset[ResponseCode] = frozenset({
     ResponseCode.PULL_RETRY_IMMEDIATELY,
     ResponseCode.FLUSH_TIMEOUT,
     ResponseCode.OUTCOME_UNKNOWN,
+    ResponseCode.DISK_FULL,
 })
 
 _REQUEST_CODES: dict[int, RequestCode] = {c.value: c for c in RequestCode}
@@ -326,13 +342,14 @@ def _read_head(unpacker: msgpack.Unpacker, head: _Head) -> tuple[int, Any, Any, 
         raise _malformed(f"a frame is a msgpack array ({_describe(e)})") from None
     _require(count >= 1, "frame is an empty array")
     version = _next(unpacker, "version")
-    _require(_is_int(version) and version == VERSION,
-             f"unsupported frame version {_show(version)}; this broker speaks {VERSION}")
     code = _next(unpacker, "code") if count > 1 else None
     opaque = _next(unpacker, "opaque") if count > 2 else None
     head.opaque = opaque if _is_opaque(opaque) else None
     flags = _next(unpacker, "flags") if count > 3 else None
     head.flags = flags if _is_flags(flags) else None
+    # checked after the opaque and flags are known: a frame of another version is answered
+    _require(_is_int(version) and version == VERSION,
+             f"unsupported frame version {_show(version)}; this broker speaks {VERSION}")
     return count, code, opaque, flags
 
 

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from client.aio import AsyncAdmin, AsyncProducer
@@ -137,7 +138,7 @@ async def _consume(args: argparse.Namespace, where: dict[str, Any]) -> dict[str,
         load = argparse.Namespace(**{**vars(args), "duration": 3600.0, "json": True})
         print(f"  loading {args.messages:,} messages of {args.size} B ...", file=sys.stderr, flush=True)
         await _load(load, where, args.messages)
-    core = ClientCore(where.get("namesrv"), where.get("servers"))
+    core = ClientCore(where.get("namesrv"), where.get("servers"), credentials=where.get("credentials"))
     progress = _Progress("consume", args.json)
     try:
         route = await core.routes.route(args.topic)
@@ -181,14 +182,18 @@ async def _load(args: argparse.Namespace, where: dict[str, Any], count: int) -> 
 
 
 @contextlib.contextmanager
-def _local_cluster(groups: int = 1) -> Iterator[dict[str, Any]]:
+def _local_cluster(groups: int = 1, acl: bool = False) -> Iterator[dict[str, Any]]:
     from raftmq import cluster_cmd
+    from raftmq.local_acl import local_credentials
 
     with tempfile.TemporaryDirectory(prefix="raftmq-bench-") as d:
-        if cluster_cmd.main(["up", "--dir", d, "--namesrv-port", "0", "--groups", str(groups)]) != 0:
+        if cluster_cmd.main(["up", "--dir", d, "--namesrv-port", "0", "--groups", str(groups),
+                             *(["--acl"] if acl else [])]) != 0:
             raise SystemExit("error: the local cluster did not start")
         try:
-            yield {"namesrv": [cluster_cmd.namesrv_address(d)]}
+            credentials = local_credentials(Path(d))
+            who = {} if credentials is None else {"credentials": credentials}
+            yield {"namesrv": [cluster_cmd.namesrv_address(d)], **who}
         finally:
             cluster_cmd.main(["down", "--dir", d])
 
@@ -217,6 +222,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--local", action="store_true", help="start a local cluster for the run")
     parser.add_argument("--groups", type=int, default=1,
                         help="--local: broker groups of 3 replicas (default 1; the topic spans them all)")
+    parser.add_argument("--acl", action="store_true",
+                        help="--local: with users and ACLs on; the client authenticates (SCRAM)")
     parser.add_argument("--namesrv", action="append")
     parser.add_argument("--servers")
     parser.add_argument("--dir")
@@ -234,7 +241,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     try:
         if args.local:
-            with _local_cluster(args.groups) as where:
+            with _local_cluster(args.groups, args.acl) as where:
                 result = asyncio.run(run(where))
         else:
             result = asyncio.run(run(_where(args)))

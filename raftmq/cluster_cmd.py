@@ -29,6 +29,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from raftmq.admin_auth import admin_headers
+from raftmq.local_acl import acl_broker_options, wait_for_super_user
 from raftmq.local_group import LocalGroup, free_port
 from raftmq.local_namesrv import configure_namesrv, namesrv_argv
 
@@ -63,8 +65,9 @@ def _up(args: argparse.Namespace) -> int:
         return 1
     root.mkdir(parents=True, exist_ok=True)
     ns = f"127.0.0.1:{choose_namesrv_port(args.namesrv_port)}"
+    acl = acl_broker_options(root) if getattr(args, "acl", False) else {}  # users and ACLs on
     groups = {f"g{i + 1}": LocalGroup(root / f"g{i + 1}", args.nodes, module="broker", group=f"g{i + 1}",
-                                      broker={"namesrv": [ns]}, log_level="WARNING")
+                                      broker={"namesrv": [ns], **acl}, log_level="WARNING")
               for i in range(args.groups)}
     config = configure_namesrv(root, ns, groups.values())  # the groups' keys, from their secrets
     with open(root / "namesrv.log", "ab") as out:
@@ -85,6 +88,14 @@ def _up(args: argparse.Namespace) -> int:
             return 1
         print(f"  {name}: leader {leader} at {group.nodes[leader].http}", flush=True)
     print(f"cluster up; state in {state_path}; stop it with `raftmq cluster down --dir {root}`")
+    if acl:
+        try:
+            wait_for_super_user(ns, root, timeout=args.timeout)
+        except TimeoutError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        print(f"ACLs on: super user credentials in {root / 'admin.credentials'} "
+              f"(export RAFTMQ_CREDENTIALS_FILE={root / 'admin.credentials'})")
     return 0
 
 
@@ -270,6 +281,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, default=3, help="replicas per group (default 3)")
     parser.add_argument("--groups", type=int, default=1, help="broker groups (default 1)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for leaders")
+    parser.add_argument("--acl", action="store_true",
+                        help="up: users and ACLs on, a super user 'admin' in DIR/admin.credentials")
     parser.add_argument("--namesrv-port", type=int, default=default_namesrv_port(), metavar="PORT",
                         help=f"up: the name server's port on 127.0.0.1 (default $RAFTMQ_NAMESRV_PORT, else "
                              f"{DEFAULT_NAMESRV_PORT} when free, else a free one; 0: any free port)")
@@ -313,7 +326,7 @@ def run_leader(args: argparse.Namespace) -> int:
         return 1
     body = json.dumps({"to": args.to} if args.to else {}).encode()
     request = urllib.request.Request(f"http://{leader}/admin/leader/transfer", data=body, method="POST",
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", **admin_headers(leader)})
     try:
         with urllib.request.urlopen(request, timeout=15) as resp:
             doc = json.loads(resp.read())

@@ -25,6 +25,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from raftmq.admin_auth import admin_headers
 from raftmq.cluster_cmd import find_group
 
 __all__ = ["main"]
@@ -34,12 +35,17 @@ class CommandError(Exception):
     pass
 
 
+class MemberLeads(CommandError):
+    """The member to remove leads the group (again): hand the leadership over first."""
+
+
 def _call(address: str, path: str, body: dict[str, Any] | None = None,
           timeout: float = 30.0) -> tuple[int, dict[str, Any]]:
     data = None if body is None else json.dumps(body).encode()
+    auth = admin_headers(address) if path.startswith("/admin") else {}  # a group with ACLs on
     request = urllib.request.Request(f"http://{address}{path}", data=data,
                                      method="GET" if body is None else "POST",
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", **auth})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as resp:
             return resp.status, json.loads(resp.read())
@@ -103,6 +109,8 @@ class Group:
                 return doc
             if code == 400:
                 raise CommandError(doc.get("error", "refused"))
+            if code == 409 and doc.get("leads"):
+                raise MemberLeads(doc.get("error", "the member leads"))
             now = time.monotonic()
             if now >= deadline:
                 raise CommandError(f"gave up: {doc.get('error', code)}")
@@ -147,15 +155,26 @@ def _add(group: Group, name: str, raft: str, client: str, deadline: float) -> No
 
 
 def _remove(group: Group, name: str, deadline: float) -> None:
-    leader = group.leader(deadline)
-    if name not in group.members:
-        raise CommandError(f"{name!r} is not a member ({', '.join(sorted(group.members))})")
-    if group.members[name]["client"] == leader:
-        print(f"{name} leads: handing the leadership over first", flush=True)
-        code, doc = _call(leader, "/admin/leader/transfer", {})  # the most up-to-date member
-        if code != 200:
-            raise CommandError(f"leadership transfer failed: {doc.get('error', code)}")
-    group.change({"op": "remove", "name": name}, deadline)
+    """Remove ``name``; a leader hands its role over first -- again if it got it back (an
+    election may return it before the change is made)."""
+    while True:
+        leader = group.leader(deadline)
+        if name not in group.members:
+            raise CommandError(f"{name!r} is not a member ({', '.join(sorted(group.members))})")
+        if group.members[name]["client"] == leader:
+            print(f"{name} leads: handing the leadership over first", flush=True)
+            code, doc = _call(leader, "/admin/leader/transfer", {})  # the most up-to-date member
+            if code != 200:
+                if time.monotonic() >= deadline:
+                    raise CommandError(f"leadership transfer failed: {doc.get('error', code)}")
+                time.sleep(0.5)
+            continue  # whoever leads now is asked
+        try:
+            group.change({"op": "remove", "name": name}, deadline)
+            break
+        except MemberLeads:
+            if time.monotonic() >= deadline:
+                raise
     print(f"{name} is no longer a member: stop its process (it no longer votes or receives entries) "
           "and remove its data directory once you no longer need it")
 

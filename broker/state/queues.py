@@ -13,6 +13,7 @@ checkpoint's next offsets (``restore``).
 
 from __future__ import annotations
 
+import bisect
 import logging
 import shutil
 import threading
@@ -27,6 +28,11 @@ __all__ = ["QueueFiles"]
 log = logging.getLogger("broker.state_machine")  # the apply step's, as before the split
 
 NextOffsets = dict[str, dict[int, int]]
+Unit = tuple[int, int, int, int, int, int, int]  # ConsumeQueue.append_many's: base at [4]
+
+
+def _base(unit: Unit) -> int:
+    return unit[4]
 
 
 @dataclass(slots=True)
@@ -34,10 +40,9 @@ class _Appends:
     """Units assigned to one queue during an ``apply`` call, written at its end."""
 
     cq: ConsumeQueue
-    first_offset: int
     hash_prefix: bytes  # cq_hash_prefix of its queue
     next_offset: int
-    units: list[tuple[int, int, int, int, int, int, int]] = field(default_factory=list)
+    units: list[Unit] = field(default_factory=list)
 
 
 class QueueFiles:
@@ -51,6 +56,7 @@ class QueueFiles:
         self._lock = threading.Lock()
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._appends: dict[tuple[str, int], _Appends] = {}
+        self._grown: list[tuple[str, int]] = []  # queues written by a call that failed part-way
         self._hash = int.from_bytes(cq_hash, "big")
         # (id of a queue, log start) -> (the queue, its first offset kept)
         self._retained_min: dict[tuple[int, int], tuple[ConsumeQueue, int]] = {}
@@ -100,8 +106,7 @@ class QueueFiles:
         appends = self._appends.get(where)
         if appends is None:
             cq = self._open(where)
-            first = cq.max_offset
-            appends = self._appends[where] = _Appends(cq, first, cq_hash_prefix(*where), first)
+            appends = self._appends[where] = _Appends(cq, cq_hash_prefix(*where), cq.max_offset)
         base = appends.next_offset
         unit = (position, size, count, tag_kind, base, store_ms, tag)
         appends.units.append(unit)
@@ -109,10 +114,20 @@ class QueueFiles:
         self._hash = cq_hash_step(self._hash, appends.hash_prefix, unit)
         return base
 
-    def write_appends(self) -> None:
-        for appends in self._appends.values():
-            appends.cq.append_many(appends.first_offset, appends.units)
-        self._appends.clear()
+    def write_appends(self) -> list[tuple[str, int]]:
+        """Write the units gathered by ``append``; returns the queues that grew. Raises OSError
+        (a full disk) with the units not written still gathered: calling it again writes exactly
+        those, and returns every queue that grew since the last complete call."""
+        for where in list(self._appends):
+            appends = self._appends[where]
+            # units an earlier, failed call wrote: those below the queue's end (bases ascend)
+            written = bisect.bisect_left(appends.units, appends.cq.max_offset, key=_base)
+            if written < len(appends.units):
+                appends.cq.append_many(_base(appends.units[written]), appends.units[written:])
+            del self._appends[where]
+            self._grown.append(where)
+        grown, self._grown = self._grown, []
+        return grown
 
     def drop_topic(self, topic: str) -> None:
         """A deleted topic's queues go, files and all (and its units of this apply call)."""

@@ -3,7 +3,13 @@
 ``Connection.request`` sends a request (a ``protocol`` request class) and waits for the
 response with the same opaque; ``oneway`` sends without waiting. Requests the broker
 sends to us (e.g. NOTIFY_CONSUMER_IDS_CHANGED) go to the ``on_request`` callback. ``ConnectionPool``
-keeps one live connection per address and reconnects on the next use after a drop.
+keeps one live connection per address and reconnects on the next use after a drop; given
+``credentials`` it authenticates each new connection before its first request
+(``client.aio.auth``).
+
+When the broker closes the connection with a code and a reason (a malformed frame, a frame
+too slow to arrive, idle, stopping) or refuses it (503: a connection limit, the reason in
+``REFUSED_HEADER``), the ``ConnectionLostError`` of every request it ends says so.
 """
 
 from __future__ import annotations
@@ -16,8 +22,9 @@ from collections.abc import Callable
 
 import aiohttp
 
+from client.credentials import Credentials
 from client.errors import ConnectionLostError, RequestTimeoutError, broker_error
-from protocol.remoting import DEFAULT_MAX_FRAME, Frame, FrameError, ResponseCode, decode_frame
+from protocol.remoting import DEFAULT_MAX_FRAME, REFUSED_HEADER, Frame, FrameError, ResponseCode, decode_frame
 from protocol.wire import NotLeaderResponse, Request
 
 __all__ = ["Connection", "ConnectionPool"]
@@ -25,6 +32,12 @@ __all__ = ["Connection", "ConnectionPool"]
 log = logging.getLogger("client.connection")
 
 CONNECT_TIMEOUT_S = 3.0
+
+_ENDS = frozenset({aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED,
+                   aiohttp.WSMsgType.ERROR})
+#: what a close code says when the broker gave no reason
+_CLOSE_MEANING = {1001: "going away", 1006: "connection dropped", 1007: "malformed frame",
+                  1008: "policy violation", 1009: "frame too large", 1011: "internal error"}
 
 
 class Connection:
@@ -35,15 +48,26 @@ class Connection:
         self._on_request = on_request
         self._opaques = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[Frame]] = {}
+        #: why the broker closed the connection, when it said: "closed by the broker: 1008 ..."
+        self.close_reason = ""
         self._reader = asyncio.create_task(self._read())
 
     @property
     def closed(self) -> bool:
         return self._ws.closed or self._reader.done()
 
+    def _lost(self, what: str) -> str:
+        """``what`` happened to the connection, with why the broker closed it if it said."""
+        why = self.close_reason
+        return f"{what} ({why})" if why else what
+
     async def _read(self) -> None:
         try:
-            async for msg in self._ws:
+            while True:
+                msg = await self._ws.receive()
+                if msg.type in _ENDS:
+                    self._note_close(msg)
+                    break
                 if msg.type != aiohttp.WSMsgType.BINARY:
                     continue
                 try:
@@ -61,7 +85,7 @@ class Connection:
         except (aiohttp.ClientError, ConnectionError) as e:
             log.debug("connection to %s failed: %s", self.address, e)
         finally:
-            lost = ConnectionLostError(f"connection to broker {self.address} was lost")
+            lost = ConnectionLostError(self._lost(f"connection to broker {self.address} was lost"))
             for fut in self._waiting.values():
                 if not fut.done():
                     fut.set_exception(lost)
@@ -71,7 +95,7 @@ class Connection:
         """Send a request and return the response frame (any code). Raises
         ConnectionLostError or RequestTimeoutError."""
         if self.closed:
-            raise ConnectionLostError(f"connection to broker {self.address} is closed")
+            raise ConnectionLostError(self._lost(f"connection to broker {self.address} is closed"))
         opaque = next(self._opaques) % (2**32)
         fut = self._waiting[opaque] = asyncio.get_running_loop().create_future()
         try:
@@ -95,12 +119,24 @@ class Connection:
 
     async def oneway(self, request: Request) -> None:
         if self.closed:
-            raise ConnectionLostError(f"connection to broker {self.address} is closed")
+            raise ConnectionLostError(self._lost(f"connection to broker {self.address} is closed"))
         frame = request.to_frame(next(self._opaques) % (2**32), oneway=True)
         try:
             await self._ws.send_bytes(frame.encode())
         except (aiohttp.ClientError, ConnectionError) as e:
             raise ConnectionLostError(f"cannot send to broker {self.address}: {e}") from None
+
+    def _note_close(self, msg: aiohttp.WSMessage) -> None:
+        """Keep why the connection ended: the broker's close frame (code and reason), or the
+        close code of a connection that ended without one."""
+        if msg.type == aiohttp.WSMsgType.CLOSE:
+            code, reason = msg.data, msg.extra if isinstance(msg.extra, str) else ""
+            said = reason or _CLOSE_MEANING.get(code, "")
+            if code != aiohttp.WSCloseCode.OK or reason:
+                self.close_reason = f"closed by the broker: {code} {said}".rstrip()
+        elif self._ws.close_code not in (None, aiohttp.WSCloseCode.OK):
+            code = self._ws.close_code
+            self.close_reason = f"closed: {code} {_CLOSE_MEANING.get(code, '')}".rstrip()
 
     async def close(self) -> None:
         await self._ws.close()
@@ -120,7 +156,9 @@ def _leader_address(reply: Frame) -> str | None:
 
 
 class ConnectionPool:
-    def __init__(self, on_request: Callable[[str, Frame], None] | None = None) -> None:
+    def __init__(self, on_request: Callable[[str, Frame], None] | None = None,
+                 credentials: Credentials | None = None) -> None:
+        self.credentials = credentials
         self._session: aiohttp.ClientSession | None = None
         self._conns: dict[str, Connection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -142,9 +180,15 @@ class ConnectionPool:
                 ws = await asyncio.wait_for(self._session.ws_connect(
                     f"http://{address}/ws", max_msg_size=2 * DEFAULT_MAX_FRAME, heartbeat=10.0),
                     CONNECT_TIMEOUT_S)
+            except aiohttp.WSServerHandshakeError as e:
+                why = (e.headers or {}).get(REFUSED_HEADER) or e.message
+                raise ConnectionLostError(f"cannot connect to broker {address}: {e.status} {why}") from None
             except (aiohttp.ClientError, OSError, TimeoutError) as e:
                 raise ConnectionLostError(f"cannot connect to broker {address}: {e}") from None
-            conn = self._conns[address] = Connection(address, ws, self._on_request)
+            conn = Connection(address, ws, self._on_request)
+            if self.credentials is not None:
+                await _login(conn, self.credentials)
+            self._conns[address] = conn
         for cb in self.on_connect:
             cb(address)
         return conn
@@ -176,3 +220,14 @@ class ConnectionPool:
             self._session = aiohttp.ClientSession()
         return self._session
 
+
+
+async def _login(conn: Connection, credentials: Credentials) -> None:
+    """Authenticate ``conn``; closed if that fails."""
+    from client.aio.auth import login  # auth imports this module's Connection
+
+    try:
+        await login(conn, credentials)
+    except BaseException:
+        await conn.close()
+        raise

@@ -31,7 +31,14 @@ import msgspec
 import yarl
 
 from client.aio.connection import ConnectionPool
-from client.errors import ClientError, RouteNotFoundError, TopicNotExistError
+from client.errors import (
+    AuthFailedError,
+    BrokerError,
+    ClientError,
+    RouteNotFoundError,
+    TopicNotExistError,
+    broker_error,
+)
 from client.queues import MessageQueue
 from protocol.remoting import FrameError, ResponseCode
 from protocol.topic import GetRouteRequest, Perm, RouteResponse, TopicRouteData
@@ -172,6 +179,7 @@ class RouteBook:
         errors: list[str] = []
         answers: list[TopicRouteData] = []
         missing = 0
+        refused: BrokerError | None = None  # a user without the right: not worth retrying
         need = len(self._servers) // 2 + 1
         # the group's members as last answered too: members added since the client started
         # (raftmq replica add) keep it routed after the ones it was given are removed
@@ -184,10 +192,14 @@ class RouteBook:
                     reply = await done
                 except ClientError as e:
                     errors.append(str(e))
+                    if isinstance(e, AuthFailedError):
+                        refused = e
                     continue
                 if reply.code != ResponseCode.SUCCESS:
                     errors.append(f"{reply.remark}")
                     missing += reply.code == ResponseCode.TOPIC_NOT_EXIST
+                    if reply.code in (ResponseCode.AUTH_FAILED, ResponseCode.NO_PERMISSION):
+                        refused = broker_error(reply.code, reply.remark)
                     continue
                 try:
                     answers.append(RouteResponse.from_frame(reply).route)
@@ -208,6 +220,8 @@ class RouteBook:
             raise TopicNotExistError(ResponseCode.TOPIC_NOT_EXIST,
                                      f"topic {topic!r} does not exist; create it with "
                                      "`raftmq topic create` (auto-create is off)")
+        if best is None and refused is not None:
+            raise refused
         if best is None:
             raise RouteNotFoundError(f"no route for topic {topic!r}: {'; '.join(errors)}")
         return _route(best)

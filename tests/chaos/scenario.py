@@ -35,6 +35,7 @@ import aiohttp
 import msgpack
 
 from broker.consume_queue_layout import UNIT, UNIT_SIZE
+from client.credentials import Credentials
 from client.message import received_all
 from client.queues import MessageQueue
 from protocol.remoting import RequestCode, ResponseCode
@@ -53,11 +54,13 @@ FAILOVER_LIMIT_S = 30.0
 CATCH_UP_LIMIT_S = 30.0
 
 
-async def _read_queues(address: str, queues: int) -> list[Stored]:
+async def _read_queues(address: str, queues: int, credentials: Credentials | None = None) -> list[Stored]:
     rows: list[Stored] = []
     async with aiohttp.ClientSession() as session:
         client = await FrameClient.connect(session, address)
         try:
+            if credentials is not None:
+                await client.login(credentials.user, credentials.password)
             for qid in range(queues):
                 name = MessageQueue(TOPIC, BROKER_GROUP, qid)
                 offset = 0
@@ -97,7 +100,7 @@ def consume_queue_units(directory: Path) -> dict[int, bytes]:
 
 def read_replica(brokers: ChaosBrokers, name: str, queues: int) -> list[Stored]:
     """Every message of every queue of ``TOPIC`` as node ``name`` stores it (direct link)."""
-    return asyncio.run(_read_queues(brokers.nodes[name].http, queues))
+    return asyncio.run(_read_queues(brokers.nodes[name].http, queues, brokers.credentials))
 
 
 class Scenario:
@@ -255,7 +258,8 @@ class Scenario:
 
     def _offsets_of(self, name: str) -> dict[str, int]:
         url = f"http://{self.brokers.nodes[name].http}/admin/groups/{quote(CONSUMER_GROUP, safe='')}/offsets"
-        with urllib.request.urlopen(url, timeout=5) as resp:
+        request = urllib.request.Request(url, headers=self.brokers.admin_headers(name))
+        with urllib.request.urlopen(request, timeout=5) as resp:
             doc = json.loads(resp.read())
         return {str(MessageQueue(r["topic"], BROKER_GROUP, int(r["queue"]))): int(r["committed"])
                 for r in doc["queues"]}

@@ -7,7 +7,8 @@ topic, bad queue, garbage); chains of fragments (whole, cut short by a no-op and
 stray, not alone in their entry); delayed messages held and released (twice), retry and
 dead-letter copies with their send-back window, transaction halves committed, rolled
 back, checked and left open, a held copy whose topic went; offset commits; queue locks
-taken, refused, renewed, expired and given back. Entries are laid out in 4 KiB segments,
+taken, refused, renewed, expired and given back; users and policy statements put,
+granted, revoked, deleted and refused. Entries are laid out in 4 KiB segments,
 so snapshots are taken before each, and a digest every 16 entries.
 
 Pinned, in ``tests/golden/apply_history/``: each entry's results (``results.txt``); the
@@ -35,9 +36,13 @@ from broker.commands import (
     CommitOffset,
     CreateTopic,
     DeleteTopic,
+    DeleteUser,
+    Grant,
     LockQueue,
     Perm,
+    PutUser,
     RecordKind,
+    Revoke,
     RollbackHalf,
     encode_admin,
 )
@@ -216,6 +221,18 @@ def history() -> History:
     h.add(msg("orders", 0, producer="p1", seq=0), msg("orders", 2, producer="p1", seq=0))
     for n in range(6):
         h.add(*[msg("audit", q, producer="p2", seq=n) for q in range(2)], after_ms=3_000)
+    # users and policy statements (broker.state.access): in the checkpoint and the snapshots
+    # from here on, beside records of many; refusals: no such user, a grant of no actions
+    h.add(encode_admin(PutUser("app", False, b"s" * 16, 4096, b"k" * 32, b"v" * 32)),
+          encode_admin(PutUser("ops", True, b"t" * 16, 4096, b"K" * 32, b"V" * 32)),
+          encode_admin(Grant("app", "topic:orders", "allow", "", ("pub", "sub"))),
+          encode_admin(Grant("app", "group:bill*", "allow", "10.0.0.0/8", ("sub",))),
+          encode_admin(Grant("nobody", "topic:orders", "allow", "", ("pub",))),
+          encode_admin(Grant("app", "topic:audit", "deny", "", ())))
+    h.add(encode_admin(Revoke("app", "topic:orders", "allow", "", ("sub",))),
+          encode_admin(DeleteUser("ops")), encode_admin(DeleteUser("ops")))
+    for n in range(8):  # a segment or two further: a snapshot holding them
+        h.add(msg.many("orders", n % 4, 6, producer="p3", base=6 * (n // 4)), after_ms=1_000)
     return h
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.index_file import IndexFile
+from broker.index_file import RESERVE_ENTRIES, IndexFile
 from broker.index_layout import (
     DEFAULT_INDEX_NUM,
     DEFAULT_SLOT_NUM,
@@ -28,6 +31,7 @@ from broker.index_layout import (
     key_hash,
 )
 from broker.index_service import IndexService
+from tests.support.tmpfs import require_mount, tmpfs
 
 T0 = 1_700_000_000_000  # a store time in ms
 COLLIDING = ("k15599", "k97211")  # different keys, same 31-bit hash
@@ -437,3 +441,113 @@ def test_a_records_keys_put_at_once_give_the_bytes_of_putting_them_one_by_one(tm
     finally:
         batched.close()
         single.close()
+
+
+@pytest.mark.parametrize("put", ["put", "put_pairs"])
+def test_a_put_allocates_the_pages_it_will_store_into_first(tmp_path: Path, put: str) -> None:
+    """Header, slots and the entries ahead are allocated before a put (of one key, or of a
+    record's keys) stores into the mapping (``RESERVE_ENTRIES``); a file nobody put to stays
+    sparse."""
+    slots, entries = 4096, 1 << 17
+    f = IndexFile.create(tmp_path / "idx", slots, entries)
+    try:
+        sparse = os.stat(f.path).st_blocks * 512
+        if put == "put":
+            f.put("order-1", 0, T0)
+        else:
+            assert f.put_pairs([("order-1", 0), ("id-1", 0)], T0)
+        allocated = os.stat(f.path).st_blocks * 512
+        reserved = HEADER_SIZE + slots * SLOT_SIZE + (RESERVE_ENTRIES + 2) * ENTRY_SIZE
+        assert sparse < 64 << 10 and allocated >= reserved
+        assert allocated < index_file_size(slots, entries) // 2  # not the whole file at once
+    finally:
+        f.close()
+
+
+_FILL_THEN_PUT = """
+import errno, sys
+from pathlib import Path
+from broker.index_file import IndexFile
+disk = Path(sys.argv[1])
+f = IndexFile.create(disk / "idx", 1024, 200_000)  # 4 MB apparent, sparse
+filler = open(disk / "filler", "wb")
+try:
+    while True:
+        filler.write(bytes(64 << 10)); filler.flush()
+except OSError:
+    pass
+try:
+    for i in range(0, 200_000, 4):
+        if sys.argv[2] == "put":
+            f.put(f"key-{i}", i * 64, 1_700_000_000_000)
+        else:  # a record's keys
+            f.put_pairs([(f"key-{i + k}", i * 64 + k) for k in range(4)], 1_700_000_000_000)
+except OSError as e:
+    print("refused", errno.errorcode[e.errno], f.header().index_count, flush=True)
+filler.close()
+(disk / "filler").unlink()
+f.put("after-room", 1 << 30, 1_700_000_000_000)
+print("put after room", f.header().index_count)
+"""
+
+
+@pytest.mark.parametrize("put", ["put", "put_pairs"])
+def test_a_full_disk_refuses_a_put_instead_of_ending_the_process(tmp_path: Path, put: str) -> None:
+    """On a full tmpfs, a store into an unallocated page of the mapping ends the process with
+    SIGBUS: run in a child process, a put (of one key, or of a record's keys) must instead
+    raise ENOSPC having written nothing, and succeed once there is room."""
+    require_mount()
+    with tmpfs(tmp_path / "disk", 1 << 20) as disk:
+        done = subprocess.run([sys.executable, "-c", _FILL_THEN_PUT, str(disk.path), put],
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert done.returncode == 0, f"the child died (signal {-done.returncode}): {done.stderr[-2000:]}"
+    refused, after = done.stdout.splitlines()
+    assert refused.startswith("refused ENOSPC ")
+    count = int(refused.split()[-1])
+    assert after == f"put after room {count + 1}"
+
+
+def test_a_records_keys_that_find_the_disk_full_are_put_again_whole(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """IndexService.put_messages writes a record's keys or none of them: when the disk refuses
+    the new file (or its pages) part-way through a record, the keys already put are taken
+    back, so the apply step's retry leaves the bytes of a put that never failed."""
+    import errno
+
+    from broker import index_file
+
+    calm, full = IndexService(tmp_path / "calm", 8, 64), IndexService(tmp_path / "full", 8, 64)
+    real_create = index_file.IndexFile.create
+    fail = {"next": False}
+
+    def create_once_refused(*args: object, **kwargs: object) -> IndexFile:
+        if fail["next"]:
+            fail["next"] = False
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_create(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(index_file.IndexFile, "create", create_once_refused)
+    try:
+        refused = 0
+        for record in range(30):
+            messages = [((f"k{record}-{i}", f"id{record}-{i}"), 4096 * record + i)
+                        for i in range(record % 7 + 1)]
+            calm.put_messages(messages, T0 + record)
+            fail["next"] = record % 3 == 0
+            try:
+                full.put_messages(messages, T0 + record)
+            except OSError:
+                refused += 1
+                full.put_messages(messages, T0 + record)  # what written_once_there_is_room does
+            fail["next"] = False
+        assert refused and len(full.files()) > 3
+        assert full.files() == calm.files()
+        calm.flush()
+        full.flush()
+        pairs = zip(sorted((tmp_path / "calm").iterdir()), sorted((tmp_path / "full").iterdir()), strict=True)
+        for a, b in pairs:
+            assert a.name == b.name and a.read_bytes() == b.read_bytes()
+    finally:
+        calm.close()
+        full.close()

@@ -149,3 +149,7 @@ def test_peek_topic_reads_the_header_and_the_topic_only() -> None:
     assert peek_topic(record[:60]) == "orders-ü" and peek_topic(record) == "orders-ü"
     assert peek_topic(record[:46]) is None  # the topic is cut
     assert peek_topic(b"\x93\x01\x02") is None and peek_topic(b"") is None
+    for topic in ("t", "x" * 31, "y" * 32, "%RETRY%" + "g" * 255):  # the longest: a group's
+        data = encode_message(Message(topic, b"body" * 1000))
+        assert peek_topic(data) == topic
+        assert peek_topic(data[:HEADER.size + len(topic)]) == topic  # only the head is read

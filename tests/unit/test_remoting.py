@@ -143,9 +143,14 @@ def test_code_values_are_fixed() -> None:
         "RESET_OFFSET": 22, "HEARTBEAT": 30, "UNREGISTER_CLIENT": 31, "GET_CONSUMER_LIST": 32,
         "CONSUMER_SEND_MSG_BACK": 33, "LOCK_BATCH_MQ": 34, "UNLOCK_BATCH_MQ": 35,
         "GET_ROUTE": 40, "CREATE_TOPIC": 50, "DELETE_TOPIC": 51, "GET_TOPICS": 52,
-        "END_TRANSACTION": 60, "CHECK_TRANSACTION": 61, "NOTIFY_CONSUMER_IDS_CHANGED": 62}
-    assert [c.value for c in ResponseCode] == list(range(20))
+        "END_TRANSACTION": 60, "CHECK_TRANSACTION": 61, "NOTIFY_CONSUMER_IDS_CHANGED": 62,
+        "AUTH_START": 70, "AUTH_FINISH": 71, "PUT_USER": 72, "DELETE_USER": 73, "LIST_USERS": 74,
+        "GRANT": 75, "REVOKE": 76, "LIST_POLICIES": 77}
+    assert [c.value for c in ResponseCode] == list(range(22))
+    assert ResponseCode.AUTH_FAILED == 20 and not ResponseCode.AUTH_FAILED.retriable
+    assert not ResponseCode.NO_PERMISSION.retriable
     assert ResponseCode.SUCCESS == 0 and ResponseCode.SUBSCRIPTION_INVALID == 19
+    assert ResponseCode.DISK_FULL == 21 and ResponseCode.DISK_FULL.retriable
     assert ResponseCode(8) is ResponseCode.NOT_LEADER
 
 
@@ -167,8 +172,8 @@ def test_every_response_code_has_a_meaning_and_retriability() -> None:
     (msgpack.packb({"version": 1}), "a frame is a msgpack array", None),
     (b"\x97", "frame ends inside field 'version'", None),
     (b"\xdd\x00", "frame ends inside its array header", None),
-    (raw(2, 10, 5, 0, "", {}, b""), "unsupported frame version 2", None),
-    (raw(True, 10, 5, 0, "", {}, b""), "unsupported frame version True", None),
+    (raw(2, 10, 5, 0, "", {}, b""), "unsupported frame version 2", 5),  # answered on its opaque
+    (raw(True, 10, 5, 0, "", {}, b""), "unsupported frame version True", 5),
     (raw(1, 10, 5, 0, "", {}, b"", b"extra"), "frame has 8 fields; expected 7", 5),
     (raw(1, 10, 5, 0, "", {}), "frame has 6 fields; expected 7", 5),
     (raw(1, 10), "frame has 2 fields", None),

@@ -113,7 +113,7 @@ def samples(position: int) -> dict[RequestCode, Sample]:
     return {
         RequestCode.SEND_MESSAGE: Sample(SendMessageRequest(message=_message("orders")), (o,),
                                          "pub on topic:orders"),
-        RequestCode.SEND_BATCH: Sample(SendBatchRequest(messages=(_message("orders"),)), (o,),
+        RequestCode.SEND_BATCH: Sample(SendBatchRequest(records=(_message("orders"),)), (o,),
                                        "pub on topic:orders"),
         RequestCode.PULL_MESSAGE: Sample(PullRequest(topic="orders", queue_id=0, offset=0), (o,),
                                          "sub on topic:orders"),

@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
 
 def _batch(n: int, producer: str | None = None) -> SendBatchRequest:
-    return SendBatchRequest(messages=tuple(
+    return SendBatchRequest(records=tuple(
         encode_message(Message(topic="t", body=f"m{i}".encode(), queue_id=0, producer_id=producer,
                                sequence=i if producer else None)) for i in range(n)))
 
@@ -65,13 +65,13 @@ def test_a_topic_created_again_starts_clean_for_every_group(tmp_path: Path) -> N
         assert QueryOffsetResponse.from_frame(after[2]).offset == -1  # no committed offset survives
         assert LockQueuesResponse.from_frame(after[3]).queue_ids == (0,)  # c1's lock went
         assert SendBatchResponse.from_frame(after[4]).rows[0].queue_offset == 0  # p1's sequence 0 again
-        assert [r.record().body for r in PullResponse.from_frame(after[5]).rows or ()] == [b"m0"]
+        assert [m.body for r in PullResponse.from_frame(after[5]).rows or () for m in r.messages()] == [b"m0"]
 
         wait_until(lambda: http_json(f"http://{address}/admin/cluster")[1]["held"]["delayed"] == 0, 20,
                    what="the held retry to be released or dropped")
         retry = run(session_call(address, None, [PullRequest(topic="%RETRY%g", queue_id=0, offset=0)]))[0]
         old = [] if retry.code != ResponseCode.SUCCESS else \
-            [r.record().body for r in PullResponse.from_frame(retry).rows or ()]
+            [m.body for r in PullResponse.from_frame(retry).rows or () for m in r.messages()]
         assert old == [], f"the old topic's message came back through %RETRY%g: {old}"
     finally:
         broker.stop()

@@ -16,15 +16,17 @@ that brings ``max messages`` from that offset, or at ``PULL_BODY_BYTES`` of rows
 holds at least one record. Records are never decoded here: a tag filter keeps a record
 when its unit's tag summary and then its tag-hash array say a message may match (the
 client drops the messages that do not); an SQL92 filter decodes only properties and
-lists the messages that matched. Records the ConsumeQueue lists one after the other
-mostly share an entry, which is read once (``_EntryWindow``). A replica that knows no
-leader marks its answers ``leaderless`` and holds long polls at most
-``LEADERLESS_SUSPEND_S``, so clients try another replica first.
+lists the messages that matched (a record it cannot read -- stored before leaders checked
+records -- is left out with a WARNING naming its queue and offsets). Records the
+ConsumeQueue lists one after the other mostly share an entry, which is read once
+(``_EntryWindow``). A replica that knows no leader marks its answers ``leaderless`` and
+holds long polls at most ``LEADERLESS_SUSPEND_S``, so clients try another replica first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -36,6 +38,7 @@ from broker.metrics import BrokerMetrics
 from broker.state_machine import BrokerStateMachine
 from dledger.commitlog import CommitLog
 from dledger.log import Log
+from dledger.refusal_log import RefusalLog
 from protocol.pull import MAX_PULL, MAX_SUSPEND_MS, PullRequest, PullResponse, PullRow
 from protocol.record_batch import MessageFormatError, read_header, record_properties
 from protocol.remoting import Frame, FrameError, ResponseCode
@@ -46,6 +49,10 @@ if TYPE_CHECKING:
 
 __all__ = ["LEADERLESS_SUSPEND_S", "MAX_FILTER_SCAN", "MAX_PULL", "MAX_SUSPEND_MS", "PULL_BODY_BYTES",
            "PullProcessor"]
+
+log = logging.getLogger("broker.pull")
+#: a record a filter could not read (stored before leaders checked records): once a minute each
+_UNREADABLE = RefusalLog(log, "a filtered pull skipped a record it cannot read:")
 
 #: Longest long poll a replica that knows no leader holds (module docstring).
 LEADERLESS_SUSPEND_S = 0.5
@@ -104,7 +111,7 @@ class PullProcessor:
             return PullResponse(next_offset=low, min_offset=low).reply(frame, ResponseCode.PULL_OFFSET_MOVED)
         filtered = wanted_set is not None or sql is not None
         read = cq.read(offset, MAX_FILTER_SCAN) if filtered else cq.read(offset, max_msgs, max_msgs)
-        page = _Page(offset, max_msgs, wanted_set, sql)
+        page = _Page(topic, queue_id, offset, max_msgs, wanted_set, sql)
         rows, next_offset, gone_at = self._rows(read.units, read.next_offset, page)
         if gone_at is not None:  # retention deleted the first message while this pull read the queue
             low = self._machine.retained_min_offset(cq, self._rlog.commitlog.start_position)
@@ -180,10 +187,11 @@ class _Page:
     """What one pull wants: messages from ``offset``, at most about ``max_msgs``, those a tag
     filter (``wanted`` hashes) or an SQL92 filter keeps."""
 
-    __slots__ = ("got", "max_msgs", "offset", "sql", "wanted", "wanted_bits")
+    __slots__ = ("got", "max_msgs", "offset", "queue_id", "sql", "topic", "wanted", "wanted_bits")
 
-    def __init__(self, offset: int, max_msgs: int, wanted: frozenset[int] | None,
-                 sql: SqlFilter | None) -> None:
+    def __init__(self, topic: str, queue_id: int, offset: int, max_msgs: int,
+                 wanted: frozenset[int] | None, sql: SqlFilter | None) -> None:
+        self.topic, self.queue_id = topic, queue_id
         self.offset, self.max_msgs, self.wanted, self.sql = offset, max_msgs, wanted, sql
         self.wanted_bits = [] if wanted is None else [bloom_bits(h) for h in wanted]
         self.got = 0
@@ -204,7 +212,11 @@ class _Page:
                 selected = tuple(i for i in range(skip, unit.count) if matches(props[i]))
                 if not selected:
                     return None
-        except MessageFormatError:
+        except MessageFormatError as e:  # left out, and said so: its consumer never sees it
+            where = f"topic {self.topic!r} queue {self.queue_id}"
+            _UNREADABLE.note(f"{where} {unit.base}", where,
+                             f"the record at queue offsets {unit.base}..{unit.end - 1} (CommitLog position "
+                             f"{unit.position}): {e}")
             return None
         self.got += unit.count - skip if selected is None else len(selected)
         return PullRow(unit.base, unit.position, unit.store_ms, data, selected)

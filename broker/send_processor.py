@@ -1,8 +1,12 @@
 """SEND_MESSAGE and SEND_BATCH on the leader (RocketMQ's SendMessageProcessor): each
-record (``protocol.record_batch``: 1..N messages of one queue) is checked from its header
-and sizes -- size, format, topic -- never by decoding its messages, before any record of
-the request is proposed. A SPECIAL record (a property the broker acts on: a delay, a
-transaction) is decoded and split into records of one, each prepared
+record (``protocol.record_batch``: 1..N messages of one queue) is checked -- size, header,
+topic, and its messages read once as consumers will read them (``check_messages``: bodies
+not copied) -- before any record of the request is proposed; a malformed one refuses the
+request with INVALID_ARGUMENT naming the message and field (and one whose messages would
+inflate past ``max_message_bytes``, MESSAGE_TOO_LARGE from its header, before anything is
+decompressed). Replicas never decode them.
+A SPECIAL record (a property the broker acts on: a delay, a transaction) is decoded and
+split into records of one, each prepared
 (``DeferredService.prepare``: a delay becomes a delivery time). The ``WritePath`` then packs
 the records into entries and answers with the apply outcome of each; a record's outcome
 answers each of its messages (``rows``)::
@@ -24,7 +28,13 @@ from broker.entry_batch import MessageTooLarge
 from broker.state_machine import Applied, Outcome
 from protocol.message_format import Message, encode_message
 from protocol.names import validate_topic
-from protocol.record_batch import MessageFormatError, RecordHeader, decode_messages, read_header
+from protocol.record_batch import (
+    MessageFormatError,
+    RecordHeader,
+    check_messages,
+    decode_messages,
+    read_header,
+)
 from protocol.remoting import Frame, FrameError, ResponseCode
 from protocol.send import SendBatchRequest, SendBatchResponse, SendMessageRequest, SendRow, WriteResponse
 
@@ -76,12 +86,21 @@ class SendProcessor:
             h = read_header(record)
         except MessageFormatError as e:
             raise FrameError(ResponseCode.INVALID_ARGUMENT, str(e)) from None
+        if h.raw_length > self._server.max_message_bytes:  # before anything is decompressed
+            raise MessageTooLarge(f"record of {len(record)} bytes whose messages are {h.raw_length} bytes "
+                                  f"decompressed exceeds this broker's {self._server.max_message_bytes}-byte "
+                                  "limit (max_message_bytes)")
         if h.topic not in checked_topics:
             validate_topic(h.topic, system=False)
             if h.topic not in self._server.machine.topics:
                 raise FrameError(ResponseCode.TOPIC_NOT_EXIST,
                                  f"topic {h.topic!r} does not exist; create it first (auto-create is off)")
             checked_topics.add(h.topic)
+        try:  # the one decode of its messages anywhere on the broker: replicas trust the header
+            check_messages(record, h)
+        except MessageFormatError as e:
+            raise FrameError(ResponseCode.INVALID_ARGUMENT,
+                             f"a record for topic {h.topic!r} queue {h.queue_id} is malformed: {e}") from None
         if not h.special:
             return [(record, h.count)]
         return [(encode_message(self._server.deferred.prepare(m)), 1) for m in _messages(record, h)]

@@ -6,6 +6,7 @@ the producer, the broker and the consumer do it::
 
     send  client: N messages -> a record -> SendBatchRequest -> bytes
           broker: bytes -> Frame -> SendBatchRequest -> the record's header
+          broker: the record's messages checked (check_messages: the leader's one decode)
           broker: N SendRows -> SendBatchResponse -> bytes
           client: bytes -> Frame -> SendBatchResponse
     pull  client: PullRequest -> bytes;  broker: bytes -> Frame -> PullRequest
@@ -23,7 +24,7 @@ import timeit
 from collections.abc import Callable
 
 from protocol.pull import PullRequest, PullResponse, PullRow
-from protocol.record_batch import Entry, encode_record, read_header
+from protocol.record_batch import Entry, check_messages, encode_record, read_header
 from protocol.remoting import decode_frame
 from protocol.send import SendBatchRequest, SendBatchResponse, SendRow
 
@@ -44,6 +45,7 @@ def steps(count: int, body_bytes: int) -> dict[str, Callable[[], object]]:
     """The timed steps, by name: each builds or reads one frame of ``count`` messages."""
     messages = _messages(count, body_bytes)
     records = [_record(messages)]
+    checked = [(r, read_header(r)) for r in records]  # the leader has read the header already
     send = SendBatchRequest(records=tuple(records)).to_frame(7)
     send_bytes = send.encode()
     answer = SendBatchResponse(rows=tuple(SendRow(0, 3, i, "", 8192 + i) for i in range(count))).reply(send)
@@ -62,6 +64,7 @@ def steps(count: int, body_bytes: int) -> dict[str, Callable[[], object]]:
             records=(_record(messages),)).to_frame(7).encode(),
         "send: broker reads the request": lambda: [
             read_header(r) for r in SendBatchRequest.from_frame(decode_frame(send_bytes)).records],
+        "send: broker checks the record's messages": lambda: [check_messages(r, h) for r, h in checked],
         "send: broker builds the answer": lambda: SendBatchResponse(
             rows=[SendRow(0, 3, i, "", 8192 + i) for i in range(count)]).reply(send).encode(),
         "send: client reads the answer": lambda: SendBatchResponse.from_frame(decode_frame(answer_bytes)),

@@ -6,11 +6,14 @@ offset, CommitLog position, store ms, the record as stored) become columns in
 column by column (``protocol.record_batch.record_columns``: no object per message, the
 columns of a record sliced, not looped over), the messages outside the range asked for
 and those a tag filter does not want dropped, and every record checked to be of the
-range's queue.
+range's queue. A record whose messages cannot be read (stored before leaders checked
+them) is skipped with a WARNING naming its queue and offsets: its messages are listed in
+``Columns.skipped``, not raised.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +24,8 @@ from spark.errors import RangeMismatchError
 from spark.planning import QueueRange
 
 __all__ = ["Columns", "decode_page"]
+
+log = logging.getLogger("spark.raftmq")
 
 
 @dataclass(slots=True)
@@ -39,9 +44,14 @@ class Columns:
     tags: list[str | None] = field(default_factory=list)
     properties: list[dict[str, str]] = field(default_factory=list)
     body: list[bytes] = field(default_factory=list)
+    #: [first, end) queue offsets of messages skipped: their record could not be read
+    skipped: list[tuple[int, int]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.queue_offset)
+
+    def skipped_count(self) -> int:
+        return sum(end - first for first, end in self.skipped)
 
     def extend(self, other: Columns) -> None:
         self.queue_offset += other.queue_offset
@@ -53,6 +63,7 @@ class Columns:
         self.tags += other.tags
         self.properties += other.properties
         self.body += other.body
+        self.skipped += other.skipped
 
     def rows(self) -> list[tuple[Any, ...]]:
         """Plain tuples in the source's column order (times still in ms)."""
@@ -73,15 +84,22 @@ def decode_page(rows: Sequence[PullRow], rng: QueueRange, wanted_tags: frozenset
             break
         try:
             h = read_header(row.record)
-            if h.topic != rng.topic or h.queue_id != rng.queue_id:
-                raise RangeMismatchError(f"{rng}: a replica returned a record of {h.topic!r} queue "
-                                         f"{h.queue_id}")
-            if row.offset + h.count <= start:
-                continue  # wholly before the range (a page starts with the record holding its offset)
-            c = record_columns(row.record, h)
         except MessageFormatError as e:
             raise RangeMismatchError(f"{rng}: a replica returned bytes that are not records ({e})") from None
+        if h.topic != rng.topic or h.queue_id != rng.queue_id:
+            raise RangeMismatchError(f"{rng}: a replica returned a record of {h.topic!r} queue "
+                                     f"{h.queue_id}")
+        if row.offset + h.count <= start:
+            continue  # wholly before the range (a page starts with the record holding its offset)
         first, last = max(0, start - row.offset), min(h.count, stop - row.offset)
+        try:
+            c = record_columns(row.record, h)
+        except MessageFormatError as e:  # a header that is sound, messages that are not
+            cols.skipped.append((row.offset + first, row.offset + last))
+            log.warning("%s (topic %r queue %d): the record at queue offsets %d..%d (CommitLog position "
+                        "%d) cannot be read (%s): %d messages skipped", rng, rng.topic, rng.queue_id,
+                        row.offset + first, row.offset + last - 1, row.position, e, last - first)
+            continue
         keep: Sequence[int] | range = range(first, last)
         if wanted_tags is not None:
             keep = [i for i in keep if c.tags[i] in wanted_tags]

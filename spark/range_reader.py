@@ -8,7 +8,9 @@ when a tag filter makes the broker skip some). The replica comes from ``readFrom
 (``spark.replicas``); one that fails is left for the next one; a replica that does not
 have the range yet is long-polled, then another one is tried, for up to
 ``followerWaitMs`` -- after that, or on any mismatch, the read fails with an error
-(``spark.errors``) that names the queue, the range and the replica.
+(``spark.errors``) that names the queue, the range and the replica. The messages of a
+record that cannot be read are skipped and reported (``spark.pages``), and count toward
+the range.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class RangeReader:
         self._hashes = None if hashes is None else tuple(hashes)
         self.cursor = rng.start          # every message before it was received
         self.received = 0                # messages returned (after the tag filter)
+        self.skipped = 0                 # messages of records that could not be read (pages.py)
         self.address: str | None = None  # the replica being read
         self.served_by: set[str] = set()
         self._core: ClientCore | None = None
@@ -209,9 +212,9 @@ class RangeReader:
         if offset < self.cursor and next_offset <= self.cursor:
             return None  # a speculative request wholly covered by the page before (whole records)
         page = decode_page(raw, self.rng, None, self.cursor)
-        n = len(page)
-        expected = list(range(self.cursor, self.cursor + n))
-        if n == 0 or not _contiguous(raw, offset, next_offset) or page.queue_offset != expected:
+        n, skipped = len(page), page.skipped_count()
+        expected = _expected(self.cursor, n + skipped, page.skipped)
+        if n + skipped == 0 or not _contiguous(raw, offset, next_offset) or page.queue_offset != expected:
             shown = f"{page.queue_offset[0]}..{page.queue_offset[-1]}" if n else "nothing"
             raise RangeMismatchError(
                 f"{self.rng}: asked {self.address} for {count} messages from offset {offset}, got {n} "
@@ -219,9 +222,10 @@ class RangeReader:
                 "asked for")
         self.cursor = min(next_offset, self.rng.end)
         self.received += n
+        self.skipped += skipped
         if self.cursor < min(offset + count, self.rng.end):  # a short page: re-plan requests
             self._drop_inflight()
-        return page
+        return page if n else None
 
     def _decode(self, reply: Frame) -> PullResponse | None:
         """The answer's PullResponse (None for a code that carries none); RangeMismatchError
@@ -260,9 +264,11 @@ class RangeReader:
             await self._choose(f"{self.address} is behind")
 
     def _check_complete(self) -> None:
-        if self.cursor != self.rng.end or (not self.filtered and self.received != self.rng.count):
-            raise RangeMismatchError(f"{self.rng}: received {self.received} messages up to offset "
-                                     f"{self.cursor}, expected exactly {self.rng.count}")
+        got = self.received + self.skipped
+        if self.cursor != self.rng.end or (not self.filtered and got != self.rng.count):
+            raise RangeMismatchError(f"{self.rng}: received {self.received} messages (and skipped "
+                                     f"{self.skipped}) up to offset {self.cursor}, expected exactly "
+                                     f"{self.rng.count}")
 
     async def close(self) -> None:
         self._drop_inflight()
@@ -299,13 +305,21 @@ def read_columns(opts: SourceOptions, rng: QueueRange, batch_rows: int | None = 
                 pending = None
         if pending is not None and len(pending):
             yield pending
-        log.info("%s: %d messages from %s", rng, reader.received, ", ".join(sorted(reader.served_by)))
+        log.info("%s: %d messages from %s%s", rng, reader.received, ", ".join(sorted(reader.served_by)),
+                 f" ({reader.skipped} skipped: unreadable records)" if reader.skipped else "")
     finally:
         try:
             loop.run_until_complete(reader.close())
         finally:
             loop.close()
             gc.set_threshold(*thresholds)
+
+
+def _expected(start: int, count: int, skipped: Sequence[tuple[int, int]]) -> list[int]:
+    """The offsets a page of ``count`` messages from ``start`` holds, but for ``skipped``."""
+    if not skipped:
+        return list(range(start, start + count))
+    return [o for o in range(start, start + count) if not any(a <= o < b for a, b in skipped)]
 
 
 def _contiguous(rows: Sequence[PullRow], offset: int, next_offset: int) -> bool:

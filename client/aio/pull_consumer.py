@@ -5,7 +5,9 @@ a replica chosen by ``read_from`` -- followers by default, so consumers do not l
 the leader and keep reading while the group elects one. A replica only ever
 returns what it applied, hence committed. Replicas apply at slightly different
 times, so an answer "your offset is beyond my queue" from a lagging replica means
-*not yet*, never *go back*: the offset only moves forward.
+*not yet*, never *go back*: the offset only moves forward. A record that cannot be read
+(stored before leaders checked records' messages) is skipped with a WARNING naming its
+queue and offsets, never raised to the consumer.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from client.message import ReceivedMessage, received_all
 from client.queues import MessageQueue
 from client.tag_filter import TagSelector, parse_tags
 from protocol.offset import CommitOffsetRequest, QueryOffsetRequest, QueryOffsetResponse
-from protocol.pull import PULL_ANSWERS, PullRequest, PullResponse
+from protocol.pull import PULL_ANSWERS, PullRequest, PullResponse, PullRow
 from protocol.query import SearchOffsetRequest, SearchOffsetResponse
+from protocol.record_batch import MessageFormatError, record_count
 from protocol.remoting import ResponseCode
 
 __all__ = ["AsyncPullConsumer", "PullResult", "fetch", "queue_offsets"]
@@ -70,13 +73,25 @@ async def fetch(core: ClientCore, queue: MessageQueue, offset: int, *, max_msgs:
         return PullResult([], max(next_offset, offset), max_offset)
     messages: list[ReceivedMessage] = []
     for row in pulled.rows or ():  # records as stored: split here
-        got = received_all(row.record, queue, row.offset, row.position, row.store_ms, offset, row.selected)
+        try:
+            got = received_all(row.record, queue, row.offset, row.position, row.store_ms, offset,
+                               row.selected)
+        except MessageFormatError as e:  # stored before leaders checked records: skip, say so
+            _report_malformed(queue, row, offset, e)
+            continue
         messages.extend(got if selector is None else [m for m in got if selector.matches(m.tags)])
         if len(messages) >= max_msgs and not whole_records:  # the rest is pulled again next time
             next_offset = min(next_offset, messages[max_msgs - 1].queue_offset + 1)
             del messages[max_msgs:]
             break
     return PullResult(messages, next_offset, max_offset)
+
+
+def _report_malformed(queue: MessageQueue, row: PullRow, offset: int, error: MessageFormatError) -> None:
+    first, count = max(row.offset, offset), record_count(row.record)
+    log.warning("%s (topic %r queue %d): the record at queue offsets %d..%d (CommitLog position %d) "
+                "cannot be read (%s): %d messages skipped", queue, queue.topic, queue.queue_id, first,
+                row.offset + count - 1, row.position, error, row.offset + count - first)
 
 
 async def queue_offsets(core: ClientCore, queue: MessageQueue, timestamp_ms: int | None = None,

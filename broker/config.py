@@ -11,6 +11,13 @@
     # digest_every = 4096               # entries between the state digests replicas compare
     # index_slots, index_entries        # IndexFile geometry (the full-size files)
     # cq_units_per_file = 300000        # ConsumeQueue file size in 20-byte units
+    # acl = false                       # users and ACLs enforced (the ACL branch's switch)
+
+    [broker.tls]                        # TLS on the client port (wss://, https://): broker.tls
+    cert_file = "tls/broker1.pem"
+    key_file = "tls/broker1.key"
+    ca_file = "tls/ca.pem"
+    # client_auth = false               # true: mutual TLS
 
 Unknown keys and wrong types are refused naming the file and the key (``msgspec``).
 """
@@ -25,6 +32,7 @@ import msgspec
 from broker.deferred import parse_delay_levels
 from broker.index_file import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
 from broker.state_machine import DIGEST_EVERY
+from broker.tls import TlsSection
 from dledger.config import ConfigError, read_section, read_toml
 from protocol.message_format import MAX_MESSAGE_BYTES
 
@@ -49,6 +57,10 @@ class BrokerSection(msgspec.Struct, forbid_unknown_fields=True):
     index_slots: int = DEFAULT_SLOT_NUM
     index_entries: int = DEFAULT_INDEX_NUM
     cq_units_per_file: int = 300_000
+    #: Users and ACLs on (placeholder until the ACL branch defines it; the exposure check
+    #: of broker/exposure.py reads it)
+    acl: bool = False
+    tls: TlsSection | None = None
 
     def server_options(self) -> dict[str, Any]:
         """The BrokerServer keyword arguments this section sets (the rest keep its defaults)."""
@@ -82,4 +94,6 @@ def read_broker_section(path: Path) -> BrokerSection:
     if overdue is not msgspec.UNSET and not 1 <= overdue <= 86_400:
         raise ConfigError(f"{path}: broker.retry_overdue_s must be a number of seconds in 1..86400, "
                           f"not {overdue}")
+    if section.tls is not None:
+        section.tls = section.tls.relative_to(path.parent)
     return section

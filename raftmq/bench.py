@@ -5,7 +5,8 @@
     raftmq bench consume --local --messages 200000 --size 256              # loads, then reads
 
 ``--local`` starts a name server and a 3-node group in a temporary directory (flush
-policy sync) and stops them afterwards; otherwise give --namesrv/--servers/--dir.
+policy sync; ``--tls``: TLS on every port, with a local CA) and stops them afterwards;
+otherwise give --namesrv/--servers/--dir (and ``--ca-file`` & co. for a TLS cluster).
 A progress line is printed every second; the result is printed as a table, or as
 JSON with ``--json``. Latency is per send call (a batch counts once).
 """
@@ -21,13 +22,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from client.aio import AsyncAdmin, AsyncProducer
 from client.aio.core import ClientCore
 from client.aio.pull_consumer import fetch, queue_offsets
 from client.aio.routes import PERM_READ
-from client.cli import _where
+from client.cli import _where, add_tls_arguments, cluster_tls
 from client.errors import ClientError
 from client.message import Message
 
@@ -136,7 +138,7 @@ async def _consume(args: argparse.Namespace, where: dict[str, Any]) -> dict[str,
         load = argparse.Namespace(**{**vars(args), "duration": 3600.0, "json": True})
         print(f"  loading {args.messages:,} messages of {args.size} B ...", file=sys.stderr, flush=True)
         await _load(load, where, args.messages)
-    core = ClientCore(where.get("namesrv"), where.get("servers"))
+    core = ClientCore(where.get("namesrv"), where.get("servers"), tls=where.get("tls"))
     progress = _Progress("consume", args.json)
     try:
         route = await core.routes.route(args.topic)
@@ -180,14 +182,15 @@ async def _load(args: argparse.Namespace, where: dict[str, Any], count: int) -> 
 
 
 @contextlib.contextmanager
-def _local_cluster() -> Iterator[dict[str, Any]]:
+def _local_cluster(tls: bool) -> Iterator[dict[str, Any]]:
     from raftmq import cluster_cmd
 
     with tempfile.TemporaryDirectory(prefix="raftmq-bench-") as d:
-        if cluster_cmd.main(["up", "--dir", d, "--namesrv-port", "0"]) != 0:
+        if cluster_cmd.main(["up", "--dir", d, "--namesrv-port", "0", *(["--tls"] if tls else [])]) != 0:
             raise SystemExit("error: the local cluster did not start")
         try:
-            yield {"namesrv": [cluster_cmd.namesrv_address(d)]}
+            state = json.loads((Path(d) / "cluster.json").read_text())
+            yield {"namesrv": [cluster_cmd.namesrv_address(d)], "tls": cluster_tls(state) or False}
         finally:
             cluster_cmd.main(["down", "--dir", d])
 
@@ -218,6 +221,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--servers")
     parser.add_argument("--dir")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_tls_arguments(parser, tls_help="with --local: the local cluster serves TLS on every port (a local "
+                                       "CA); else TLS verified against the system's CAs")
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -231,7 +236,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     try:
         if args.local:
-            with _local_cluster() as where:
+            with _local_cluster(args.tls) as where:
                 result = asyncio.run(run(where))
         else:
             result = asyncio.run(run(_where(args)))
@@ -239,6 +244,7 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     result["machine"] = f"{os.cpu_count()} cpus"
+    result["tls"] = bool(args.tls or args.ca_file)
     if args.json:
         print(json.dumps(result))
     else:

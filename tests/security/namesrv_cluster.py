@@ -65,10 +65,10 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def local_cluster(root: Path) -> Iterator[Cluster]:
-    """``raftmq cluster up --dir root``; on exit ``cluster down`` (SIGTERM by PID, SIGKILL
-    after 10 s)."""
-    up = raftmq("cluster", "up", "--dir", str(root))
+def local_cluster(root: Path, *flags: str) -> Iterator[Cluster]:
+    """``raftmq cluster up --dir root [flags]`` (e.g. ``--tls``); on exit ``cluster down``
+    (SIGTERM by PID, SIGKILL after 10 s)."""
+    up = raftmq("cluster", "up", "--dir", str(root), *flags)
     cluster = Cluster(root)
     try:
         assert up.returncode == 0, up.stdout + up.stderr

@@ -4,6 +4,7 @@ with ``broker_ssl_context``). The same against real processes: tests/security/te
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 import stat
@@ -15,12 +16,19 @@ import pytest
 
 from broker.config import read_broker_section
 from broker.exposure import check_exposure, is_loopback, missing_protections
+from broker.membership_admin import _learner_lag
 from broker.namesrv_config import read_namesrv_config, write_namesrv_config
 from broker.node_tls import read_serving
+from broker.server import AppliedSignal, BrokerServer
+from broker.state_machine import BrokerStateMachine
 from broker.tls import TlsSection, server_context
+from broker.tls import peer_tls as peer_tls_of
 from client import Admin, ClientTls, Message, Producer, PullConsumer
 from client.errors import ClientError, ConnectionLostError, TlsError
+from dledger.applier import Applier
 from dledger.config import ConfigError
+from dledger.log import Log
+from dledger.membership import Member
 from protocol.tls import http_url, resolve_tls, ws_url
 from raftmq.local_tls import LocalCA
 from spark.options import OptionError, parse_options
@@ -212,3 +220,25 @@ def test_tls_to_a_plain_port_fails_saying_so(broker: str, local_ca: LocalCA) -> 
             admin.topics()
     finally:
         admin.close()
+
+
+def test_the_broker_calls_its_peers_over_https_with_its_certificate(
+        broker: str, broker_ssl_context: ssl.SSLContext, local_ca: LocalCA,
+        one_node_broker: tuple[Log, BrokerStateMachine, Applier]) -> None:
+    """The divergence check's digests and the membership catch-up check read a peer's
+    ``/status`` through ``BrokerServer.http_session``/``peer_url``."""
+    rlog, machine, applier = one_node_broker
+    tls = local_ca.server_tls()
+
+    async def main() -> None:
+        signal = AppliedSignal(asyncio.get_running_loop())
+        for peer_tls, answers in ((peer_tls_of(tls), True), (None, False)):
+            caller = BrokerServer(rlog, machine, applier, signal, lambda _n: None, peer_tls=peer_tls)
+            try:
+                assert (await caller._peer_digests(broker) is not None) is answers
+                behind, why = await _learner_lag(caller, Member("n1", "127.0.0.1:1", broker))
+                assert (behind is not None) is answers, why
+            finally:
+                await caller.http_session().close()
+
+    asyncio.run(main())

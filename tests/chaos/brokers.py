@@ -7,7 +7,9 @@ Links (all on 127.0.0.1, listen ports from ``raftmq.local_group.free_port``)::
              dialer's ``group.dial`` (the acceptor keeps its identity)
     clients: one proxy per node "client-to-<node>"; clients are given the proxies as
              ``servers`` and ``address_map = {registered address: proxy}`` so that
-             NOT_LEADER redirects and routes also go through them
+             NOT_LEADER redirects and routes also go through them; with ``tls`` the
+             brokers serve wss:// and https:// (a local CA; the proxies carry the TLS
+             bytes, and the certificate names 127.0.0.1, so a proxied link verifies too)
 
 ``upstream`` on a peer proxy is the dialer -> acceptor direction, so a one-way cut
 ``src -> dst`` is ``upstream`` when ``src`` dials and ``downstream`` otherwise.
@@ -63,16 +65,20 @@ class ChaosBrokers:
     and added to the group (``start_learner``, ``retire``)."""
 
     def __init__(self, base: Path, toxi: Toxi, raft: dict[str, Any] | None = None,
-                 spare: int = 0, entry: str = "broker") -> None:
+                 spare: int = 0, entry: str = "broker", tls: bool = False) -> None:
         """``raft``: settings over the default (4 MiB segments, no retention), e.g. RETENTION;
-        ``entry``: the module the nodes run (the self-test's broken build)."""
+        ``entry``: the module the nodes run (the self-test's broken build); ``tls``: TLS on
+        the client ports (``client_tls`` is what clients are given)."""
         self.base = base
         self.toxi = toxi
         raft = {"segment_bytes": SEGMENT_BYTES, **(raft or {})}
         self.segment_bytes = int(raft["segment_bytes"])
         self.retention = "retention_bytes" in raft
         self.group = LocalGroup(base, 3, module="broker", group=BROKER_GROUP, raft=raft,
-                                broker={"index_slots": 4096, "index_entries": 65536}, entry=entry)
+                                broker={"index_slots": 4096, "index_entries": 65536}, entry=entry,
+                                tls=tls)
+        #: the clients' ``tls=`` (False: plain, whatever the environment says)
+        self.client_tls = self.group.client_tls or False
         self.nodes = self.group.nodes
         #: the current members: what converge, the verifier and the watchers look at
         self.names = list(self.nodes)

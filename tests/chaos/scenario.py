@@ -21,10 +21,8 @@ Every wait has a deadline; nothing sleeps to synchronise.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
-import urllib.request
 from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
@@ -38,6 +36,7 @@ from broker.consume_queue_layout import UNIT_SIZE
 from client.message import decode_received
 from client.queues import MessageQueue
 from protocol.remoting import RequestCode, ResponseCode
+from protocol.tls import ClientTls
 from tests.chaos.brokers import BROKER_GROUP, ChaosBrokers
 from tests.chaos.report import ChaosReport
 from tests.chaos.workload import CONSUMER_GROUP, TOPIC, OrderedWorkload
@@ -53,10 +52,11 @@ FAILOVER_LIMIT_S = 30.0
 CATCH_UP_LIMIT_S = 30.0
 
 
-async def _read_queues(address: str, queues: int) -> list[Stored]:
+async def _read_queues(address: str, queues: int, tls: ClientTls | None) -> list[Stored]:
     rows: list[Stored] = []
-    async with aiohttp.ClientSession() as session:
-        client = await FrameClient.connect(session, address)
+    connector = aiohttp.TCPConnector(ssl=tls.context() if tls else True)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        client = await FrameClient.connect(session, address, tls=tls is not None)
         try:
             for qid in range(queues):
                 name = MessageQueue(TOPIC, BROKER_GROUP, qid)
@@ -97,7 +97,7 @@ def consume_queue_units(directory: Path) -> dict[int, bytes]:
 
 def read_replica(brokers: ChaosBrokers, name: str, queues: int) -> list[Stored]:
     """Every message of every queue of ``TOPIC`` as node ``name`` stores it (direct link)."""
-    return asyncio.run(_read_queues(brokers.nodes[name].http, queues))
+    return asyncio.run(_read_queues(brokers.nodes[name].http, queues, brokers.group.client_tls))
 
 
 class Scenario:
@@ -254,9 +254,8 @@ class Scenario:
         return problems
 
     def _offsets_of(self, name: str) -> dict[str, int]:
-        url = f"http://{self.brokers.nodes[name].http}/admin/groups/{quote(CONSUMER_GROUP, safe='')}/offsets"
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            doc = json.loads(resp.read())
+        b = self.brokers
+        doc = b.group.http.get(b.nodes[name].http, f"/admin/groups/{quote(CONSUMER_GROUP, safe='')}/offsets")
         return {str(MessageQueue(r["topic"], BROKER_GROUP, int(r["queue"]))): int(r["committed"])
                 for r in doc["queues"]}
 

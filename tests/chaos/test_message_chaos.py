@@ -39,7 +39,17 @@ def _others(s: Scenario, *names: str) -> list[str]:
 
 def test_leader_kill9_and_restart(make_scenario: MakeScenario) -> None:
     """kill -9 of the leader during ordered sends; it restarts and catches up."""
-    s = make_scenario().start()
+    _leader_kill9_and_restart(make_scenario())
+
+
+def test_leader_kill9_and_restart_over_tls(make_scenario: MakeScenario) -> None:
+    """The same with the client ports serving TLS (wss:// through the proxies): a client
+    reconnecting to the new leader makes a new TLS handshake under load."""
+    _leader_kill9_and_restart(make_scenario(tls=True))
+
+
+def _leader_kill9_and_restart(s: Scenario) -> None:
+    s.start()
     old = s.leader_fault(s.brokers.kill, "kill -9 leader {leader}")
     s.event(f"new leader {s.leader(among=_others(s, old))}")
     s.workload.wait_more_acked(300, 30)
@@ -119,7 +129,16 @@ def test_reset_peer_storms_on_client_links(make_scenario: MakeScenario) -> None:
     """Bursts of TCP resets on client links: requests dropped (upstream) or answers lost
     (downstream, outcome unknown); idempotent resends must not duplicate anything. A short
     send timeout leaves some outcomes unknown: each such message is stored at most once."""
-    s = make_scenario(send_timeout=1.5).start()
+    _reset_peer_storms(make_scenario(send_timeout=1.5))
+
+
+def test_reset_peer_storms_on_client_links_over_tls(make_scenario: MakeScenario) -> None:
+    """The same with TLS on the client ports: resets cut TLS records and handshakes midway."""
+    _reset_peer_storms(make_scenario(send_timeout=1.5, tls=True))
+
+
+def _reset_peer_storms(s: Scenario) -> None:
+    s.start()
     links = s.brokers.client_links
     leader = s.leader()
     for burst in range(6):

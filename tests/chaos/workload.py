@@ -158,11 +158,12 @@ class OrderedWorkload:
     # -- the loop's side -------------------------------------------------------------------
     async def _start(self) -> None:
         b = self.brokers
-        async with AsyncAdmin(servers=b.servers, address_map=b.address_map, timeout=20.0) as admin:
+        async with AsyncAdmin(servers=b.servers, address_map=b.address_map, timeout=20.0,
+                              tls=b.client_tls) as admin:
             await admin.create_topic(TOPIC, queues=self.queues)
         self._monitor = asyncio.create_task(self._watch())
         await self._start_consumer()
-        self._producer = AsyncProducer(servers=b.servers, address_map=b.address_map,
+        self._producer = AsyncProducer(servers=b.servers, address_map=b.address_map, tls=b.client_tls,
                                        group="chaos-producer", send_timeout=self.send_timeout)
         self._sending.set()
         self._senders = [asyncio.create_task(self._send_key(k)) for k in self.keys]
@@ -190,7 +191,7 @@ class OrderedWorkload:
         self.consumers_started += 1
         who = f"c{self.consumers_started}"
         consumer = AsyncPushConsumer(
-            servers=b.servers, address_map=b.address_map, group=CONSUMER_GROUP, topic=TOPIC,
+            servers=b.servers, address_map=b.address_map, tls=b.client_tls, group=CONSUMER_GROUP, topic=TOPIC,
             orderly=True, from_where="first", read_from=self.read_from, commit_interval=0.5,
             heartbeat_interval=2.0, rebalance_interval=5.0, long_poll_s=1.0, suspend_s=0.2,
             consume_threads=4, offset_store_dir=self.work_dir / "offsets")
@@ -247,7 +248,9 @@ class OrderedWorkload:
 
     async def _watch(self) -> None:
         timeout = aiohttp.ClientTimeout(total=1.0)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
+        tls = self.brokers.client_tls
+        connector = aiohttp.TCPConnector(ssl=tls.context() if tls else True)
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
             while True:
                 for name in self.brokers.names:
                     with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError, KeyError):
@@ -259,11 +262,10 @@ class OrderedWorkload:
         incarnation = b.incarnation[name]
         if not b.alive(name):
             return
-        http = b.nodes[name].http
-        offsets_url = f"http://{http}/admin/groups/{quote(CONSUMER_GROUP, safe='')}/offsets"
+        offsets_url = b.group.url(name, f"/admin/groups/{quote(CONSUMER_GROUP, safe='')}/offsets")
         async with session.get(offsets_url) as resp:
             doc = await resp.json()
-        async with session.get(f"http://{http}/status") as resp:
+        async with session.get(b.group.url(name, "/status")) as resp:
             status = await resp.json()
         if b.incarnation[name] != incarnation:
             return  # restarted while we asked: the answer's incarnation is unknown

@@ -12,6 +12,7 @@ from typing import Any
 import aiohttp
 
 from protocol.remoting import Frame, decode_frame
+from protocol.tls import ws_url
 
 __all__ = ["FrameClient"]
 
@@ -25,8 +26,9 @@ class FrameClient:
         self.reader = asyncio.create_task(self._read())
 
     @classmethod
-    async def connect(cls, session: aiohttp.ClientSession, address: str) -> FrameClient:
-        return cls(await session.ws_connect(f"http://{address}/ws", max_msg_size=16 << 20))
+    async def connect(cls, session: aiohttp.ClientSession, address: str, tls: bool = False) -> FrameClient:
+        """A WebSocket to ``address`` (``tls``: wss://, verified by the ``session``'s context)."""
+        return cls(await session.ws_connect(ws_url(address, "/ws", tls), max_msg_size=16 << 20))
 
     async def _read(self) -> None:
         async for msg in self.ws:

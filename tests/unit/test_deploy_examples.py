@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from broker.config import read_broker_section
+from broker.exposure import missing_protections
+from broker.namesrv_config import read_namesrv_config
 from dledger.config import load_group_config
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -22,3 +24,22 @@ def test_example_config_loads(name: str, tmp_path: Path) -> None:
     node = config.node
     assert broker.addresses[node] == broker.listen
     assert config.peers[node].split(":")[0] == broker.listen.split(":")[0], "same host"
+
+
+@pytest.mark.parametrize("name", ["broker-n1.toml", "broker-n2.toml", "broker-n3.toml"])
+def test_example_brokers_may_listen_on_their_hosts_address(name: str) -> None:
+    """Off loopback a broker needs TLS and ACLs (broker/exposure.py): the examples have both,
+    each with its own certificate."""
+    broker = read_broker_section(DEPLOY / name)
+    assert broker.tls is not None and broker.tls.ca_file == "/etc/raftmq/tls/ca.pem"
+    assert broker.tls.cert_file == f"/etc/raftmq/tls/broker{name[-6]}.pem"
+    assert missing_protections(broker.listen, tls=True, acl=broker.acl) == []
+
+
+def test_example_name_server_serves_https(tmp_path: Path) -> None:
+    text = (DEPLOY / "namesrv.toml").read_text().replace("/etc/raftmq/g1.namesrv-key", str(tmp_path / "k"))
+    (tmp_path / "k").write_text("00" * 32)
+    (tmp_path / "namesrv.toml").write_text(text)
+    config = read_namesrv_config(tmp_path / "namesrv.toml")
+    assert config.tls is not None and config.tls.cert_file == "/etc/raftmq/tls/namesrv1.pem"
+    assert missing_protections(config.listen, tls=True, acl=None) == []

@@ -63,6 +63,16 @@ def refused_at_once(call: object, error: type[ClientError], match: str) -> Clien
     return e.value
 
 
+def topics_refused(broker: str, tls: ClientTls | bool, match: str, error: type[ClientError] = ClientError,
+                   timeout: float = 3.0) -> None:
+    """Listing topics at ``broker`` with ``tls`` fails: ``error`` matching ``match``."""
+    admin = Admin(servers=[broker], tls=tls, timeout=timeout)
+    try:
+        refused_at_once(admin.topics, error, match)
+    finally:
+        admin.close()
+
+
 def test_clients_with_the_ca_send_and_consume_through_the_name_server_over_https(
         tls_cluster: Cluster) -> None:
     c, tls = tls_cluster, ca_of(tls_cluster)
@@ -95,11 +105,7 @@ def test_a_client_without_the_ca_cannot_connect(tls_cluster: Cluster) -> None:
         error = refused_at_once(lambda: p.send(Message("orders", b"x")), TlsError,
                                 rf"name server {c.ns}: its certificate was refused \(.*VERIFY_FAILED")
     assert not error.retriable
-    admin = Admin(servers=[a_broker(c)], tls=True, timeout=10)
-    try:
-        refused_at_once(admin.topics, TlsError, rf"broker {a_broker(c)}: its certificate was refused")
-    finally:
-        admin.close()
+    topics_refused(a_broker(c), True, rf"broker {a_broker(c)}: its certificate was refused", TlsError, 10)
     with pytest.raises(OSError, match="CERTIFICATE_VERIFY_FAILED"):
         urllib.request.urlopen(f"https://{c.ns}/cluster", timeout=5)
 
@@ -108,22 +114,13 @@ def test_a_client_with_another_ca_is_refused(tls_cluster: Cluster, other_ca: Loc
     c = tls_cluster
     with Producer(namesrv=c.ns, tls=other_ca.client_tls(), send_timeout=10) as p:
         refused_at_once(lambda: p.send(Message("orders", b"x")), TlsError, "certificate was refused")
-    admin = Admin(servers=[a_broker(c)], tls=other_ca.client_tls(), timeout=10)
-    try:
-        refused_at_once(admin.topics, TlsError, "certificate was refused")
-    finally:
-        admin.close()
+    topics_refused(a_broker(c), other_ca.client_tls(), "certificate was refused", TlsError, 10)
 
 
 def test_plain_websocket_and_http_to_the_tls_ports_fail_saying_why(tls_cluster: Cluster) -> None:
     c = tls_cluster
-    admin = Admin(servers=[a_broker(c)], tls=False, timeout=3)
-    try:
-        with pytest.raises(ClientError, match=r"Server disconnected \(does it serve TLS\? then give the "
-                                              r"client tls= with its CA\)"):
-            admin.topics()
-    finally:
-        admin.close()
+    topics_refused(a_broker(c), False, r"Server disconnected \(does it serve TLS\? then give the client "
+                                      r"tls= with its CA\)")
     with Producer(namesrv=c.ns, tls=False, send_timeout=3) as p, \
             pytest.raises(ClientError, match=rf"{c.ns}: Server disconnected \(does it serve TLS\?"):
         p.send(Message("orders", b"x"))
@@ -147,22 +144,12 @@ def test_mutual_tls_refuses_a_client_without_a_certificate_of_the_ca(mtls_cluste
                  "another CA's certificate": ClientTls(ca, *map(str, (other_ca.dir / "client.pem",
                                                                        other_ca.dir / "client.key")))}
     for why, tls in strangers.items():
-        admin = Admin(servers=[a_broker(c)], tls=tls, timeout=3)
-        try:
-            with pytest.raises(ClientError, match="cannot connect to broker"):
-                admin.topics()
-        finally:
-            admin.close()
+        topics_refused(a_broker(c), tls, "cannot connect to broker")
         with pytest.raises(OSError):
             ClusterHttp.with_tls(tls).get(c.ns, "/cluster")
         print(f"refused: {why}")
-    admin = Admin(servers=[a_broker(c)], tls=ClientTls(ca), timeout=3)
-    try:
-        with pytest.raises(ClientError, match=r"does it require mutual TLS\? then give the client a "
-                                              r"certificate in tls="):
-            admin.topics()
-    finally:
-        admin.close()
+    topics_refused(a_broker(c), ClientTls(ca), r"does it require mutual TLS\? then give the client a "
+                                               r"certificate in tls=")
     with_cert = ca_of(c, with_cert=True)
     admin = Admin(namesrv=c.ns, tls=with_cert, timeout=10)
     try:

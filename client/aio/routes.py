@@ -31,7 +31,7 @@ import msgspec
 import yarl
 
 from client.aio.connection import ConnectionPool, certificate_refused, tls_hint
-from client.errors import ClientError, RouteNotFoundError, TopicNotExistError
+from client.errors import ClientError, RouteNotFoundError, TlsError, TopicNotExistError
 from client.queues import MessageQueue
 from protocol.remoting import FrameError, ResponseCode
 from protocol.tls import http_url
@@ -186,6 +186,8 @@ class RouteBook:
             for done in asyncio.as_completed(calls):
                 try:
                     reply = await done
+                except TlsError:
+                    raise  # a refused certificate: the same on every replica and every retry
                 except ClientError as e:
                     errors.append(str(e))
                     continue

@@ -32,6 +32,8 @@ from dledger.membership import Member
 from protocol.tls import http_url, resolve_tls, ws_url
 from raftmq.local_tls import LocalCA
 from spark.options import OptionError, parse_options
+from spark.planning import plan_batch
+from spark.range_reader import read_columns
 
 
 @pytest.fixture
@@ -242,3 +244,23 @@ def test_the_broker_calls_its_peers_over_https_with_its_certificate(
                 await caller.http_session().close()
 
     asyncio.run(main())
+
+
+def test_the_spark_reader_plans_and_reads_over_wss(broker: str, broker_ssl_context: ssl.SSLContext,
+                                                   local_ca: LocalCA) -> None:
+    """The Spark-free planner and partition reader with ``caFile`` (the role check over https,
+    pulls over wss); without it the plan fails."""
+    admin = Admin(servers=[broker], tls=local_ca.client_tls())
+    try:
+        admin.create_topic("spark-tls", queues=1)
+    finally:
+        admin.close()
+    with Producer(servers=[broker], tls=local_ca.client_tls()) as p:
+        p.send_batch([Message("spark-tls", f"row {i}".encode()) for i in range(5)], shard_key="k")
+    options = {"topic": "spark-tls", "servers": broker, "readFrom": "leader"}  # a one-node group
+    opts = parse_options({**options, "caFile": str(local_ca.ca_file)})
+    (rng,) = plan_batch(opts)
+    read = [body for cols in read_columns(opts, rng) for body in cols.body]
+    assert read == [f"row {i}".encode() for i in range(5)]
+    with pytest.raises(TlsError, match="certificate was refused"):
+        plan_batch(parse_options({**options, "tls": "true"}))

@@ -1,7 +1,7 @@
 """The ``[broker]`` section of a replica's TOML file (the other sections: ``dledger.config``)::
 
     [broker]
-    listen = "10.0.0.11:10911"          # clients' WebSocket (ws://.../ws) and HTTP admin/metrics
+    listen = "10.0.0.11:10911"          # clients' WebSocket (wss://.../ws) and HTTPS admin/metrics
     addresses = { n1 = "10.0.0.11:10911", n2 = "10.0.0.12:10911", n3 = "10.0.0.13:10911" }
     namesrv = ["10.0.0.21:9876"]        # name servers to register with (optional)
     # max_message_bytes = 4194304       # largest encoded message accepted (1 .. 64 MiB)

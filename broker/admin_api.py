@@ -43,7 +43,8 @@ def http_reply(reply: Frame, success: type[Response] | None = None) -> web.Respo
     a ``success`` on SUCCESS, the leader on NOT_LEADER."""
     status = {ResponseCode.SUCCESS: 200, ResponseCode.NOT_LEADER: 421, ResponseCode.NO_LEADER: 503,
               ResponseCode.QUERY_NOT_FOUND: 404, ResponseCode.TOPIC_NOT_EXIST: 404,
-              ResponseCode.OUTCOME_UNKNOWN: 409}.get(reply.code, 400)
+              ResponseCode.OUTCOME_UNKNOWN: 409, ResponseCode.AUTH_FAILED: 401,
+              ResponseCode.NO_PERMISSION: 403}.get(reply.code, 400)
     fields: type[Response] | None = {ResponseCode.SUCCESS: success,
                                      ResponseCode.NOT_LEADER: NotLeaderResponse}.get(reply.code)
     body: dict[str, object] = {"code": reply.code, "message": reply.remark,

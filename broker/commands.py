@@ -19,6 +19,11 @@ state command::
      122  [122, half_position, at_ms]                                a check-back was sent at at_ms
      130  [130, group, client_id, topic, queue_id, lock]             take (lock true) or give back a
                                                                      queue's consume lock (orderly)
+     140  [140, user, super, salt, iterations, stored_key,           create a user or replace its
+           server_key]                                               credentials (SCRAM-SHA-256)
+     141  [141, user]                                                delete a user and its policies
+     142  [142, user, resource, decision, source, [actions]]         grant: add actions to a statement
+     143  [143, user, resource, decision, source, [actions]]         revoke them ([]: the statement)
 
 Kinds 1..19 are kept for message format versions. A fragment is always the only
 record of its entry.
@@ -42,9 +47,13 @@ __all__ = [
     "CommitOffset",
     "CreateTopic",
     "DeleteTopic",
+    "DeleteUser",
+    "Grant",
     "LockQueue",
     "Perm",
+    "PutUser",
     "RecordKind",
+    "Revoke",
     "RollbackHalf",
     "decode_admin",
     "encode_admin",
@@ -61,6 +70,10 @@ class RecordKind(enum.IntEnum):
     ROLLBACK_HALF = 121
     CHECK_HALF = 122
     LOCK_QUEUE = 130
+    PUT_USER = 140
+    DELETE_USER = 141
+    GRANT = 142
+    REVOKE = 143
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +118,42 @@ class LockQueue:
     lock: bool
 
 
-AdminRecord = CreateTopic | DeleteTopic | CommitOffset | RollbackHalf | CheckHalf | LockQueue
+@dataclass(frozen=True, slots=True)
+class PutUser:
+    """A user's SCRAM-SHA-256 credentials (never the password): created, or replaced."""
+
+    user: str
+    super: bool
+    salt: bytes
+    iterations: int
+    stored_key: bytes
+    server_key: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteUser:
+    user: str
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """Add ``actions`` to the statement (user, resource, decision, source); the resource
+    and source in the canonical text of ``protocol.acl``."""
+
+    user: str
+    resource: str
+    decision: str
+    source: str
+    actions: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Revoke(Grant):
+    """Take ``actions`` from the statement; none: the whole statement."""
+
+
+AdminRecord = (CreateTopic | DeleteTopic | CommitOffset | RollbackHalf | CheckHalf | LockQueue
+               | PutUser | DeleteUser | Grant | Revoke)
 
 
 def record_kind(record: bytes) -> int | None:
@@ -136,6 +184,14 @@ def encode_admin(record: AdminRecord) -> bytes:
     elif isinstance(record, LockQueue):
         row = [RecordKind.LOCK_QUEUE, record.group, record.client_id, record.topic, record.queue_id,
                record.lock]
+    elif isinstance(record, PutUser):
+        row = [RecordKind.PUT_USER, record.user, record.super, record.salt, record.iterations,
+               record.stored_key, record.server_key]
+    elif isinstance(record, DeleteUser):
+        row = [RecordKind.DELETE_USER, record.user]
+    elif isinstance(record, Grant):  # Revoke too
+        kind = RecordKind.REVOKE if isinstance(record, Revoke) else RecordKind.GRANT
+        row = [kind, record.user, record.resource, record.decision, record.source, list(record.actions)]
     else:
         row = [RecordKind.COMMIT_OFFSET, record.group, record.topic, record.queue_id, record.offset]
     return msgpack.packb(row, use_bin_type=True)
@@ -186,6 +242,34 @@ def decode_admin(record: bytes) -> AdminRecord:
                     and isinstance(lock, bool)):
                 raise ValueError("bad lock-queue record")
             return LockQueue(group, client_id, topic, queue_id, lock)
+        if kind in _ACCESS_KINDS:
+            return _decode_access(kind, args)
     except (TypeError, ValueError) as e:
         raise ValueError(f"malformed record of kind {kind}: {e}") from None
     raise ValueError(f"unknown record kind {kind!r}")
+
+
+_ACCESS_KINDS = frozenset({RecordKind.PUT_USER, RecordKind.DELETE_USER, RecordKind.GRANT, RecordKind.REVOKE})
+
+
+def _decode_access(kind: int, args: list[object]) -> AdminRecord:
+    """A user or policy record (the leader checked its names and texts before proposing)."""
+    if kind == RecordKind.PUT_USER:
+        user, is_super, salt, iterations, stored_key, server_key = args
+        if not (isinstance(user, str) and user and isinstance(is_super, bool) and isinstance(salt, bytes)
+                and type(iterations) is int and iterations > 0 and isinstance(stored_key, bytes)
+                and isinstance(server_key, bytes)):
+            raise ValueError("bad put-user record")
+        return PutUser(user, is_super, salt, iterations, stored_key, server_key)
+    if kind == RecordKind.DELETE_USER:
+        (user,) = args
+        if not (isinstance(user, str) and user):
+            raise ValueError("bad delete-user record")
+        return DeleteUser(user)
+    user, resource, decision, source, actions = args
+    if not (isinstance(user, str) and isinstance(resource, str) and decision in ("allow", "deny")
+            and isinstance(source, str) and isinstance(actions, list)
+            and all(isinstance(a, str) for a in actions)):
+        raise ValueError("bad policy record")
+    cls = Revoke if kind == RecordKind.REVOKE else Grant
+    return cls(user, resource, str(decision), source, tuple(str(a) for a in actions))

@@ -11,7 +11,11 @@
     # digest_every = 4096               # entries between the state digests replicas compare
     # index_slots, index_entries        # IndexFile geometry (the full-size files)
     # cq_units_per_file = 300000        # ConsumeQueue file size in 20-byte units
-    # acl = false                       # users and ACLs enforced (the ACL branch's switch)
+    # acl = false                       # users, SCRAM authentication and policies on every
+                                        # request (docs/SECURITY.md); default off
+    # acl_bootstrap_file = "admin.scram"  # a super user's record (`raftmq user hash`), added by
+                                        # the leader while no user has its name
+    # acl_token_ttl_s = 600             # how long an admin HTTP token is valid (1 .. 86400)
 
     [broker.tls]                        # TLS on the client port (wss://, https://): broker.tls
     cert_file = "tls/broker1.pem"
@@ -29,6 +33,7 @@ from typing import Any
 
 import msgspec
 
+from broker.access_control import read_bootstrap
 from broker.deferred import parse_delay_levels
 from broker.index_file import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
 from broker.state_machine import DIGEST_EVERY
@@ -57,14 +62,22 @@ class BrokerSection(msgspec.Struct, forbid_unknown_fields=True):
     index_slots: int = DEFAULT_SLOT_NUM
     index_entries: int = DEFAULT_INDEX_NUM
     cq_units_per_file: int = 300_000
-    #: Users and ACLs on (placeholder until the ACL branch defines it; the exposure check
-    #: of broker/exposure.py reads it)
+    #: Whether every request is authenticated and authorized (``broker.access_control``);
+    #: what a check of a secure start looks at (``broker.exposure``).
     acl: bool = False
+    acl_bootstrap_file: str | None = None
+    acl_token_ttl_s: float = 600.0
     tls: TlsSection | None = None
 
     def server_options(self) -> dict[str, Any]:
         """The BrokerServer keyword arguments this section sets (the rest keep its defaults)."""
         options: dict[str, Any] = {"max_message_bytes": self.max_message_bytes}
+        if self.acl:
+            options["acl"] = True
+        if self.acl_token_ttl_s != 600.0:
+            options["acl_token_ttl_s"] = self.acl_token_ttl_s
+        if self.acl_bootstrap_file is not None:
+            options["acl_bootstrap"] = read_bootstrap(Path(self.acl_bootstrap_file))
         for key in ("delay_levels", "retry_delays", "retry_overdue_s"):
             if getattr(self, key) is not msgspec.UNSET:
                 options[key] = getattr(self, key)
@@ -96,4 +109,14 @@ def read_broker_section(path: Path) -> BrokerSection:
                           f"not {overdue}")
     if section.tls is not None:
         section.tls = section.tls.relative_to(path.parent)
+    if not 1 <= section.acl_token_ttl_s <= 86_400:
+        raise ConfigError(f"{path}: broker.acl_token_ttl_s must be in 1..86400 s, "
+                          f"not {section.acl_token_ttl_s}")
+    if section.acl_bootstrap_file is not None:
+        bootstrap = path.parent / section.acl_bootstrap_file  # relative to the file
+        try:
+            read_bootstrap(bootstrap)
+        except ValueError as e:
+            raise ConfigError(f"{path}: broker.acl_bootstrap_file: {e}") from None
+        section = msgspec.structs.replace(section, acl_bootstrap_file=str(bootstrap))
     return section

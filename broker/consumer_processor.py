@@ -84,7 +84,9 @@ class ConsumerProcessor:
 
     async def unregister(self, frame: Frame) -> Frame:
         req = UnregisterRequest.from_frame(frame)
-        await self.members_changed(self._server.consumers.unregister(req.client_id, req.group))
+        # only what this connection registered (issue 15 row 2: any client unregistered any other)
+        ws = CONNECTION.get()
+        await self.members_changed(self._server.consumers.unregister(req.client_id, req.group, ws))
         return EmptyResponse().reply(frame)
 
     async def consumer_list(self, frame: Frame) -> Frame:

@@ -52,11 +52,15 @@ class ConsumerRegistry:
             members[client_id] = Member(client_id, tuple(sorted(topics)), connection, now)
         return changed
 
-    def unregister(self, client_id: str, group: str | None = None) -> set[str]:
-        """Drop ``client_id`` from ``group`` (every group if None)."""
+    def unregister(self, client_id: str, group: str | None = None, connection: Hashable | None = None,
+                   ) -> set[str]:
+        """Drop ``client_id`` from ``group`` (every group if None) -- only where it registered
+        over ``connection`` when one is given: a client cannot unregister another's."""
         changed = set()
         for name, members in self._groups.items():
-            if (group is None or name == group) and members.pop(client_id, None) is not None:
+            member = members.get(client_id) if group is None or name == group else None
+            if member is not None and (connection is None or member.connection is connection):
+                del members[client_id]
                 changed.add(name)
         self._prune()
         return changed

@@ -93,16 +93,29 @@ class Held:
     due_ms: int          # timers: deliver at; halves: next check at
     checks: int = 0      # halves: check-backs sent
     group: str = ""      # halves: producer group
+    topic: str = ""      # timers: the topic the message belongs to (a retry's original topic)
 
 
 class Timers:
-    """Delayed messages held until their time, by CommitLog position (replicated state)."""
+    """Delayed messages held until their time, by CommitLog position (replicated state), with
+    the topic each belongs to: deleting a topic drops its held messages (``forget_topic``).
 
-    def __init__(self, state: Mapping[int, list[int]] | None = None) -> None:
-        self._held: dict[int, Held] = {int(p): Held(int(p), v[0], v[1]) for p, v in (state or {}).items()}
+    Checkpoint form: ``{position: [size, due ms, topic]}`` (two items in checkpoints written
+    before the topic was kept: its topic is then unknown, "").
+    """
 
-    def hold(self, position: int, size: int, due_ms: int) -> None:
-        self._held[position] = Held(position, size, due_ms)
+    def __init__(self, state: Mapping[int, list[int | str]] | None = None) -> None:
+        self._held: dict[int, Held] = {
+            int(p): Held(int(p), int(v[0]), int(v[1]), topic=str(v[2]) if len(v) > 2 else "")
+            for p, v in (state or {}).items()}
+
+    def hold(self, position: int, size: int, due_ms: int, topic: str = "") -> None:
+        self._held[position] = Held(position, size, due_ms, topic=topic)
+
+    def forget_topic(self, topic: str) -> None:
+        """``topic`` was deleted: its delayed messages and retries are never delivered."""
+        for position in [p for p, h in self._held.items() if h.topic == topic]:
+            del self._held[position]
 
     def release(self, position: int) -> bool:
         return self._held.pop(position, None) is not None
@@ -118,8 +131,8 @@ class Timers:
     def positions(self) -> list[int]:
         return list(self._held)
 
-    def state(self) -> dict[int, list[int]]:
-        return {p: [h.size, h.due_ms] for p, h in sorted(self._held.items())}
+    def state(self) -> dict[int, list[int | str]]:
+        return {p: [h.size, h.due_ms, h.topic] for p, h in sorted(self._held.items())}
 
 
 class Halves:

@@ -7,9 +7,16 @@ Only the pages touched become resident (a full default file is about 420 MB, spa
 until written; an IndexService's first files are smaller). Every access holds the
 file's lock, so the mapping is never used after ``close``. ``flush`` fsyncs the
 descriptor: on Linux that writes back the pages dirtied through the mapping too.
-Creation writes with ``pwrite``. A write into a sparse page when the disk is full ends
-the process with SIGBUS instead of an OSError; the CommitLog, written first on the same
-disk, fails first.
+Creation writes with ``pwrite``.
+
+A full disk: a store into a page of the mapping the file system has not allocated yet
+ends the process with SIGBUS when it cannot allocate it -- no exception, no clean-up.
+So no store lands on such a page: before a put writes, the file is allocated
+(``os.posix_fallocate``) from its start -- header and slots, which puts touch anywhere --
+to ``RESERVE_ENTRIES`` entries past the new ones (the entries fill in order). A full disk
+then fails the allocation with OSError (ENOSPC) and the put writes nothing; the caller
+may try it again later (``dledger.disk_guard``). A file that was never put to reserves
+nothing, so opening one never needs room.
 
 Determinism: the file is created at its full size (header, slots, entries) by
 truncation -- zeros -- plus the geometry stamp, and every put writes fixed places
@@ -67,6 +74,8 @@ __all__ = [
 ]
 
 _I64_MAX = (1 << 63) - 1
+#: Entries allocated ahead of the puts (20 bytes each): one posix_fallocate per 320 KiB.
+RESERVE_ENTRIES = 16384
 
 
 class IndexFileClosed(ValueError):
@@ -92,6 +101,7 @@ class IndexFile:
         self._flush_lock = threading.Lock()
         self._dirty = False
         self._closed = False
+        self._reserved = 0  # bytes from the file's start known to be allocated
         self._map = mmap.mmap(fd, index_file_size(slot_num, index_num))
         (self._begin_ts, self._end_ts, self._begin_pos, self._end_pos,
          self._slot_count, self._count) = HEADER.unpack_from(self._map, 0)
@@ -202,7 +212,8 @@ class IndexFile:
 
         Returns False, writing nothing, when the file is full. Positions are expected
         to not decrease from put to put (``end_position`` is the last one's). Raises
-        ValueError if ``position`` < 0.
+        ValueError if ``position`` < 0; OSError (ENOSPC on a full disk) when the file
+        cannot be allocated for it, writing nothing.
         """
         return self.put_many([key], position, store_timestamp_ms)
 
@@ -220,6 +231,7 @@ class IndexFile:
                 return False
             if not keys:
                 return True
+            self._reserve(self._entries_at + (n + len(keys) + 1) * ENTRY_SIZE)
             if n == 0:
                 self._begin_ts, self._begin_pos, self._end_ts = ts, position, ts
             begin_ts = self._begin_ts
@@ -341,6 +353,15 @@ class IndexFile:
             return out
 
     # -- internals -------------------------------------------------------------------
+    def _reserve(self, end: int) -> None:
+        """Allocate the file from its start to past ``end`` (lock held; module docstring).
+        Raises OSError, having changed nothing."""
+        if end <= self._reserved:
+            return
+        target = min(len(self._map), end + RESERVE_ENTRIES * ENTRY_SIZE)
+        os.posix_fallocate(self._fd, 0, target)
+        self._reserved = target
+
     def _header(self) -> IndexHeader:
         return IndexHeader(self._begin_ts, self._end_ts, self._begin_pos, self._end_pos,
                            self._slot_count, self._count)

@@ -12,7 +12,7 @@ within ``CATCH_UP_SLACK`` entries of the leader's committed index and its apply 
 not waiting for a snapshot, read from its ``/status`` at ``client``. Only then is the
 change proposed, so the replica counts for the majority only once it can acknowledge new
 entries at once and holds the group's state, not just its log (Raft thesis §4.2.1). A ``remove`` of
-the leader itself is refused: transfer the leadership first. Any node that is not
+the leader itself is refused (409 with ``"leads": true``): transfer the leadership first. Any node that is not
 the leader answers 421 naming the leader.
 """
 
@@ -94,6 +94,9 @@ def member_routes(server: BrokerServer) -> list[web.RouteDef]:
                 return web.json_response({"error": f"{member.name} is {behind} entries behind the leader; "
                                           "it keeps catching up as a learner: retry",
                                           "behind": behind}, status=409)
+        if op == "remove" and member.raft == rlog.config.address:
+            return web.json_response({"error": f"{member.name} is the leader: transfer the leadership "
+                                      "first (raftmq leader transfer)", "leads": True}, status=409)
         change = Change("add" if op == "add" else "rem", member)
         try:
             await asyncio.get_running_loop().run_in_executor(None, rlog.change_membership, change)

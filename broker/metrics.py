@@ -9,9 +9,10 @@ Every series carries ``group`` and ``node``. Two kinds of series:
   ``raftmq_requests_total{code}``;
 * read from the replica at scrape time (``_ReplicaCollector``) -- role, term, commit and
   applied index, replication lag of each follower (on the leader, in entries), consumer lag
-  per queue, divergence, apply stalls, overdue retries and delayed messages, free disk and
-  CommitLog size, the histogram ``raftmq_fsync_seconds`` of the log's fsyncs, and
-  ``raftmq_build_info{version}``;
+  per queue, divergence, apply stalls, overdue retries and delayed messages, free disk,
+  the disk-full flag (``raftmq_disk_full``: 1 while a write failed for want of space and
+  the room to resume is not back) and CommitLog size, the histogram
+  ``raftmq_fsync_seconds`` of the log's fsyncs, and ``raftmq_build_info{version}``;
 * ``raftmq_leader_changes_total``: how often this replica learned of a new leader; and
   prometheus-client's ``process_*`` series (start time, CPU, memory).
 
@@ -123,7 +124,9 @@ class _ReplicaCollector(Collector):
     def _disk(self) -> Iterator[Metric]:
         rlog = self._server.rlog
         yield self._gauge("raftmq_disk_free_bytes", "Free bytes on the data directory's file system",
-                          shutil.disk_usage(rlog.config.data_dir).free)
+                          rlog.disk.free_bytes())
+        yield self._gauge("raftmq_disk_full", "1 while this replica's disk is full: a write failed for "
+                          "want of space and not enough room is free again to resume", int(rlog.disk.full))
         yield self._gauge("raftmq_disk_total_bytes", "Size of the data directory's file system",
                           shutil.disk_usage(rlog.config.data_dir).total)
         cl = rlog.commitlog

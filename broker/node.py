@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     machine = BrokerStateMachine(
         config.data_dir / "store", index_slots=broker.index_slots, index_entries=broker.index_entries,
         cq_units_per_file=broker.cq_units_per_file, segment_bytes=config.segment_bytes,
-        digest_every=broker.digest_every)
+        digest_every=broker.digest_every, disk=rlog.disk)
     rlog.set_applied_floor(machine.durable_index)  # a restart re-applies from there
     rlog.set_snapshot_source(machine)  # retention cuts only where a snapshot is held
     applier = Applier(rlog, machine).start()

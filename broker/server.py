@@ -28,14 +28,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 import aiohttp
 from aiohttp import WSMsgType, web
 
+from broker.access_control import AccessControl
+from broker.acl_processor import AclProcessor
 from broker.admin_api import admin_routes
+from broker.commands import PutUser
 from broker.consumer_processor import CONNECTION, ConsumerProcessor
 from broker.consumer_registry import ConsumerRegistry
 from broker.deferred import DEFAULT_DELAY_LEVELS, RETRY_DELAYS
@@ -56,7 +58,7 @@ from broker.state_machine import BrokerStateMachine
 from broker.topic_processor import TopicProcessor
 from broker.write_path import WritePath
 from dledger.applier import Applier
-from dledger.errors import NoLeader, NotLeader, OutcomeUnknown, ProposeError
+from dledger.errors import DiskFull, NoLeader, NotLeader, OutcomeUnknown, ProposeError
 from dledger.log import Log
 from protocol.message_format import MAX_MESSAGE_BYTES
 from protocol.names import InvalidName
@@ -114,7 +116,9 @@ class BrokerServer:
                  addresses: Mapping[str, str] | None = None,
                  max_message_bytes: int = MAX_MESSAGE_BYTES, delay_levels: str = DEFAULT_DELAY_LEVELS,
                  retry_delays: str = RETRY_DELAYS,
-                 retry_overdue_s: float = DEFAULT_OVERDUE_S, peer_tls: ClientTls | None = None) -> None:
+                 retry_overdue_s: float = DEFAULT_OVERDUE_S, acl: bool = False,
+                 acl_bootstrap: PutUser | None = None, acl_token_ttl_s: float = 600.0,
+                 peer_tls: ClientTls | None = None) -> None:
         """``peer_tls``: how to dial the peers' client ports (None: plain HTTP)."""
         if max_message_bytes < 1:
             raise ValueError("max_message_bytes must be positive")
@@ -152,6 +156,9 @@ class BrokerServer:
         self.metrics = BrokerMetrics(self)
         self.started_at = time.time()  # /status: uptime
         self.pulls = PullProcessor(machine, rlog, signal, self.metrics, self.queries.store_time)
+        self.access = AccessControl(self, enabled=acl, bootstrap=acl_bootstrap,  # every request checked
+                                    token_ttl_s=acl_token_ttl_s)
+        self.acl_requests = AclProcessor(self)
         self._handlers: dict[int, Callable[[Frame], Awaitable[Frame]]] = {
             RequestCode.SEND_MESSAGE: self.sends.send,
             RequestCode.SEND_BATCH: self.sends.send_batch,
@@ -173,12 +180,21 @@ class BrokerServer:
             RequestCode.GET_CONSUMER_LIST: self.client_requests.consumer_list,
             RequestCode.CONSUMER_SEND_MSG_BACK: self.deferred_requests.send_back,
             RequestCode.END_TRANSACTION: self.deferred_requests.end_transaction,
+            RequestCode.AUTH_START: self.acl_requests.auth_start,
+            RequestCode.AUTH_FINISH: self.acl_requests.auth_finish,
+            RequestCode.PUT_USER: self.acl_requests.put_user,
+            RequestCode.DELETE_USER: self.acl_requests.delete_user,
+            RequestCode.LIST_USERS: self.acl_requests.list_users,
+            RequestCode.GRANT: self.acl_requests.grant,
+            RequestCode.REVOKE: self.acl_requests.grant,
+            RequestCode.LIST_POLICIES: self.acl_requests.list_policies,
         }
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=[self.access.http_middleware])
         app.add_routes([web.get("/ws", self._ws), web.get("/healthz", self._healthz),
-                        web.get("/status", self._status), *admin_routes(self), *member_routes(self)])
+                        web.get("/status", self._status), *admin_routes(self), *member_routes(self),
+                        *self.access.routes()])
         app.cleanup_ctx.append(self._background)
         return app
 
@@ -191,7 +207,8 @@ class BrokerServer:
     async def _background(self, app: web.Application) -> AsyncIterator[None]:
         """The leader's deferred-message loop and the overdue watch run while the server does."""
         tasks = [asyncio.create_task(self.deferred.run()), asyncio.create_task(self._watch_overdue()),
-                 asyncio.create_task(self.divergence.run()), asyncio.create_task(self._trim_derived())]
+                 asyncio.create_task(self.divergence.run()), asyncio.create_task(self._trim_derived()),
+                 asyncio.create_task(self.access.run_bootstrap())]
         yield
         for task in tasks:
             task.cancel()
@@ -272,7 +289,7 @@ class BrokerServer:
         status["snapshot_installs"] = self.machine.installs
         cl = self.rlog.commitlog
         status["disk"] = {"commitlog_bytes": cl.write_position - cl.start_position,
-                          "free_bytes": shutil.disk_usage(self.rlog.config.data_dir).free}
+                          **self.rlog.disk.status()}
         status["version"] = VERSION
         status["started_at"] = self.started_at
         return web.json_response(status)
@@ -283,6 +300,7 @@ class BrokerServer:
         await ws.prepare(request)
         tasks: set[asyncio.Task[None]] = set()
         CONNECTION.set(ws)
+        self.access.open_connection(request.remote)
         self._sockets.add(ws)
         try:
             await self._read_frames(ws, tasks)
@@ -325,6 +343,9 @@ class BrokerServer:
         if handler is None:
             return frame.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                   remark=f"request code {frame.code} is not supported")
+        refused = self.access.check(frame)
+        if refused is not None:
+            return refused
         why = self.unhealthy()
         if why is not None and frame.code not in _SERVED_WHEN_UNHEALTHY:
             return frame.response(ResponseCode.SYSTEM_BUSY,
@@ -345,6 +366,8 @@ class BrokerServer:
             return frame.response(ResponseCode.NO_LEADER, remark=str(e))
         except OutcomeUnknown as e:
             return frame.response(ResponseCode.OUTCOME_UNKNOWN, remark=str(e))
+        except DiskFull as e:
+            return frame.response(ResponseCode.DISK_FULL, remark=str(e))
         except ProposeError as e:
             return frame.response(ResponseCode.SYSTEM_BUSY, remark=str(e))
         except Exception:

@@ -18,10 +18,13 @@ File ``store/snapshots/<S, 20 digits>.snap`` (msgpack, written atomically)::
         "queues":    {topic: {queue id: next queue offset}},
         "offsets":   {group: {topic: {queue id: committed offset}}},
         "producers": {"producer\\0topic\\0queue": [last sequence, [queue offsets], last ms]},
-        "timers":    {position: [size, due ms]},
+        "timers":    {position: [size, due ms, topic]},
         "halves":    {position: [size, next check ms, checks, producer group]},
         "locks":     {"group\\0topic\\0queue": [client id, ms]},
         "sent_back": {"group:position": ms},
+        "users":     {user: [super, salt, iterations, stored key, server key]}   only when
+        "policies":  {"user\\0resource\\0decision\\0source": [actions]}        not empty
+                             (broker.state.access: a state without users keeps its form)
         "last_store_ms": int,
         "cq_hash":   16 bytes, the running 128-bit hash of every ConsumeQueue unit appended, in
                              log order (``cq_hash_step``): equal only if the same units

@@ -51,6 +51,7 @@ from broker.deferred import Halves, Timers
 from broker.index_layout import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
 from broker.index_service import IndexService
 from broker.snapshot import Snapshot, SnapshotError, SnapshotStore
+from broker.state.access import AccessTables
 from broker.state.checkpoint import CheckpointWriter, read_checkpoint
 from broker.state.derived import DerivedState
 from broker.state.locks import LOCK_EXPIRY_MS
@@ -59,6 +60,7 @@ from broker.state.outcome import Applied, Kept, Outcome, applied
 from broker.state.producers import PRODUCER_EXPIRY_MS, RECENT_SEQUENCES
 from broker.state.send_backs import SENT_BACK_WINDOW_MS
 from broker.state.topics import TopicConfig, Topics
+from dledger.disk_guard import DiskGuard
 from dledger.entry_format import Entry, EntryKind
 
 __all__ = ["DIGEST_EVERY", "LOCK_EXPIRY_MS", "PRODUCER_EXPIRY_MS", "RECENT_SEQUENCES",
@@ -85,10 +87,16 @@ class BrokerStateMachine:
 
     def __init__(self, store: Path, cq_units_per_file: int = 300_000,
                  index_slots: int = DEFAULT_SLOT_NUM, index_entries: int = DEFAULT_INDEX_NUM,
-                 segment_bytes: int | None = None, digest_every: int = DIGEST_EVERY) -> None:
+                 segment_bytes: int | None = None, digest_every: int = DIGEST_EVERY,
+                 disk: DiskGuard | None = None) -> None:
         """``segment_bytes``: the CommitLog's segment size; a snapshot is taken before the
         first entry of every segment (None: no snapshots, as for a machine in a test).
-        The state's digest is also recorded after every ``digest_every``-th entry."""
+        The state's digest is also recorded after every ``digest_every``-th entry.
+        ``disk``: the replica's disk-full flag -- a ConsumeQueue or IndexFile write that
+        fails for want of space raises it and waits there until the write fits; a
+        checkpoint that cannot be written is tried again later (None: such errors raise)."""
+        self._disk = disk
+        self._checkpoint_stuck_at = -1  # durable index when a checkpoint last failed (logged once)
         self._segment_bytes = segment_bytes
         self._digest_every = digest_every
         self.snapshots = SnapshotStore(store / "snapshots")
@@ -109,7 +117,8 @@ class BrokerStateMachine:
                 snap = self.snapshots.load(index)
                 if snap is not None:
                     self._digests[index] = snap.digest
-        self._state = DerivedState(store, checkpoint, cq_units_per_file, index_slots, index_entries)
+        self._state = DerivedState(store, checkpoint, cq_units_per_file, index_slots, index_entries,
+                                   disk.wait_for_space if disk is not None else None)
 
     # -- the state, for readers (see each table's thread contract) -------------------
     @property
@@ -119,6 +128,11 @@ class BrokerStateMachine:
     @property
     def offsets(self) -> ConsumerOffsets:
         return self._state.offsets
+
+    @property
+    def access(self) -> AccessTables:
+        """Users and policies (read by any thread; replaced whole by the apply thread)."""
+        return self._state.access
 
     @property
     def timers(self) -> Timers:
@@ -173,7 +187,10 @@ class BrokerStateMachine:
                 done.append((entry.index, []))
             if entry.index % self._digest_every == 0:
                 self._record(Snapshot.of(entry.index, self._canonical_state()))
-        state.queue_files.write_appends()  # the units before the applied index that covers them
+        try:  # the units before the applied index that covers them
+            state.queue_files.write_appends()
+        except OSError as e:
+            state.written_once_there_is_room(e, "writing ConsumeQueue units", state.queue_files.write_appends)
         with self._lock:
             for index, results in done:
                 self._applied = index
@@ -277,6 +294,8 @@ class BrokerStateMachine:
         try:
             self.snapshots.write(snap)
         except OSError as e:
+            if self._disk is not None:
+                self._disk.note(f"writing the snapshot at {index}", e)
             log.error("cannot write the snapshot at %d (retention cannot cut the log there): %s", index, e)
             return
         self._record(snap)
@@ -339,4 +358,13 @@ class BrokerStateMachine:
         state = {**self._state.state(), "applied": self.checkpoint_index(),
                  "index_mark": self._state.index_mark(), "installs": self.installs}
         queues = [cq for _, cq in self._state.queue_files.all()]
-        self._checkpoints.write(state, queues, self._state.index, background)
+        try:
+            self._checkpoints.write(state, queues, self._state.index, background)
+        except OSError as e:  # this one's or the previous background one's
+            if not background or self._disk is None or not self._disk.note("writing a checkpoint", e):
+                raise
+            self._dirty = True  # tried again at the next one: a restart replays from the last
+            if self._checkpoint_stuck_at != self._checkpoints.durable_index:
+                self._checkpoint_stuck_at = self._checkpoints.durable_index
+                log.warning("cannot write a checkpoint (the disk is full); a restart replays from "
+                            "index %d until one is written", self._checkpoint_stuck_at)

@@ -25,9 +25,9 @@ packing time and travels in the entry, so every replica applies the same value.
 
 Errors: ``MessageTooLarge`` at once (nothing sent) for a message over
 ``max_message_bytes`` or another record over the entry limit. ``dledger`` propose
-errors (NotLeader, NoLeader, OutcomeUnknown, ...) reach every caller whose records
-were in the failed entry (or chain). A timeout while
-waiting is ``OutcomeUnknown`` (the entry may still commit).
+errors (NotLeader, NoLeader, OutcomeUnknown, DiskFull, ...) reach every caller whose
+records were in the failed entry (or chain). A timeout while waiting is ``OutcomeUnknown``
+(the entry may still commit), or ``DiskFull`` saying so while members' disks are full.
 
 Runs on one asyncio loop; ``send`` must be called from that loop.
 
@@ -53,7 +53,7 @@ from broker.entry_batch import MessageTooLarge, max_message_bytes, pack_entries
 from broker.fragments import chain_payloads
 from broker.state_machine import Applied, BrokerStateMachine
 from dledger.applier import Applier
-from dledger.errors import OutcomeUnknown
+from dledger.errors import DiskFull, OutcomeUnknown
 from dledger.log import Log
 from protocol.message_format import MAX_MESSAGE_BYTES, peek_msg_id
 
@@ -168,7 +168,7 @@ class WritePath:
             for fut, _ in futures:
                 fut.add_done_callback(_retrieve)  # later entries' errors are the same news
             if isinstance(e, TimeoutError):
-                e = OutcomeUnknown("timed out waiting for the entry to commit")
+                e = self._timed_out()
             for p in batch:
                 if not p.future.done():
                     p.future.set_exception(e)
@@ -178,6 +178,16 @@ class WritePath:
             if not p.future.done():
                 p.future.set_result(outcomes[start:start + len(p.records)])
             start += len(p.records)
+
+    def _timed_out(self) -> Exception:
+        """The error for an entry that did not commit in time: DiskFull when members' disks
+        are full (it may still commit once there is room), else OutcomeUnknown."""
+        full = self._rlog.disk_full_nodes()
+        if full:
+            return DiskFull(full, f"replicas {', '.join(full)} of group {self._rlog.config.group} "
+                            "cannot store entries: their disks are full. The write did not commit "
+                            "in time; it may still commit once space is freed", may_have_committed=True)
+        return OutcomeUnknown("timed out waiting for the entry to commit")
 
     def _proposed(self, batch: list[_Pending]) -> None:
         """The entries of ``batch`` are proposed, none committed yet (module docstring)."""

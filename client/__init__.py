@@ -10,12 +10,28 @@ A cluster serving TLS: ``Producer(..., tls=ClientTls(ca_file="ca.pem"))`` (every
 """
 
 from client.aio.transaction import LocalTransactionState, TransactionResult
+from client.credentials import Credentials
 from client.errors import ClientError
 from client.message import ConsumeStatus, Message, ReceivedMessage, SendResult, SendStatus
 from client.queues import MessageQueue
 from client.sync import Admin, Producer, PullConsumer, PushConsumer, TransactionProducer
 from protocol.tls import ClientTls
 
-__all__ = ["Admin", "ClientError", "ClientTls", "ConsumeStatus", "LocalTransactionState", "Message",
-           "MessageQueue", "Producer", "PullConsumer", "PushConsumer", "ReceivedMessage", "SendResult",
-           "SendStatus", "TransactionProducer", "TransactionResult"]
+__all__ = [
+           "Admin",
+           "ClientError",
+           "ClientTls",
+           "ConsumeStatus",
+           "Credentials",
+           "LocalTransactionState",
+           "Message",
+           "MessageQueue",
+           "Producer",
+           "PullConsumer",
+           "PushConsumer",
+           "ReceivedMessage",
+           "SendResult",
+           "SendStatus",
+           "TransactionProducer",
+           "TransactionResult",
+]

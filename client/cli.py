@@ -9,6 +9,11 @@ TLS (``protocol.tls``): ``--ca-file`` (``--cert-file``/``--key-file`` for mutual
 ``--tls`` for the system's CAs); else a cluster found through a ``cluster.json`` uses the
 CA and client certificate it names (``raftmq cluster up --tls``); else ``$RAFTMQ_CA_FILE``
 and friends.
+
+Who: a broker group with ACLs on needs a user. The commands read it from
+``--credentials-file`` (two lines: user, password), ``$RAFTMQ_CREDENTIALS_FILE``, or
+``$RAFTMQ_USER`` and ``$RAFTMQ_PASSWORD`` -- never from argv. Users and policies:
+``raftmq user`` and ``raftmq acl`` (``client.access_cli``).
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from client.access_cli import ACCESS_COMMANDS, add_access_commands
 from client.aio import AsyncAdmin, AsyncProducer, AsyncPullConsumer
 from client.aio.routes import default_namesrv
+from client.credentials import Credentials
 from client.dead_letters import resend_copy
 from client.errors import ClientError
 from client.message import Message, ReceivedMessage
@@ -39,6 +46,16 @@ DEFAULT_RUN_DIR = "run"
 
 
 def _where(args: argparse.Namespace) -> dict[str, Any]:
+    """The client's keyword arguments: where the cluster is, and who we are."""
+    try:
+        credentials = Credentials.from_env(file=getattr(args, "credentials_file", None))
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"error: credentials: {e}") from None
+    who = {} if credentials is None else {"credentials": credentials}
+    return {**_cluster(args), **who}
+
+
+def _cluster(args: argparse.Namespace) -> dict[str, Any]:
     if args.servers:
         return {"servers": [s.strip() for s in args.servers.split(",") if s.strip()], "tls": cli_tls(args)}
     if args.namesrv:
@@ -282,6 +299,8 @@ def add_client_commands(sub: Any) -> None:
         g.add_argument("--namesrv", action="append", metavar="HOST:PORT", help="a name server (repeatable)")
         g.add_argument("--servers", metavar="A,B,C", help="one group's broker addresses (no name server)")
         g.add_argument("--dir", help="a local cluster's directory (its cluster.json names the name server)")
+        g.add_argument("--credentials-file", metavar="FILE",
+                       help="user name and password, one a line (else $RAFTMQ_USER, $RAFTMQ_PASSWORD)")
         p.add_argument("--json", action="store_true", help="machine-readable output")
         add_tls_arguments(p)
 
@@ -351,10 +370,12 @@ def add_client_commands(sub: Any) -> None:
     d.add_argument("--topic", help="resend: to this topic instead of the original one")
     d.add_argument("--max", type=int, help="at most this many messages")
     where(d)
+    add_access_commands(sub, where)
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
-    "topic": _topic, "send": _send, "consume": _consume, "query": _query, "group": _group, "dlq": _dlq}
+    "topic": _topic, "send": _send, "consume": _consume, "query": _query, "group": _group, "dlq": _dlq,
+    **ACCESS_COMMANDS}
 CLIENT_COMMANDS = frozenset(_COMMANDS)
 
 

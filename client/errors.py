@@ -6,7 +6,9 @@
     │   ├── NoLeaderError    (retriable) the group is electing a leader
     │   ├── TopicNotExistError, InvalidNameError, MessageTooLargeError, NoPermissionError,
     │   │   SequenceGapError, InvalidArgumentError, SubscriptionInvalidError
-    │   └── OutcomeUnknownError (retriable) the request may or may not have taken effect
+    │   ├── AuthFailedError  wrong user or password, or credentials missing (ACLs are on)
+    │   ├── OutcomeUnknownError (retriable) the request may or may not have taken effect
+    │   └── DiskFullError    (retriable) a replica's disk is full; writes resume once space is freed
     ├── ConnectionLostError  (retriable) the broker could not be reached or the connection dropped
     ├── RequestTimeoutError  (retriable) no answer in time; a send may still have been stored
     ├── RouteNotFoundError   (retriable) no name server or node knows the topic yet
@@ -20,10 +22,12 @@ from __future__ import annotations
 from protocol.remoting import ResponseCode
 
 __all__ = [
+    "AuthFailedError",
     "BrokerError",
     "ClientClosedError",
     "ClientError",
     "ConnectionLostError",
+    "DiskFullError",
     "InvalidArgumentError",
     "InvalidNameError",
     "MessageTooLargeError",
@@ -82,7 +86,13 @@ class MessageTooLargeError(BrokerError):
 
 
 class NoPermissionError(BrokerError):
-    pass
+    """The user may not do this (the remark names the user, the action and the resource),
+    or the topic is not writable."""
+
+
+class AuthFailedError(BrokerError):
+    """Not authenticated: wrong user name or password, or no credentials where the broker
+    needs them (``credentials=``, or RAFTMQ_USER / RAFTMQ_PASSWORD for the CLI)."""
 
 
 class SequenceGapError(BrokerError):
@@ -99,6 +109,12 @@ class SubscriptionInvalidError(BrokerError):
 
 class OutcomeUnknownError(BrokerError):
     """The write may or may not have been stored. An idempotent resend never duplicates it."""
+
+
+class DiskFullError(BrokerError):
+    """A replica's disk is full (the message names it): the write was not stored, unless the
+    message says it may still commit. Writes resume by themselves once space is freed there;
+    an idempotent producer's resend never duplicates."""
 
 
 class ConnectionLostError(ClientError):
@@ -128,11 +144,13 @@ _BY_CODE: dict[int, type[BrokerError]] = {
     ResponseCode.INVALID_NAME: InvalidNameError,
     ResponseCode.MESSAGE_TOO_LARGE: MessageTooLargeError,
     ResponseCode.NO_PERMISSION: NoPermissionError,
+    ResponseCode.AUTH_FAILED: AuthFailedError,
     ResponseCode.SEQUENCE_GAP: SequenceGapError,
     ResponseCode.INVALID_ARGUMENT: InvalidArgumentError,
     ResponseCode.SUBSCRIPTION_INVALID: SubscriptionInvalidError,
     ResponseCode.OUTCOME_UNKNOWN: OutcomeUnknownError,
     ResponseCode.FLUSH_TIMEOUT: OutcomeUnknownError,
+    ResponseCode.DISK_FULL: DiskFullError,
 }
 
 

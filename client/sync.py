@@ -188,6 +188,21 @@ class Admin:
     def message_at(self, queue: MessageQueue, offset: int) -> ReceivedMessage | None:
         return self._loop.run(self._a.message_at(queue, offset))
 
+    # users and policies (client.aio.access_admin): every group by default
+    def put_user(self, user: str, password: str, *, super_user: bool = False) -> list[str]:
+        return self._loop.run(self._a.access.put_user(user, password, super_user=super_user))
+
+    def delete_user(self, user: str) -> list[str]:
+        return self._loop.run(self._a.access.delete_user(user))
+
+    def grant(self, user: str, resource: str, actions: Sequence[str], *, deny: bool = False,
+              source: str = "") -> list[str]:
+        return self._loop.run(self._a.access.grant(user, resource, actions, deny=deny, source=source))
+
+    def revoke(self, user: str, resource: str, actions: Sequence[str] = (), *, deny: bool = False,
+               source: str = "") -> list[str]:
+        return self._loop.run(self._a.access.revoke(user, resource, actions, deny=deny, source=source))
+
     def close(self) -> None:
         try:
             self._loop.run(self._a.close(), 10)

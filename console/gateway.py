@@ -5,40 +5,36 @@ beyond what it samples (``console.sampler``).
 
 Where the cluster is: the name servers' ``GET /cluster`` (group -> node -> address).
 
-Credentials: every gateway is made for one ``Credentials`` (``None`` while the cluster
-has no users) and every request it sends is that user's; ACLs will check them at the
-broker. Until then the value is carried and unused -- the seam login plugs into.
+Credentials: every gateway is made for one ``Credentials`` (``None``: anonymous, enough
+while the cluster has ACLs off) and every request it sends is that user's: the client
+authenticates its connections, and ``/admin/...`` reads carry an admin token (SCRAM over
+``POST /auth/scram``, one per replica, renewed when refused), so the brokers' ACLs decide
+what the signed-in user sees and may do (docs/SECURITY.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
 from client.aio import AsyncAdmin, AsyncProducer
+from client.aio.auth import admin_token
 from client.aio.pull_consumer import fetch, queue_offsets
 from client.backoff import Deadline
+from client.credentials import Credentials
 from client.dead_letters import resend_copy
-from client.errors import ClientError, TopicNotExistError
+from client.errors import AuthFailedError, ClientError, TopicNotExistError
 from client.message import ReceivedMessage
 from client.queues import MessageQueue
 from protocol.deferred import SendBackRequest, SendBackResponse
+from protocol.remoting import ResponseCode
 
 __all__ = ["ClusterGateway", "Credentials", "message_json"]
 
 _HTTP_TIMEOUT = aiohttp.ClientTimeout(total=2)
-
-
-@dataclass(frozen=True, slots=True)
-class Credentials:
-    """Who the console acts as (the session's signed-in user)."""
-
-    user: str
-    secret: str = ""
 
 
 def message_json(m: ReceivedMessage) -> dict[str, Any]:
@@ -57,8 +53,9 @@ class ClusterGateway:
 
     def __init__(self, namesrv: list[str], credentials: Credentials | None = None) -> None:
         self.namesrv = namesrv
-        self.credentials = credentials  # handed to the brokers once ACLs exist (module docstring)
-        self.admin = AsyncAdmin(namesrv)
+        self.credentials = credentials  # the brokers check them (module docstring)
+        self.admin = AsyncAdmin(namesrv, credentials=credentials)
+        self._tokens: dict[str, str] = {}  # replica address -> admin token
         self._producer: AsyncProducer | None = None
         self._http: aiohttp.ClientSession | None = None
 
@@ -77,12 +74,46 @@ class ClusterGateway:
         return self._http
 
     async def get_json(self, address: str, path: str, **query: str) -> Any:
-        """GET http://address/path; None when the replica does not answer or says no."""
-        try:
-            async with self.http.get(f"http://{address}{path}", params=query) as resp:
-                return await resp.json() if resp.status == 200 else None
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            return None
+        """GET http://address/path; None when the replica does not answer or says no
+        (AuthFailedError when it refuses this user's credentials)."""
+        for attempt in range(2):
+            try:
+                headers = await self._auth_headers(address) if path.startswith("/admin") else {}
+                async with self.http.get(f"http://{address}{path}", params=query, headers=headers) as resp:
+                    if resp.status == 401 and attempt == 0 and self._tokens.pop(address, None):
+                        continue  # the token expired: a new one, once
+                    if resp.status == 401:  # ACLs on and no user signed in (or it was deleted)
+                        doc = await resp.json()
+                        raise AuthFailedError(ResponseCode.AUTH_FAILED, str(doc.get("error", "")), address)
+                    return await resp.json() if resp.status == 200 else None
+            except (aiohttp.ClientError, TimeoutError, ValueError):
+                return None
+        return None
+
+    async def _auth_headers(self, address: str) -> dict[str, str]:
+        if self.credentials is None:
+            return {}
+        token = self._tokens.get(address)
+        if token is None:
+            try:
+                token = self._tokens[address] = await admin_token(self.http, f"http://{address}",
+                                                                  self.credentials)
+            except AuthFailedError:
+                raise
+            except ClientError:
+                return {}  # the replica does not answer: the GET says so
+        return {"Authorization": f"Bearer {token}"}
+
+    async def verify(self) -> None:
+        """Check the credentials with a replica (AuthFailedError if wrong)."""
+        if self.credentials is None:
+            return
+        for group in (await self.replicas()).values():
+            for address in group.values():
+                await self._auth_headers(address)
+                if address in self._tokens:
+                    return
+        raise ClientError("no replica answers")
 
     async def replicas(self) -> dict[str, dict[str, str]]:
         """group -> node -> broker address, from the first name server that answers."""
@@ -225,6 +256,6 @@ class ClusterGateway:
         if m is None:
             raise ClientError(f"no dead letter at {queue}@{offset}")
         if self._producer is None:
-            self._producer = AsyncProducer(self.namesrv, group="raftmq-console")
+            self._producer = AsyncProducer(self.namesrv, group="raftmq-console", credentials=self.credentials)
         r = await self._producer.send(resend_copy(m))
         return {"msg_id": r.msg_id, "topic": r.queue.topic, "queue": str(r.queue), "offset": r.queue_offset}

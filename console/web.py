@@ -14,10 +14,15 @@
     POST /api/message/resend {topic, id, group}         deliver again to one consumer group
     GET  /api/dlq?group=G                      dead letters of a consumer group
     POST /api/dlq/resend     {group, broker_group, queue_id, offset}
+    POST /api/login          {user, password}   sign this session in (checked with a replica)
+    POST /api/logout
+    GET  /api/whoami                           {"user": the signed-in user or null}
 
 Sessions: a cookie names the session; each session acts through the ``ClusterGateway`` of
-its ``Credentials`` (``session_credentials``: ``None`` until the cluster has users -- the
-login page plugs in there). Client errors are answered ``400 {"error": ...}``.
+its ``Credentials`` (``session_credentials``: ``None`` until it signs in), so with ACLs on
+the brokers decide what the signed-in user sees and may do. Client errors are answered
+``400 {"error": ...}``; a refused authentication ``401`` (the page then asks to sign in), a
+refused right ``403`` -- the remark names the user, the action and the resource.
 """
 
 from __future__ import annotations
@@ -30,9 +35,10 @@ from typing import Any
 
 from aiohttp import web
 
-from client.errors import ClientError
+from client.credentials import Credentials
+from client.errors import AuthFailedError, ClientError, NoPermissionError
 from client.queues import MessageQueue
-from console.gateway import ClusterGateway, Credentials, message_json
+from console.gateway import ClusterGateway, message_json
 from console.sampler import Sampler
 
 __all__ = ["STATIC", "Console"]
@@ -76,7 +82,9 @@ class Console:
             post("/api/group/reset", self.reset_group),
             get("/api/messages", self.messages), get("/api/message", self.message),
             post("/api/message/resend", self.resend_message),
-            get("/api/dlq", self.dead_letters), post("/api/dlq/resend", self.resend_dead_letter)])
+            get("/api/dlq", self.dead_letters), post("/api/dlq/resend", self.resend_dead_letter),
+            post("/api/login", self.login), post("/api/logout", self.logout),
+            get("/api/whoami", self.whoami)])
         app.on_startup.append(self._start)
         app.on_cleanup.append(self._stop)
         return app
@@ -92,9 +100,34 @@ class Console:
     @web.middleware
     async def _session_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         response = await handler(request)
-        if _COOKIE not in request.cookies:  # a login will put the session's Credentials in _sessions
+        if _COOKIE not in request.cookies and _COOKIE not in response.cookies:  # login sets its own
             response.set_cookie(_COOKIE, secrets.token_urlsafe(24), httponly=True, samesite="Strict")
         return response
+
+    # -- sign in -----------------------------------------------------------------------
+    async def login(self, request: web.Request) -> web.Response:
+        doc = await _body(request, "user", "password")
+        credentials = Credentials(str(doc["user"]), str(doc["password"]))
+        gateway = self.gateway_for(credentials)
+        try:
+            await gateway.verify()
+        except ClientError:
+            self._gateways.pop(credentials, None)
+            await gateway.close()
+            raise
+        session = request.cookies.get(_COOKIE) or secrets.token_urlsafe(24)
+        self._sessions[session] = credentials
+        response = web.json_response({"user": credentials.user})
+        response.set_cookie(_COOKIE, session, httponly=True, samesite="Strict")
+        return response
+
+    async def logout(self, request: web.Request) -> web.Response:
+        self._sessions.pop(request.cookies.get(_COOKIE, ""), None)
+        return web.json_response({"user": None})
+
+    async def whoami(self, request: web.Request) -> web.Response:
+        credentials = self.session_credentials(request)
+        return web.json_response({"user": credentials.user if credentials else None})
 
     # -- pages -------------------------------------------------------------------------
     async def index(self, request: web.Request) -> web.FileResponse:
@@ -199,6 +232,7 @@ def _replica_row(node: str, address: str, s: dict[str, Any] | None, now: float) 
             "commit_index": s["commit_index"], "applied_index": s.get("applied_index"),
             "lag_of": {f: max(0, last - i) for f, i in (s.get("follower_match_index") or {}).items()},
             "free_bytes": disk.get("free_bytes"), "commitlog_bytes": disk.get("commitlog_bytes"),
+            "disk_full": bool(disk.get("full")),
             "version": s.get("version"), "healthy": s.get("healthy", True),
             "uptime_s": now - s["started_at"] if s.get("started_at") else None}
 
@@ -225,5 +259,9 @@ async def _body(request: web.Request, *required: str) -> dict[str, Any]:
 async def _errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
+    except AuthFailedError as e:
+        return web.json_response({"error": str(e), "login": True}, status=401)
+    except NoPermissionError as e:
+        return web.json_response({"error": str(e)}, status=403)
     except (ClientError, ValueError) as e:
         return web.json_response({"error": str(e)}, status=400)

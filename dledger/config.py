@@ -23,6 +23,7 @@ After the first start the member set comes from the log (``dledger.membership``)
     flush = "sync"                      # or "async" with flush_interval_ms
     segment_bytes = 1073741824
     retention_hours = 72
+    disk_resume_free_bytes = 67108864   # after a full disk, writes resume at this much free
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ class GroupConfig:
     election_timeout_ms: tuple[int, int] = (400, 1200)
     leader_lease_ms: int = 2000
     connect_retry_ms: int = 300
+    #: a node whose disk filled up writes again once this many bytes are free (hysteresis;
+    #: at most a tenth of the file system counts: dledger.disk_guard)
+    disk_resume_free_bytes: int = 64 << 20
     repair_log: bool = False
     join: bool = False  # a new replica: it catches up as a learner until a member adds it
 
@@ -118,6 +122,8 @@ class GroupConfig:
             raise ConfigError("raft.election_timeout_ms must be (lo, hi) with 3*heartbeat < lo < hi")
         if self.leader_lease_ms <= self.heartbeat_ms:
             raise ConfigError("raft.leader_lease_ms must exceed raft.heartbeat_ms")
+        if self.disk_resume_free_bytes < 0:
+            raise ConfigError("raft.disk_resume_free_bytes must be >= 0")
         if self.segment_bytes < 4 * MAX_ENTRY_BYTES:
             raise ConfigError(f"raft.segment_bytes must be at least {4 * MAX_ENTRY_BYTES}")
 
@@ -157,6 +163,7 @@ class _RaftSection(msgspec.Struct, forbid_unknown_fields=True):
     election_timeout_ms: tuple[int, int] | _Unset = msgspec.UNSET
     leader_lease_ms: int | _Unset = msgspec.UNSET
     connect_retry_ms: int | _Unset = msgspec.UNSET
+    disk_resume_free_bytes: int | _Unset = msgspec.UNSET
 
 
 S = TypeVar("S", bound=msgspec.Struct)

@@ -8,6 +8,7 @@ broker's idempotent-producer check has to decide.
 from __future__ import annotations
 
 __all__ = [
+    "DiskFull",
     "EntryTooLarge",
     "NoLeader",
     "NotLeader",
@@ -49,6 +50,18 @@ class OutcomeUnknown(ProposeError):
     """
 
     definitely_not_committed = False
+
+
+class DiskFull(ProposeError):
+    """A replica's disk cannot take the entry; ``nodes`` names the replicas whose disks are
+    full. Retriable: writes resume by themselves once space is freed. Definitely not
+    committed unless ``may_have_committed`` (the entry was appended and waits for a majority
+    that has room: it may still commit then)."""
+
+    def __init__(self, nodes: list[str], detail: str, *, may_have_committed: bool = False) -> None:
+        self.nodes = list(nodes)
+        self.definitely_not_committed = not may_have_committed
+        super().__init__(detail)
 
 
 class EntryTooLarge(ValueError):

@@ -13,8 +13,14 @@ are enforced:
   any message leaves the node (so a follower's ack and a leader's replication of
   an entry both follow its fsync; many entries added in one tick share one fsync
   -- group commit), and the node calls it before acknowledging a proposal.
-  Term and vote are written with fsync + rename + directory fsync before
-  ``setCurrentTerm`` returns, i.e. before pysyncobj answers a vote.
+  Term and vote are written in place and fsynced (``dledger.hard_state``) before
+  ``setCurrentTerm`` returns, i.e. before pysyncobj answers a vote -- also on a full disk.
+
+* **A full disk refuses, it does not fail half-way.** An ``add`` whose append fails for
+  want of space (``dledger.disk_guard``) appends nothing, raises the disk-full flag, tells
+  ``on_not_stored(command)`` and raises ``EntryNotStored``, which the node catches where
+  pysyncobj called it: a leader answers that proposal ``DiskFull``, a follower rejects
+  the append so that the leader resends it later (``dledger.transport``).
 
 * **No matching entry is ever deleted** (defect 1: a stale ``prevLogIdx`` after a
   nextIndex regression made stock pysyncobj delete matching, even committed,
@@ -48,16 +54,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import msgpack
 from pysyncobj.journal import Journal
 
 from dledger.commitlog import CommitLog, LogGap
-from dledger.durable_file import atomic_write, read_or_none
+from dledger.disk_guard import DiskGuard
 from dledger.entry_format import Entry, EntryKind
+from dledger.hard_state import HardState, HardStateFile
 from dledger.latency import LatencyHistogram
 from dledger.raft_codec import decode_command, encode_command
 
-__all__ = ["CommittedEntryConflict", "LogGap", "RaftJournal"]
+__all__ = ["CommittedEntryConflict", "EntryNotStored", "LogGap", "RaftJournal"]
 
 log = logging.getLogger("dledger.journal")
 
@@ -69,6 +75,15 @@ RECENT_CACHE_BYTES = 16 << 20
 
 class CommittedEntryConflict(RuntimeError):
     """A leader tried to overwrite a committed entry: refused, data kept."""
+
+
+class EntryNotStored(Exception):
+    """The disk could not take entry ``index``: nothing of it was appended (the journal's
+    ``disk`` flag is up). Raised through pysyncobj to the node, which answers for it."""
+
+    def __init__(self, index: int, error: OSError) -> None:
+        super().__init__(f"entry {index} not stored: {error}")
+        self.index = index
 
 
 class _LazyEntries:
@@ -132,14 +147,17 @@ def _as_tuple(entry: Entry) -> tuple[bytes, int, int]:
 class RaftJournal(Journal):
     """pysyncobj journal over a CommitLog; see the module docstring for the rules."""
 
-    def __init__(self, commitlog: CommitLog, state_path: Path) -> None:
+    def __init__(self, commitlog: CommitLog, state_path: Path, disk: DiskGuard | None = None) -> None:
+        """``state_path``: the hard state file (term, vote, commit hint); ``disk``: the flag
+        a full disk raises (default: one of its own, resuming at 64 MiB free)."""
         self._log = commitlog
-        self._state_path = state_path
+        self._hard = HardStateFile(state_path)
+        self.disk = disk if disk is not None else DiskGuard(state_path.parent, 64 << 20)
         self._lock = threading.Lock()
-        state = self._load_state()
-        self._term: int = max(state.get("term", 0), commitlog.last_term)
-        self._voted_for: str | None = state.get("voted_for")
-        stored_commit = min(state.get("commit", 0), commitlog.last_index)
+        state = self._hard.state
+        self._term: int = max(state.term, commitlog.last_term)
+        self._voted_for: str | None = state.voted_for
+        stored_commit = min(state.commit, commitlog.last_index)
         # The first held entry is committed: index 1 is the no-op every node
         # writes itself, and a later first entry is a retained or reset start.
         stored_commit = max(stored_commit, commitlog.first_index)
@@ -164,6 +182,9 @@ class RaftJournal(Journal):
         #: Told when a deleteEntriesFrom was skipped (pysyncobj undid the membership changes
         #: of the entries kept): ``on_kept_tail()``.
         self.on_kept_tail: Any = None
+        #: Told of an entry the disk could not take (before EntryNotStored is raised):
+        #: ``on_not_stored(command)`` -- the very bytes object pysyncobj passed to ``add``.
+        self.on_not_stored: Any = None
 
     # -- pysyncobj contract --------------------------------------------------
     def add(self, command: bytes, idx: int, term: int) -> None:
@@ -181,7 +202,14 @@ class RaftJournal(Journal):
 
     def _append(self, command: bytes, idx: int, term: int) -> None:
         kind, body = decode_command(command)
-        self._log.append(idx, term, kind, body)
+        try:
+            self._log.append(idx, term, kind, body)
+        except OSError as e:
+            if not self.disk.note(f"appending entry {idx} to the CommitLog", e):
+                raise
+            if self.on_not_stored is not None:
+                self.on_not_stored(command)
+            raise EntryNotStored(idx, e) from e
         if kind == EntryKind.RAFT and self.on_raft_entry is not None:
             self.on_raft_entry(idx, body)
         self._recent[idx] = (command, idx, term)
@@ -252,6 +280,7 @@ class RaftJournal(Journal):
         self.flush()
         self._persist_commit()
         self._log.close()
+        self._hard.close()
 
     def setRaftCommitIndex(self, raftCommitIndex: int) -> None:
         self._raft_commit = raftCommitIndex
@@ -355,20 +384,20 @@ class RaftJournal(Journal):
         for stale in [i for i in self._recent if i >= idx]:
             self._recent_bytes -= len(self._recent.pop(stale)[0])
 
-    def _load_state(self) -> dict[str, Any]:
-        raw = read_or_none(self._state_path)
-        return msgpack.unpackb(raw) if raw else {}
-
     def _write_state(self) -> None:
-        state = {"term": self._term, "voted_for": self._voted_for, "commit": self._persisted_commit}
-        atomic_write(self._state_path, msgpack.packb(state))
+        self._hard.save(HardState(self._term, self._voted_for, self._persisted_commit))
 
     def _persist_commit(self) -> None:
         """Store the committed index (a restart hint) once the log under it is on disk."""
         committed = self._committed
         if committed == self._persisted_commit:
             return
-        self.flush()
+        try:
+            self.flush()
+        except OSError as e:
+            if not self.disk.note("flushing the CommitLog for the commit hint", e):
+                raise
+            return  # a hint: stored at a later tick
         self._persisted_commit = committed
         self._write_state()
 

@@ -20,8 +20,9 @@ from typing import Any
 
 from dledger.commitlog import CommitLog
 from dledger.config import MAX_ENTRY_BYTES, FlushPolicy, GroupConfig
+from dledger.disk_guard import DiskGuard
 from dledger.entry_format import Entry, EntryKind
-from dledger.errors import EntryTooLarge, ProposalRejected
+from dledger.errors import DiskFull, EntryTooLarge, ProposalRejected
 from dledger.latency import LatencyHistogram
 from dledger.membership import Change, Member
 from dledger.replicated_log import Appended, LeaderChange, Role, SnapshotSource
@@ -41,10 +42,13 @@ class LocalLog:
         self._standing = True
         self._closed = False
         self.fsync_seconds = LatencyHistogram()
+        self.disk = DiskGuard(config.data_dir, config.disk_resume_free_bytes)
 
     # -- writing and reading -----------------------------------------------------------
     def propose(self, payload: bytes) -> concurrent.futures.Future[Appended]:
-        """Append ``payload`` as one DATA entry, fsync it (flush ``sync``) and commit it."""
+        """Append ``payload`` as one DATA entry, fsync it (flush ``sync``) and commit it; a
+        failed future with DiskFull if the disk cannot take it (or has not had room again
+        since it could not)."""
         if len(payload) > MAX_ENTRY_BYTES:
             raise EntryTooLarge(f"entry payload is {len(payload)} bytes; the limit is {MAX_ENTRY_BYTES}")
         future: concurrent.futures.Future[Appended] = concurrent.futures.Future()
@@ -53,7 +57,16 @@ class LocalLog:
                 future.set_exception(ProposalRejected("the log is closed"))
                 return future
             index = self.commitlog.last_index + 1
-            position = self.commitlog.append(index, TERM, EntryKind.DATA, payload)
+            try:
+                if self.disk.check():
+                    raise OSError(28, "the disk has not had room again yet")
+                position = self.commitlog.append(index, TERM, EntryKind.DATA, payload)
+            except OSError as e:
+                if not self.disk.note(f"appending entry {index} to the CommitLog", e):
+                    raise
+                future.set_exception(DiskFull([self.config.node], f"replica {self.config.node} "
+                                              f"cannot store entries: its disk is full ({self.disk.reason})"))
+                return future
             if self.config.flush == FlushPolicy.SYNC:
                 began = time.monotonic()
                 self.commitlog.flush()
@@ -93,6 +106,9 @@ class LocalLog:
     def transfer_leadership(self, target: str | None = None, timeout: float = 3.0) -> str | None:
         raise ValueError("a local log has no other member to lead")
 
+    def disk_full_nodes(self) -> list[str]:
+        return [self.config.node] if self.disk.full else []
+
     def members(self) -> dict[str, Member]:
         return {self.config.node: Member(self.config.node, self.config.address,
                                          self._clients.get(self.config.node, ""))}
@@ -122,6 +138,7 @@ class LocalLog:
             "conflict_truncations": 0, "followers_behind_retained_start": [], "log_resets": [],
             "members": {me.name: {"raft": me.raft, "client": me.client}}, "member": True,
             "members_changed_at": 0, "pre_vote_rounds": 0, "pre_vote_won": 0, "snapshot_fetch": None,
+            "disk": self.disk.status(), "disk_full_members": self.disk_full_nodes(),
         }
 
     # -- hooks the broker sets (snapshots, retention): nothing is ever cut here -----------
@@ -141,4 +158,5 @@ class LocalLog:
         with self._cond:
             if not self._closed:
                 self._closed = True
+                self.disk.close()
                 self.commitlog.close()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from dledger.commitlog import CommitLog
     from dledger.config import GroupConfig
+    from dledger.disk_guard import DiskGuard
     from dledger.entry_format import Entry
     from dledger.latency import LatencyHistogram
     from dledger.membership import Change, Member
@@ -26,6 +27,8 @@ class Log(Protocol):
     #: committed entries by CommitLog position (the broker reads messages where its
     #: ConsumeQueue points); never beyond ``committed_index`` through ``read``
     commitlog: CommitLog
+    #: the disk-full flag of this replica's data directory (the broker's files report to it)
+    disk: DiskGuard
 
     # -- writing and reading
     def propose(self, payload: bytes) -> concurrent.futures.Future[Appended]: ...
@@ -49,6 +52,7 @@ class Log(Protocol):
     def set_client_addresses(self, clients: dict[str, str]) -> None: ...
     def client_addresses(self) -> dict[str, str]: ...
     def status(self) -> dict[str, Any]: ...
+    def disk_full_nodes(self) -> list[str]: ...
     @property
     def fsync_seconds(self) -> LatencyHistogram: ...
 

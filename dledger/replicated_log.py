@@ -17,6 +17,13 @@ below ``MAX_ENTRY_BYTES`` which is far below ``appendEntriesBatchSizeBytes`` (no
 chunked transmission), and ``leaderFallbackTimeout`` is the leader lease (an
 isolated leader steps down after ``leader_lease_ms``, default 2 s).
 
+A full disk (``dledger.disk_guard``): a replica whose disk cannot take an entry does not
+stand for election until ``disk_resume_free_bytes`` are free again; a leader hands the
+leadership to a member with room and refuses proposals with ``DiskFull`` naming itself;
+a follower refuses the entries it cannot store and says so in every answer, so the
+leader keeps its lease (no elections) and refuses proposals with ``DiskFull`` naming
+the full members while a majority cannot store. Entries resume by themselves.
+
 Threads: pysyncobj's tick thread runs Raft, appends and commit callbacks;
 ``propose``/``read``/``status`` may be called from any thread.
 """
@@ -48,6 +55,7 @@ from dledger.config import (
     FlushPolicy,
     GroupConfig,
 )
+from dledger.disk_guard import DiskGuard
 from dledger.durable_file import atomic_write
 from dledger.entry_format import Entry
 from dledger.errors import (
@@ -58,7 +66,8 @@ from dledger.errors import (
     ProposalRejected,
     ProposeError,
 )
-from dledger.journal import RaftJournal, silence_false_truncation_alarm
+from dledger.full_disks import FollowerDisks, own_disk_full, refusal
+from dledger.journal import EntryNotStored, RaftJournal, silence_false_truncation_alarm
 from dledger.latency import LatencyHistogram
 from dledger.log_start import DumpEntry, decode_log_start, encode_log_start
 from dledger.membership import MEMBERSHIP_PREFIX, Change, Member, MemberHistory, decode_change, encode_change
@@ -89,6 +98,9 @@ NOT_A_MEMBER = "this replica is not a voting member of the group"
 #: election timeouts without a leader it stands -- only to hand the leadership over.
 HANDOVER_AFTER_TIMEOUTS = 3
 MEMBER_VIEW_CHECK_S = 1.0
+#: Why a replica whose disk is full does not stand (``stand_for_election``'s reason).
+DISK_FULL = "its disk is full"
+DISK_CHECK_S = 1.0  # while the disk is full: how often its free space is looked at
 SOCKET_BUFFER_BYTES = 4 << 20  # fewer, larger socket writes (the kernel may clamp it)
 
 
@@ -165,6 +177,21 @@ class _RaftNode(SyncObj):
         # it afterwards; the return value reaches the proposer's callback.
         return self.raftLastApplied + 1
 
+    def _checkCommandsToApply(self) -> None:
+        """pysyncobj's leader loop over queued proposals (a protected member, 0.3.17): a
+        proposal the disk could not take was answered by the journal's ``on_not_stored``
+        and is gone from the queue; the loop goes on with the next one instead of ending
+        the tick."""
+        for _ in range(_REFUSALS_PER_TICK):
+            try:
+                super()._checkCommandsToApply()
+                return
+            except EntryNotStored:
+                continue
+
+
+_REFUSALS_PER_TICK = 1000
+
 
 def _check_bindable(address: str) -> None:
     host, port = address.rsplit(":", 1)
@@ -190,6 +217,7 @@ class ReplicatedLog:
         self._paused_until = 0.0  # proposals refused while the leadership moves
         self._transfer_to: PeerNode | None = None  # handed to pysyncobj on the tick thread
         self._started = time.monotonic()
+        self._led_at = 0.0  # when this replica last led (for the hand-over rule)
         self._handing_over = False  # standing only to hand over (see HANDOVER_AFTER_TIMEOUTS)
         self._hand_over_thread: threading.Thread | None = None
         self._hand_over_lock = threading.Lock()
@@ -211,22 +239,29 @@ class ReplicatedLog:
         self._change_lock = threading.Lock()
         self._next_view_check = 0.0
         self._members_dirty = False
-        self.journal = RaftJournal(self.commitlog, config.data_dir / "raft-state")
+        self.disk = DiskGuard(config.data_dir, config.disk_resume_free_bytes)
+        self._follower_disks = FollowerDisks()  # on a leader: what each follower last said
+        self._next_disk_check = 0.0
+        self.journal = RaftJournal(self.commitlog, config.data_dir / "raft-state", self.disk)
         self.journal.on_raft_entry = self._on_raft_entry
         self.journal.on_truncate = self._on_truncate
         self.journal.on_kept_tail = self._mark_members_dirty
+        self.journal.on_not_stored = self._on_not_stored
         self._commit_cond = threading.Condition()
         self.journal.add_commit_listener(self._on_commit)
         self._listeners: list[Callable[[LeaderChange], None]] = []
         self._last_change: LeaderChange | None = None
         self._in_flight: dict[concurrent.futures.Future[Appended], int] = {}  # -> payload bytes
+        #: id of a proposal's command bytes -> (those bytes, its future), until it is answered
+        self._commands: dict[int, tuple[bytes, concurrent.futures.Future[Appended]]] = {}
         self._in_flight_bytes = 0
         self._in_flight_lock = threading.Lock()
         self._closed = threading.Event()
         sync = config.flush == FlushPolicy.SYNC
         transport = make_transport_class(self.journal.flush if sync else None,
                                          lambda: self.journal.resume_hint, lambda: self._learner,
-                                         self._set_transport)
+                                         self._set_transport, disk_full=lambda: self.disk.full,
+                                         follower_full=self._follower_full)
         self._transport: Any = None
         journal_key = str(config.data_dir / "commitlog")
         self._dump_path.unlink(missing_ok=True)  # rewritten from the log as it is now
@@ -265,8 +300,9 @@ class ReplicatedLog:
             snapshot_bytes=lambda i: self._snapshots.snapshot_bytes(i) if self._snapshots else None,
             done=lambda index, data: atomic_write(self._received_path, msgpack.packb([index, data])))
         self._transport.intercept = (
-            lambda node, m: self._prevote.on_message(node, m) or self._fetch.on_message(node, m))
-        for tick in (self._watch_leadership, self._prevote.tick, self._fetch.tick,
+            lambda node, m: self._note_follower_disk(node, m) or self._prevote.on_message(node, m)
+            or self._fetch.on_message(node, m))
+        for tick in (self._watch_disk, self._watch_leadership, self._prevote.tick, self._fetch.tick,
                      self._watch_membership, self._retention_tick):
             self._node.addOnTickCallback(tick)
 
@@ -308,7 +344,7 @@ class ReplicatedLog:
         """Append ``payload`` as one DATA entry; the future resolves once committed.
 
         Raises ``EntryTooLarge`` at once; the future fails with ``NotLeader``,
-        ``NoLeader``, ``ProposalRejected`` (definitely not committed) or
+        ``NoLeader``, ``ProposalRejected``, ``DiskFull`` (definitely not committed) or
         ``OutcomeUnknown`` (may have committed).
         """
         if len(payload) > MAX_ENTRY_BYTES:
@@ -318,23 +354,32 @@ class ReplicatedLog:
         if not self.is_leader:
             future.set_exception(self._not_leader())
             return future
+        refused = refusal(self.config.node, self.config.group, self.disk, self.disk_full_nodes(),
+                          len(self.members()))
+        if refused is not None:
+            future.set_exception(refused)
+            return future
         if time.monotonic() < self._paused_until or self._not_standing:
             future.set_exception(NoLeader("leadership is being transferred; retry shortly"))
             return future
+        command = encode_payload_command(payload)
         with self._in_flight_lock:
             self._in_flight[future] = len(payload)
             self._in_flight_bytes += len(payload)
+            self._commands[id(command)] = (command, future)
             self._adapt_batching()
-        future.add_done_callback(self._forget_proposal)
-        self._node._applyCommand(encode_payload_command(payload),
-                                 lambda res, err: self._on_proposal_done(future, res, err))
+        future.add_done_callback(lambda f: self._forget_proposal(f, id(command)))
+        self._node._applyCommand(command, lambda res, err: self._on_proposal_done(future, res, err))
         with contextlib.suppress(BlockingIOError):  # a full pipe: the tick thread is awake
             self._wakeup.notify()
         return future
 
-    def _forget_proposal(self, future: concurrent.futures.Future[Appended]) -> None:
+    def _forget_proposal(self, future: concurrent.futures.Future[Appended], command_id: int) -> None:
         with self._in_flight_lock:
             self._in_flight_bytes -= self._in_flight.pop(future, 0)
+            held = self._commands.get(command_id)
+            if held is not None and held[1] is future:
+                del self._commands[command_id]
             self._adapt_batching()
 
     def _adapt_batching(self) -> None:
@@ -384,6 +429,48 @@ class ReplicatedLog:
             return NoLeader("the group has no leader right now; retry shortly")
         member = self.members().get(leader)
         return NotLeader(leader, member.raft if member else "")
+
+    # -- a full disk (dledger.disk_guard, dledger.full_disks) -------------------------------
+    def disk_full_nodes(self) -> list[str]:
+        """Members whose disks are full: this replica, and on a leader the followers whose
+        last answer said so. Any thread."""
+        full = {self.config.node} if self.disk.full else set()
+        if self.is_leader:
+            full |= self._follower_disks.full_among(self.members())
+        return sorted(full)
+
+    def _on_not_stored(self, command: bytes) -> None:
+        """Journal hook (tick thread): the disk could not take ``command``. If it is this
+        leader's own proposal, it was never appended: answered DiskFull (not committed)."""
+        self._members_dirty = True  # pysyncobj stopped in the middle of its handler
+        with self._in_flight_lock:
+            held = self._commands.get(id(command))
+        if held is not None and held[0] is command:
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                held[1].set_exception(own_disk_full(self.config.node, self.config.group, self.disk))
+
+    def _follower_full(self, node: Any) -> bool:
+        """Transport (tick thread): whether follower ``node`` last said its disk is full."""
+        return self._follower_disks.is_full(getattr(node, "name", ""))
+
+    def _note_follower_disk(self, node: Any, message: dict[str, Any]) -> bool:
+        """Transport intercept (tick thread): every answer of a follower to an append says
+        whether its disk is full (``dledger.transport``). Consumes nothing."""
+        if message.get("type") == "next_node_idx":
+            name = getattr(node, "name", "") or self._address_names().get(getattr(node, "address", ""))
+            if name:  # else a learner (read-only peer): it does not count for a majority
+                self._follower_disks.heard(name, bool(message.get("disk_full")))
+        return False
+
+    def _watch_disk(self) -> None:
+        """Tick: no candidacy while the disk is full; look for free space about once a second."""
+        now = time.monotonic()
+        if self.disk.full and now >= self._next_disk_check:
+            self._next_disk_check = now + DISK_CHECK_S
+            self.disk.check()
+        full = self.disk.full
+        if full != (DISK_FULL in self._not_standing):
+            self.stand_for_election(not full, DISK_FULL)
 
     # -- reading ---------------------------------------------------------------
     @property
@@ -451,11 +538,12 @@ class ReplicatedLog:
         if NOT_A_MEMBER in self._not_standing:
             return False
         if self.is_leader:
+            self._led_at = time.monotonic()  # a leader hears no appends: it is the one heard
             return True  # the hand-over thread is at work; the timeouts do not matter now
         # pysyncobj's follower keeps naming a dead leader until a vote request arrives
         # (and none comes when this replica refuses the others' pre-votes): what counts is
         # when a leader's append was last heard.
-        quiet = time.monotonic() - max(self._started, self._prevote.heard_at)
+        quiet = time.monotonic() - max(self._started, self._prevote.heard_at, self._led_at)
         leaderless = quiet > HANDOVER_AFTER_TIMEOUTS * max_timeout_s
         if leaderless != self._handing_over:
             self._handing_over = leaderless
@@ -480,6 +568,11 @@ class ReplicatedLog:
         pause = threading.Event()
         try:
             while self.is_leader and self._not_standing:
+                roomy = [n for n, up in self._connected().items()
+                         if up and not self._follower_disks.is_full(n)]
+                if self._not_standing == {DISK_FULL} and not roomy:
+                    pause.wait(0.2)  # every other member's disk is full too: no better leader
+                    continue
                 if self.transfer_leadership(timeout=5.0) is not None:
                     return
                 pause.wait(0.2)  # no member connected, or none caught up within the timeout
@@ -501,6 +594,8 @@ class ReplicatedLog:
             matches = {name: s.get(f"match_idx_server_{addr}", 0)
                        for addr, name in self._address_names().items()
                        if s.get(f"partner_node_status_server_{addr}") == 2}
+            roomy = {n: i for n, i in matches.items() if not self._follower_disks.is_full(n)}
+            matches = roomy or matches  # a member whose disk is full would hand it on again
             if not matches:
                 return None
             target = max(matches, key=lambda n: (matches[n], n))
@@ -556,13 +651,16 @@ class ReplicatedLog:
             for listener in self._listeners:
                 listener(change)
 
+    def _connected(self, s: dict[str, Any] | None = None) -> dict[str, bool]:
+        """Every other member: whether pysyncobj is connected to it."""
+        s = self._raft_status() if s is None else s
+        return {name: s.get(f"partner_node_status_server_{addr}") == 2
+                for addr, name in self._address_names().items() if addr != self.config.address}
+
     def status(self) -> dict[str, Any]:
         s = self._raft_status()
         followers = self._follower_indexes("match_idx_server_")
-        connected = {
-            name: s.get(f"partner_node_status_server_{addr}") == 2
-            for addr, name in self._address_names().items() if addr != self.config.address
-        }
+        connected = self._connected(s)
         return {
             "group": self.config.group,
             "node": self.config.node,
@@ -586,6 +684,8 @@ class ReplicatedLog:
             "members_changed_at": self._history.changed_at(),
             "pre_vote_rounds": self._prevote.rounds, "pre_vote_won": self._prevote.won,
             "snapshot_fetch": self._fetch.progress(),
+            "disk": self.disk.status(),
+            "disk_full_members": self.disk_full_nodes(),
         }
 
     # -- membership (dledger.membership) ------------------------------------------------
@@ -969,6 +1069,7 @@ class ReplicatedLog:
         if self._closed.is_set():
             return
         self._closed.set()
+        self.disk.close()
         self._node.destroy_synchronous()  # also closes the journal
         if self._flusher is not None:
             self._flusher.join(timeout=5)

@@ -28,8 +28,20 @@
      (Raft §5.3, the leader just sends more). It never goes below the first
      held entry + 1, which every replica holds identically.
 
-On the receive path, ``intercept`` (``dledger.prevote``) sees every message first and
-consumes pre-vote's own two message types. Accepted connections are bounded before they
+  3. **a full disk is said** (``dledger.disk_guard``): while this node's disk is full,
+     every ``next_node_idx`` answer carries ``disk_full: True`` (pysyncobj ignores the
+     key), so the leader knows which followers cannot store; and a leader sends such a
+     follower its appends without their entries (heartbeats: the follower would refuse
+     them, and resending a growing backlog every heartbeat costs the leader its send
+     budget). Sending a follower fewer entries is always safe (Raft §5.3); once its
+     answers say it has room, the entries flow again from where it stands.
+
+On the receive path, ``intercept`` (``dledger.prevote``, the leader's note of full disks)
+sees every message first and consumes pre-vote's own two message types. An append whose
+entries the disk cannot take (the journal raises ``EntryNotStored`` out of pysyncobj's
+handler, which then sent nothing) is answered here: a rejection asking the leader to
+resume after what this node holds -- it resends later -- which also keeps the leader's
+lease, so a full disk starts no elections. Accepted connections are bounded before they
 have proved they belong to the group (``dledger.peer_guard``): frame sizes, bytes, how many
 may be in their handshake at once and for how long.
 """
@@ -43,6 +55,7 @@ from pysyncobj.dns_resolver import globalDnsResolver
 from pysyncobj.node import TCPNode
 from pysyncobj.transport import TCPTransport
 
+from dledger.journal import EntryNotStored
 from dledger.peer_guard import PendingHandshakes, install
 
 install()
@@ -83,6 +96,10 @@ class GroupTransport(TCPTransport):
     created: Callable[[GroupTransport], None] | None = None
     #: sees every message first; True consumes it (pre-vote's own messages)
     intercept: Callable[[Any, dict[str, Any]], bool] | None = None
+    #: whether this node's disk is full (said in every next_node_idx answer)
+    disk_full: Callable[[], bool] | None = None
+    #: on a leader: whether a follower's last answer said its disk is full
+    follower_full: Callable[[Any], bool] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._handshakes = PendingHandshakes()
@@ -118,7 +135,14 @@ class GroupTransport(TCPTransport):
     def _onMessageReceived(self, node: Any, message: Any) -> None:
         if self.intercept is not None and isinstance(message, dict) and self.intercept(node, message):
             return
-        super()._onMessageReceived(node, message)
+        try:
+            super()._onMessageReceived(node, message)
+        except EntryNotStored:
+            if isinstance(message, dict) and message.get("type") == "append_entries":
+                assert self.resume_hint is not None
+                self.send(node, {"type": "next_node_idx", "next_node_idx": self.resume_hint(),
+                                 "reset": True, "success": False})
+            # otherwise a new leader's no-op: it leads without it and hands over
 
     def reintroduce(self) -> None:
         """Drop every connection made as a learner: each is made again under this node's
@@ -133,16 +157,16 @@ class GroupTransport(TCPTransport):
             raise RuntimeError("an entry reached pysyncobj's chunked transmission path")
         if self.flush_before_send is not None:
             self.flush_before_send()
-        if (
-            self.resume_hint is not None
-            and isinstance(message, dict)
-            and message.get("type") == "next_node_idx"
-            and message.get("reset")
-            and not message.get("success")
-        ):
-            hint = self.resume_hint()
-            if message["next_node_idx"] > hint:
-                message = {**message, "next_node_idx": hint}
+        if (self.follower_full is not None and isinstance(message, dict) and message.get("entries")
+                and message.get("type") == "append_entries" and self.follower_full(node)):
+            message = {**message, "entries": []}
+        if isinstance(message, dict) and message.get("type") == "next_node_idx":
+            if self.resume_hint is not None and message.get("reset") and not message.get("success"):
+                hint = self.resume_hint()
+                if message["next_node_idx"] > hint:
+                    message = {**message, "next_node_idx": hint}
+            if self.disk_full is not None and self.disk_full():
+                message = {**message, "disk_full": True}
         return super().send(node, message)
 
 
@@ -150,6 +174,8 @@ def make_transport_class(
     flush_before_send: Callable[[], Any] | None, resume_hint: Callable[[], int],
     is_learner: Callable[[], bool] | None = None,
     created: Callable[[GroupTransport], None] | None = None,
+    disk_full: Callable[[], bool] | None = None,
+    follower_full: Callable[[Any], bool] | None = None,
 ) -> type[GroupTransport]:
     """A GroupTransport subclass bound to one node's journal (pysyncobj takes a class)."""
     return type(
@@ -160,5 +186,7 @@ def make_transport_class(
             "resume_hint": staticmethod(resume_hint),
             "is_learner": staticmethod(is_learner) if is_learner else None,
             "created": staticmethod(created) if created else None,
+            "disk_full": staticmethod(disk_full) if disk_full else None,
+            "follower_full": staticmethod(follower_full) if follower_full else None,
         },
     )

@@ -10,6 +10,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from protocol.acl import (
+    AuthFinishRequest,
+    AuthResponse,
+    AuthStartRequest,
+    DeleteUserRequest,
+    GrantRequest,
+    ListPoliciesRequest,
+    ListUsersRequest,
+    PoliciesResponse,
+    PutUserRequest,
+    RevokeRequest,
+    UsersResponse,
+)
 from protocol.consumer import (
     ConsumerListRequest,
     ConsumerListResponse,
@@ -80,6 +93,14 @@ CATALOG: Mapping[RequestCode, tuple[type[Request], type[Response] | None]] = Map
     RequestCode.END_TRANSACTION: (EndTransactionRequest, EndTransactionResponse),
     RequestCode.CHECK_TRANSACTION: (CheckTransactionRequest, None),
     RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: (NotifyConsumersChanged, None),
+    RequestCode.AUTH_START: (AuthStartRequest, AuthResponse),
+    RequestCode.AUTH_FINISH: (AuthFinishRequest, AuthResponse),
+    RequestCode.PUT_USER: (PutUserRequest, WriteResponse),
+    RequestCode.DELETE_USER: (DeleteUserRequest, WriteResponse),
+    RequestCode.LIST_USERS: (ListUsersRequest, UsersResponse),
+    RequestCode.GRANT: (GrantRequest, WriteResponse),
+    RequestCode.REVOKE: (RevokeRequest, WriteResponse),
+    RequestCode.LIST_POLICIES: (ListPoliciesRequest, PoliciesResponse),
 })
 
 #: Codes with no contract: reserved, answered REQUEST_CODE_NOT_SUPPORTED.

@@ -105,6 +105,14 @@ class RequestCode(IntEnum):
     END_TRANSACTION = 60
     CHECK_TRANSACTION = 61  # broker -> client
     NOTIFY_CONSUMER_IDS_CHANGED = 62  # broker -> client
+    AUTH_START = 70  # SCRAM-SHA-256: client-first (protocol.acl)
+    AUTH_FINISH = 71  # SCRAM-SHA-256: client-final with the proof
+    PUT_USER = 72  # users and policies: entries in the log (super users only)
+    DELETE_USER = 73
+    LIST_USERS = 74
+    GRANT = 75
+    REVOKE = 76
+    LIST_POLICIES = 77
 
 
 class ResponseCode(IntEnum):
@@ -141,6 +149,9 @@ class ResponseCode(IntEnum):
     QUERY_NOT_FOUND = 17, "the query matched nothing"
     INVALID_ARGUMENT = 18, "a request field is missing or has a wrong type or value"
     SUBSCRIPTION_INVALID = 19, "the subscription expression is invalid or unknown"
+    AUTH_FAILED = 20, "not authenticated: wrong user or password, or no credentials given"
+    DISK_FULL = 21, ("a replica's disk is full (the remark names it): the write was not stored, "
+                     "unless the remark says it may still commit; retry after a pause")
 
     @property
     def retriable(self) -> bool:
@@ -148,9 +159,9 @@ class ResponseCode(IntEnum):
 
 
 #: Codes after which the same request may be sent again (after a pause or a route
-#: refresh). FLUSH_TIMEOUT and OUTCOME_UNKNOWN may have taken effect: resending a
-#: message is exactly-once only for an idempotent producer (producer_id + sequence),
-#: at-least-once otherwise.
+#: refresh). FLUSH_TIMEOUT and OUTCOME_UNKNOWN (and a DISK_FULL whose remark says so) may
+#: have taken effect: resending a message is exactly-once only for an idempotent producer
+#: (producer_id + sequence), at-least-once otherwise.
 RETRIABLE: frozenset[ResponseCode] = frozenset({
     ResponseCode.SYSTEM_BUSY,
     ResponseCode.NOT_LEADER,
@@ -158,6 +169,7 @@ RETRIABLE: frozenset[ResponseCode] = frozenset({
     ResponseCode.PULL_RETRY_IMMEDIATELY,
     ResponseCode.FLUSH_TIMEOUT,
     ResponseCode.OUTCOME_UNKNOWN,
+    ResponseCode.DISK_FULL,
 })
 
 _REQUEST_CODES: dict[int, RequestCode] = {c.value: c for c in RequestCode}

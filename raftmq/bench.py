@@ -138,7 +138,8 @@ async def _consume(args: argparse.Namespace, where: dict[str, Any]) -> dict[str,
         load = argparse.Namespace(**{**vars(args), "duration": 3600.0, "json": True})
         print(f"  loading {args.messages:,} messages of {args.size} B ...", file=sys.stderr, flush=True)
         await _load(load, where, args.messages)
-    core = ClientCore(where.get("namesrv"), where.get("servers"), tls=where.get("tls"))
+    core = ClientCore(where.get("namesrv"), where.get("servers"), tls=where.get("tls"),
+                      credentials=where.get("credentials"))
     progress = _Progress("consume", args.json)
     try:
         route = await core.routes.route(args.topic)
@@ -182,15 +183,19 @@ async def _load(args: argparse.Namespace, where: dict[str, Any], count: int) -> 
 
 
 @contextlib.contextmanager
-def _local_cluster(tls: bool) -> Iterator[dict[str, Any]]:
+def _local_cluster(tls: bool = False, acl: bool = False) -> Iterator[dict[str, Any]]:
     from raftmq import cluster_cmd
+    from raftmq.local_acl import local_credentials
 
     with tempfile.TemporaryDirectory(prefix="raftmq-bench-") as d:
-        if cluster_cmd.main(["up", "--dir", d, "--namesrv-port", "0", *(["--tls"] if tls else [])]) != 0:
+        flags = [*(["--tls"] if tls else []), *(["--acl"] if acl else [])]
+        if cluster_cmd.main(["up", "--dir", d, "--namesrv-port", "0", *flags]) != 0:
             raise SystemExit("error: the local cluster did not start")
         try:
             state = json.loads((Path(d) / "cluster.json").read_text())
-            yield {"namesrv": [cluster_cmd.namesrv_address(d)], "tls": cluster_tls(state) or False}
+            credentials = local_credentials(Path(d))
+            who = {} if credentials is None else {"credentials": credentials}
+            yield {"namesrv": [cluster_cmd.namesrv_address(d)], "tls": cluster_tls(state) or False, **who}
         finally:
             cluster_cmd.main(["down", "--dir", d])
 
@@ -217,6 +222,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--messages", type=int, default=0, help="consume: load this many first")
     parser.add_argument("--read-from", default="follower", choices=["follower", "leader", "any"])
     parser.add_argument("--local", action="store_true", help="start a local cluster for the run")
+    parser.add_argument("--acl", action="store_true",
+                        help="--local: with users and ACLs on; the client authenticates (SCRAM)")
     parser.add_argument("--namesrv", action="append")
     parser.add_argument("--servers")
     parser.add_argument("--dir")
@@ -236,7 +243,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     try:
         if args.local:
-            with _local_cluster(args.tls) as where:
+            with _local_cluster(args.tls, args.acl) as where:
                 result = asyncio.run(run(where))
         else:
             result = asyncio.run(run(_where(args)))

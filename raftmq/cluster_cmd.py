@@ -32,7 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from client.cli import add_tls_arguments
+from client.errors import AuthFailedError
 from raftmq.cluster_http import ClusterHttp
+from raftmq.local_acl import acl_broker_options, wait_for_super_user
 from raftmq.local_group import LocalGroup, free_port
 from raftmq.local_namesrv import configure_namesrv, namesrv_argv
 from raftmq.local_tls import LocalCA
@@ -70,8 +72,9 @@ def _up(args: argparse.Namespace) -> int:
     ns = f"127.0.0.1:{choose_namesrv_port(args.namesrv_port)}"
     mutual = bool(getattr(args, "mutual_tls", False))
     ca = LocalCA(root / "tls").ensure() if getattr(args, "tls", False) or mutual else None
+    acl = acl_broker_options(root) if getattr(args, "acl", False) else {}  # users and ACLs on
     groups = {f"g{i + 1}": LocalGroup(root / f"g{i + 1}", args.nodes, module="broker", group=f"g{i + 1}",
-                                      broker={"namesrv": [ns]}, log_level="WARNING", tls=ca or False,
+                                      broker={"namesrv": [ns], **acl}, log_level="WARNING", tls=ca or False,
                                       mutual_tls=mutual)
               for i in range(args.groups)}
     config = configure_namesrv(root, ns, groups.values(),  # the groups' keys, from their secrets
@@ -99,6 +102,15 @@ def _up(args: argparse.Namespace) -> int:
             return 1
         print(f"  {name}: leader {leader} at {group.nodes[leader].http}", flush=True)
     print(f"cluster up; state in {state_path}; stop it with `raftmq cluster down --dir {root}`")
+    if acl:
+        try:
+            wait_for_super_user(ns, root, tls=ca.client_tls(with_cert=True) if ca else False,
+                                timeout=args.timeout)
+        except TimeoutError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        print(f"ACLs on: super user credentials in {root / 'admin.credentials'} "
+              f"(export RAFTMQ_CREDENTIALS_FILE={root / 'admin.credentials'})")
     return 0
 
 
@@ -284,6 +296,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, default=3, help="replicas per group (default 3)")
     parser.add_argument("--groups", type=int, default=1, help="broker groups (default 1)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for leaders")
+    parser.add_argument("--acl", action="store_true",
+                        help="up: users and ACLs on, a super user 'admin' in DIR/admin.credentials")
     parser.add_argument("--namesrv-port", type=int, default=default_namesrv_port(), metavar="PORT",
                         help=f"up: the name server's port on 127.0.0.1 (default $RAFTMQ_NAMESRV_PORT, else "
                              f"{DEFAULT_NAMESRV_PORT} when free, else a free one; 0: any free port)")
@@ -337,6 +351,9 @@ def run_leader(args: argparse.Namespace) -> int:
         code, doc = http.call(leader, "/admin/leader/transfer", body, timeout=15)
     except OSError as e:
         print(f"error: cannot reach the leader at {leader}: {e}", file=sys.stderr)
+        return 1
+    except AuthFailedError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 1
     if code != 200:
         print(f"error: {doc.get('error', code)}", file=sys.stderr)

@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from client.cli import add_tls_arguments
+from client.errors import AuthFailedError
 from raftmq.cluster_cmd import find_group
 from raftmq.cluster_http import ClusterHttp
 
@@ -31,6 +32,10 @@ __all__ = ["main"]
 
 class CommandError(Exception):
     pass
+
+
+class MemberLeads(CommandError):
+    """The member to remove leads the group (again): hand the leadership over first."""
 
 
 class Group:
@@ -87,6 +92,8 @@ class Group:
                 return doc
             if code == 400:
                 raise CommandError(doc.get("error", "refused"))
+            if code == 409 and doc.get("leads"):
+                raise MemberLeads(doc.get("error", "the member leads"))
             now = time.monotonic()
             if now >= deadline:
                 raise CommandError(f"gave up: {doc.get('error', code)}")
@@ -131,15 +138,26 @@ def _add(group: Group, name: str, raft: str, client: str, deadline: float) -> No
 
 
 def _remove(group: Group, name: str, deadline: float) -> None:
-    leader = group.leader(deadline)
-    if name not in group.members:
-        raise CommandError(f"{name!r} is not a member ({', '.join(sorted(group.members))})")
-    if group.members[name]["client"] == leader:
-        print(f"{name} leads: handing the leadership over first", flush=True)
-        code, doc = group.http.call(leader, "/admin/leader/transfer", {})  # the most up-to-date member
-        if code != 200:
-            raise CommandError(f"leadership transfer failed: {doc.get('error', code)}")
-    group.change({"op": "remove", "name": name}, deadline)
+    """Remove ``name``; a leader hands its role over first -- again if it got it back (an
+    election may return it before the change is made)."""
+    while True:
+        leader = group.leader(deadline)
+        if name not in group.members:
+            raise CommandError(f"{name!r} is not a member ({', '.join(sorted(group.members))})")
+        if group.members[name]["client"] == leader:
+            print(f"{name} leads: handing the leadership over first", flush=True)
+            code, doc = group.http.call(leader, "/admin/leader/transfer", {})  # the most up-to-date member
+            if code != 200:
+                if time.monotonic() >= deadline:
+                    raise CommandError(f"leadership transfer failed: {doc.get('error', code)}")
+                time.sleep(0.5)
+            continue  # whoever leads now is asked
+        try:
+            group.change({"op": "remove", "name": name}, deadline)
+            break
+        except MemberLeads:
+            if time.monotonic() >= deadline:
+                raise
     print(f"{name} is no longer a member: stop its process (it no longer votes or receives entries) "
           "and remove its data directory once you no longer need it")
 
@@ -199,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
         names = {m["client"]: n for n, m in group.members.items()}
         print("members:")
         _print_members(group.members, names.get(leader))
-    except CommandError as e:
+    except (CommandError, AuthFailedError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -12,6 +12,10 @@ Offsets specs (``startingOffsets`` / ``endingOffsets``):
 * JSON per queue, keyed by broker group then queue id: ``{"g1": {"0": 120, "3": -2}}``
   (``-2`` earliest, ``-1`` latest). A queue the JSON leaves out starts at ``earliest``
   (``startingOffsets``) or ends at ``latest`` (``endingOffsets``).
+
+Credentials, for groups with ACLs on (docs/SECURITY.md): ``user`` and ``password``, or
+``credentialsFile`` (two lines, read on the driver). The reads need ``sub`` on the topic.
+The password travels to the workers inside the options, as any Spark source's secrets do.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from client.credentials import Credentials
 from client.tag_filter import SubscriptionError, TagSelector, parse_tags
 from protocol.pull import MAX_PULL  # the broker's largest page
 from protocol.tls import ClientTls
@@ -72,15 +77,23 @@ class SourceOptions:
     follower_wait_s: float = 30.0
     request_timeout_s: float = 10.0
     tls: ClientTls | None = None  # None: plain (decided on the driver, environment included)
+    user: str | None = None
+    password: str | None = None
+
+    def __repr__(self) -> str:  # never print the password
+        return f"SourceOptions(topic={self.topic!r}, user={self.user!r}, ...)"
+
+    def credentials(self) -> Credentials | None:
+        return None if self.user is None else Credentials(self.user, self.password or "")
 
     def selector(self) -> TagSelector:
         return parse_tags(self.tags)
 
     def client_args(self) -> dict[str, Any]:
-        """``namesrv=`` or ``servers=``, and ``tls=``, for a ClientCore."""
+        """``namesrv=`` or ``servers=``, ``tls=`` and ``credentials=``, for a ClientCore."""
         where: dict[str, Any] = ({"namesrv": list(self.namesrv)} if self.namesrv
                                  else {"servers": list(self.servers)})
-        return {**where, "tls": self.tls or False}
+        return {**where, "tls": self.tls or False, "credentials": self.credentials()}
 
 
 def _addresses(value: str | None) -> tuple[str, ...]:
@@ -150,6 +163,20 @@ def _queue_offsets(doc: object, name: str) -> tuple[tuple[tuple[str, int], int],
     return tuple(sorted(out))
 
 
+def _credentials(opts: Mapping[str, str]) -> tuple[str | None, str | None]:
+    path = opts.get("credentialsfile")
+    if path:
+        try:
+            found = Credentials.from_file(path)
+        except (OSError, ValueError) as e:
+            raise OptionError(f"option credentialsFile: {e}") from None
+        return found.user, found.password
+    user, password = opts.get("user"), opts.get("password")
+    if (user is None) != (password is None):
+        raise OptionError("give the options user and password together (or credentialsFile)")
+    return user, password
+
+
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
     """Check the options given to ``spark.read.format("raftmq")``; keys are case-insensitive."""
     opts = {str(k).lower(): v for k, v in options.items() if v is not None}
@@ -175,7 +202,9 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     wait_ms = _positive_int(opts, "followerwaitms", "followerWaitMs", 30_000)
     timeout_ms = _positive_int(opts, "requesttimeoutms", "requestTimeoutMs", 10_000)
     assert wait_ms is not None and timeout_ms is not None
+    user, password = _credentials(opts)
     return SourceOptions(
+        user=user, password=password,
         topic=topic, namesrv=namesrv, servers=servers, read_from=read_from,
         starting=parse_offset_spec(starting, "startingOffsets") if starting else None,
         ending=parse_offset_spec(ending, "endingOffsets") if ending else OffsetSpec("latest"),

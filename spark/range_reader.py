@@ -136,7 +136,8 @@ class RangeReader:
         """The next messages of the range (never empty), or None when the range is complete."""
         if self._core is None:
             self._core = ClientCore(servers=list(self.rng.replicas), tls=self.opts.tls or False,
-                                    request_timeout=self.opts.request_timeout_s)
+                                    request_timeout=self.opts.request_timeout_s,
+                                    credentials=self.opts.credentials())
             await self._choose("start")
         while self.cursor < self.rng.end:
             self._fill()

@@ -19,6 +19,7 @@ from broker.deferred import (
     PROP_DELAY,
     PROP_DELIVER_AT,
     PROP_PGROUP,
+    PROP_RETRY_TOPIC,
     PROP_SCHEDULED_FROM,
     PROP_SENT_BACK,
     PROP_TRAN,
@@ -65,7 +66,7 @@ class Deferral:
             return TRANS_HALF_TOPIC, 0
         due = props.get(PROP_DELIVER_AT, "")
         if due.isdigit() and int(due) > stamp:
-            self.timers.hold(position, size, int(due))
+            self.timers.hold(position, size, int(due), props.get(PROP_RETRY_TOPIC) or m.topic)
             level = props.get(PROP_DELAY, "")
             return SCHEDULE_TOPIC, int(level) if level.isdigit() and int(level) < 1024 else 0
         return m.topic, m.queue_id

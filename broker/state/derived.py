@@ -8,6 +8,7 @@ operations and its checkpoint form -- with the files derived alongside::
     producers     ProducerWindows    (producer, topic, queue) -> last sequence, recent offsets
     locks         QueueLocks         (group, topic, queue) -> the client holding its consume lock
     deferral      Deferral           held messages: Timers, Halves (broker.deferred), SendBacks
+    access        AccessTables       users (SCRAM credentials) and access policies
     queue_files   QueueFiles         the ConsumeQueues and their running hash
     index         IndexService       IndexFiles: message keys and ids -> positions
     chains        ChainCollector     a large message's fragments so far (not replicated)
@@ -23,17 +24,21 @@ form (``broker.snapshot``), what checkpoints and snapshots hold and digests are 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from dataclasses import astuple
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from broker.commands import (
     CheckHalf,
     CommitOffset,
     CreateTopic,
     DeleteTopic,
+    DeleteUser,
+    Grant,
     LockQueue,
     Perm,
+    PutUser,
     RecordKind,
     RollbackHalf,
     decode_admin,
@@ -42,6 +47,7 @@ from broker.commands import (
 from broker.entry_batch import read_records
 from broker.index_layout import IndexHeader
 from broker.index_service import IndexService
+from broker.state.access import AccessTables
 from broker.state.chain import ChainCollector, Whole
 from broker.state.deferral import Deferral
 from broker.state.locks import QueueLocks
@@ -50,6 +56,7 @@ from broker.state.outcome import DONE, STORED, Kept, Outcome, kept
 from broker.state.producers import ProducerWindows
 from broker.state.queues import QueueFiles
 from broker.state.topics import TopicConfig, Topics
+from dledger.disk_guard import is_out_of_space
 from dledger.entry_format import HEADER_SIZE, Entry
 from protocol.message_format import Message, MessageFormatError, decode_message
 from protocol.tags import tag_hash
@@ -61,15 +68,23 @@ _MESSAGE = int(RecordKind.MESSAGE)
 _FRAGMENT = int(RecordKind.FRAGMENT)
 _HELD = "held: its queue offset is assigned when it is delivered"
 
+T = TypeVar("T")
+#: ``wait_for_space(what, write)``: run ``write`` until the disk has room for it
+#: (``dledger.disk_guard.DiskGuard.wait_for_space``).
+WaitForSpace = Callable[[str, Callable[[], T]], T]
+
 
 class DerivedState:
     """Apply thread only, but for the reads each part allows other threads."""
 
     def __init__(self, store: Path, checkpoint: dict[str, Any], cq_units_per_file: int,
-                 index_slots: int, index_entries: int) -> None:
+                 index_slots: int, index_entries: int,
+                 wait_for_space: WaitForSpace[Any] | None = None) -> None:
         """The state ``checkpoint`` describes (``broker.state.checkpoint``; empty: none), its
-        files in ``store`` cut back to it."""
+        files in ``store`` cut back to it. ``wait_for_space``: what a file write that failed
+        for want of space is handed to, to be tried again until it fits (None: raised)."""
         self._store = store
+        self._wait_for_space = wait_for_space
         self._index_geometry = (index_slots, index_entries)
         self.chains = ChainCollector()
         self._load_tables(checkpoint)
@@ -89,6 +104,7 @@ class DerivedState:
         self.producers = ProducerWindows(state.get("producers"))
         self.locks = QueueLocks(state.get("locks"))
         self.deferral = Deferral(state)
+        self.access = AccessTables(state.get("users"), state.get("policies"))
 
     # -- applying ----------------------------------------------------------------------
     def apply_entry(self, entry: Entry) -> list[Kept]:
@@ -139,8 +155,17 @@ class DerivedState:
                 return kept(Outcome.DUPLICATE, m.queue_id, reason=where)
         else:
             where = (m.topic, m.queue_id)
-        queue_offset = self.queue_files.append(where, position, len(record), tag_hash(m.tags))
-        self.index.put_keys([*m.keys, m.msg_id.hex()], position, store_ts_ms)
+        tag, keys = tag_hash(m.tags), [*m.keys, m.msg_id.hex()]
+        try:  # each write may be tried again on its own: both leave nothing half done
+            queue_offset = self.queue_files.append(where, position, len(record), tag)
+        except OSError as e:
+            queue_offset = self.written_once_there_is_room(e, "opening a ConsumeQueue", lambda: (
+                self.queue_files.append(where, position, len(record), tag)))
+        try:
+            self.index.put_keys(keys, position, store_ts_ms)
+        except OSError as e:
+            self.written_once_there_is_room(e, "indexing a message's keys",
+                                            lambda: self.index.put_keys(keys, position, store_ts_ms))
         # a held message (delayed, a transaction half) has no offset in its queue until it
         # is delivered: its sender is told -1, not the offset in the internal queue
         shown = queue_offset if where == (m.topic, m.queue_id) else -1
@@ -174,17 +199,31 @@ class DerivedState:
                     return kept(Outcome.DUPLICATE, reason="the transaction was already resolved")
             case LockQueue():
                 return self.locks.apply(cmd, stamp)
+            case PutUser() | DeleteUser() | Grant():
+                why = self.access.apply(cmd)
+                if why is not None:
+                    return kept(Outcome.INVALID, reason=why)
         return (DONE, -1, -1, -1, "")
+
+    def written_once_there_is_room(self, error: OSError, what: str, write: Callable[[], T]) -> T:
+        """``write`` failed with ``error``: if for want of space, wait until it succeeds (the
+        apply step cannot skip it); else raise ``error``."""
+        if self._wait_for_space is None or not is_out_of_space(error):
+            raise error
+        result: T = self._wait_for_space(what, write)
+        return result
 
     def _forget_topic(self, topic: str) -> None:
         """Deleted means deleted (guarantee 6): the topic's queues, consumer offsets, its
-        producers' sequence windows and its queue locks go with it, so a topic created again
-        under the name starts empty -- no group skips its first messages, no producer's
-        sequence 0 is taken for a resend."""
+        producers' sequence windows, its queue locks and its held delayed messages and retries
+        go with it, so a topic created again under the name starts empty -- no group skips its
+        first messages, no producer's sequence 0 is taken for a resend, no old message comes
+        back through a group's retry topic."""
         self.queue_files.drop_topic(topic)
         self.offsets.forget_topic(topic)
         self.producers.forget_topic(topic)
         self.locks.forget_topic(topic)
+        self.deferral.timers.forget_topic(topic)
 
     # -- canonical form ----------------------------------------------------------------
     def forget_expired(self) -> None:
@@ -210,6 +249,7 @@ class DerivedState:
             "locks": self.locks.state(),
             "sent_back": deferral["sent_back"],
             "cq_hash": self.queue_files.hash_state(),
+            **self.access.state(),  # nothing while there are no users: the form is unchanged
         }
 
     def index_mark(self) -> list[Any] | None:

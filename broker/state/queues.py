@@ -105,9 +105,14 @@ class QueueFiles:
         return queue_offset
 
     def write_appends(self) -> None:
-        for appends in self._appends.values():
-            appends.cq.append_many(appends.first_offset, appends.units)
-        self._appends.clear()
+        """Write the units gathered by ``append``. Raises OSError (a full disk) with the units
+        not written still gathered: calling it again writes exactly those."""
+        for where in list(self._appends):
+            appends = self._appends[where]
+            written = appends.cq.max_offset - appends.first_offset  # by an earlier, failed call
+            if written < len(appends.units):
+                appends.cq.append_many(appends.first_offset + written, appends.units[written:])
+            del self._appends[where]
 
     def drop_topic(self, topic: str) -> None:
         """A deleted topic's queues go, files and all (and its units of this apply call)."""

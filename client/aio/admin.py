@@ -6,10 +6,12 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from client.aio.access_admin import AccessAdmin
 from client.aio.core import ClientCore
 from client.aio.pull_consumer import committed_offset, fetch, queue_offsets
 from client.aio.routes import PERM_READ
 from client.backoff import Deadline
+from client.credentials import Credentials
 from client.errors import BrokerError, ClientError
 from client.message import ReceivedMessage, received
 from client.queues import MessageQueue
@@ -44,10 +46,17 @@ class QueueProgress:
 class AsyncAdmin:
     def __init__(self, namesrv: str | Sequence[str] | None = None, *, servers: Sequence[str] | None = None,
                  timeout: float = 10.0, address_map: Mapping[str, str] | None = None,
-                 core: ClientCore | None = None, tls: ClientTls | bool | None = None) -> None:
-        self.core = core or ClientCore(namesrv, servers, address_map=address_map, tls=tls)
+                 core: ClientCore | None = None, tls: ClientTls | bool | None = None,
+                 credentials: Credentials | None = None) -> None:
+        self.core = core or ClientCore(namesrv, servers, address_map=address_map, tls=tls,
+                                       credentials=credentials)
         self._own_core = core is None
         self.timeout = timeout
+
+    @property
+    def access(self) -> AccessAdmin:
+        """Users and policies (``client.aio.access_admin``)."""
+        return AccessAdmin(self)
 
     async def close(self) -> None:
         if self._own_core:

@@ -5,7 +5,8 @@ response with the same opaque; ``oneway`` sends without waiting. Requests the br
 sends to us (e.g. NOTIFY_CONSUMER_IDS_CHANGED) go to the ``on_request`` callback. ``ConnectionPool``
 keeps one live connection per address and reconnects on the next use after a drop; given
 a ``ClientTls`` it dials ``wss://`` (and its ``session`` and ``url`` speak https), else
-``ws://`` (``protocol.tls``).
+``ws://`` (``protocol.tls``); given ``credentials`` it authenticates each new connection
+before its first request (``client.aio.auth``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable
 
 import aiohttp
 
+from client.credentials import Credentials
 from client.errors import ConnectionLostError, RequestTimeoutError, TlsError, broker_error
 from protocol.remoting import DEFAULT_MAX_FRAME, Frame, FrameError, ResponseCode, decode_frame
 from protocol.tls import ClientTls, http_url, ws_url
@@ -142,8 +144,9 @@ def tls_hint(error: BaseException, tls: ClientTls | None) -> str:
 
 class ConnectionPool:
     def __init__(self, on_request: Callable[[str, Frame], None] | None = None,
-                 tls: ClientTls | None = None) -> None:
+                 tls: ClientTls | None = None, credentials: Credentials | None = None) -> None:
         self.tls = tls
+        self.credentials = credentials
         self._session: aiohttp.ClientSession | None = None
         self._conns: dict[str, Connection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -168,7 +171,10 @@ class ConnectionPool:
             except (aiohttp.ClientError, OSError, TimeoutError) as e:
                 hint = tls_hint(e, self.tls)
                 raise ConnectionLostError(f"cannot connect to broker {address}: {e}{hint}") from None
-            conn = self._conns[address] = Connection(address, ws, self._on_request)
+            conn = Connection(address, ws, self._on_request)
+            if self.credentials is not None:
+                await _login(conn, self.credentials)
+            self._conns[address] = conn
         for cb in self.on_connect:
             cb(address)
         return conn
@@ -207,3 +213,12 @@ class ConnectionPool:
         return http_url(address, path, self.tls is not None)
 
 
+async def _login(conn: Connection, credentials: Credentials) -> None:
+    """Authenticate ``conn``; closed if that fails."""
+    from client.aio.auth import login  # auth imports this module's Connection
+
+    try:
+        await login(conn, credentials)
+    except BaseException:
+        await conn.close()
+        raise

@@ -2,7 +2,9 @@
 of reaching a group -- writes to its leader, reads from the replica ``read_from`` asks for.
 
 ``leader_request`` follows NOT_LEADER answers at once and retries NO_LEADER, lost
-connections, timeouts and unknown outcomes with backoff until its deadline. Every
+connections, timeouts and unknown outcomes with backoff until its deadline; DISK_FULL
+(the leader answers, but members' disks are full) is retried at the same leader, and is
+what the caller gets at the deadline. Every
 write the client makes is safe to repeat (idempotent sends carry producer id and
 sequence; offsets and topic configs are set, not added), so a retry after an unknown
 outcome never duplicates anything.
@@ -22,7 +24,8 @@ import mmh3
 from client.aio.connection import ConnectionPool
 from client.aio.routes import RouteBook, default_namesrv
 from client.backoff import Deadline, backoff_delays
-from client.errors import BrokerError, ClientError, NotLeaderError, RouteNotFoundError
+from client.credentials import Credentials
+from client.errors import BrokerError, ClientError, DiskFullError, NotLeaderError, RouteNotFoundError
 from protocol.consumer import NotifyConsumersChanged
 from protocol.deferred import CheckTransactionRequest
 from protocol.pull import LeaderlessMark
@@ -48,14 +51,16 @@ class ClientCore:
     def __init__(self, namesrv: str | Sequence[str] | None = None, servers: Sequence[str] | None = None,
                  *, client_id: str | None = None, request_timeout: float = 5.0,
                  route_refresh_s: float = 30.0, address_map: Mapping[str, str] | None = None,
-                 tls: ClientTls | bool | None = None) -> None:
+                 tls: ClientTls | bool | None = None, credentials: Credentials | None = None) -> None:
         """``tls``: a ``ClientTls`` (wss:// and https:// verified against its CA), True (the
-        system's CAs), False (plain), None (``$RAFTMQ_CA_FILE`` & co. decide: ``protocol.tls``)."""
+        system's CAs), False (plain), None (``$RAFTMQ_CA_FILE`` & co. decide: ``protocol.tls``).
+        ``credentials``: the user every new connection authenticates as (ACLs on)."""
         ns = [namesrv] if isinstance(namesrv, str) else list(namesrv or [])
         if not ns and not servers:
             ns = default_namesrv()
         self.client_id = client_id or f"{socket.gethostname()}@{os.getpid()}@{os.urandom(3).hex()}"
-        self.pool = ConnectionPool(on_request=self._on_request, tls=resolve_tls(tls))
+        self.pool = ConnectionPool(on_request=self._on_request, tls=resolve_tls(tls),
+                                   credentials=credentials)
         self.routes = RouteBook(self.pool, ns, list(servers or []), route_refresh_s, address_map)
         self.request_timeout = request_timeout
         self.on_notify: list[Callable[[str], None]] = []
@@ -112,6 +117,8 @@ class ClientCore:
                         continue  # follow at once; repeated redirects back off below
                 else:
                     tried.append(address)
+            except DiskFullError as e:
+                last = e  # the leader answered: ask it again after a pause, not the followers
             except BrokerError as e:
                 if not e.retriable:
                     raise

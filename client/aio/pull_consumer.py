@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from client.aio.core import READ_FROM, ClientCore
 from client.aio.routes import PERM_READ
 from client.backoff import Deadline
+from client.credentials import Credentials
 from client.errors import ClientError
 from client.message import ReceivedMessage, received
 from client.queues import MessageQueue
@@ -106,13 +107,15 @@ class AsyncPullConsumer:
     def __init__(self, namesrv: str | Sequence[str] | None = None, group: str = "DEFAULT_CONSUMER", *,
                  servers: Sequence[str] | None = None, read_from: str = "follower",
                  selector: str | None = None, address_map: Mapping[str, str] | None = None,
-                 core: ClientCore | None = None, tls: ClientTls | bool | None = None) -> None:
+                 core: ClientCore | None = None, tls: ClientTls | bool | None = None,
+                 credentials: Credentials | None = None) -> None:
         if read_from not in READ_FROM:
             raise ValueError(f"read_from must be one of {READ_FROM}, got {read_from!r}")
         self.group = group
         self.read_from = read_from
         self.selector = parse_tags(selector)
-        self.core = core or ClientCore(namesrv, servers, address_map=address_map, tls=tls)
+        self.core = core or ClientCore(namesrv, servers, address_map=address_map, tls=tls,
+                                       credentials=credentials)
         self._own_core = core is None
         self._positions: dict[MessageQueue, int] = {}
         self._turn = 0

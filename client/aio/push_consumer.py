@@ -44,6 +44,7 @@ from client.aio.core import READ_FROM, ClientCore
 from client.aio.pull_consumer import commit_offset, committed_offset, fetch, queue_offsets
 from client.aio.routes import PERM_READ, TopicRoute
 from client.backoff import Deadline
+from client.credentials import Credentials
 from client.errors import ClientError, RouteNotFoundError, TopicNotExistError
 from client.message import ConsumeStatus, ReceivedMessage
 from client.queues import MessageQueue
@@ -111,7 +112,8 @@ class AsyncPushConsumer:
                  sql: str | None = None, max_reconsume_times: int = 16,
                  offset_store_dir: str | os.PathLike[str] | None = None,
                  address_map: Mapping[str, str] | None = None,
-                 core: ClientCore | None = None, tls: ClientTls | bool | None = None) -> None:
+                 core: ClientCore | None = None, tls: ClientTls | bool | None = None,
+                 credentials: Credentials | None = None) -> None:
         if not topic:
             raise ValueError("give the topic to consume: topic='orders'")
         if model not in ("clustering", "broadcasting"):
@@ -139,7 +141,8 @@ class AsyncPushConsumer:
         self.heartbeat_interval, self.pull_batch = heartbeat_interval, pull_batch
         self.max_cached_messages, self.max_cached_bytes = max_cached_messages, max_cached_bytes
         self.suspend_s, self.long_poll_s = suspend_s, long_poll_s
-        self.core = core or ClientCore(namesrv, servers, address_map=address_map, tls=tls)
+        self.core = core or ClientCore(namesrv, servers, address_map=address_map, tls=tls,
+                                       credentials=credentials)
         self._own_core = core is None
         self._listener: Listener | None = None
         self._pool = ThreadPoolExecutor(consume_threads, thread_name_prefix=f"consume-{group}")

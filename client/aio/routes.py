@@ -31,7 +31,15 @@ import msgspec
 import yarl
 
 from client.aio.connection import ConnectionPool, certificate_refused, tls_hint
-from client.errors import ClientError, RouteNotFoundError, TlsError, TopicNotExistError
+from client.errors import (
+    AuthFailedError,
+    BrokerError,
+    ClientError,
+    RouteNotFoundError,
+    TlsError,
+    TopicNotExistError,
+    broker_error,
+)
 from client.queues import MessageQueue
 from protocol.remoting import FrameError, ResponseCode
 from protocol.tls import http_url
@@ -176,6 +184,7 @@ class RouteBook:
         errors: list[str] = []
         answers: list[TopicRouteData] = []
         missing = 0
+        refused: BrokerError | None = None  # a user without the right: not worth retrying
         need = len(self._servers) // 2 + 1
         # the group's members as last answered too: members added since the client started
         # (raftmq replica add) keep it routed after the ones it was given are removed
@@ -190,10 +199,14 @@ class RouteBook:
                     raise  # a refused certificate: the same on every replica and every retry
                 except ClientError as e:
                     errors.append(str(e))
+                    if isinstance(e, AuthFailedError):
+                        refused = e
                     continue
                 if reply.code != ResponseCode.SUCCESS:
                     errors.append(f"{reply.remark}")
                     missing += reply.code == ResponseCode.TOPIC_NOT_EXIST
+                    if reply.code in (ResponseCode.AUTH_FAILED, ResponseCode.NO_PERMISSION):
+                        refused = broker_error(reply.code, reply.remark)
                     continue
                 try:
                     answers.append(RouteResponse.from_frame(reply).route)
@@ -214,6 +227,8 @@ class RouteBook:
             raise TopicNotExistError(ResponseCode.TOPIC_NOT_EXIST,
                                      f"topic {topic!r} does not exist; create it with "
                                      "`raftmq topic create` (auto-create is off)")
+        if best is None and refused is not None:
+            raise refused
         if best is None:
             raise RouteNotFoundError(f"no route for topic {topic!r}: {'; '.join(errors)}")
         return _route(best)

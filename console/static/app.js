@@ -1,5 +1,6 @@
-// The RaftMQ console page: hash routes (#/cluster, #/topics, #/groups, #/messages, #/dlq),
-// each page a render function over the console's JSON API (console/web.py).
+// The RaftMQ console page: hash routes (#/cluster, #/topics, #/groups, #/messages, #/dlq,
+// #/login), each page a render function over the console's JSON API (console/web.py).
+// A 401 from the API (a cluster with ACLs on, no user signed in) leads to the login page.
 // Pages that show live state re-render their data on a timer; forms are left alone.
 "use strict";
 
@@ -21,8 +22,38 @@ async function api(path, body) {
                                            body: JSON.stringify(body) };
   const resp = await fetch(path, init);
   const doc = await resp.json().catch(() => ({}));
+  if (resp.status === 401 && doc.login && location.hash !== "#/login") {
+    sessionStorage.setItem("after-login", location.hash || "#/cluster");
+    location.hash = "#/login";
+  }
   if (!resp.ok) throw new Error(doc.error || `${resp.status} ${resp.statusText}`);
   return doc;
+}
+
+// -- sign in ----------------------------------------------------------------------------
+async function showUser() {
+  const who = await api("/api/whoami").catch(() => ({ user: null }));
+  const box = document.getElementById("who");
+  box.replaceChildren(who.user ? h("span", {}, `signed in as ${who.user} `,
+    h("button", { id: "logout", onclick: async () => { await api("/api/logout", {}); location.hash = "#/login"; } },
+      "Sign out")) : h("a", { href: "#/login", id: "login-link" }, "Sign in"));
+}
+
+function renderLogin() {
+  const user = h("input", { id: "login-user", autocomplete: "username" });
+  const password = h("input", { id: "login-password", type: "password", autocomplete: "current-password" });
+  page.append(h("h2", {}, "Sign in"), h("section", { class: "card" },
+    h("p", { class: "muted" }, "This cluster checks users and ACLs: the console acts with your rights."),
+    h("form", { class: "inline", id: "login-form", onsubmit: async (e) => {
+      e.preventDefault();
+      const ok = await act((r) => `signed in as ${r.user}`, () =>
+        api("/api/login", { user: user.value, password: password.value }));
+      if (ok) {
+        await showUser();
+        location.hash = sessionStorage.getItem("after-login") || "#/cluster";
+      }
+    } }, h("label", {}, "user", user), h("label", {}, "password", password),
+      h("button", { class: "primary", id: "login-submit" }, "Sign in"))));
 }
 
 function notice(text, error) {
@@ -104,7 +135,9 @@ function groupCard(g) {
   const headers = [["node"], ["address"], ["role"], ["term", "num"], ["commit", "num"], ["applied", "num"],
                    ["replication lag", "num"], ["disk free", "num"], ["version"], ["uptime", "num"], ["health"]];
   const rows = g.replicas.map((r) => [r.node, r.address, h("span", { class: `role-${r.role}` }, r.role),
-    r.term ?? "–", r.commit_index ?? "–", r.applied_index ?? "–", r.lag ?? "–", bytes(r.free_bytes),
+    r.term ?? "–", r.commit_index ?? "–", r.applied_index ?? "–", r.lag ?? "–",
+    r.disk_full ? h("span", { class: "bad", title: "disk full: stores nothing, does not lead" },
+                    `${bytes(r.free_bytes)} full`) : bytes(r.free_bytes),
     r.version ?? "–", duration(r.uptime_s),
     r.role === "down" ? h("span", { class: "bad" }, "down") :
       r.healthy ? h("span", { class: "ok" }, "ok") : h("span", { class: "bad" }, "unhealthy")]);
@@ -312,7 +345,7 @@ function renderDlq() {
 
 // -- routing --------------------------------------------------------------------------
 const PAGES = { cluster: renderCluster, topics: renderTopics, groups: renderGroups, messages: renderMessages,
-                dlq: renderDlq };
+                dlq: renderDlq, login: renderLogin };
 
 function route() {
   clearInterval(timer);
@@ -325,3 +358,4 @@ function route() {
 
 window.addEventListener("hashchange", route);
 route();
+showUser();

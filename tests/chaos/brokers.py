@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from dledger.config import MAX_ENTRY_BYTES
+from raftmq.cluster_http import ClusterHttp
+from raftmq.local_acl import acl_broker_options, local_credentials
 from raftmq.local_group import LocalGroup, free_port
 from tests.chaos.toxi import Link, Stream, Toxi
 
@@ -65,20 +67,27 @@ class ChaosBrokers:
     and added to the group (``start_learner``, ``retire``)."""
 
     def __init__(self, base: Path, toxi: Toxi, raft: dict[str, Any] | None = None,
-                 spare: int = 0, entry: str = "broker", tls: bool = False) -> None:
+                 spare: int = 0, entry: str = "broker", tls: bool = False, acl: bool = False) -> None:
         """``raft``: settings over the default (4 MiB segments, no retention), e.g. RETENTION;
         ``entry``: the module the nodes run (the self-test's broken build); ``tls``: TLS on
-        the client ports (``client_tls`` is what clients are given)."""
+        the client ports (``client_tls`` is what clients are given); ``acl``: users and ACLs
+        on, a super user in ``credentials`` (``raftmq.local_acl``)."""
         self.base = base
         self.toxi = toxi
         raft = {"segment_bytes": SEGMENT_BYTES, **(raft or {})}
         self.segment_bytes = int(raft["segment_bytes"])
         self.retention = "retention_bytes" in raft
+        base.mkdir(parents=True, exist_ok=True)
+        access = acl_broker_options(base) if acl else {}
+        #: the super user's (None: no ACLs): the workload's admin, the monitor, the verifier's reads
+        self.credentials = local_credentials(base)
         self.group = LocalGroup(base, 3, module="broker", group=BROKER_GROUP, raft=raft,
-                                broker={"index_slots": 4096, "index_entries": 65536}, entry=entry,
+                                broker={"index_slots": 4096, "index_entries": 65536, **access}, entry=entry,
                                 tls=tls)
         #: the clients' ``tls=`` (False: plain, whatever the environment says)
         self.client_tls = self.group.client_tls or False
+        #: the harness's own HTTP reads (https with TLS; ``/admin/...`` as the super user with ACLs)
+        self.http = ClusterHttp.with_tls(self.group.client_tls, self.credentials)
         self.nodes = self.group.nodes
         #: the current members: what converge, the verifier and the watchers look at
         self.names = list(self.nodes)

@@ -33,6 +33,7 @@ import aiohttp
 import msgpack
 
 from broker.consume_queue_layout import UNIT_SIZE
+from client.credentials import Credentials
 from client.message import decode_received
 from client.queues import MessageQueue
 from protocol.remoting import RequestCode, ResponseCode
@@ -52,12 +53,15 @@ FAILOVER_LIMIT_S = 30.0
 CATCH_UP_LIMIT_S = 30.0
 
 
-async def _read_queues(address: str, queues: int, tls: ClientTls | None) -> list[Stored]:
+async def _read_queues(address: str, queues: int, tls: ClientTls | None,
+                       credentials: Credentials | None = None) -> list[Stored]:
     rows: list[Stored] = []
     connector = aiohttp.TCPConnector(ssl=tls.context() if tls else True)
     async with aiohttp.ClientSession(connector=connector) as session:
         client = await FrameClient.connect(session, address, tls=tls is not None)
         try:
+            if credentials is not None:
+                await client.login(credentials.user, credentials.password)
             for qid in range(queues):
                 name = MessageQueue(TOPIC, BROKER_GROUP, qid)
                 offset = 0
@@ -97,7 +101,8 @@ def consume_queue_units(directory: Path) -> dict[int, bytes]:
 
 def read_replica(brokers: ChaosBrokers, name: str, queues: int) -> list[Stored]:
     """Every message of every queue of ``TOPIC`` as node ``name`` stores it (direct link)."""
-    return asyncio.run(_read_queues(brokers.nodes[name].http, queues, brokers.group.client_tls))
+    return asyncio.run(_read_queues(brokers.nodes[name].http, queues, brokers.group.client_tls,
+                                    brokers.credentials))
 
 
 class Scenario:
@@ -255,7 +260,7 @@ class Scenario:
 
     def _offsets_of(self, name: str) -> dict[str, int]:
         b = self.brokers
-        doc = b.group.http.get(b.nodes[name].http, f"/admin/groups/{quote(CONSUMER_GROUP, safe='')}/offsets")
+        doc = b.http.get(b.nodes[name].http, f"/admin/groups/{quote(CONSUMER_GROUP, safe='')}/offsets")
         return {str(MessageQueue(r["topic"], BROKER_GROUP, int(r["queue"]))): int(r["committed"])
                 for r in doc["queues"]}
 

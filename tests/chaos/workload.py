@@ -32,19 +32,38 @@ from urllib.parse import quote
 import aiohttp
 
 from client.aio import AsyncAdmin, AsyncProducer, AsyncPushConsumer
-from client.errors import ClientError, SequenceGapError
+from client.aio.auth import admin_token
+from client.credentials import Credentials
+from client.errors import AuthFailedError, ClientError, SequenceGapError
 from client.message import ConsumeStatus, Message, ReceivedMessage
 from client.queues import MessageQueue
 from tests.chaos.brokers import BROKER_GROUP, ChaosBrokers
 from tests.support.message_history import MessageHistory
 
-__all__ = ["CONSUMER_GROUP", "TOPIC", "OrderedWorkload"]
+__all__ = ["APP", "CONSUMER_GROUP", "TOPIC", "OrderedWorkload"]
 
 
 TOPIC = "orders"
 #: With '-' and a start that reads as a percent escape ("%ac"): the shape of issue 12's lost retries.
 CONSUMER_GROUP = "acc-chaos-consumer"
 T = TypeVar("T")
+#: With ACLs on, the producer and the consumer are this plain user, with only these rights.
+APP = Credentials("chaos-app", "chaos-app-password")
+APP_GRANTS = (("topic:orders", ["pub", "sub", "get"]), (f"group:{CONSUMER_GROUP}", ["sub"]),
+              ("group:chaos-producer", ["pub"]))
+
+
+async def _until_authenticated(admin: AsyncAdmin, timeout: float = 20.0) -> None:
+    """The leader adds the bootstrap super user within a second of its election."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            await admin.topics()
+            return
+        except AuthFailedError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
 
 
 class OrderedWorkload:
@@ -72,6 +91,7 @@ class OrderedWorkload:
         self._monitor: asyncio.Task[None] | None = None
         self._producer: AsyncProducer | None = None
         self._consumer: AsyncPushConsumer | None = None
+        self._token: str | None = None  # the offsets monitor's admin token (ACLs on)
 
     # -- lifecycle (test thread) ------------------------------------------------------
     def start(self, timeout: float = 30.0) -> OrderedWorkload:
@@ -159,12 +179,19 @@ class OrderedWorkload:
     async def _start(self) -> None:
         b = self.brokers
         async with AsyncAdmin(servers=b.servers, address_map=b.address_map, timeout=20.0,
-                              tls=b.client_tls) as admin:
+                              tls=b.client_tls, credentials=b.credentials) as admin:
+            if b.credentials is not None:
+                await _until_authenticated(admin)
             await admin.create_topic(TOPIC, queues=self.queues)
+            if b.credentials is not None:  # ACLs on: the producer and consumer are a plain user
+                await admin.access.put_user(APP.user, APP.password)
+                for resource, actions in APP_GRANTS:
+                    await admin.access.grant(APP.user, resource, actions)
         self._monitor = asyncio.create_task(self._watch())
         await self._start_consumer()
         self._producer = AsyncProducer(servers=b.servers, address_map=b.address_map, tls=b.client_tls,
-                                       group="chaos-producer", send_timeout=self.send_timeout)
+                                       group="chaos-producer", send_timeout=self.send_timeout,
+                                       credentials=self._app)
         self._sending.set()
         self._senders = [asyncio.create_task(self._send_key(k)) for k in self.keys]
 
@@ -192,6 +219,7 @@ class OrderedWorkload:
         who = f"c{self.consumers_started}"
         consumer = AsyncPushConsumer(
             servers=b.servers, address_map=b.address_map, tls=b.client_tls, group=CONSUMER_GROUP, topic=TOPIC,
+            credentials=self._app,
             orderly=True, from_where="first", read_from=self.read_from, commit_interval=0.5,
             heartbeat_interval=2.0, rebalance_interval=5.0, long_poll_s=1.0, suspend_s=0.2,
             consume_threads=4, offset_store_dir=self.work_dir / "offsets")
@@ -246,6 +274,11 @@ class OrderedWorkload:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._monitor
 
+    @property
+    def _app(self) -> Credentials | None:
+        """Who the producer and the consumer are (None: no ACLs)."""
+        return None if self.brokers.credentials is None else APP
+
     async def _watch(self) -> None:
         timeout = aiohttp.ClientTimeout(total=1.0)
         tls = self.brokers.client_tls
@@ -253,7 +286,8 @@ class OrderedWorkload:
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
             while True:
                 for name in self.brokers.names:
-                    with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError, KeyError):
+                    with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError, KeyError,
+                                             ClientError):
                         await self._watch_node(session, name)
                 await asyncio.sleep(0.3)
 
@@ -263,7 +297,10 @@ class OrderedWorkload:
         if not b.alive(name):
             return
         offsets_url = b.group.url(name, f"/admin/groups/{quote(CONSUMER_GROUP, safe='')}/offsets")
-        async with session.get(offsets_url) as resp:
+        if b.credentials is not None and self._token is None:  # one token serves every replica
+            self._token = await admin_token(session, b.group.url(name, ""), b.credentials)
+        headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+        async with session.get(offsets_url, headers=headers) as resp:
             doc = await resp.json()
         async with session.get(b.group.url(name, "/status")) as resp:
             status = await resp.json()

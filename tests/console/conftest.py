@@ -5,6 +5,7 @@ process is stopped by its PID (the cluster by ``raftmq cluster down``), even on 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -44,10 +45,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
         raftmq("cluster", "down", "--dir", str(d))
 
 
-@pytest.fixture(scope="module")
-def console(cluster: dict[str, Any]) -> Iterator[str]:
-    """The console's base URL (its own process, on a free port)."""
-    proc = subprocess.Popen([sys.executable, "-m", "raftmq", "console", "--namesrv", cluster["namesrv"],
+@contextlib.contextmanager
+def console_process(namesrv: str) -> Iterator[str]:
+    """A console of the cluster at ``namesrv`` in its own process on a free port: its base URL."""
+    proc = subprocess.Popen([sys.executable, "-m", "raftmq", "console", "--namesrv", namesrv,
                              "--listen", "127.0.0.1:0", "--sample-interval", "0.5"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -56,6 +57,13 @@ def console(cluster: dict[str, Any]) -> Iterator[str]:
         yield line.split()[2].rstrip("/")
     finally:
         stop_popen(proc)
+
+
+@pytest.fixture(scope="module")
+def console(cluster: dict[str, Any]) -> Iterator[str]:
+    """The console's base URL (its own process, on a free port)."""
+    with console_process(cluster["namesrv"]) as base:
+        yield base
 
 
 @pytest.fixture(scope="module")

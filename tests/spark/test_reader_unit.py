@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pytest
 
+from client.credentials import Credentials
 from protocol.pull import PullRow
 from spark.arrow import ARROW_SCHEMA, to_record_batch
 from spark.errors import DataLossError, RangeMismatchError, ReadError, ReplicaUnavailableError
@@ -54,6 +55,19 @@ def test_options_defaults_and_checks() -> None:
                       ({"topic": "x", "servers": "a:1", "startingOffsets": "soon"}, "startingOffsets")]:
         with pytest.raises(OptionError, match=what):
             parse_options(bad)
+
+
+def test_credentials_options(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    o = parse_options({"servers": "a:1", "topic": "x", "user": "reader", "password": "pw"})
+    assert o.credentials() == Credentials("reader", "pw")
+    assert o.client_args()["credentials"] == o.credentials()
+    assert "pw" not in repr(o)
+    (tmp_path / "creds").write_text("reader2\npw2\n")
+    assert parse_options({"servers": "a:1", "topic": "x", "credentialsFile": str(tmp_path / "creds")}
+                         ).credentials() == Credentials("reader2", "pw2")
+    assert parse_options({"servers": "a:1", "topic": "x"}).credentials() is None
+    with pytest.raises(OptionError, match="together"):
+        parse_options({"servers": "a:1", "topic": "x", "user": "reader"})
 
 
 def test_offset_specs() -> None:

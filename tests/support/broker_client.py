@@ -11,7 +11,7 @@ from typing import Any
 
 import aiohttp
 
-from protocol.remoting import Frame, decode_frame
+from protocol.remoting import Frame, RequestCode, ResponseCode, decode_frame
 from protocol.tls import ws_url
 
 __all__ = ["FrameClient"]
@@ -52,6 +52,20 @@ class FrameClient:
         fut = self.waiting[key] = asyncio.get_running_loop().create_future()
         await self.ws.send_bytes(data)
         return await asyncio.wait_for(fut, timeout)
+
+    async def login(self, user: str, password: str) -> tuple[str, str, Frame]:
+        """A SCRAM-SHA-256 exchange by hand (brokers with ACLs on): (client-first,
+        client-final, the AUTH_FINISH answer) -- a test may replay or break them."""
+        import scramp
+
+        client = scramp.ScramClient(["SCRAM-SHA-256"], user, password)
+        first = client.get_client_first()
+        r1 = await self.call(RequestCode.AUTH_START, {"mechanism": "SCRAM-SHA-256", "message": first})
+        if r1.code != ResponseCode.SUCCESS:
+            return first, "", r1
+        client.set_server_first(str(r1.ext["message"]))
+        final = client.get_client_final()
+        return first, final, await self.call(RequestCode.AUTH_FINISH, {"message": final})
 
     async def close(self) -> None:
         self.reader.cancel()

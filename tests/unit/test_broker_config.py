@@ -60,3 +60,19 @@ def test_sections_are_known(tmp_path: Path) -> None:
     write(tmp_path, 'raft = 3\n' + GROUP + '[broker]\nlisten = "127.0.0.1:1"\n')
     with pytest.raises(ConfigError, match=r"raft must be a section"):
         load_group_config(path, other_sections=["broker"])
+
+
+def test_acl_settings_are_checked(tmp_path: Path) -> None:
+    assert not read_broker_section(write(tmp_path, '[broker]\nlisten = "127.0.0.1:1"\n')).acl
+    path = write(tmp_path, '[broker]\nlisten = "127.0.0.1:1"\nacl = true\nacl_token_ttl_s = 30\n')
+    assert read_broker_section(path).server_options() == {"max_message_bytes": MAX_MESSAGE_BYTES, "acl": True,
+                                                          "acl_token_ttl_s": 30}
+    for bad, why in (('acl_bootstrap_file = "missing.scram"', "acl_bootstrap_file"),
+                     ("acl_token_ttl_s = 0", "acl_token_ttl_s")):
+        write(tmp_path, f'[broker]\nlisten = "127.0.0.1:1"\nacl = true\n{bad}\n')
+        with pytest.raises(ConfigError, match=why):
+            read_broker_section(path)
+    (tmp_path / "bad.scram").write_text('{"user": "admin"}')
+    write(tmp_path, '[broker]\nlisten = "127.0.0.1:1"\nacl_bootstrap_file = "bad.scram"\n')
+    with pytest.raises(ConfigError, match="not a super user record"):
+        read_broker_section(path)

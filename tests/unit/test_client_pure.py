@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import random
 from collections.abc import Iterator
@@ -12,10 +13,13 @@ from hypothesis import strategies as st
 
 import protocol.tags
 from client import tag_filter
+from client.aio.core import ClientCore
 from client.backoff import Deadline, backoff_delays
+from client.errors import DiskFullError
 from client.queues import MessageQueue, shard_queue
 from client.rebalance import STRATEGIES, allocate_averagely, allocate_by_circle
 from client.tag_filter import SubscriptionError, TagSelector, parse_tags
+from protocol.remoting import ResponseCode
 
 # Eight queues over two groups, given out of order on purpose.
 QUEUES = [MessageQueue("t", f"g{i // 4}", i % 4) for i in (5, 2, 7, 0, 3, 6, 1, 4)]
@@ -301,3 +305,25 @@ def test_backoff_delays_stay_in_band(
 def test_backoff_rejects_bad_arguments(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         backoff_delays(**kwargs)  # type: ignore[arg-type]
+
+
+# --- a write the leader answers DISK_FULL ---------------------------------------------
+def test_disk_full_is_asked_of_the_leader_again_and_is_what_the_caller_gets() -> None:
+    """The leader answered: asking its followers would only earn NOT_LEADER redirects, and
+    the caller would be told NOT_LEADER instead of why the write was not stored."""
+    asked: list[str] = []
+
+    async def request(address: str, request: object, timeout: float) -> object:
+        asked.append(address)
+        raise DiskFullError(ResponseCode.DISK_FULL, "replicas n2, n3 of group g1 cannot store entries",
+                            address)
+
+    async def run() -> None:
+        core = ClientCore(servers=["leader:1"])
+        core.routes.leader_candidates = lambda group: ["leader:1", "follower:2"]  # type: ignore[method-assign]
+        core.pool.request = request  # type: ignore[method-assign]
+        with pytest.raises(DiskFullError, match="n2, n3"):
+            await core.leader_request("g1", object(), deadline=Deadline(0.4))  # type: ignore[arg-type]
+
+    asyncio.run(run())
+    assert len(asked) >= 2 and set(asked) == {"leader:1"}

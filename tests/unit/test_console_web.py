@@ -7,7 +7,7 @@ import asyncio
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from console.web import Console
+from console.web import Console, _replica_row
 
 
 def test_page_assets_session_and_bad_requests() -> None:
@@ -29,3 +29,12 @@ def test_page_assets_session_and_bad_requests() -> None:
             assert down.status == 400 and "no name server answers" in (await down.json())["error"]
 
     asyncio.run(main())
+
+
+def test_a_replica_row_carries_the_disk_full_flag() -> None:
+    status = {"role": "follower", "term": 3, "commit_index": 9, "last_index": 9, "started_at": 0.0,
+              "disk": {"free_bytes": 0, "commitlog_bytes": 4096, "full": True}}
+    row = _replica_row("n2", "127.0.0.1:1", status, now=10.0)
+    assert row["disk_full"] is True and row["free_bytes"] == 0
+    roomy = _replica_row("n2", "127.0.0.1:1", {**status, "disk": {"free_bytes": 1}}, 10.0)
+    assert roomy["disk_full"] is False

@@ -34,6 +34,7 @@ from broker.index_file import IndexFile
 from broker.index_layout import key_hash
 from broker.snapshot import Snapshot, cq_hash_prefix, cq_hash_step
 from dledger.entry_format import EntryKind, decode_entry, encode_blank, encode_entry
+from dledger.hard_state import HardState, decode_slot, encode_slot
 from dledger.log_start import DumpEntry, StateRef, decode_log_start, encode_log_start
 from dledger.membership import MEMBERSHIP_PREFIX, Change, Member, decode_change, encode_change
 from protocol.message_format import decode_message, pack_message
@@ -147,6 +148,12 @@ def test_index_file(tmp_path: Path) -> None:
     check("index_file", (tmp_path / "idx").read_bytes())
 
 
+def test_hard_state_slot() -> None:
+    slot = encode_slot(7, HardState(term=12, voted_for="10.0.0.12:20001", commit=4096))
+    check("hard_state", slot)
+    assert decode_slot(slot) == (7, HardState(12, "10.0.0.12:20001", 4096))
+
+
 def test_snapshot_log_start_and_membership_change() -> None:
     state = {"topics": {"orders": [8, 6]}, "queues": {"orders": {3: 12}},
              "offsets": {"g-1": {"orders": {3: 10}}}, "producers": {}, "timers": {4096: [310, STORE_MS]},
@@ -177,7 +184,7 @@ def test_every_sample_is_used() -> None:
                 "wire_send_batch", "wire_send_batch_answer", "wire_pull", "wire_pull_answer",
                 "wire_not_leader",
                 "entry_batch", "cq_unit", "hashes", "index_file", "snapshot", "membership_change",
-                "log_start", "log_start_v2"}
+                "log_start", "log_start_v2", "hard_state"}
     expected |= {f"admin_{n}" for n in ("CreateTopic", "DeleteTopic", "CommitOffset", "RollbackHalf",
                                          "CheckHalf", "LockQueue")}
     if WRITE:

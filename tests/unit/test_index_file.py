@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.index_file import IndexFile
+from broker.index_file import RESERVE_ENTRIES, IndexFile
 from broker.index_layout import (
     DEFAULT_INDEX_NUM,
     DEFAULT_SLOT_NUM,
@@ -28,6 +31,7 @@ from broker.index_layout import (
     key_hash,
 )
 from broker.index_service import IndexService
+from tests.support.tmpfs import require_mount, tmpfs
 
 T0 = 1_700_000_000_000  # a store time in ms
 COLLIDING = ("k15599", "k97211")  # different keys, same 31-bit hash
@@ -412,3 +416,58 @@ def test_an_idle_index_is_small_and_files_grow_with_the_load(tmp_path: Path) -> 
     again = IndexService(tmp_path / "small", slot_num=64, index_num=256)  # reopened by their grades
     assert again.query("x59", 0, BIG, 5) == [59]
     again.close()
+
+
+def test_a_put_allocates_the_pages_it_will_store_into_first(tmp_path: Path) -> None:
+    """Header, slots and the entries ahead are allocated before a put stores into the
+    mapping (``RESERVE_ENTRIES``); a file nobody put to stays sparse."""
+    slots, entries = 4096, 1 << 17
+    f = IndexFile.create(tmp_path / "idx", slots, entries)
+    try:
+        sparse = os.stat(f.path).st_blocks * 512
+        f.put("order-1", 0, T0)
+        allocated = os.stat(f.path).st_blocks * 512
+        reserved = HEADER_SIZE + slots * SLOT_SIZE + (RESERVE_ENTRIES + 2) * ENTRY_SIZE
+        assert sparse < 64 << 10 and allocated >= reserved
+        assert allocated < index_file_size(slots, entries) // 2  # not the whole file at once
+    finally:
+        f.close()
+
+
+_FILL_THEN_PUT = """
+import errno, sys
+from pathlib import Path
+from broker.index_file import IndexFile
+disk = Path(sys.argv[1])
+f = IndexFile.create(disk / "idx", 1024, 200_000)  # 4 MB apparent, sparse
+filler = open(disk / "filler", "wb")
+try:
+    while True:
+        filler.write(bytes(64 << 10)); filler.flush()
+except OSError:
+    pass
+try:
+    for i in range(200_000):
+        f.put(f"key-{i}", i * 64, 1_700_000_000_000)
+except OSError as e:
+    print("refused", errno.errorcode[e.errno], f.header().index_count, flush=True)
+filler.close()
+(disk / "filler").unlink()
+f.put("after-room", 1 << 30, 1_700_000_000_000)
+print("put after room", f.header().index_count)
+"""
+
+
+def test_a_full_disk_refuses_a_put_instead_of_ending_the_process(tmp_path: Path) -> None:
+    """On a full tmpfs, a store into an unallocated page of the mapping ends the process with
+    SIGBUS: run in a child process, a put must instead raise ENOSPC having written nothing,
+    and succeed once there is room."""
+    require_mount()
+    with tmpfs(tmp_path / "disk", 1 << 20) as disk:
+        done = subprocess.run([sys.executable, "-c", _FILL_THEN_PUT, str(disk.path)], capture_output=True,
+                              text=True, timeout=60, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert done.returncode == 0, f"the child died (signal {-done.returncode}): {done.stderr[-2000:]}"
+    refused, after = done.stdout.splitlines()
+    assert refused.startswith("refused ENOSPC ")
+    count = int(refused.split()[-1])
+    assert after == f"put after room {count + 1}"

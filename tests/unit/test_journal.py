@@ -8,16 +8,17 @@ where they are expected to fail: that shows the test detects the defect.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import pytest
 from pysyncobj.journal import MemoryJournal
 
 from dledger.commitlog import CommitLog
 from dledger.entry_format import EntryKind
-from dledger.journal import CommittedEntryConflict, RaftJournal
+from dledger.hard_state import HardStateFile
+from dledger.journal import CommittedEntryConflict, EntryNotStored, RaftJournal
 from dledger.raft_codec import decode_command, encode_command, encode_payload_command
 
 NOOP = b"\x01"
@@ -132,8 +133,8 @@ def test_term_and_vote_survive_reopen(tmp_path: Path) -> None:
     j.setCurrentTerm(5, "127.0.0.1:1234")
     j.commitlog.flush()
     j.commitlog.close()
-    state = msgpack.unpackb((tmp_path / "state").read_bytes())
-    assert state["term"] == 5 and state["voted_for"] == "127.0.0.1:1234"
+    state = HardStateFile(tmp_path / "state").state
+    assert state.term == 5 and state.voted_for == "127.0.0.1:1234"
     j2 = make_journal(tmp_path)
     assert j2.getCurrentTerm() == 5
     assert j2.getVotedForNodeId() == "127.0.0.1:1234"
@@ -167,3 +168,42 @@ def test_command_round_trip() -> None:
         assert decode_command(encode_command(kind, body)) == (kind, body)
     assert decode_command(cmd(9)) == (EntryKind.DATA, b"payload-9")
     assert decode_command(NOOP) == (EntryKind.NOOP, b"")
+
+
+def test_an_entry_the_disk_cannot_take_is_not_appended_and_is_reported(tmp_path: Path) -> None:
+    """A full disk: nothing of the entry is held, the disk flag is up, the node is told which
+    command it was (the very object pysyncobj passed), and the next try after room came
+    back appends it at the same index."""
+    j = make_journal(tmp_path)
+    fill(j, 3, term=1)
+    append = j.commitlog.append
+    told: list[bytes] = []
+    j.on_not_stored = told.append
+
+    def no_space(*args: object) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    j.commitlog.append = no_space  # type: ignore[method-assign]
+    j.disk.measure_free = lambda: 0
+    command = cmd(4)
+    with pytest.raises(EntryNotStored) as refused:
+        j.add(command, 4, 1)
+    assert refused.value.index == 4 and told and told[0] is command
+    assert indexes(j) == [1, 2, 3] and j.confirmed_index == 3
+    assert j.disk.full and "entry 4" in (j.disk.reason or "")
+    j.commitlog.append = append  # type: ignore[method-assign]
+    j.add(command, 4, 1)
+    assert indexes(j) == [1, 2, 3, 4]
+
+
+def test_another_append_error_is_raised_as_it_is(tmp_path: Path) -> None:
+    j = make_journal(tmp_path)
+    fill(j, 2, term=1)
+
+    def broken(*args: object) -> int:
+        raise OSError(errno.EIO, "Input/output error")
+
+    j.commitlog.append = broken  # type: ignore[method-assign]
+    with pytest.raises(OSError, match="Input/output"):
+        j.add(cmd(3), 3, 1)
+    assert not j.disk.full

@@ -96,3 +96,14 @@ def test_the_verdict_on_any_bytes_is_the_first_decoders(m: Message, changes: lis
     except MessageFormatError:
         got = None
     assert got == expected
+
+
+def test_peek_topic_reads_the_topic_without_decoding_the_rest() -> None:
+    from protocol.message_format import peek_topic
+
+    for topic in ("t", "x" * 31, "y" * 32, "%RETRY%" + "g" * 255):
+        data = encode_message(Message(topic, b"body" * 1000))
+        assert peek_topic(data) == topic
+        assert peek_topic(data[:30 + len(topic)]) == topic  # only the head is read
+    assert peek_topic(b"") is None and peek_topic(b"\x9e\x01garbage") is None
+    assert peek_topic(msgpack.packb([1, b"\x00" * 16, "via-msgpack"] + [0] * 11)) == "via-msgpack"

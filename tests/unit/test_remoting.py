@@ -143,9 +143,14 @@ def test_code_values_are_fixed() -> None:
         "RESET_OFFSET": 22, "HEARTBEAT": 30, "UNREGISTER_CLIENT": 31, "GET_CONSUMER_LIST": 32,
         "CONSUMER_SEND_MSG_BACK": 33, "LOCK_BATCH_MQ": 34, "UNLOCK_BATCH_MQ": 35,
         "GET_ROUTE": 40, "CREATE_TOPIC": 50, "DELETE_TOPIC": 51, "GET_TOPICS": 52,
-        "END_TRANSACTION": 60, "CHECK_TRANSACTION": 61, "NOTIFY_CONSUMER_IDS_CHANGED": 62}
-    assert [c.value for c in ResponseCode] == list(range(20))
+        "END_TRANSACTION": 60, "CHECK_TRANSACTION": 61, "NOTIFY_CONSUMER_IDS_CHANGED": 62,
+        "AUTH_START": 70, "AUTH_FINISH": 71, "PUT_USER": 72, "DELETE_USER": 73, "LIST_USERS": 74,
+        "GRANT": 75, "REVOKE": 76, "LIST_POLICIES": 77}
+    assert [c.value for c in ResponseCode] == list(range(22))
+    assert ResponseCode.AUTH_FAILED == 20 and not ResponseCode.AUTH_FAILED.retriable
+    assert not ResponseCode.NO_PERMISSION.retriable
     assert ResponseCode.SUCCESS == 0 and ResponseCode.SUBSCRIPTION_INVALID == 19
+    assert ResponseCode.DISK_FULL == 21 and ResponseCode.DISK_FULL.retriable
     assert ResponseCode(8) is ResponseCode.NOT_LEADER
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +18,7 @@ from dledger.config import (
     GroupConfig,
 )
 from dledger.entry_format import EntryKind
-from dledger.errors import EntryTooLarge, NotLeader
+from dledger.errors import DiskFull, EntryTooLarge, NotLeader
 from dledger.raft_codec import encode_payload_command
 from dledger.replicated_log import ReplicatedLog
 from raftmq.local_group import free_port
@@ -144,3 +146,108 @@ def test_address_in_use_is_a_clear_error(tmp_path: Path,
     cfg = GroupConfig(node="n1", peers={"n1": rlog.config.address}, data_dir=tmp_path / "other")
     with pytest.raises(ConfigError, match="cannot listen on Raft address"):
         ReplicatedLog(cfg)
+
+
+class NoRoom:
+    """A replica's disk made full: its CommitLog appends fail with ENOSPC and its file system
+    reads 0 bytes free, until ``room()``."""
+
+    def __init__(self, rlog: ReplicatedLog) -> None:
+        self.rlog = rlog
+        self._append = rlog.commitlog.append
+        self.full = True
+        rlog.commitlog.append = self._refuse  # type: ignore[method-assign]
+        rlog.disk.measure_free = lambda: 0 if self.full else 1 << 40
+
+    def _refuse(self, *args: Any) -> int:
+        if self.full:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return self._append(*args)
+
+    def room(self) -> None:
+        self.full = False
+
+
+def terms(logs: dict[str, ReplicatedLog]) -> set[int]:
+    return {r.status()["term"] for r in logs.values()}
+
+
+def test_two_full_followers_refuse_without_elections_then_resume(
+        make_group: Callable[..., dict[str, ReplicatedLog]]) -> None:
+    """The leader keeps its lease (the full followers still answer), learns from their answers
+    that no majority can store and refuses at once with DiskFull naming them; the entry it
+    had already appended commits after room came back -- nothing lost, no new term."""
+    logs = make_group(3)
+    leader = leader_of(logs)
+    leader.propose(b"before").result(timeout=10)
+    followers = [r for r in logs.values() if r is not leader]
+    names = sorted(r.config.node for r in followers)
+    wait_for(lambda: len(terms(logs)) == 1 and all(r.committed_index >= 2 for r in followers), 10,
+             "every replica in the leader's term")
+    full = [NoRoom(r) for r in followers]
+    term = terms(logs)
+    waiting = leader.propose(b"appended-before-anyone-knew")
+    wait_for(lambda: leader.disk_full_nodes() == names, 10, "the leader hearing of both full disks")
+    with pytest.raises(DiskFull) as refused:
+        leader.propose(b"refused").result(timeout=5)
+    assert refused.value.nodes == names and refused.value.definitely_not_committed
+    assert all(n in str(refused.value) for n in names)
+    time.sleep(3 * leader.config.leader_lease_ms / 1000)  # longer than the lease: no election
+    assert leader.is_leader and terms(logs) == term and not waiting.done()
+    for r in followers:
+        assert r.status()["disk"]["full"] is True and r.status()["role"] == "follower"
+    for f in full:
+        f.room()
+    committed = waiting.result(timeout=15)  # the entry appended before: committed, not lost
+    wait_for(lambda: not any(r.disk.full for r in followers) and not leader.disk_full_nodes(), 10,
+             "the flags lowered (a check about once a second)")
+    after = leader.propose(b"after").result(timeout=10)
+    assert after.index > committed.index and terms(logs) == term and leader.is_leader
+
+
+def test_a_full_leader_hands_over_and_stands_again_once_there_is_room(
+        make_group: Callable[..., dict[str, ReplicatedLog]]) -> None:
+    logs = make_group(3)
+    old = leader_of(logs)
+    old.propose(b"before").result(timeout=10)
+    full = NoRoom(old)
+    with pytest.raises(DiskFull) as refused:
+        old.propose(b"no room here").result(timeout=5)
+    assert refused.value.nodes == [old.config.node]
+    others = {n: r for n, r in logs.items() if r is not old}
+    new = leader_of(others, timeout=15)
+    wait_for(lambda: not old.is_leader, 10, "the full leader stepping down")
+    done = new.propose(b"on the new leader").result(timeout=10)  # two of three have room
+    time.sleep(2.0)  # several election timeouts: the full replica does not stand
+    assert new.is_leader and not old.is_leader and old.status()["role"] == "follower"
+    full.room()
+    wait_for(lambda: not old.disk.full and old.commitlog.last_index >= done.index, 15,
+             "the old leader catching up once it has room")
+    assert new.is_leader
+
+
+def test_the_transport_says_a_full_disk_and_sends_a_full_follower_no_entries(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from pysyncobj.transport import TCPTransport
+
+    from dledger.transport import make_transport_class
+
+    sent: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(TCPTransport, "send",
+                        lambda self, node, message: sent.append((node, message)) or True)
+    full = {"here": False}
+    cls = make_transport_class(None, lambda: 7, disk_full=lambda: full["here"],
+                               follower_full=lambda node: node == "n3")
+    t = object.__new__(cls)
+    append = {"type": "append_entries", "term": 2, "prevLogIdx": 4, "prevLogTerm": 2, "commit_index": 4,
+              "entries": [(b"\x00x", 5, 2)]}
+    t.send("n3", append)
+    t.send("n2", append)
+    assert sent[0][1]["entries"] == [] and sent[0][1]["prevLogIdx"] == 4  # a heartbeat: safe
+    assert sent[1][1] is append
+    rejection = {"type": "next_node_idx", "next_node_idx": 9, "reset": True, "success": False}
+    t.send("n1", rejection)
+    full["here"] = True
+    t.send("n1", rejection)
+    assert "disk_full" not in sent[2][1] and sent[2][1]["next_node_idx"] == 7
+    assert sent[3][1] == {**rejection, "next_node_idx": 7, "disk_full": True}

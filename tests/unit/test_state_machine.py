@@ -6,16 +6,20 @@ tests: the same entries must give the same state and byte-identical files.
 
 from __future__ import annotations
 
+import errno
 import filecmp
+import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker import index_file
 from broker.commands import (
     CommitOffset,
     CreateTopic,
@@ -28,7 +32,9 @@ from broker.commands import (
 from broker.entry_batch import pack_entries, unpack_entry
 from broker.fragments import chain_payloads, encode_fragments, read_message, read_message_at
 from broker.state_machine import BrokerStateMachine, Outcome
+from dledger import disk_guard, file_run
 from dledger.commitlog import CommitLog
+from dledger.disk_guard import DiskGuard
 from dledger.entry_format import Entry, EntryKind, record_size
 from protocol.message_format import Message, decode_message, encode_message
 from tests.support.ram_dir import RAM_DIR, ram_dir
@@ -709,3 +715,45 @@ def test_a_topic_deleted_and_created_again_after_the_checkpoint_replays_alike(tm
         full.close()
         again.close()
         files_equal(root / "full" / "consumequeue", root / "crashed" / "consumequeue")
+
+
+class EveryNthFails:
+    """Wraps a write function: every ``n``-th call raises ENOSPC before writing anything (the
+    next call, the retry, goes through)."""
+
+    def __init__(self, real: Callable[..., Any], n: int) -> None:
+        self.real, self.n, self.calls, self.failed = real, n, 0, 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.calls % self.n == 0:
+            self.failed += 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return self.real(*args, **kwargs)
+
+
+def test_writes_that_find_the_disk_full_are_tried_again_and_give_the_same_bytes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ConsumeQueue unit, a new ConsumeQueue file, an IndexFile page or a new IndexFile that
+    the disk cannot take: the apply step raises the disk flag and waits there, then goes on
+    -- the files are byte for byte those of a replica that never met a full disk."""
+    log = workload()
+    calm = BrokerStateMachine(tmp_path / "calm", cq_units_per_file=16, index_slots=8, index_entries=64)
+    calm.apply(log.entries)
+    calm.close()
+    monkeypatch.setattr(disk_guard, "RETRY_S", 0.0)
+    faults = {"units": EveryNthFails(file_run.pwrite_all, 2),
+              "index pages": EveryNthFails(os.posix_fallocate, 2),
+              "new index files": EveryNthFails(index_file.pwrite_all, 2)}
+    monkeypatch.setattr(file_run, "pwrite_all", faults["units"])
+    monkeypatch.setattr(index_file.os, "posix_fallocate", faults["index pages"])
+    monkeypatch.setattr(index_file, "pwrite_all", faults["new index files"])
+    disk = DiskGuard(tmp_path, 1 << 30, free_bytes=lambda: 0)
+    sm = BrokerStateMachine(tmp_path / "full", cq_units_per_file=16, index_slots=8, index_entries=64,
+                            disk=disk)
+    for i in range(0, len(log.entries), 5):
+        sm.apply(log.entries[i:i + 5])
+    sm.close()
+    assert disk.full and all(f.failed for f in faults.values()), {k: f.failed for k, f in faults.items()}
+    monkeypatch.undo()
+    files_equal(tmp_path / "calm", tmp_path / "full")

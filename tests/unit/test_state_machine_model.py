@@ -8,6 +8,8 @@ replica's queues, committed offsets and answers must be the model's:
 * a sequence after a gap is refused; a message to a missing topic is refused;
 * deleting a topic deletes its queues, its consumer offsets and its producers' windows
   (guarantee 6): recreated, it starts empty and a producer starts again at sequence 0;
+* users and policy statements are what was put, granted and revoked; deleting a user
+  deletes its statements; a grant to a missing user is refused (issue 15);
 * a crash after any step, replayed from the last checkpoint, gives the same state.
 """
 
@@ -21,7 +23,16 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from broker.commands import CommitOffset, CreateTopic, DeleteTopic, encode_admin
+from broker.commands import (
+    CommitOffset,
+    CreateTopic,
+    DeleteTopic,
+    DeleteUser,
+    Grant,
+    PutUser,
+    Revoke,
+    encode_admin,
+)
 from broker.state_machine import Applied, BrokerStateMachine, Outcome
 from tests.support.ram_dir import RAM_DIR
 from tests.unit.test_state_machine import Log, msg
@@ -29,6 +40,9 @@ from tests.unit.test_state_machine import Log, msg
 TOPICS = ["orders", "audit"]
 PRODUCERS = [None, "p1", "p2"]
 GROUPS = ["g1", "g2"]
+USERS = ["alice", "bob"]
+RESOURCES = ["topic:orders", "topic:*", "group:g1"]
+ACTIONS = ["pub", "sub", "get"]
 
 
 class ApplyStepModel(RuleBasedStateMachine):
@@ -44,6 +58,8 @@ class ApplyStepModel(RuleBasedStateMachine):
         self.offsets: dict[tuple[str, str, int], int] = {}  # (group, topic, queue) -> committed
         self.last_seq: dict[tuple[str, str, int], int] = {}  # (producer, topic, queue) -> last stored
         self.offset_of: dict[tuple[str, str, int, int], int] = {}  # (producer, topic, queue, seq)
+        self.users: dict[str, bytes] = {}  # user -> stored key
+        self.statements: dict[tuple[str, str, str], set[str]] = {}  # (user, resource, decision) -> actions
 
     def _open(self) -> BrokerStateMachine:
         return BrokerStateMachine(self.root / "s", cq_units_per_file=4, index_slots=8, index_entries=32)
@@ -116,6 +132,39 @@ class ApplyStepModel(RuleBasedStateMachine):
         assert applied.outcome == Outcome.DONE
         self.offsets[(group, topic, queue)] = offset
 
+    @rule(user=st.sampled_from(USERS), key=st.binary(min_size=32, max_size=32))
+    def put_user(self, user: str, key: bytes) -> None:
+        applied = self._apply(encode_admin(PutUser(user, False, b"s" * 16, 4096, key, key)))
+        assert applied.outcome == Outcome.DONE
+        self.users[user] = key
+
+    @rule(user=st.sampled_from(USERS))
+    def delete_user(self, user: str) -> None:
+        applied = self._apply(encode_admin(DeleteUser(user)))
+        assert applied.outcome == (Outcome.DONE if user in self.users else Outcome.INVALID)
+        self.users.pop(user, None)
+        self.statements = {k: a for k, a in self.statements.items() if k[0] != user}
+
+    @rule(user=st.sampled_from(USERS), resource=st.sampled_from(RESOURCES), deny=st.booleans(),
+          actions=st.sets(st.sampled_from(ACTIONS)), revoke=st.booleans())
+    def grant_or_revoke(self, user: str, resource: str, deny: bool, actions: set[str], revoke: bool) -> None:
+        key = (user, resource, "deny" if deny else "allow")
+        kind = Revoke if revoke else Grant
+        applied = self._apply(encode_admin(kind(user, resource, key[2], "", tuple(sorted(actions)))))
+        if revoke:
+            if key not in self.statements:
+                assert applied.outcome == Outcome.INVALID
+                return
+            left = self.statements.pop(key) - actions if actions else set()
+            if left:
+                self.statements[key] = left
+        else:
+            if user not in self.users:
+                assert applied.outcome == Outcome.INVALID
+                return
+            self.statements[key] = self.statements.get(key, set()) | actions
+        assert applied.outcome == Outcome.DONE
+
     @rule()
     def checkpoint(self) -> None:
         """The apply step may write one at any time."""
@@ -145,6 +194,13 @@ class ApplyStepModel(RuleBasedStateMachine):
                 for qid in range(3):
                     want = self.offsets.get((group, topic, qid))
                     assert self.sm.committed_offset(group, topic, qid) == want, (group, topic, qid)
+
+    @invariant()
+    def users_and_statements_are_the_models(self) -> None:
+        access = self.sm.access
+        assert {u: c.stored_key for u, c in access.users.items()} == self.users
+        assert {(s.user, s.resource, s.decision): set(s.actions) for s in access.statements()} == \
+            {k: a for k, a in self.statements.items()}
 
     def teardown(self) -> None:
         self.sm.close()

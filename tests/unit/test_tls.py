@@ -159,7 +159,8 @@ def test_spark_tls_options(monkeypatch: pytest.MonkeyPatch) -> None:
     assert parse_options({**base, "caFile": "/ca.pem"}).tls == ClientTls("/ca.pem")
     assert parse_options({**base, "tls": "true"}).tls == ClientTls()
     opts = parse_options({**base, "caFile": "/ca.pem", "certFile": "/c.pem", "keyFile": "/c.key"})
-    assert opts.client_args() == {"servers": ["a:1"], "tls": ClientTls("/ca.pem", "/c.pem", "/c.key")}
+    assert opts.client_args() == {"servers": ["a:1"], "tls": ClientTls("/ca.pem", "/c.pem", "/c.key"),
+                                  "credentials": None}
     with pytest.raises(OptionError, match="keyFile needs certFile"):
         parse_options({**base, "keyFile": "/c.key"})
     with pytest.raises(OptionError, match="tls must be true or false"):

@@ -16,6 +16,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from protocol.acl import (
+    Action,
+    AuthFinishRequest,
+    AuthResponse,
+    AuthStartRequest,
+    Decision,
+    DeleteUserRequest,
+    GrantRequest,
+    ListPoliciesRequest,
+    ListUsersRequest,
+    PoliciesResponse,
+    PolicyRow,
+    PutUserRequest,
+    RevokeRequest,
+    UserRow,
+    UsersResponse,
+)
 from protocol.catalog import CATALOG, UNSERVED
 from protocol.consumer import (
     ConsumerListRequest,
@@ -164,6 +181,27 @@ LEGACY: list[tuple[Request | tuple[Response, int], Frame]] = [
     (CheckTransactionRequest(position=8192, group="pg", message=MSG),
      _request(61, {"position": 8192, "group": "pg"}, MSG, oneway=True)),
     (NotifyConsumersChanged(group="g"), _request(62, {"group": "g"}, oneway=True)),
+    # users, policies and SCRAM (protocol.acl): new in issue 15, pinned as first sent
+    (AuthStartRequest(mechanism="SCRAM-SHA-256", message="n,,n=alice,r=abc"),
+     _request(70, {"mechanism": "SCRAM-SHA-256", "message": "n,,n=alice,r=abc"})),
+    (AuthFinishRequest(message="c=biws,r=abcdef,p=xyz"), _request(71, {"message": "c=biws,r=abcdef,p=xyz"})),
+    ((AuthResponse(message="v=sig", user="alice"), OK), _reply(ext={"message": "v=sig", "user": "alice"})),
+    (PutUserRequest(user="alice", super=False, salt=b"s" * 16, iterations=4096, stored_key=b"k" * 32,
+                    server_key=b"v" * 32),
+     _request(72, {"user": "alice", "super": False, "salt": b"s" * 16, "iterations": 4096,
+                   "storedKey": b"k" * 32, "serverKey": b"v" * 32})),
+    (DeleteUserRequest(user="alice"), _request(73, {"user": "alice"})),
+    (ListUsersRequest(), _request(74)),
+    ((UsersResponse(users=(UserRow("alice", False),)), OK), _reply(body=msgpack.packb([["alice", False]]))),
+    (GrantRequest(user="alice", resource="topic:orders*", actions=(Action.PUB, Action.SUB)),
+     _request(75, {"user": "alice", "resource": "topic:orders*", "actions": ["pub", "sub"],
+                   "decision": "allow", "source": ""})),
+    (RevokeRequest(user="alice", resource="cluster", actions=(), decision=Decision.DENY, source="10.0.0.0/8"),
+     _request(76, {"user": "alice", "resource": "cluster", "actions": [], "decision": "deny",
+                   "source": "10.0.0.0/8"})),
+    (ListPoliciesRequest(user="alice"), _request(77, {"user": "alice"})),
+    ((PoliciesResponse(policies=(PolicyRow("alice", "topic:*", "allow", "", ("get", "pub")),)), OK),
+     _reply(body=msgpack.packb([["alice", "topic:*", "allow", "", ["get", "pub"]]]))),
     ((NotLeaderResponse(leader="n2", leader_address="h:2"), ResponseCode.NOT_LEADER),
      REQUEST.response(ResponseCode.NOT_LEADER, {"leader": "n2", "leaderAddress": "h:2"})),
     ((NotLeaderResponse(leader=None, leader_address=None), ResponseCode.NOT_LEADER),
@@ -210,9 +248,12 @@ def _strategy(t: msgspec.inspect.Type, *, body: bool = False) -> st.SearchStrate
     if isinstance(t, i.BoolType):
         return st.booleans()
     if isinstance(t, i.BytesType):  # a raw body must not be empty: an empty body is no body
-        return st.binary(min_size=max(t.min_length or 0, 1 if body else 0), max_size=24)
+        low = max(t.min_length or 0, 1 if body else 0)
+        return st.binary(min_size=low, max_size=max(24, low))
     if isinstance(t, i.NoneType):
         return st.none()
+    if isinstance(t, i.EnumType):
+        return st.sampled_from(list(t.cls))
     if isinstance(t, i.LiteralType):
         return st.sampled_from(t.values)
     if isinstance(t, i.UnionType):

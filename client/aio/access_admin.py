@@ -1,0 +1,87 @@
+"""Users and access policies of the broker groups (``raftmq user`` and ``raftmq acl``).
+
+Users and policies are entries in each group's log: a change goes to every group's leader
+(default: every group the client knows), a listing is read from any replica. The password
+is turned into a SCRAM record here (``client.credentials.scram_record``): brokers never see it.
+Only super users may manage users and policies; a user may change their own password.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from client.backoff import Deadline
+from client.credentials import scram_record
+from protocol.acl import (
+    Action,
+    Decision,
+    DeleteUserRequest,
+    GrantRequest,
+    ListPoliciesRequest,
+    ListUsersRequest,
+    PoliciesResponse,
+    PolicyRow,
+    PutUserRequest,
+    RevokeRequest,
+    UserRow,
+    UsersResponse,
+)
+from protocol.wire import Request
+
+if TYPE_CHECKING:
+    from client.aio.admin import AsyncAdmin
+
+__all__ = ["AccessAdmin"]
+
+
+class AccessAdmin:
+    """Over one ``AsyncAdmin`` (its connections and credentials)."""
+
+    def __init__(self, admin: AsyncAdmin) -> None:
+        self._admin = admin
+
+    async def _write(self, request: Request, groups: Sequence[str] | None) -> list[str]:
+        chosen = await self._admin._groups(groups)
+        for g in chosen:
+            await self._admin.core.leader_request(g, request, deadline=Deadline(self._admin.timeout))
+        return chosen
+
+    async def put_user(self, user: str, password: str, *, super_user: bool = False,
+                       groups: Sequence[str] | None = None) -> list[str]:
+        """Create ``user`` or set its password (and super flag) on each group."""
+        record = scram_record(password)
+        return await self._write(PutUserRequest(user=user, super=super_user, salt=record.salt,
+                                                iterations=record.iterations, stored_key=record.stored_key,
+                                                server_key=record.server_key), groups)
+
+    async def delete_user(self, user: str, groups: Sequence[str] | None = None) -> list[str]:
+        """Delete ``user`` and its policies on each group."""
+        return await self._write(DeleteUserRequest(user=user), groups)
+
+    async def users(self, group: str | None = None) -> list[UserRow]:
+        chosen = await self._admin._groups([group] if group else None)
+        reply = await self._admin.core.read_request(chosen[0], ListUsersRequest(), read_from="any")
+        return list(UsersResponse.from_frame(reply).users)
+
+    async def grant(self, user: str, resource: str, actions: Sequence[str], *, deny: bool = False,
+                    source: str = "", groups: Sequence[str] | None = None) -> list[str]:
+        """Allow (or deny) ``user`` the ``actions`` on ``resource`` (from ``source``)."""
+        return await self._write(GrantRequest(user=user, resource=resource,
+                                              actions=tuple(Action(a) for a in actions),
+                                              decision=Decision.DENY if deny else Decision.ALLOW,
+                                              source=source), groups)
+
+    async def revoke(self, user: str, resource: str, actions: Sequence[str] = (), *, deny: bool = False,
+                     source: str = "", groups: Sequence[str] | None = None) -> list[str]:
+        """Take ``actions`` (none: all) from the statement of ``user`` on ``resource``."""
+        return await self._write(RevokeRequest(user=user, resource=resource,
+                                               actions=tuple(Action(a) for a in actions),
+                                               decision=Decision.DENY if deny else Decision.ALLOW,
+                                               source=source), groups)
+
+    async def policies(self, user: str | None = None, group: str | None = None) -> list[PolicyRow]:
+        chosen = await self._admin._groups([group] if group else None)
+        reply = await self._admin.core.read_request(chosen[0], ListPoliciesRequest(user=user),
+                                                    read_from="any")
+        return list(PoliciesResponse.from_frame(reply).policies)

@@ -1,0 +1,161 @@
+"""Broker processes with ACLs on for the security tests: a group whose bootstrap super user
+is ``root``, raw WebSocket clients that authenticate by SCRAM by hand (so a test can replay
+or break an exchange), and one sample request per request type with the grants it needs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from client import Admin, Credentials
+from client.credentials import scram_record
+from protocol.acl import (
+    DeleteUserRequest,
+    GrantRequest,
+    ListPoliciesRequest,
+    ListUsersRequest,
+    PutUserRequest,
+    RevokeRequest,
+)
+from protocol.consumer import ConsumerListRequest, HeartbeatRequest, UnregisterRequest
+from protocol.deferred import EndTransactionRequest, SendBackRequest
+from protocol.message_format import Message, encode_message
+from protocol.offset import CommitOffsetRequest, LockQueuesRequest, QueryOffsetRequest, UnlockQueuesRequest
+from protocol.pull import PullRequest
+from protocol.query import QueryMessageRequest, ResetOffsetRequest, SearchOffsetRequest, ViewMessageRequest
+from protocol.remoting import Frame, RequestCode, ResponseCode
+from protocol.send import SendBatchRequest, SendMessageRequest
+from protocol.topic import CreateTopicRequest, DeleteTopicRequest, GetRouteRequest, GetTopicsRequest
+from protocol.wire import Request
+from raftmq.local_group import LocalGroup
+from tests.support.broker_client import FrameClient
+from tests.support.broker_group import running_brokers, servers
+from tests.support.procs import wait_until
+
+__all__ = ["ROOT", "Sample", "acl_brokers", "leader_address", "login", "run", "samples", "session_call"]
+
+ROOT = Credentials("root", "root-password")
+
+
+@contextmanager
+def acl_brokers(base: Path, **broker: Any) -> Iterator[LocalGroup]:
+    """Three broker processes with ``acl = true`` and ``root`` bootstrapped; waits until root
+    can list topics. Stopped by PID on exit."""
+    base.mkdir(parents=True, exist_ok=True)
+    record = scram_record(ROOT.password)
+    (base / "root.scram").write_text(json.dumps({
+        "user": ROOT.user, "salt": record.salt.hex(), "iterations": record.iterations,
+        "stored_key": record.stored_key.hex(), "server_key": record.server_key.hex()}))
+    with running_brokers(base, acl=True, acl_bootstrap_file="root.scram", **broker) as group:
+        admin = Admin(servers=servers(group), credentials=ROOT)
+        try:
+            wait_until(lambda: admin.topics() is not None, 20, what="the bootstrap super user")
+        finally:
+            admin.close()
+        yield group
+
+
+def leader_address(group: LocalGroup) -> str:
+    name = group.wait_leader(timeout=30)
+    return group.nodes[name].http
+
+
+async def login(conn: FrameClient, credentials: Credentials) -> tuple[str, str, Frame]:
+    """A SCRAM exchange by hand: (client-first, client-final, the AUTH_FINISH answer)."""
+    return await conn.login(credentials.user, credentials.password)
+
+
+async def session_call(address: str, credentials: Credentials | None, requests: list[Request]) -> list[Frame]:
+    """One connection to ``address`` (authenticated unless None): each request's answer."""
+    async with aiohttp.ClientSession() as session:
+        conn = await FrameClient.connect(session, address)
+        try:
+            if credentials is not None:
+                _, _, answer = await login(conn, credentials)
+                assert answer.code == ResponseCode.SUCCESS, answer.remark
+            out = []
+            for i, request in enumerate(requests):
+                out.append(await conn.raw(request.to_frame(1000 + i).encode(), timeout=15))
+            return out
+        finally:
+            await conn.close()
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A request of one type, what a user must be granted for it, and the need its refusal
+    names (``protocol.acl`` texts)."""
+
+    request: Request
+    grants: tuple[tuple[str, str], ...]  # (resource, comma-separated actions)
+    refused_need: str  # "pub on topic:orders", or "only super users"
+
+
+def _message(topic: str) -> bytes:
+    return encode_message(Message(topic=topic, body=b"probe"))
+
+
+def samples(position: int) -> dict[RequestCode, Sample]:
+    """One sample per request type a client sends; ``position`` is a stored message's of
+    topic ``orders`` (send-backs and transactions name one)."""
+    o, g = ("topic:orders", "pub,sub,get"), ("group:g1", "sub,update")
+    return {
+        RequestCode.SEND_MESSAGE: Sample(SendMessageRequest(message=_message("orders")), (o,),
+                                         "pub on topic:orders"),
+        RequestCode.SEND_BATCH: Sample(SendBatchRequest(messages=(_message("orders"),)), (o,),
+                                       "pub on topic:orders"),
+        RequestCode.PULL_MESSAGE: Sample(PullRequest(topic="orders", queue_id=0, offset=0), (o,),
+                                         "sub on topic:orders"),
+        RequestCode.SEARCH_OFFSET: Sample(SearchOffsetRequest(topic="orders", queue_id=0), (o,),
+                                          "sub|get on topic:orders"),
+        RequestCode.QUERY_MESSAGE: Sample(QueryMessageRequest(key="k"), (("cluster", "get"),),
+                                          "get on cluster"),
+        RequestCode.VIEW_MESSAGE_BY_ID: Sample(ViewMessageRequest(msg_id="00" * 16), (("cluster", "get"),),
+                                               "get on cluster"),
+        RequestCode.COMMIT_OFFSET: Sample(CommitOffsetRequest(group="g1", topic="orders", queue_id=0,
+                                                              offset=0), (o, g), "sub on group:g1"),
+        RequestCode.QUERY_OFFSET: Sample(QueryOffsetRequest(group="g1", topic="orders", queue_id=0),
+                                         (o, g), "sub on group:g1"),
+        RequestCode.RESET_OFFSET: Sample(ResetOffsetRequest(group="g1", topic="orders", timestamp=0), (o, g),
+                                         "update on group:g1"),
+        RequestCode.LOCK_BATCH_MQ: Sample(LockQueuesRequest(group="g1", client_id="c1", topic="orders",
+                                                            queues=(0,)), (o, g), "sub on group:g1"),
+        RequestCode.UNLOCK_BATCH_MQ: Sample(UnlockQueuesRequest(group="g1", client_id="c1", topic="orders",
+                                                                queues=(0,)), (o, g), "sub on group:g1"),
+        RequestCode.HEARTBEAT: Sample(HeartbeatRequest(client_id="c1", subscriptions={"g1": ("orders",)}),
+                                      (o, g), "sub on group:g1"),
+        RequestCode.UNREGISTER_CLIENT: Sample(UnregisterRequest(client_id="c1", group="g1"), (g,),
+                                              "sub on group:g1"),
+        RequestCode.GET_CONSUMER_LIST: Sample(ConsumerListRequest(group="g1"), (g,), "sub on group:g1"),
+        RequestCode.CONSUMER_SEND_MSG_BACK: Sample(SendBackRequest(group="g1", position=position), (o, g),
+                                                   "sub on group:g1"),
+        RequestCode.END_TRANSACTION: Sample(EndTransactionRequest(position=position, commit=False), (o,),
+                                            "pub on topic:orders"),
+        RequestCode.GET_ROUTE: Sample(GetRouteRequest(topic="orders"), (o,), "pub|sub|get on topic:orders"),
+        RequestCode.CREATE_TOPIC: Sample(CreateTopicRequest(topic="made-by-user"),
+                                         (("topic:made-by-user", "create"),), "create on topic:made-by-user"),
+        RequestCode.DELETE_TOPIC: Sample(DeleteTopicRequest(topic="made-by-user"),
+                                         (("topic:made-by-user", "delete"),), "delete on topic:made-by-user"),
+        RequestCode.GET_TOPICS: Sample(GetTopicsRequest(), (("cluster", "list"),), "list on cluster"),
+        RequestCode.PUT_USER: Sample(PutUserRequest(user="eve", super=True, salt=b"s" * 16, iterations=4096,
+                                                    stored_key=b"k" * 32, server_key=b"v" * 32), (),
+                                     "only super users"),
+        RequestCode.DELETE_USER: Sample(DeleteUserRequest(user="root"), (), "only super users"),
+        RequestCode.LIST_USERS: Sample(ListUsersRequest(), (), "only super users"),
+        RequestCode.GRANT: Sample(GrantRequest(user="mallory", resource="cluster", actions=()), (),
+                                  "only super users"),
+        RequestCode.REVOKE: Sample(RevokeRequest(user="alice", resource="topic:*", actions=()), (),
+                                   "only super users"),
+        RequestCode.LIST_POLICIES: Sample(ListPoliciesRequest(), (), "only super users"),
+    }

@@ -1,0 +1,200 @@
+"""Issue 15 row 2 and the hostile-client suite for users and ACLs, against real broker
+processes.
+
+Row 2 as found: with no ACLs (today's default, and still the default on loopback) an
+anonymous client produces, pulls, creates and deletes topics, commits and resets another
+group's offsets, takes another client's orderly locks, unregisters other clients and reads
+message bodies from ``/admin/messages``. ``test_row2_...without_acls`` reproduces that
+against one broker process; with ``acl = true`` every one of them is refused.
+
+Hostile clients: a wrong password, a replayed SCRAM exchange, an expired admin token, and
+a user without rights sending each request type (table-driven: every code a client sends
+has a sample in ``acl_cluster.samples``) -- refused with NO_PERMISSION naming the user,
+the resource and the action, while a user holding exactly the sample's grants is not
+refused. The rights hold on a new leader after the old one is killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from broker.access_map import ACCESS, OPEN
+from client import Admin, Credentials, Message, Producer
+from client.aio.auth import admin_token
+from client.errors import AuthFailedError
+from protocol.acl import AuthFinishRequest, AuthStartRequest
+from protocol.remoting import RequestCode, ResponseCode
+from protocol.wire import Request
+from raftmq.local_group import LocalGroup
+from tests.security.acl_cluster import ROOT, acl_brokers, leader_address, login, run, samples, session_call
+from tests.security.namesrv_cluster import http_json
+from tests.support.broker_client import FrameClient
+from tests.support.broker_group import servers
+from tests.support.procs import wait_until
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+
+ALICE, MALLORY = Credentials("alice", "alice-password"), Credentials("mallory", "mallory-password")
+
+
+def _row2_requests(position: int) -> list[Request]:
+    """Row 2's list, as requests (another group's offsets, another client's lock and membership)."""
+    s, c = samples(position), RequestCode
+    codes = (c.SEND_MESSAGE, c.PULL_MESSAGE, c.CREATE_TOPIC, c.DELETE_TOPIC, c.COMMIT_OFFSET, c.RESET_OFFSET,
+             c.LOCK_BATCH_MQ, c.UNREGISTER_CLIENT)
+    return [s[code].request for code in codes]
+
+
+@pytest.fixture(scope="module")
+def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalGroup, int]]:
+    """A 3-node group with ACLs on (admin tokens live 3 s), topic ``orders`` with one message
+    (its position returned), users alice (the union of every sample's grants) and mallory
+    (no rights)."""
+    with acl_brokers(tmp_path_factory.mktemp("acl"), acl_token_ttl_s=3) as g:
+        admin = Admin(servers=servers(g), credentials=ROOT)
+        try:
+            admin.create_topic("orders", queues=1)
+            with Producer(servers=servers(g), group="p", credentials=ROOT) as p:
+                position = p.send(Message("orders", b"stored")).position
+            admin.put_user(ALICE.user, ALICE.password)
+            admin.put_user(MALLORY.user, MALLORY.password)
+            grants = {grant for sample in samples(position).values() for grant in sample.grants}
+            for resource, actions in sorted(grants):
+                admin.grant(ALICE.user, resource, actions.split(","))
+        finally:
+            admin.close()
+        yield g, position
+
+
+def test_row2_without_acls_an_anonymous_client_may_do_everything(tmp_path: Path) -> None:
+    """The finding reproduced: one broker process with ACLs off (the default)."""
+    single = LocalGroup(tmp_path / "open", 1, module="broker")
+    try:
+        single.start()
+        address = single.nodes[single.wait_leader(timeout=30)].http
+        admin = Admin(servers=[address])
+        try:
+            admin.create_topic("orders", queues=1)
+            with Producer(servers=[address], group="p") as p:
+                position = p.send(Message("orders", b"secret body", keys=["k"])).position
+        finally:
+            admin.close()
+        answers = run(session_call(address, None, _row2_requests(position)))
+        assert [ResponseCode(a.code).name for a in answers] == ["SUCCESS"] * len(answers)
+        status, found = http_json(f"http://{address}/admin/messages?key=k")
+        assert status == 200 and found[0]["body_base64"]  # bodies to anyone
+    finally:
+        single.stop()
+
+
+def test_row2_with_acls_an_anonymous_client_is_refused_everything(group: tuple[LocalGroup, int]) -> None:
+    g, position = group
+    address = leader_address(g)
+    answers = run(session_call(address, None, _row2_requests(position)))
+    assert {ResponseCode(a.code).name for a in answers} == {"AUTH_FAILED"}, [a.remark for a in answers]
+    assert all("authentication required" in a.remark for a in answers)
+    status, body = http_json(f"http://{address}/admin/messages?key=k")
+    assert status == 401 and "body_base64" not in str(body)
+
+
+def test_every_request_type_is_refused_to_a_user_without_the_right(group: tuple[LocalGroup, int]) -> None:
+    g, position = group
+    table = samples(position)
+    client_codes = set(ACCESS) - OPEN
+    assert client_codes <= set(table), client_codes - set(table)  # a new request type needs a sample
+    codes = sorted(table)
+    address = leader_address(g)
+    refused = run(session_call(address, MALLORY, [table[c].request for c in codes]))
+    for code, answer in zip(codes, refused, strict=True):
+        assert answer.code == ResponseCode.NO_PERMISSION, (code.name, answer.code, answer.remark)
+        assert "'mallory'" in answer.remark and table[code].refused_need in answer.remark, (code.name,
+                                                                                          answer.remark)
+    granted = run(session_call(address, ALICE, [table[c].request for c in codes if table[c].grants]))
+    for code, answer in zip([c for c in codes if table[c].grants], granted, strict=True):
+        assert answer.code not in (ResponseCode.NO_PERMISSION, ResponseCode.AUTH_FAILED), (code.name,
+                                                                                           answer.remark)
+
+
+def test_a_wrong_password_and_a_replayed_exchange_are_refused(group: tuple[LocalGroup, int]) -> None:
+    g, _ = group
+    address = leader_address(g)
+    wrong = run(session_call(address, None, [AuthStartRequest(mechanism="SCRAM-SHA-256",
+                                                              message="n,,n=alice,r=abcdefghijklmnop")]))
+    assert wrong[0].code == ResponseCode.SUCCESS  # a salt is given to anyone, real or not
+
+    async def exchange() -> tuple[str, str]:
+        async with aiohttp.ClientSession() as s:
+            conn = await FrameClient.connect(s, address)
+            first, final, answer = await login(conn, ALICE)
+            await conn.close()
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+            return first, final
+
+    first, final = run(exchange())
+    replayed = run(session_call(address, None, [AuthStartRequest(mechanism="SCRAM-SHA-256", message=first),
+                                                AuthFinishRequest(message=final)]))
+    assert replayed[0].code == ResponseCode.SUCCESS and replayed[1].code == ResponseCode.AUTH_FAILED
+    wrong_client = Admin(servers=[address], credentials=Credentials("alice", "not-her-password"))
+    try:
+        with pytest.raises(AuthFailedError, match="wrong user name or password") as refused:
+            wrong_client.topics()
+        assert not refused.value.retriable
+    finally:
+        wrong_client.close()
+
+
+def test_an_expired_admin_token_is_refused(group: tuple[LocalGroup, int]) -> None:
+    g, _ = group
+    replicas = [n.http for n in g.nodes.values()]
+
+    async def token() -> str:
+        async with aiohttp.ClientSession() as s:
+            return await admin_token(s, f"http://{replicas[0]}", ROOT)
+
+    bearer = {"Authorization": f"Bearer {asyncio.run(token())}"}
+    for address in replicas:  # any replica of the group takes it
+        assert http_json(f"http://{address}/admin/cluster", headers=bearer)[0] == 200
+    started = time.monotonic()
+    wait_until(lambda: http_json(f"http://{replicas[1]}/admin/cluster", headers=bearer)[0] == 401, 10,
+               what="the token to expire")
+    status, body = http_json(f"http://{replicas[1]}/admin/cluster", headers=bearer)
+    assert status == 401 and "expired" in body["error"] and time.monotonic() - started < 10
+
+
+def test_rights_hold_on_a_new_leader(group: tuple[LocalGroup, int]) -> None:
+    g, position = group
+    old = g.wait_leader(timeout=30)
+    g.kill(old)
+    try:
+        new = g.wait_leader(timeout=30, among=[n for n in g.nodes if n != old])
+        address = g.nodes[new].http
+        request = samples(position)[RequestCode.SEND_MESSAGE].request
+        wait_until(lambda: run(session_call(address, ALICE, [request]))[0].code == ResponseCode.SUCCESS, 20,
+                   what="the new leader to take alice's send")
+        assert run(session_call(address, MALLORY, [request]))[0].code == ResponseCode.NO_PERMISSION
+    finally:
+        g.start_node(old)
+
+
+def test_operator_commands_authenticate_from_the_environment(group: tuple[LocalGroup, int]) -> None:
+    """``raftmq leader transfer`` (admin HTTP) refused without credentials, done with them --
+    read from the environment, never from argv."""
+    g, _ = group
+    where = ["--servers", ",".join(servers(g))]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTMQ_")}
+    refused = subprocess.run([sys.executable, "-m", "raftmq", "leader", "transfer", *where], env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "authentication required" in refused.stderr, refused.stderr
+    env |= {"RAFTMQ_USER": ROOT.user, "RAFTMQ_PASSWORD": ROOT.password}
+    done = subprocess.run([sys.executable, "-m", "raftmq", "leader", "transfer", *where], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "leader is now" in done.stdout, done.stdout + done.stderr

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from protocol.tls import ClientTls
+
 __all__ = ["Cluster", "http_json", "local_cluster", "raftmq"]
 
 
@@ -23,14 +25,15 @@ def raftmq(*args: str, timeout: float = 120, stdin: str | None = None) -> subpro
 
 
 def http_json(url: str, body: Any = None, headers: dict[str, str] | None = None,
-              data: bytes | None = None) -> tuple[int, Any]:
-    """(status, decoded JSON body) of a GET, or a POST of ``body`` as JSON (or raw ``data``)."""
+              data: bytes | None = None, tls: ClientTls | None = None) -> tuple[int, Any]:
+    """(status, decoded JSON body) of a GET, or a POST of ``body`` as JSON (or raw ``data``);
+    an https ``url`` is verified against ``tls``'s CA."""
     if data is None and body is not None:
         data = json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET",
                                  headers={"Content-Type": "application/json", **(headers or {})})
     try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
+        with urllib.request.urlopen(req, timeout=10, context=tls.context() if tls else None) as resp:
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as e:
         raw = e.read()

@@ -12,9 +12,16 @@ from typing import Any
 import aiohttp
 
 from protocol.remoting import Frame, RequestCode, ResponseCode, decode_frame
-from protocol.tls import ws_url
+from protocol.tls import ClientTls, ws_url
 
-__all__ = ["FrameClient"]
+__all__ = ["FrameClient", "client_session"]
+
+
+def client_session(tls: ClientTls | None = None, **options: Any) -> aiohttp.ClientSession:
+    """An aiohttp session for a test's own calls: verified against ``tls``'s CA (presenting
+    its certificate) when given, else plain."""
+    ssl = tls.context() if tls is not None else True
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl), **options)
 
 
 class FrameClient:

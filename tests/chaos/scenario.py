@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
 import msgpack
 
 from broker.consume_queue_layout import UNIT_SIZE
@@ -41,7 +40,7 @@ from protocol.tls import ClientTls
 from tests.chaos.brokers import BROKER_GROUP, ChaosBrokers
 from tests.chaos.report import ChaosReport
 from tests.chaos.workload import CONSUMER_GROUP, TOPIC, OrderedWorkload
-from tests.support.broker_client import FrameClient
+from tests.support.broker_client import FrameClient, client_session
 from tests.support.broker_log import committed_offsets, log_differences, read_log
 from tests.support.message_history import MessageHistory, Stored, Violation
 
@@ -56,8 +55,7 @@ CATCH_UP_LIMIT_S = 30.0
 async def _read_queues(address: str, queues: int, tls: ClientTls | None,
                        credentials: Credentials | None = None) -> list[Stored]:
     rows: list[Stored] = []
-    connector = aiohttp.TCPConnector(ssl=tls.context() if tls else True)
-    async with aiohttp.ClientSession(connector=connector) as session:
+    async with client_session(tls) as session:
         client = await FrameClient.connect(session, address, tls=tls is not None)
         try:
             if credentials is not None:

@@ -38,6 +38,7 @@ from client.errors import AuthFailedError, ClientError, SequenceGapError
 from client.message import ConsumeStatus, Message, ReceivedMessage
 from client.queues import MessageQueue
 from tests.chaos.brokers import BROKER_GROUP, ChaosBrokers
+from tests.support.broker_client import client_session
 from tests.support.message_history import MessageHistory
 
 __all__ = ["APP", "CONSUMER_GROUP", "TOPIC", "OrderedWorkload"]
@@ -281,9 +282,7 @@ class OrderedWorkload:
 
     async def _watch(self) -> None:
         timeout = aiohttp.ClientTimeout(total=1.0)
-        tls = self.brokers.client_tls
-        connector = aiohttp.TCPConnector(ssl=tls.context() if tls else True)
-        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        async with client_session(self.brokers.client_tls or None, timeout=timeout) as session:
             while True:
                 for name in self.brokers.names:
                     with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError, KeyError,

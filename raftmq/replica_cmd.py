@@ -71,6 +71,8 @@ class Group:
             code, doc = self.http.call(address, "/admin/members", timeout=3)
         except OSError:
             return None
+        if code in (401, 403):  # ACLs on: no user, or one without the right -- the same on every replica
+            raise CommandError(doc.get("error", f"refused ({code})"))
         if code != 200:
             return None
         for m in doc["members"].values():

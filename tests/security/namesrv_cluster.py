@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import urllib.error
@@ -19,9 +20,11 @@ from protocol.tls import ClientTls
 __all__ = ["Cluster", "http_json", "local_cluster", "raftmq"]
 
 
-def raftmq(*args: str, timeout: float = 120, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def raftmq(*args: str, timeout: float = 120, stdin: str | None = None,
+           env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``raftmq ARGS`` in a process; ``env``: variables over this process's environment."""
     return subprocess.run([sys.executable, "-m", "raftmq", *args], capture_output=True, text=True,
-                          timeout=timeout, input=stdin)
+                          timeout=timeout, input=stdin, env={**os.environ, **(env or {})})
 
 
 def http_json(url: str, body: Any = None, headers: dict[str, str] | None = None,

@@ -7,7 +7,9 @@ plain ws:// and http://. Under ``--mutual-tls`` a client must also present a cer
 that CA, and the replicas present theirs to each other (a replica added through the
 membership catch-up check) and to the name server. A broker or name server bound to
 0.0.0.0 refuses to start without its protections, and starts with ``--insecure`` saying so
-(connected to only through 127.0.0.1). Every process is stopped by PID.
+(connected to only through 127.0.0.1); with TLS and ACLs it starts and enforces both. A
+cluster up with ``--tls --acl`` serves the client and operator commands a user from the
+environment, over TLS. Every process is stopped by PID.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ import pytest
 
 from broker.registration_auth import registration_key
 from client import Admin, ClientTls, Message, Producer, PullConsumer
-from client.errors import ClientError, TlsError
+from client.errors import AuthFailedError, ClientError, TlsError
 from raftmq.cluster_http import ClusterHttp
+from raftmq.local_acl import acl_broker_options, local_credentials
 from raftmq.local_group import LocalGroup
 from raftmq.local_tls import LocalCA
 from tests.security.namesrv_cluster import Cluster, http_json, local_cluster, raftmq
@@ -129,6 +132,28 @@ def test_plain_websocket_and_http_to_the_tls_ports_fail_saying_why(tls_cluster: 
             urllib.request.urlopen(f"http://{address}/healthz", timeout=5)
 
 
+def test_the_commands_against_a_cluster_with_tls_and_acls(tmp_path: Path) -> None:
+    """``raftmq cluster up --tls --acl`` (what the deploy has): the client and operator
+    commands find the CA through ``--dir`` and take the user from the environment only --
+    the SCRAM logins and the admin tokens over TLS; without a user they are refused."""
+    with local_cluster(tmp_path / "c", "--tls", "--acl") as c:
+        where = ("--dir", str(c.root))
+        anonymous = raftmq("topic", "create", "orders", *where, env={"RAFTMQ_CREDENTIALS_FILE": ""})
+        assert anonymous.returncode != 0 and "authentication required" in anonymous.stderr, anonymous.stderr
+        admin = {"RAFTMQ_CREDENTIALS_FILE": str(c.root / "admin.credentials")}
+        for argv in (("topic", "create", "orders", "--queues", "2"), ("send", "orders", "over tls")):
+            done = raftmq(*argv, *where, env=admin)
+            assert done.returncode == 0, done.stdout + done.stderr
+        members = raftmq("replica", "list", *where, env=admin)  # GET /admin/members with a token
+        assert members.returncode == 0 and "(leader)" in members.stdout, members.stdout + members.stderr
+        refused = raftmq("replica", "list", *where, "--timeout", "60", env={"RAFTMQ_CREDENTIALS_FILE": ""})
+        assert refused.returncode == 1 and "authentication required" in refused.stderr, refused.stderr
+        moved = raftmq("leader", "transfer", *where, env=admin)
+        assert moved.returncode == 0 and "leader is now" in moved.stdout, moved.stdout + moved.stderr
+        verified = raftmq("cluster", "verify", *where, env=admin)
+        assert verified.returncode == 0 and "verify: OK" in verified.stdout, verified.stdout + verified.stderr
+
+
 # -- mutual TLS ----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def mtls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
@@ -206,12 +231,21 @@ def test_a_broker_bound_to_all_interfaces_needs_tls_and_acls_or_insecure(tmp_pat
         insecure.stop(10)
         ca = LocalCA(tmp_path / "tls").ensure()
         tls = ca.server_tls()
-        config.write_text(plain + f'acl = true\n[broker.tls]\ncert_file = "{tls.cert_file}"\n'
+        access = acl_broker_options(tmp_path)  # a bootstrap super user, as cluster up --acl makes
+        config.write_text(plain + f'acl = true\nacl_bootstrap_file = "{access["acl_bootstrap_file"]}"\n'
+                                  f'[broker.tls]\ncert_file = "{tls.cert_file}"\n'
                                   f'key_file = "{tls.key_file}"\n')
         secured = procs.start("secured", argv)
         wait_until(lambda: _healthz(f"https://127.0.0.1:{port}/healthz", ca.client_tls()), 60,
                    what="the broker with TLS and ACLs")
         assert "INSECURE" not in secured.log_tail(200)
+        topics_refused(f"127.0.0.1:{port}", ca.client_tls(), "authentication required", AuthFailedError)
+        admin = Admin(servers=[f"127.0.0.1:{port}"], tls=ca.client_tls(),
+                      credentials=local_credentials(tmp_path))
+        try:  # both protections at work: the super user over TLS (once the leader added it)
+            wait_until(lambda: admin.topics() is not None, 30, what="the super user listing topics")
+        finally:
+            admin.close()
 
 
 def test_a_name_server_bound_to_all_interfaces_needs_tls_or_insecure(tmp_path: Path) -> None:

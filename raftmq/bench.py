@@ -5,7 +5,8 @@
     raftmq bench consume --local --messages 200000 --size 256              # loads, then reads
 
 ``--local`` starts a name server and a 3-node group in a temporary directory (flush
-policy sync; ``--tls``: TLS on every port, with a local CA) and stops them afterwards;
+policy sync; ``--tls``: TLS on every port, with a local CA; ``--acl``: users and ACLs on,
+the client a super user authenticating by SCRAM) and stops them afterwards;
 otherwise give --namesrv/--servers/--dir (and ``--ca-file`` & co. for a TLS cluster).
 A progress line is printed every second; the result is printed as a table, or as
 JSON with ``--json``. Latency is per send call (a batch counts once).
@@ -252,6 +253,7 @@ def run_command(args: argparse.Namespace) -> int:
         return 1
     result["machine"] = f"{os.cpu_count()} cpus"
     result["tls"] = bool(args.tls or args.ca_file)
+    result["acl"] = bool(args.acl)
     if args.json:
         print(json.dumps(result))
     else:

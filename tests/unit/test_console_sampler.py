@@ -63,8 +63,11 @@ class FakeGateway:
         return []
 
 
-def test_sampler_rates_and_leader_history() -> None:
-    gateway, clock = FakeGateway(), [100.0]
+def sampled(gateway: FakeGateway, steps: int, leader_at: int | None = None) -> Sampler:
+    """A sampler of ``gateway`` after ``steps`` samples (each through ``sample_logged``, as
+    its loop takes them) 2 s apart, 5 messages sent between two; ``leader_at``: the step
+    from which n2 leads."""
+    clock = [100.0]
     sampler = Sampler(gateway, clock=lambda: clock[0])  # type: ignore[arg-type]
 
     async def metrics(address: str) -> str | None:
@@ -74,15 +77,19 @@ def test_sampler_rates_and_leader_history() -> None:
     sampler._metrics = metrics  # type: ignore[method-assign]
 
     async def run() -> None:
-        for step in range(3):
+        for step in range(steps):
             gateway.sent = 5 * step
-            if step == 2:
+            if step == leader_at:
                 gateway.leader = "n2"
-            await sampler.sample()
+            await sampler.sample_logged()
             clock[0] += 2.0
 
     asyncio.run(run())
-    snap = sampler.snapshot()
+    return sampler
+
+
+def test_sampler_rates_and_leader_history() -> None:
+    snap = sampled(FakeGateway(), 3, leader_at=2).snapshot()
     assert snap["series"]["t"] == [100.0, 102.0, 104.0]
     assert snap["series"]["produce"] == [None, 2.5, 2.5]  # 5 messages per 2 s
     assert snap["topic_rates"] == {"orders": 2.5}
@@ -99,23 +106,7 @@ class RefusingGateway(FakeGateway):
 def test_the_charted_rates_do_not_need_the_admin_reads(caplog: pytest.LogCaptureFixture) -> None:
     """A cluster with ACLs on refuses the anonymous sampler /admin/topics: the produce and
     consume series (from /metrics) go on; the refusal is logged once, not every sample."""
-    gateway, clock = RefusingGateway(), [100.0]
-    sampler = Sampler(gateway, clock=lambda: clock[0])  # type: ignore[arg-type]
-
-    async def metrics(address: str) -> str | None:
-        return EXPOSITION.replace("} 10.0\n# TYPE raftmq_messages_pulled", f"}} {gateway.sent}.0\n# TYPE "
-                                  "raftmq_messages_pulled") if address == "a1" else None
-
-    sampler._metrics = metrics  # type: ignore[method-assign]
-
-    async def run() -> None:
-        for step in range(3):
-            gateway.sent = 5 * step
-            await sampler.sample_logged()
-            clock[0] += 2.0
-
-    asyncio.run(run())
-    snap = sampler.snapshot()
+    snap = sampled(RefusingGateway(), 3).snapshot()
     assert snap["series"]["produce"] == [None, 2.5, 2.5]
     assert snap["topic_rates"] == {}
     refusals = [r for r in caplog.records if "authentication required" in r.getMessage()]

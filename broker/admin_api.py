@@ -20,11 +20,13 @@ from __future__ import annotations
 import base64
 from typing import TYPE_CHECKING
 
+import msgspec
 from aiohttp import web
 
 from broker.commands import Perm
 from broker.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from dledger.errors import NoLeader, NotLeader
+from dledger.http_errors import read_json
 from protocol.message_format import decode_record
 from protocol.query import QueryMessageRequest, QueryResponse, ViewMessageRequest
 from protocol.remoting import Frame, ResponseCode
@@ -36,6 +38,16 @@ if TYPE_CHECKING:
     from broker.server import BrokerServer
 
 __all__ = ["admin_routes", "http_reply"]
+
+
+class _CreateTopicDoc(msgspec.Struct):
+    topic: str
+    queues: int = 8
+    perm: int = int(Perm.READ_WRITE)
+
+
+class _TransferDoc(msgspec.Struct):
+    to: str | None = None
 
 
 def http_reply(reply: Frame, success: type[Response] | None = None) -> web.Response:
@@ -109,12 +121,8 @@ class AdminApi:
             "held": {"delayed": len(machine.timers), "transaction_halves": len(machine.halves)}})
 
     async def admin_create_topic(self, request: web.Request) -> web.Response:
-        try:
-            doc = await request.json()
-            create = CreateTopicRequest(topic=doc["topic"], queues=int(doc.get("queues", 8)),
-                                        perm=int(doc.get("perm", int(Perm.READ_WRITE))))  # type: ignore[arg-type]
-        except (ValueError, KeyError, TypeError):
-            return web.json_response({"error": "body must be JSON with topic, queues, perm"}, status=400)
+        doc = await read_json(request, _CreateTopicDoc)
+        create = CreateTopicRequest(topic=doc.topic, queues=doc.queues, perm=doc.perm)  # type: ignore[arg-type]
         return http_reply(await self._handle(create), WriteResponse)
 
     async def _handle(self, request: Request) -> Frame:
@@ -123,13 +131,7 @@ class AdminApi:
 
     async def admin_transfer(self, request: web.Request) -> web.Response:
         """POST /admin/leader/transfer {"to": node (optional)} on the leader."""
-        try:
-            doc = await request.json() if request.can_read_body else {}
-            to = doc.get("to") if isinstance(doc, dict) else None
-            if to is not None and not isinstance(to, str):
-                raise ValueError
-        except ValueError:
-            return web.json_response({"error": 'body must be JSON {"to": "n2"} or empty'}, status=400)
+        to = (await read_json(request, _TransferDoc)).to if request.can_read_body else None
         try:
             new = await self._server.transfer_leadership(to)
         except ValueError as e:

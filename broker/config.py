@@ -16,6 +16,10 @@
     # acl_bootstrap_file = "admin.scram"  # a super user's record (`raftmq user hash`), added by
                                         # the leader while no user has its name
     # acl_token_ttl_s = 600             # how long an admin HTTP token is valid (1 .. 86400)
+    # max_connections = 4096, max_connections_per_address = 256, fd_reserve = 256,
+    # idle_timeout_s = 120, frame_deadline_s = 30, max_partial_frame_bytes, max_inflight_bytes,
+    # max_parked_pulls_per_connection = 1024, max_parked_pulls = 16384
+    #                                   # the client port's bounds (broker.client_limits)
 
     [broker.tls]                        # TLS on the client port (wss://, https://): broker.tls
     cert_file = "tls/broker1.pem"
@@ -28,12 +32,14 @@ Unknown keys and wrong types are refused naming the file and the key (``msgspec`
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from broker.access_control import read_bootstrap
+from broker.client_limits import ClientLimits
 from broker.deferred import parse_delay_levels
 from broker.index_file import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
 from broker.state_machine import DIGEST_EVERY
@@ -68,6 +74,15 @@ class BrokerSection(msgspec.Struct, forbid_unknown_fields=True):
     acl_bootstrap_file: str | None = None
     acl_token_ttl_s: float = 600.0
     tls: TlsSection | None = None
+    max_connections: int | msgspec.UnsetType = msgspec.UNSET
+    max_connections_per_address: int | msgspec.UnsetType = msgspec.UNSET
+    fd_reserve: int | msgspec.UnsetType = msgspec.UNSET
+    idle_timeout_s: float | msgspec.UnsetType = msgspec.UNSET
+    frame_deadline_s: float | msgspec.UnsetType = msgspec.UNSET
+    max_partial_frame_bytes: int | msgspec.UnsetType = msgspec.UNSET
+    max_inflight_bytes: int | msgspec.UnsetType = msgspec.UNSET
+    max_parked_pulls_per_connection: int | msgspec.UnsetType = msgspec.UNSET
+    max_parked_pulls: int | msgspec.UnsetType = msgspec.UNSET
 
     def server_options(self) -> dict[str, Any]:
         """The BrokerServer keyword arguments this section sets (the rest keep its defaults)."""
@@ -81,7 +96,16 @@ class BrokerSection(msgspec.Struct, forbid_unknown_fields=True):
         for key in ("delay_levels", "retry_delays", "retry_overdue_s"):
             if getattr(self, key) is not msgspec.UNSET:
                 options[key] = getattr(self, key)
+        limits = self.client_limits()
+        if limits != ClientLimits():
+            options["limits"] = limits
         return options
+
+    def client_limits(self) -> ClientLimits:
+        """The client port's bounds: the keys set here, ClientLimits' defaults for the rest
+        (ValueError if they do not fit together)."""
+        return ClientLimits(**{f.name: getattr(self, f.name) for f in dataclasses.fields(ClientLimits)
+                               if getattr(self, f.name) is not msgspec.UNSET})
 
 
 def read_broker_section(path: Path) -> BrokerSection:
@@ -103,6 +127,10 @@ def read_broker_section(path: Path) -> BrokerSection:
     if not 64 <= section.digest_every <= 10_000_000:
         raise ConfigError(f"{path}: broker.digest_every (entries between state digests the replicas "
                           f"compare) must be in 64..10000000, not {section.digest_every}")
+    try:
+        section.client_limits()
+    except ValueError as e:
+        raise ConfigError(f"{path}: broker.{e}") from None
     overdue = section.retry_overdue_s
     if overdue is not msgspec.UNSET and not 1 <= overdue <= 86_400:
         raise ConfigError(f"{path}: broker.retry_overdue_s must be a number of seconds in 1..86400, "

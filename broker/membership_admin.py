@@ -22,9 +22,11 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
+import msgspec
 from aiohttp import web
 
 from dledger.errors import NoLeader, NotLeader, ProposeError
+from dledger.http_errors import read_json
 from dledger.membership import Change, Member
 
 if TYPE_CHECKING:
@@ -33,6 +35,13 @@ if TYPE_CHECKING:
 __all__ = ["CATCH_UP_SLACK", "member_routes"]
 
 CATCH_UP_SLACK = 1000  # entries a learner may still be behind when it is added
+
+
+class _ChangeDoc(msgspec.Struct):
+    op: str
+    name: str
+    raft: str | None = None
+    client: str | None = None
 
 
 def _members_doc(server: BrokerServer) -> dict[str, Any]:
@@ -67,18 +76,20 @@ def member_routes(server: BrokerServer) -> list[web.RouteDef]:
 
     async def change_members(request: web.Request) -> web.Response:
         rlog = server.rlog
+        doc = await read_json(request, _ChangeDoc)
+        op = doc.op
         try:
-            doc = await request.json()
-            op = doc["op"]
             if op == "add":
-                member = Member(str(doc["name"]), str(doc["raft"]), str(doc["client"]))
+                if doc.raft is None or doc.client is None:
+                    raise ValueError("an add names raft and client")
+                member = Member(doc.name, doc.raft, doc.client)
             elif op == "remove":
-                current = rlog.members().get(str(doc["name"]))
-                member = current or Member(str(doc["name"]), "0.0.0.0:1")
+                current = rlog.members().get(doc.name)
+                member = current or Member(doc.name, "0.0.0.0:1")
             else:
                 raise ValueError(f"op {op!r}")
             member.check()
-        except (ValueError, KeyError, TypeError) as e:
+        except ValueError as e:
             return web.json_response({"error": f"bad request ({e}): body must be JSON "
                                       '{"op": "add", "name", "raft", "client"} or '
                                       '{"op": "remove", "name"}'}, status=400)

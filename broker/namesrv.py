@@ -90,8 +90,10 @@ def parse_registration(body: bytes) -> tuple[Registration, TopicDelta | TopicPag
     """A registration body (module docstring); ValueError saying what is wrong."""
     try:
         doc = msgspec.json.decode(body, type=_RegistrationDoc)
-    except msgspec.DecodeError as e:
+    except msgspec.DecodeError as e:  # ValidationError too
         raise ValueError(str(e)) from None
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
     if not all((doc.group, doc.node, doc.role, doc.address)):
         raise ValueError("group, node, role and address must be non-empty")
     reg = Registration(doc.group, doc.node, doc.role, doc.address, None, doc.term,

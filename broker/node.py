@@ -31,9 +31,8 @@ import logging
 import signal
 from typing import Any
 
-from aiohttp import web
-
 from broker.config import SECTIONS
+from broker.guarded_site import GuardedSite
 from broker.node_tls import ServingTls, read_serving
 from broker.registrar import Registrar
 from broker.server import AppliedSignal, BrokerServer
@@ -51,16 +50,16 @@ async def _serve(rlog: Log, machine: BrokerStateMachine, applier: Applier,
                  listen: str, addresses: dict[str, str], namesrvs: list[str],
                  tls: ServingTls | None = None, **options: Any) -> None:
     sig = AppliedSignal(asyncio.get_running_loop())
-    machine.on_applied.append(lambda _index: sig.notify())
     peer = tls.peer if tls is not None else None
     server = BrokerServer(rlog, machine, applier, sig, lambda name: rlog.client_addresses().get(name),
                           addresses=addresses, peer_tls=peer, **options)
     # on SIGTERM: close the clients' WebSockets at once (they re-route to the next leader)
     # instead of letting aiohttp wait up to 60 s for them while this node still leads
-    runner = web.AppRunner(server.app(), access_log=None, shutdown_timeout=1.0)
+    runner = server.runner(access_log=None, shutdown_timeout=1.0)  # behind the connection guard
     await runner.setup()
     host, port = listen.rsplit(":", 1)
-    await web.TCPSite(runner, host, int(port), ssl_context=tls.context if tls is not None else None).start()
+    await GuardedSite(runner, host, int(port),  # accepts within the descriptor reserve
+                      ssl_context=tls.context if tls is not None else None).start()
     registrar = (asyncio.create_task(Registrar(rlog, machine, listen, namesrvs, tls=peer).run())
                  if namesrvs else None)
     stop = asyncio.Event()

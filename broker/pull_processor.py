@@ -23,8 +23,10 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from broker.consumer_processor import CONNECTION
 from broker.entry_batch import read_stamp
 from broker.fragments import MessageGone, read_message
+from broker.long_polls import ParkedPulls
 from broker.metrics import BrokerMetrics
 from broker.state_machine import BrokerStateMachine
 from dledger.commitlog import CommitLog
@@ -52,15 +54,17 @@ PULL_BODY_BYTES = 4 * 1024 * 1024
 _ROW_OVERHEAD = 40  # msgpack of [offset, position, stamp, bin header]
 
 
-class AppliedWaiter(Protocol):
-    async def wait(self, timeout: float) -> None:
-        """Return when an entry was applied, or after ``timeout`` seconds."""
+class QueueWaiter(Protocol):
+    async def wait(self, queue: tuple[str, int], timeout: float) -> None:
+        """Return when ``queue`` (topic, queue id) grew, or after ``timeout`` seconds."""
 
 
 class PullProcessor:
-    def __init__(self, machine: BrokerStateMachine, rlog: Log, signal: AppliedWaiter,
-                 metrics: BrokerMetrics, store_time: Callable[[int], int]) -> None:
+    def __init__(self, machine: BrokerStateMachine, rlog: Log, signal: QueueWaiter,
+                 metrics: BrokerMetrics, store_time: Callable[[int], int],
+                 parked: ParkedPulls | None = None) -> None:
         self._machine = machine
+        self._parked = parked or ParkedPulls()
         self._rlog = rlog
         self._signal = signal
         self._metrics = metrics
@@ -111,14 +115,21 @@ class PullProcessor:
 
     async def _await_messages(self, topic: str, queue_id: int, offset: int,
                               deadline: float) -> tuple[ConsumeQueue | None, int]:
-        """The long poll: the queue and its end once it holds ``offset`` or at ``deadline``."""
+        """The long poll: the queue and its end once it holds ``offset`` or at ``deadline``,
+        parked on this queue only (``broker.long_polls``). FrameError SYSTEM_BUSY when it
+        would park beyond a cap."""
         loop = asyncio.get_running_loop()
-        while True:
-            cq = self._machine.queue(topic, queue_id)
-            max_offset = cq.max_offset if cq is not None else 0
-            if offset < max_offset or loop.time() >= deadline:
-                return cq, max_offset
-            await self._signal.wait(deadline - loop.time())
+        cq = self._machine.queue(topic, queue_id)
+        max_offset = cq.max_offset if cq is not None else 0
+        if offset < max_offset or loop.time() >= deadline:
+            return cq, max_offset
+        with self._parked.slot(CONNECTION.get()):
+            while True:
+                await self._signal.wait((topic, queue_id), deadline - loop.time())
+                cq = self._machine.queue(topic, queue_id)
+                max_offset = cq.max_offset if cq is not None else 0
+                if offset < max_offset or loop.time() >= deadline:
+                    return cq, max_offset
 
     def _rows(self, units: list[tuple[int, Any]], next_offset: int, max_msgs: int,
               sql: SqlFilter | None, filtered: bool) -> tuple[list[PullRow], int, int | None]:

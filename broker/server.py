@@ -19,25 +19,33 @@ leader. A message may be up to ``max_message_bytes`` encoded (4 MiB by default; 
 ones get MESSAGE_TOO_LARGE and nothing is stored); one that does not fit in a Raft entry
 is stored as a chain of fragments (``broker.fragments``) and read back whole. Reads
 (pull, offsets, topics) are served by any replica from applied -- hence committed --
-state only. A malformed frame gets MALFORMED_FRAME and the connection stays open; an
-unknown code gets REQUEST_CODE_NOT_SUPPORTED.
+state only. A malformed frame gets MALFORMED_FRAME and the connection stays open; one
+that cannot be answered (its opaque unreadable, or a malformed oneway or response) closes
+the connection with 1007 and the reason; an unknown code gets REQUEST_CODE_NOT_SUPPORTED.
+What a client may hold of the port (connections, descriptors, frames still arriving,
+requests in flight, parked pulls, idle time) is bounded by ``ClientLimits``: see
+``broker.connection_guard``, ``broker.frame_reader`` and ``broker.long_polls``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
 
 import aiohttp
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, web
 
 from broker.access_control import AccessControl
 from broker.acl_processor import AclProcessor
 from broker.admin_api import admin_routes
+from broker.client_limits import ClientLimits
 from broker.commands import PutUser
+from broker.connection_guard import ConnectionGuard
 from broker.consumer_processor import CONNECTION, ConsumerProcessor
 from broker.consumer_registry import ConsumerRegistry
 from broker.deferred import DEFAULT_DELAY_LEVELS, RETRY_DELAYS
@@ -46,6 +54,9 @@ from broker.deferred_service import DeferredService
 from broker.divergence import MARKER as DIVERGENT_MARKER
 from broker.divergence import DivergenceCheck
 from broker.entry_batch import MessageTooLarge
+from broker.frame_reader import FrameReader, open_websocket
+from broker.guarded_site import GuardedRunner
+from broker.long_polls import AppliedSignal, ParkedPulls
 from broker.membership_admin import member_routes
 from broker.metrics import VERSION, BrokerMetrics
 from broker.offset_processor import OffsetProcessor
@@ -59,6 +70,7 @@ from broker.topic_processor import TopicProcessor
 from broker.write_path import WritePath
 from dledger.applier import Applier
 from dledger.errors import DiskFull, NoLeader, NotLeader, OutcomeUnknown, ProposeError
+from dledger.http_errors import json_errors
 from dledger.log import Log
 from protocol.message_format import MAX_MESSAGE_BYTES
 from protocol.names import InvalidName
@@ -90,26 +102,6 @@ FRAME_SLACK = 64 * 1024
 _SERVED_WHEN_UNHEALTHY = frozenset({RequestCode.HEARTBEAT, RequestCode.UNREGISTER_CLIENT})
 
 
-class AppliedSignal:
-    """Wakes long-polling pulls when the applier applied something (thread-safe notify)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._event = asyncio.Event()
-
-    def notify(self) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
-            self._loop.call_soon_threadsafe(self._wake)
-
-    def _wake(self) -> None:
-        self._event.set()
-        self._event = asyncio.Event()
-
-    async def wait(self, timeout: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._event.wait(), timeout)
-
-
 class BrokerServer:
     def __init__(self, rlog: Log, machine: BrokerStateMachine, applier: Applier,
                  signal: AppliedSignal, leader_address: Callable[[str], str | None], *,
@@ -118,7 +110,7 @@ class BrokerServer:
                  retry_delays: str = RETRY_DELAYS,
                  retry_overdue_s: float = DEFAULT_OVERDUE_S, acl: bool = False,
                  acl_bootstrap: PutUser | None = None, acl_token_ttl_s: float = 600.0,
-                 peer_tls: ClientTls | None = None) -> None:
+                 limits: ClientLimits | None = None, peer_tls: ClientTls | None = None) -> None:
         """``peer_tls``: how to dial the peers' client ports (None: plain HTTP)."""
         if max_message_bytes < 1:
             raise ValueError("max_message_bytes must be positive")
@@ -152,10 +144,14 @@ class BrokerServer:
         self._peer_tls = peer_tls
         self._sockets: set[web.WebSocketResponse] = set()
         self.signal = signal
+        machine.on_queues_grown.append(signal.notify)  # parked pulls wake by queue
+        self.connections = ConnectionGuard(limits)
         self.leader_address = leader_address
         self.metrics = BrokerMetrics(self)
         self.started_at = time.time()  # /status: uptime
-        self.pulls = PullProcessor(machine, rlog, signal, self.metrics, self.queries.store_time)
+        self.pulls = PullProcessor(machine, rlog, signal, self.metrics, self.queries.store_time,
+                                   ParkedPulls(self.connections.limits.max_parked_pulls_per_connection,
+                                               self.connections.limits.max_parked_pulls))
         self.access = AccessControl(self, enabled=acl, bootstrap=acl_bootstrap,  # every request checked
                                     token_ttl_s=acl_token_ttl_s)
         self.acl_requests = AclProcessor(self)
@@ -191,12 +187,20 @@ class BrokerServer:
         }
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self.access.http_middleware])
+        app = web.Application(middlewares=[json_errors, self.connections.middleware,
+                                           self.access.http_middleware],
+                              handler_args={"keepalive_timeout": self.connections.limits.idle_timeout_s})
         app.add_routes([web.get("/ws", self._ws), web.get("/healthz", self._healthz),
                         web.get("/status", self._status), *admin_routes(self), *member_routes(self),
                         *self.access.routes()])
         app.cleanup_ctx.append(self._background)
+        app.cleanup_ctx.append(self.connections.background)
         return app
+
+    def runner(self, **kwargs: Any) -> GuardedRunner:
+        """An ``AppRunner`` of ``app()`` whose connections pass the connection guard; serve it
+        with ``broker.guarded_site.GuardedSite``. ``kwargs`` as AppRunner's."""
+        return GuardedRunner(self.app(), self.connections, **kwargs)
 
     async def close_connections(self) -> None:
         """Close every client WebSocket (going away): clients reconnect elsewhere."""
@@ -296,45 +300,47 @@ class BrokerServer:
 
     async def _ws(self, request: web.Request) -> web.WebSocketResponse:
         # twice the frame limit: a somewhat larger frame still gets a MESSAGE_TOO_LARGE answer
-        ws = web.WebSocketResponse(max_msg_size=2 * self.max_frame_bytes)
+        ws = open_websocket(max_msg_size=2 * self.max_frame_bytes)
         await ws.prepare(request)
-        tasks: set[asyncio.Task[None]] = set()
+        reader = FrameReader(ws, request.transport, self.connections)
         CONNECTION.set(ws)
         self.access.open_connection(request.remote)
         self._sockets.add(ws)
         try:
-            await self._read_frames(ws, tasks)
+            await self._read_frames(reader)
         finally:
-            for task in tasks:
-                task.cancel()
+            reader.cancel()
             self._sockets.discard(ws)
             await self.client_requests.members_changed(self.consumers.drop_connection(ws))
             self.producers.drop_connection(ws)
         return ws
 
-    async def _read_frames(self, ws: web.WebSocketResponse, tasks: set[asyncio.Task[None]]) -> None:
-        async for msg in ws:
-            if msg.type != WSMsgType.BINARY:
-                if msg.type == WSMsgType.TEXT:
-                    await ws.send_bytes(Frame(ResponseCode.MALFORMED_FRAME, 0, 1,
-                                              "frames are binary WebSocket messages").encode())
+    async def _read_frames(self, reader: FrameReader) -> None:
+        async for data in reader.frames():
+            if isinstance(data, str):
+                await reader.ws.send_bytes(Frame(ResponseCode.MALFORMED_FRAME, 0, 1,
+                                                 "frames are binary WebSocket messages").encode())
                 continue
-            task = asyncio.create_task(self._serve_frame(ws, msg.data))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
+            reader.spawn(self._serve_frame(reader, data), len(data))
 
-    async def _serve_frame(self, ws: web.WebSocketResponse, data: bytes) -> None:
+    async def _serve_frame(self, reader: FrameReader, data: bytes) -> None:
+        ws = reader.ws
         try:
             frame = decode_frame(data, self.max_frame_bytes)
         except FrameError as e:
             reply = e.response()
-            if reply is not None and not ws.closed:
+            if reply is None:  # nobody to answer: say why on the way out
+                reader.kill(WSCloseCode.INVALID_TEXT, e.message)
+            elif not ws.closed:
                 await ws.send_bytes(reply.encode())
             return
         if frame.is_response:
             return  # no server-to-client requests are outstanding yet
+        if frame.is_oneway:  # handled as a request; its answer (an error, say) goes nowhere
+            await self.handle(dataclasses.replace(frame, flags=0))
+            return
         reply = await self.handle(frame)
-        if not frame.is_oneway and not ws.closed:
+        if not ws.closed:
             await ws.send_bytes(reply.encode())
 
     async def handle(self, frame: Frame) -> Frame:

@@ -103,6 +103,8 @@ class BrokerStateMachine:
         self._lock = threading.Lock()  # the results, the applied index, the digests
         self._results: OrderedDict[int, list[Kept]] = OrderedDict()  # untracked by the gc
         self.on_applied: list[Callable[[int], None]] = []  # run on the apply thread
+        #: run on the apply thread with the (topic, queue id)s an apply call appended to
+        self.on_queues_grown: list[Callable[[list[tuple[str, int]]], None]] = []
         checkpoint = read_checkpoint(store / "state.checkpoint")
         self._applied: int = checkpoint.get("applied", 0)
         self._checkpointed_at = 0.0
@@ -188,9 +190,10 @@ class BrokerStateMachine:
             if entry.index % self._digest_every == 0:
                 self._record(Snapshot.of(entry.index, self._canonical_state()))
         try:  # the units before the applied index that covers them
-            state.queue_files.write_appends()
+            grown = state.queue_files.write_appends()
         except OSError as e:
-            state.written_once_there_is_room(e, "writing ConsumeQueue units", state.queue_files.write_appends)
+            grown = state.written_once_there_is_room(e, "writing ConsumeQueue units",
+                                                     state.queue_files.write_appends)
         with self._lock:
             for index, results in done:
                 self._applied = index
@@ -207,6 +210,11 @@ class BrokerStateMachine:
                 callback(self._applied)
             except Exception:  # a listener must never stop the apply thread
                 log.exception("on_applied listener failed")
+        for grew in self.on_queues_grown if grown else ():
+            try:
+                grew(grown)
+            except Exception:
+                log.exception("on_queues_grown listener failed")
         self._dirty = True
         if time.monotonic() - self._checkpointed_at >= CHECKPOINT_EVERY_S:
             self._checkpoint(background=True)

@@ -13,6 +13,7 @@ from typing import TypeVar
 from aiohttp import web
 
 from dledger.config import ConfigError, load_group_config
+from dledger.http_errors import json_errors
 from dledger.replicated_log import ReplicatedLog
 
 __all__ = ["add_replica_arguments", "configure_logging", "control_app", "open_replica", "run_alone"]
@@ -36,7 +37,7 @@ def control_app(routes: list[web.RouteDef], max_body: int = 1 << 20) -> web.Appl
     async def healthz(request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
-    app = web.Application(client_max_size=max_body)
+    app = web.Application(client_max_size=max_body, middlewares=[json_errors])
     app.add_routes([*routes, web.get("/healthz", healthz)])
     return app
 

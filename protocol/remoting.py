@@ -51,6 +51,7 @@ __all__ = [
     "MAX_CODE",
     "MAX_EXT_ITEMS",
     "MAX_OPAQUE",
+    "REFUSED_HEADER",
     "RETRIABLE",
     "VERSION",
     "ExtScalar",
@@ -70,6 +71,9 @@ DEFAULT_MAX_FRAME = 4 * 1024 * 1024 + 64 * 1024
 MAX_EXT_ITEMS = 1024
 MAX_OPAQUE = 2**32 - 1
 MAX_CODE = 2**31 - 1
+#: The HTTP header of a broker's 503 to a WebSocket upgrade it refused (a connection limit):
+#: why, in words, for the client's error.
+REFUSED_HEADER = "X-RaftMQ-Refused"
 
 _FIELDS = 7
 _PEEK_BYTES = 64  # enough for the array header, version, code, opaque and flags
@@ -338,13 +342,14 @@ def _read_head(unpacker: msgpack.Unpacker, head: _Head) -> tuple[int, Any, Any, 
         raise _malformed(f"a frame is a msgpack array ({_describe(e)})") from None
     _require(count >= 1, "frame is an empty array")
     version = _next(unpacker, "version")
-    _require(_is_int(version) and version == VERSION,
-             f"unsupported frame version {_show(version)}; this broker speaks {VERSION}")
     code = _next(unpacker, "code") if count > 1 else None
     opaque = _next(unpacker, "opaque") if count > 2 else None
     head.opaque = opaque if _is_opaque(opaque) else None
     flags = _next(unpacker, "flags") if count > 3 else None
     head.flags = flags if _is_flags(flags) else None
+    # checked after the opaque and flags are known: a frame of another version is answered
+    _require(_is_int(version) and version == VERSION,
+             f"unsupported frame version {_show(version)}; this broker speaks {VERSION}")
     return count, code, opaque, flags
 
 

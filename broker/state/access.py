@@ -87,6 +87,8 @@ class AccessTables:
         else:
             if cmd.user not in self.users:
                 return f"no user {cmd.user!r}: add it first"
+            if not cmd.actions:  # a statement covers at least one action: none is never held
+                return "a grant names at least one action"
             key = (cmd.user, cmd.resource, cmd.decision, cmd.source)
             self._policies = {**self._policies, key: self._policies.get(key, frozenset()) | set(cmd.actions)}
         self._changed()

@@ -50,6 +50,7 @@ class QueueFiles:
         self._lock = threading.Lock()
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._appends: dict[tuple[str, int], _Appends] = {}
+        self._grown: list[tuple[str, int]] = []  # queues written by a call that failed part-way
         self._hash = int.from_bytes(cq_hash, "big")
         # (id of a queue, log start) -> (the queue, its first offset kept)
         self._retained_min: dict[tuple[int, int], tuple[ConsumeQueue, int]] = {}
@@ -104,15 +105,19 @@ class QueueFiles:
         self._hash = cq_hash_step(self._hash, appends.hash_prefix, queue_offset, position, size, tag)
         return queue_offset
 
-    def write_appends(self) -> None:
-        """Write the units gathered by ``append``. Raises OSError (a full disk) with the units
-        not written still gathered: calling it again writes exactly those."""
+    def write_appends(self) -> list[tuple[str, int]]:
+        """Write the units gathered by ``append``; returns the queues that grew. Raises OSError
+        (a full disk) with the units not written still gathered: calling it again writes exactly
+        those, and returns every queue that grew since the last complete call."""
         for where in list(self._appends):
             appends = self._appends[where]
             written = appends.cq.max_offset - appends.first_offset  # by an earlier, failed call
             if written < len(appends.units):
                 appends.cq.append_many(appends.first_offset + written, appends.units[written:])
             del self._appends[where]
+            self._grown.append(where)
+        grown, self._grown = self._grown, []
+        return grown
 
     def drop_topic(self, topic: str) -> None:
         """A deleted topic's queues go, files and all (and its units of this apply call)."""

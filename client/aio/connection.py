@@ -7,6 +7,10 @@ keeps one live connection per address and reconnects on the next use after a dro
 a ``ClientTls`` it dials ``wss://`` (and its ``session`` and ``url`` speak https), else
 ``ws://`` (``protocol.tls``); given ``credentials`` it authenticates each new connection
 before its first request (``client.aio.auth``).
+
+When the broker closes the connection with a code and a reason (a malformed frame, a frame
+too slow to arrive, idle, stopping) or refuses it (503: a connection limit, the reason in
+``REFUSED_HEADER``), the ``ConnectionLostError`` of every request it ends says so.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import aiohttp
 
 from client.credentials import Credentials
 from client.errors import ConnectionLostError, RequestTimeoutError, TlsError, broker_error
-from protocol.remoting import DEFAULT_MAX_FRAME, Frame, FrameError, ResponseCode, decode_frame
+from protocol.remoting import DEFAULT_MAX_FRAME, REFUSED_HEADER, Frame, FrameError, ResponseCode, decode_frame
 from protocol.tls import ClientTls, http_url, ws_url
 from protocol.wire import NotLeaderResponse, Request
 
@@ -30,6 +34,12 @@ __all__ = ["Connection", "ConnectionPool", "certificate_refused", "tls_hint"]
 log = logging.getLogger("client.connection")
 
 CONNECT_TIMEOUT_S = 3.0
+
+_ENDS = frozenset({aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED,
+                   aiohttp.WSMsgType.ERROR})
+#: what a close code says when the broker gave no reason
+_CLOSE_MEANING = {1001: "going away", 1006: "connection dropped", 1007: "malformed frame",
+                  1008: "policy violation", 1009: "frame too large", 1011: "internal error"}
 
 
 class Connection:
@@ -40,15 +50,26 @@ class Connection:
         self._on_request = on_request
         self._opaques = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[Frame]] = {}
+        #: why the broker closed the connection, when it said: "closed by the broker: 1008 ..."
+        self.close_reason = ""
         self._reader = asyncio.create_task(self._read())
 
     @property
     def closed(self) -> bool:
         return self._ws.closed or self._reader.done()
 
+    def _lost(self, what: str) -> str:
+        """``what`` happened to the connection, with why the broker closed it if it said."""
+        why = self.close_reason
+        return f"{what} ({why})" if why else what
+
     async def _read(self) -> None:
         try:
-            async for msg in self._ws:
+            while True:
+                msg = await self._ws.receive()
+                if msg.type in _ENDS:
+                    self._note_close(msg)
+                    break
                 if msg.type != aiohttp.WSMsgType.BINARY:
                     continue
                 try:
@@ -66,7 +87,7 @@ class Connection:
         except (aiohttp.ClientError, ConnectionError) as e:
             log.debug("connection to %s failed: %s", self.address, e)
         finally:
-            lost = ConnectionLostError(f"connection to broker {self.address} was lost")
+            lost = ConnectionLostError(self._lost(f"connection to broker {self.address} was lost"))
             for fut in self._waiting.values():
                 if not fut.done():
                     fut.set_exception(lost)
@@ -76,7 +97,7 @@ class Connection:
         """Send a request and return the response frame (any code). Raises
         ConnectionLostError or RequestTimeoutError."""
         if self.closed:
-            raise ConnectionLostError(f"connection to broker {self.address} is closed")
+            raise ConnectionLostError(self._lost(f"connection to broker {self.address} is closed"))
         opaque = next(self._opaques) % (2**32)
         fut = self._waiting[opaque] = asyncio.get_running_loop().create_future()
         try:
@@ -100,12 +121,24 @@ class Connection:
 
     async def oneway(self, request: Request) -> None:
         if self.closed:
-            raise ConnectionLostError(f"connection to broker {self.address} is closed")
+            raise ConnectionLostError(self._lost(f"connection to broker {self.address} is closed"))
         frame = request.to_frame(next(self._opaques) % (2**32), oneway=True)
         try:
             await self._ws.send_bytes(frame.encode())
         except (aiohttp.ClientError, ConnectionError) as e:
             raise ConnectionLostError(f"cannot send to broker {self.address}: {e}") from None
+
+    def _note_close(self, msg: aiohttp.WSMessage) -> None:
+        """Keep why the connection ended: the broker's close frame (code and reason), or the
+        close code of a connection that ended without one."""
+        if msg.type == aiohttp.WSMsgType.CLOSE:
+            code, reason = msg.data, msg.extra if isinstance(msg.extra, str) else ""
+            said = reason or _CLOSE_MEANING.get(code, "")
+            if code != aiohttp.WSCloseCode.OK or reason:
+                self.close_reason = f"closed by the broker: {code} {said}".rstrip()
+        elif self._ws.close_code not in (None, aiohttp.WSCloseCode.OK):
+            code = self._ws.close_code
+            self.close_reason = f"closed: {code} {_CLOSE_MEANING.get(code, '')}".rstrip()
 
     async def close(self) -> None:
         await self._ws.close()
@@ -168,6 +201,9 @@ class ConnectionPool:
                     heartbeat=10.0), CONNECT_TIMEOUT_S)
             except aiohttp.ClientConnectorCertificateError as e:
                 raise certificate_refused(f"broker {address}", e) from None
+            except aiohttp.WSServerHandshakeError as e:
+                why = (e.headers or {}).get(REFUSED_HEADER) or e.message
+                raise ConnectionLostError(f"cannot connect to broker {address}: {e.status} {why}") from None
             except (aiohttp.ClientError, OSError, TimeoutError) as e:
                 hint = tls_hint(e, self.tls)
                 raise ConnectionLostError(f"cannot connect to broker {address}: {e}{hint}") from None

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from broker.guarded_site import GuardedSite
 from broker.server import AppliedSignal, BrokerServer
 from broker.state_machine import BrokerStateMachine
 from dledger.applier import Applier
@@ -55,12 +56,11 @@ def broker(one_node_broker, request) -> Iterator[str]:  # type: ignore[no-untype
 
     async def up() -> None:
         signal = AppliedSignal(asyncio.get_running_loop())
-        machine.on_applied.append(lambda _i: signal.notify())
         server = BrokerServer(rlog, machine, applier, signal, lambda n: address,
                               addresses={rlog.config.node: address}, **options)
-        runner = web.AppRunner(server.app())
+        runner = server.runner()
         await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port, ssl_context=ssl_context).start()
+        await GuardedSite(runner, "127.0.0.1", port, ssl_context=ssl_context).start()
         runner_box.append(runner)
 
     thread = threading.Thread(target=loop.run_forever, daemon=True)

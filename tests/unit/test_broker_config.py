@@ -76,3 +76,20 @@ def test_acl_settings_are_checked(tmp_path: Path) -> None:
     write(tmp_path, '[broker]\nlisten = "127.0.0.1:1"\nacl_bootstrap_file = "bad.scram"\n')
     with pytest.raises(ConfigError, match="not a super user record"):
         read_broker_section(path)
+
+
+def test_the_client_ports_bounds_are_optional_and_checked(tmp_path: Path) -> None:
+    from broker.client_limits import ClientLimits
+
+    path = write(tmp_path, '[broker]\nlisten = "127.0.0.1:1"\nmax_connections = 100\nfd_reserve = 64\n'
+                           'frame_deadline_s = 5\nidle_timeout_s = 10.5\n')
+    limits = read_broker_section(path).server_options()["limits"]
+    assert limits == ClientLimits(max_connections=100, fd_reserve=64, frame_deadline_s=5.0,
+                                  idle_timeout_s=10.5)
+    for bad, why in (("max_connections = 0", "max_connections must be a positive number"),
+                     ("max_parked_pulls = -1", "max_parked_pulls must be a positive number"),
+                     ("frame_deadline_s = 500", "frame_deadline_s .* is above idle_timeout_s"),
+                     ('fd_reserve = "many"', "fd_reserve: Expected `int`, got `str`")):
+        write(tmp_path, f'[broker]\nlisten = "127.0.0.1:1"\n{bad}\n')
+        with pytest.raises(ConfigError, match=f"node.toml: broker.{why}"):
+            read_broker_section(path)

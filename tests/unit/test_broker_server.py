@@ -10,9 +10,9 @@ from typing import Any
 import aiohttp
 import msgpack
 import yarl
-from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
+from broker.guarded_site import GuardedSite
 from broker.server import AppliedSignal, BrokerServer
 from broker.state_machine import BrokerStateMachine
 from dledger.applier import Applier
@@ -27,12 +27,11 @@ async def serve(parts: tuple[ReplicatedLog, BrokerStateMachine, Applier],
                 **server_kw: Any) -> AsyncIterator[FrameClient]:
     rlog, machine, applier = parts
     signal = AppliedSignal(asyncio.get_running_loop())
-    machine.on_applied.append(lambda _i: signal.notify())
     server = BrokerServer(rlog, machine, applier, signal, lambda name: None, **server_kw)
-    runner = web.AppRunner(server.app())
+    runner = server.runner()
     await runner.setup()
     port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    await GuardedSite(runner, "127.0.0.1", port).start()
     async with aiohttp.ClientSession() as session, session.ws_connect(
             f"http://127.0.0.1:{port}/ws", max_msg_size=16 << 20) as ws:
         client = FrameClient(ws)

@@ -172,8 +172,8 @@ def test_every_response_code_has_a_meaning_and_retriability() -> None:
     (msgpack.packb({"version": 1}), "a frame is a msgpack array", None),
     (b"\x97", "frame ends inside field 'version'", None),
     (b"\xdd\x00", "frame ends inside its array header", None),
-    (raw(2, 10, 5, 0, "", {}, b""), "unsupported frame version 2", None),
-    (raw(True, 10, 5, 0, "", {}, b""), "unsupported frame version True", None),
+    (raw(2, 10, 5, 0, "", {}, b""), "unsupported frame version 2", 5),  # answered on its opaque
+    (raw(True, 10, 5, 0, "", {}, b""), "unsupported frame version True", 5),
     (raw(1, 10, 5, 0, "", {}, b"", b"extra"), "frame has 8 fields; expected 7", 5),
     (raw(1, 10, 5, 0, "", {}), "frame has 6 fields; expected 7", 5),
     (raw(1, 10), "frame has 2 fields", None),

@@ -160,7 +160,7 @@ class ApplyStepModel(RuleBasedStateMachine):
             if left:
                 self.statements[key] = left
         else:
-            if user not in self.users:
+            if user not in self.users or not actions:  # a grant of nothing is refused
                 assert applied.outcome == Outcome.INVALID
                 return
             self.statements[key] = self.statements.get(key, set()) | actions

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import ssl
 import stat
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from broker import guarded_site
 from broker.config import read_broker_section
 from broker.exposure import check_exposure, is_loopback, missing_protections
 from broker.membership_admin import _learner_lag
@@ -191,6 +193,24 @@ def test_a_client_with_the_ca_works_over_wss_and_https(broker: str, broker_ssl_c
         assert resp.status == 200
     with pytest.raises(OSError):  # plain HTTP to the TLS port: no answer
         urllib.request.urlopen(f"http://{broker}/status", timeout=5)
+
+
+def test_a_stalled_tls_handshake_is_cut_and_the_port_serves_on(
+        broker: str, broker_ssl_context: ssl.SSLContext, local_ca: LocalCA,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The TLS port is served by the guarded accept loop (``broker.guarded_site``): a client
+    that connects and never starts its handshake is closed after the handshake timeout (10 s;
+    0.5 s here) instead of holding a descriptor, and others are served meanwhile."""
+    monkeypatch.setattr(guarded_site, "HANDSHAKE_TIMEOUT_S", 0.5)
+    host, port = broker.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as silent:
+        with urllib.request.urlopen(f"https://{broker}/healthz", context=local_ca.client_tls().context(),
+                                    timeout=5) as resp:
+            assert resp.status == 200
+        started = time.monotonic()
+        silent.settimeout(5)
+        assert silent.recv(1) == b"", "closed by the broker, nothing sent"
+        assert time.monotonic() - started < 4
 
 
 def test_a_client_without_the_ca_is_refused_at_once(broker: str, broker_ssl_context: ssl.SSLContext,

@@ -1,7 +1,7 @@
 """The ``[broker]`` section of a replica's TOML file (the other sections: ``dledger.config``)::
 
     [broker]
-    listen = "10.0.0.11:10911"          # clients' WebSocket (ws://.../ws) and HTTP admin/metrics
+    listen = "10.0.0.11:10911"          # clients' WebSocket (wss://.../ws) and HTTPS admin/metrics
     addresses = { n1 = "10.0.0.11:10911", n2 = "10.0.0.12:10911", n3 = "10.0.0.13:10911" }
     namesrv = ["10.0.0.21:9876"]        # name servers to register with (optional)
     # max_message_bytes = 4194304       # largest encoded message accepted (1 .. 64 MiB)
@@ -21,6 +21,12 @@
     # max_parked_pulls_per_connection = 1024, max_parked_pulls = 16384
     #                                   # the client port's bounds (broker.client_limits)
 
+    [broker.tls]                        # TLS on the client port (wss://, https://): broker.tls
+    cert_file = "tls/broker1.pem"
+    key_file = "tls/broker1.key"
+    ca_file = "tls/ca.pem"
+    # client_auth = false               # true: mutual TLS
+
 Unknown keys and wrong types are refused naming the file and the key (``msgspec``).
 """
 
@@ -37,6 +43,7 @@ from broker.client_limits import ClientLimits
 from broker.deferred import parse_delay_levels
 from broker.index_file import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
 from broker.state_machine import DIGEST_EVERY
+from broker.tls import TlsSection
 from dledger.config import ConfigError, read_section, read_toml
 from protocol.message_format import MAX_MESSAGE_BYTES
 
@@ -62,10 +69,11 @@ class BrokerSection(msgspec.Struct, forbid_unknown_fields=True):
     index_entries: int = DEFAULT_INDEX_NUM
     cq_units_per_file: int = 300_000
     #: Whether every request is authenticated and authorized (``broker.access_control``);
-    #: what a check of a secure start looks at.
+    #: what a check of a secure start looks at (``broker.exposure``).
     acl: bool = False
     acl_bootstrap_file: str | None = None
     acl_token_ttl_s: float = 600.0
+    tls: TlsSection | None = None
     max_connections: int | msgspec.UnsetType = msgspec.UNSET
     max_connections_per_address: int | msgspec.UnsetType = msgspec.UNSET
     fd_reserve: int | msgspec.UnsetType = msgspec.UNSET
@@ -127,6 +135,8 @@ def read_broker_section(path: Path) -> BrokerSection:
     if overdue is not msgspec.UNSET and not 1 <= overdue <= 86_400:
         raise ConfigError(f"{path}: broker.retry_overdue_s must be a number of seconds in 1..86400, "
                           f"not {overdue}")
+    if section.tls is not None:
+        section.tls = section.tls.relative_to(path.parent)
     if not 1 <= section.acl_token_ttl_s <= 86_400:
         raise ConfigError(f"{path}: broker.acl_token_ttl_s must be in 1..86400 s, "
                           f"not {section.acl_token_ttl_s}")

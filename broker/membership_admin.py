@@ -56,7 +56,7 @@ def _members_doc(server: BrokerServer) -> dict[str, Any]:
 async def _learner_lag(server: BrokerServer, member: Member) -> tuple[int | None, str]:
     """(entries behind the leader, why unknown) of the replica about to be added."""
     try:
-        async with server.http_session().get(f"http://{member.client}/status",
+        async with server.http_session().get(server.peer_url(member.client, "/status"),
                                       timeout=aiohttp.ClientTimeout(total=3)) as resp:
             doc = await resp.json()
     except (aiohttp.ClientError, TimeoutError, ValueError) as e:

@@ -29,8 +29,9 @@ per reason with a count.
 Name servers keep no state on disk and do not talk to each other: run several and
 register every broker with each, as RocketMQ does.
 
-Usage: ``raftmq namesrv --config namesrv.toml`` (``broker.namesrv_config``). Without
-groups it refuses to start unless ``--insecure`` (no authentication, for a throw-away
+Usage: ``raftmq namesrv --config namesrv.toml`` (``broker.namesrv_config``; ``[namesrv.tls]``
+serves https, ``broker.tls``). Without groups, or on an address other hosts reach without
+TLS (``broker.exposure``), it refuses to start unless ``--insecure`` (for a throw-away
 test; warned at every start). ``raftmq namesrv-key`` writes a group's key.
 """
 
@@ -46,12 +47,15 @@ from typing import Literal
 import msgspec
 from aiohttp import web
 
+from broker.exposure import check_exposure
 from broker.namesrv_config import read_namesrv_config
 from broker.registration_auth import AuthError, RegistrationVerifier, registration_key
 from broker.route_table import EXPIRY_S, Refused, Registration, Resync, RouteTable, TopicDelta, TopicPage
+from broker.tls import server_context
 from dledger.config import ConfigError, load_group_config
 from dledger.refusal_log import RefusalLog
 from dledger.replica_args import configure_logging, control_app, run_alone
+from protocol.tls import http_url
 
 __all__ = ["EXPIRY_S", "MAX_REQUEST_BYTES", "REGISTER_EVERY_S", "Registration", "RouteTable", "main",
            "make_app"]
@@ -161,7 +165,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                                                     "their key files (broker/namesrv_config.py)")
     parser.add_argument("--listen", help="HOST:PORT (default: the config's, else 127.0.0.1:9876)")
     parser.add_argument("--insecure", action="store_true",
-                        help="serve without groups and accept unsigned registrations (throw-away tests)")
+                        help="start anyway without groups (registrations then unsigned) or without TLS on "
+                             "an address other hosts reach; logged as a WARNING (throw-away tests)")
     parser.add_argument("--log-level", default="INFO")
 
 
@@ -173,13 +178,13 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     try:
         config = read_namesrv_config(args.config) if args.config else None
+        listen = args.listen or (config.listen if config else "127.0.0.1:9876")
+        tls = config.tls if config is not None else None
+        ssl_context = server_context(tls, "namesrv.tls") if tls is not None else None
+        check_exposure("the name server", listen, tls=tls is not None, acl=None, insecure=args.insecure,
+                       how="[namesrv.tls] (docs/SECURITY.md)", log=log)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    listen = args.listen or (config.listen if config else "127.0.0.1:9876")
-    if config is not None and config.keys and args.insecure:
-        print("error: --insecure is for a name server without groups; this config names groups",
-              file=sys.stderr)
         return 2
     verifier = None
     if config is not None and config.keys:
@@ -195,7 +200,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     host, port = listen.rsplit(":", 1)
     web.run_app(make_app(RouteTable(), verifier), host=host, port=int(port), access_log=None,
-                print=lambda *_: log.info("name server on http://%s", listen))
+                ssl_context=ssl_context,
+                print=lambda *_: log.info("name server on %s", http_url(listen, "", ssl_context is not None)))
     return 0
 
 

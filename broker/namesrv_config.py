@@ -5,6 +5,11 @@
     # clock_skew_s = 60                  # how far a registration's timestamp may be from
                                          # this host's clock (keep the hosts on NTP)
 
+    [namesrv.tls]                        # TLS (https://): the keys of broker/tls.py
+    cert_file = "tls/namesrv1.pem"
+    key_file = "tls/namesrv1.key"
+    ca_file = "tls/ca.pem"
+
     [groups.g1]                          # one table per group served
     key_file = "/etc/raftmq/g1.namesrv-key"   # the group's registration key (64 hex digits),
                                               # written by `raftmq namesrv-key`; relative
@@ -17,12 +22,14 @@ derived from it (``broker.registration_auth``).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 
 from broker.registration_auth import SKEW_S, read_key_file
+from broker.tls import TlsSection
 from dledger.config import ConfigError, read_section, read_toml
 
 __all__ = ["NamesrvConfig", "read_namesrv_config", "write_namesrv_config"]
@@ -33,6 +40,7 @@ SECTIONS = ("namesrv", "groups")
 class _NamesrvSection(msgspec.Struct, forbid_unknown_fields=True):
     listen: str = "127.0.0.1:9876"
     clock_skew_s: float = SKEW_S
+    tls: TlsSection | None = None
 
 
 class _GroupEntry(msgspec.Struct, forbid_unknown_fields=True):
@@ -44,6 +52,7 @@ class NamesrvConfig:
     listen: str
     clock_skew_s: float
     keys: dict[str, bytes]  # group -> registration key
+    tls: TlsSection | None = None  # paths relative to the file's directory already
 
 
 def read_namesrv_config(path: Path) -> NamesrvConfig:
@@ -68,12 +77,18 @@ def read_namesrv_config(path: Path) -> NamesrvConfig:
         except ValueError as e:
             raise ConfigError(f"{path}: groups.{group}.key_file: {e}; write it with `raftmq "
                               f"namesrv-key --group {group} --secret-file SECRET --out FILE`") from None
-    return NamesrvConfig(section.listen, section.clock_skew_s, keys)
+    tls = section.tls.relative_to(path.parent) if section.tls is not None else None
+    return NamesrvConfig(section.listen, section.clock_skew_s, keys, tls)
 
 
-def write_namesrv_config(path: Path, listen: str, key_files: dict[str, Path]) -> Path:
-    """Write a name server's file serving ``key_files`` (group -> key file)."""
+def write_namesrv_config(path: Path, listen: str, key_files: dict[str, Path],
+                         tls: TlsSection | None = None) -> Path:
+    """Write a name server's file serving ``key_files`` (group -> key file), with TLS
+    when ``tls`` is given."""
     lines = ["[namesrv]", f'listen = "{listen}"', ""]
+    if tls is not None:
+        fields = msgspec.structs.asdict(tls)
+        lines += ["[namesrv.tls]", *(f"{k} = {json.dumps(v)}" for k, v in fields.items()), ""]
     for group, key_file in sorted(key_files.items()):
         lines += [f"[groups.{group}]", f'key_file = "{key_file}"', ""]
     path.write_text("\n".join(lines))

@@ -32,8 +32,9 @@ import signal
 import sys
 from typing import Any
 
-from broker.config import SECTIONS, read_broker_section
+from broker.config import SECTIONS
 from broker.guarded_site import GuardedSite
+from broker.node_tls import ServingTls, read_serving
 from broker.registrar import Registrar
 from broker.server import AppliedSignal, BrokerServer
 from broker.state_machine import BrokerStateMachine
@@ -41,6 +42,7 @@ from broker.store_format import StoreFormatError, check_store_format
 from dledger.applier import Applier
 from dledger.log import Log
 from dledger.replica_args import add_replica_arguments, open_replica, run_alone
+from protocol.tls import ws_url
 
 __all__ = ["main"]
 
@@ -48,22 +50,26 @@ log = logging.getLogger("broker.node")
 
 async def _serve(rlog: Log, machine: BrokerStateMachine, applier: Applier,
                  listen: str, addresses: dict[str, str], namesrvs: list[str],
-                 **options: Any) -> None:
+                 tls: ServingTls | None = None, **options: Any) -> None:
     sig = AppliedSignal(asyncio.get_running_loop())
+    peer = tls.peer if tls is not None else None
     server = BrokerServer(rlog, machine, applier, sig, lambda name: rlog.client_addresses().get(name),
-                          addresses=addresses, **options)
+                          addresses=addresses, peer_tls=peer, **options)
     # on SIGTERM: close the clients' WebSockets at once (they re-route to the next leader)
     # instead of letting aiohttp wait up to 60 s for them while this node still leads
     runner = server.runner(access_log=None, shutdown_timeout=1.0)  # behind the connection guard
     await runner.setup()
     host, port = listen.rsplit(":", 1)
-    await GuardedSite(runner, host, int(port)).start()  # accepts within the descriptor reserve
-    registrar = asyncio.create_task(Registrar(rlog, machine, listen, namesrvs).run()) if namesrvs else None
+    await GuardedSite(runner, host, int(port),  # accepts within the descriptor reserve
+                      ssl_context=tls.context if tls is not None else None).start()
+    registrar = (asyncio.create_task(Registrar(rlog, machine, listen, namesrvs, tls=peer).run())
+                 if namesrvs else None)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for s in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(s, stop.set)
-    log.info("broker %s of group %s serving ws://%s/ws", rlog.config.node, rlog.config.group, listen)
+    log.info("broker %s of group %s serving %s", rlog.config.node, rlog.config.group,
+             ws_url(listen, "/ws", tls is not None))
     await stop.wait()
     if rlog.is_leader and len(rlog.members()) > 1:  # hand over first: writes pause briefly
         with contextlib.suppress(Exception):
@@ -87,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    rlog, broker = open_replica(args, read_broker_section, sections=SECTIONS)
+    rlog, (broker, tls) = open_replica(args, lambda path: read_serving(path, insecure=args.insecure),
+                                       sections=SECTIONS)
     config = rlog.config
     try:
         check_store_format(config.data_dir)
@@ -104,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     applier = Applier(rlog, machine).start()
     try:
         asyncio.run(_serve(rlog, machine, applier, broker.listen, dict(broker.addresses),
-                           list(broker.namesrv), **broker.server_options()))
+                           list(broker.namesrv), tls, **broker.server_options()))
     finally:
         applier.stop()
         rlog.close()

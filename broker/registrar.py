@@ -14,7 +14,8 @@ The topic table travels as changes, not whole:
 
 Versions are ``<random per process>:<counter>``: tokens between this process and one name
 server, not shared with other replicas. Each request is signed with the group's
-registration key (``broker.registration_auth``), derived from the group's secret. A
+registration key (``broker.registration_auth``), derived from the group's secret, and sent
+over https when the replica serves TLS (``broker.tls``). A
 replica that is not (yet) a member -- a learner being added -- does not register.
 """
 
@@ -35,6 +36,7 @@ import msgspec
 from broker.namesrv import REGISTER_EVERY_S
 from broker.registration_auth import registration_key, sign_registration
 from dledger.log import Log
+from protocol.tls import ClientTls, http_url
 
 __all__ = ["PAGE_BYTES", "Registrar", "held_topics", "topic_pages"]
 
@@ -97,8 +99,10 @@ class Registrar:
     """Registers one replica with ``namesrvs``; ``run`` until cancelled (event loop only)."""
 
     def __init__(self, rlog: Log, machine: Any, listen: str, namesrvs: list[str],
-                 register_every_s: float = REGISTER_EVERY_S) -> None:
+                 register_every_s: float = REGISTER_EVERY_S, tls: ClientTls | None = None) -> None:
+        """``tls``: how to dial the name servers (None: plain HTTP)."""
         self._rlog = rlog
+        self._tls = tls
         self._every = register_every_s
         self._machine = machine
         self._listen = listen
@@ -109,7 +113,9 @@ class Registrar:
         self._versions = (f"{os.urandom(4).hex()}:{i}" for i in itertools.count(1))
 
     async def run(self) -> None:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        connector = aiohttp.TCPConnector(ssl=self._tls.context() if self._tls is not None else True)
+        timeout = aiohttp.ClientTimeout(total=10)
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
             while True:
                 await self.register_once(session)
                 await asyncio.sleep(POLL_S)
@@ -195,7 +201,8 @@ class Registrar:
         headers = {"Content-Type": "application/json"}
         if self._key is not None:
             headers.update(sign_registration(self._key, self._group, body))
-        async with session.post(f"http://{ns}/register", data=body, headers=headers) as resp:
+        async with session.post(http_url(ns, "/register", self._tls is not None), data=body,
+                                headers=headers) as resp:
             if resp.status == 200:
                 return
             text = await resp.text()

@@ -82,6 +82,7 @@ from protocol.remoting import (
     ResponseCode,
     decode_frame,
 )
+from protocol.tls import ClientTls, http_url
 from protocol.wire import NotLeaderResponse
 
 __all__ = ["AppliedSignal", "BrokerServer"]
@@ -109,7 +110,8 @@ class BrokerServer:
                  retry_delays: str = RETRY_DELAYS,
                  retry_overdue_s: float = DEFAULT_OVERDUE_S, acl: bool = False,
                  acl_bootstrap: PutUser | None = None, acl_token_ttl_s: float = 600.0,
-                 limits: ClientLimits | None = None) -> None:
+                 limits: ClientLimits | None = None, peer_tls: ClientTls | None = None) -> None:
+        """``peer_tls``: how to dial the peers' client ports (None: plain HTTP)."""
         if max_message_bytes < 1:
             raise ValueError("max_message_bytes must be positive")
         self.max_message_bytes = max_message_bytes
@@ -139,6 +141,7 @@ class BrokerServer:
         self.overdue = OverdueWatch(machine, lambda: self.consumers.groups().keys(), self.queries.store_time,
                                     lambda: rlog.is_leader, threshold_s=retry_overdue_s)
         self._session: aiohttp.ClientSession | None = None  # to peers (divergence check)
+        self._peer_tls = peer_tls
         self._sockets: set[web.WebSocketResponse] = set()
         self.signal = signal
         machine.on_queues_grown.append(signal.notify)  # parked pulls wake by queue
@@ -254,7 +257,7 @@ class BrokerServer:
     async def _peer_digests(self, address: str) -> dict[int, str] | None:
         """A peer's recent state digests (its ``/status``); None if it does not answer."""
         try:
-            async with self.http_session().get(f"http://{address}/status",
+            async with self.http_session().get(self.peer_url(address, "/status"),
                                         timeout=aiohttp.ClientTimeout(total=3)) as resp:
                 doc = await resp.json()
             return {int(i): str(d) for i, d in doc.get("state_digests", {}).items()}
@@ -262,9 +265,15 @@ class BrokerServer:
             return None
 
     def http_session(self) -> aiohttp.ClientSession:
+        """The session for calls to peers (their ``peer_url``s)."""
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession()
+            ssl = self._peer_tls.context() if self._peer_tls is not None else True
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl))
         return self._session
+
+    def peer_url(self, address: str, path: str) -> str:
+        """``path`` on a peer's client port, https when this replica serves TLS."""
+        return http_url(address, path, self._peer_tls is not None)
 
     async def _healthz(self, request: web.Request) -> web.Response:
         why = self.unhealthy()

@@ -3,6 +3,10 @@
     from client import Producer, PushConsumer, PullConsumer, Message, ConsumeStatus
     p = Producer(namesrv="127.0.0.1:9876", group="orders-producer").start()
     r = p.send(Message("orders", b"...", tags="paid", keys=["order-42"]), shard_key="order-42")
+
+A cluster serving TLS: ``Producer(..., tls=ClientTls(ca_file="ca.pem"))`` (every class takes
+``tls=``; mutual TLS: ``ClientTls(ca_file, cert_file, key_file)``; ``$RAFTMQ_CA_FILE`` when
+``tls`` is not given).
 """
 
 from client.aio.transaction import LocalTransactionState, TransactionResult
@@ -11,10 +15,12 @@ from client.errors import ClientError
 from client.message import ConsumeStatus, Message, ReceivedMessage, SendResult, SendStatus
 from client.queues import MessageQueue
 from client.sync import Admin, Producer, PullConsumer, PushConsumer, TransactionProducer
+from protocol.tls import ClientTls
 
 __all__ = [
            "Admin",
            "ClientError",
+           "ClientTls",
            "ConsumeStatus",
            "Credentials",
            "LocalTransactionState",

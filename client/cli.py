@@ -5,6 +5,11 @@ group's nodes, no name server), or ``--dir DIR`` (a cluster started by ``scripts
 or ``raftmq cluster up``: its ``cluster.json`` names the name server). Without any,
 ``$RAFTMQ_NAMESRV``, then ``./run/cluster.json``, then RocketMQ's ``127.0.0.1:9876``.
 
+TLS (``protocol.tls``): ``--ca-file`` (``--cert-file``/``--key-file`` for mutual TLS,
+``--tls`` for the system's CAs); else a cluster found through a ``cluster.json`` uses the
+CA and client certificate it names (``raftmq cluster up --tls``); else ``$RAFTMQ_CA_FILE``
+and friends.
+
 Who: a broker group with ACLs on needs a user. The commands read it from
 ``--credentials-file`` (two lines: user, password), ``$RAFTMQ_CREDENTIALS_FILE``, or
 ``$RAFTMQ_USER`` and ``$RAFTMQ_PASSWORD`` -- never from argv. Users and policies:
@@ -32,8 +37,10 @@ from client.credentials import Credentials
 from client.dead_letters import resend_copy
 from client.errors import ClientError
 from client.message import Message, ReceivedMessage
+from protocol.tls import ClientTls
 
-__all__ = ["CLIENT_COMMANDS", "add_client_commands", "run_client_command"]
+__all__ = ["CLIENT_COMMANDS", "add_client_commands", "add_tls_arguments", "cli_tls", "cluster_tls",
+           "run_client_command"]
 
 DEFAULT_RUN_DIR = "run"
 
@@ -50,19 +57,53 @@ def _where(args: argparse.Namespace) -> dict[str, Any]:
 
 def _cluster(args: argparse.Namespace) -> dict[str, Any]:
     if args.servers:
-        return {"servers": [s.strip() for s in args.servers.split(",") if s.strip()]}
+        return {"servers": [s.strip() for s in args.servers.split(",") if s.strip()], "tls": cli_tls(args)}
     if args.namesrv:
-        return {"namesrv": args.namesrv}
+        return {"namesrv": args.namesrv, "tls": cli_tls(args)}
     if args.dir:
         state = Path(args.dir) / "cluster.json"
         if not state.exists():
             raise SystemExit(f"error: no cluster.json under {args.dir} (the directory of scripts/run or "
                              "`raftmq cluster up`)")
-        return {"namesrv": [json.loads(state.read_text())["namesrv"]["address"]]}
+        doc = json.loads(state.read_text())
+        return {"namesrv": [doc["namesrv"]["address"]], "tls": cli_tls(args, doc)}
     state = Path(DEFAULT_RUN_DIR) / "cluster.json"
     if not os.environ.get("RAFTMQ_NAMESRV") and state.exists():
-        return {"namesrv": [json.loads(state.read_text())["namesrv"]["address"]]}
-    return {"namesrv": default_namesrv()}
+        doc = json.loads(state.read_text())
+        return {"namesrv": [doc["namesrv"]["address"]], "tls": cli_tls(args, doc)}
+    return {"namesrv": default_namesrv(), "tls": cli_tls(args)}
+
+
+def add_tls_arguments(parser: argparse.ArgumentParser,
+                      tls_help: str = "TLS verified against the system's CAs ($RAFTMQ_TLS=1)") -> None:
+    """``--tls`` (``tls_help`` says what it does), ``--ca-file``, ``--cert-file``, ``--key-file``
+    (module docstring)."""
+    g = parser.add_argument_group("TLS (a cluster serving wss:// and https://)")
+    g.add_argument("--ca-file", metavar="PEM", help="verify the cluster's certificates against this CA "
+                   "(default: $RAFTMQ_CA_FILE, or the CA a --dir's cluster.json names)")
+    g.add_argument("--cert-file", metavar="PEM", help="this client's certificate, for mutual TLS "
+                   "($RAFTMQ_CERT_FILE)")
+    g.add_argument("--key-file", metavar="PEM", help="its private key ($RAFTMQ_KEY_FILE)")
+    g.add_argument("--tls", action="store_true", help=tls_help)
+
+
+def cluster_tls(state: dict[str, Any]) -> ClientTls | None:
+    """The CA and client certificate a ``cluster.json`` names (``raftmq cluster up --tls``)."""
+    tls = state.get("tls")
+    if not tls:
+        return None
+    return ClientTls(tls.get("ca_file"), tls.get("cert_file"), tls.get("key_file"))
+
+
+def cli_tls(args: argparse.Namespace, state: dict[str, Any] | None = None) -> ClientTls | bool | None:
+    """A command's ``tls=``: its flags; else the ``state`` (a cluster.json) it found the cluster
+    through (False when that names no TLS); else None: the environment decides."""
+    ca, cert, key = (getattr(args, k, None) for k in ("ca_file", "cert_file", "key_file"))
+    if ca or cert or getattr(args, "tls", False):
+        return ClientTls(ca, cert, key)
+    if state is not None:
+        return cluster_tls(state) or False
+    return None
 
 
 def _time_ms(text: str) -> int:
@@ -261,6 +302,7 @@ def add_client_commands(sub: Any) -> None:
         g.add_argument("--credentials-file", metavar="FILE",
                        help="user name and password, one a line (else $RAFTMQ_USER, $RAFTMQ_PASSWORD)")
         p.add_argument("--json", action="store_true", help="machine-readable output")
+        add_tls_arguments(p)
 
     t = sub.add_parser("topic", help="create, list or delete topics",
                        description="Create (or update) a topic on every group, list topics, or delete "

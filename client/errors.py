@@ -12,6 +12,8 @@
     ├── ConnectionLostError  (retriable) the broker could not be reached or the connection dropped
     ├── RequestTimeoutError  (retriable) no answer in time; a send may still have been stored
     ├── RouteNotFoundError   (retriable) no name server or node knows the topic yet
+    ├── TlsError             the server's certificate was refused (wrong or missing CA, a name
+    │                        the certificate does not cover): the same on every attempt
     └── ClientClosedError    the producer/consumer was shut down
 """
 
@@ -37,6 +39,7 @@ __all__ = [
     "RouteNotFoundError",
     "SequenceGapError",
     "SubscriptionInvalidError",
+    "TlsError",
     "TopicNotExistError",
     "broker_error",
 ]
@@ -124,6 +127,10 @@ class RequestTimeoutError(ClientError):
 
 class RouteNotFoundError(ClientError):
     retriable = True
+
+
+class TlsError(ClientError):
+    """The server's certificate did not verify against the client's CA (``tls=``)."""
 
 
 class ClientClosedError(ClientError):

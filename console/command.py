@@ -1,6 +1,8 @@
-"""``raftmq console [--namesrv H:P | --dir D] [--listen 127.0.0.1:8080]``: serve the web
-console until SIGINT/SIGTERM. Prints ``console at http://HOST:PORT/`` once listening
-(``--listen 127.0.0.1:0`` picks a free port)."""
+"""``raftmq console [--namesrv H:P | --dir D] [--ca-file PEM ...] [--listen 127.0.0.1:8080]``:
+serve the web console until SIGINT/SIGTERM. Prints ``console at http://HOST:PORT/`` once
+listening (``--listen 127.0.0.1:0`` picks a free port). A cluster serving TLS: the CLI's
+TLS flags, else the CA a ``--dir``'s cluster.json names, else ``$RAFTMQ_CA_FILE`` & co.
+(``client.cli.cli_tls``). The console itself serves plain HTTP: keep it on loopback."""
 
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ from pathlib import Path
 from aiohttp import web
 
 from client.aio.routes import default_namesrv
+from client.cli import add_tls_arguments, cli_tls
 from console.web import Console
+from protocol.tls import ClientTls
 
 __all__ = ["DESCRIPTION", "configure", "main", "run"]
 
@@ -30,19 +34,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="where to serve (default 127.0.0.1:8080; port 0: any free port)")
     parser.add_argument("--sample-interval", type=float, default=1.0, metavar="S",
                         help="seconds between samples of /status and /metrics (default 1)")
+    add_tls_arguments(parser)
 
 
-def namesrv_of(args: argparse.Namespace) -> list[str]:
+def where_of(args: argparse.Namespace) -> tuple[list[str], ClientTls | bool | None]:
+    """The name servers and the client's ``tls=`` (module docstring)."""
     if args.namesrv:
-        return list(args.namesrv)
+        return list(args.namesrv), cli_tls(args)
     if args.dir:
-        return [json.loads((Path(args.dir) / "cluster.json").read_text())["namesrv"]["address"]]
-    return default_namesrv()
+        state = json.loads((Path(args.dir) / "cluster.json").read_text())
+        return [state["namesrv"]["address"]], cli_tls(args, state)
+    return default_namesrv(), cli_tls(args)
 
 
 async def serve(args: argparse.Namespace) -> None:
     host, _, port = args.listen.rpartition(":")
-    console = Console(namesrv_of(args), args.sample_interval)
+    namesrv, tls = where_of(args)
+    console = Console(namesrv, args.sample_interval, tls)
     runner = web.AppRunner(console.app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, int(port))

@@ -3,7 +3,10 @@ one signed-in user, through the client (``client.aio``) and the brokers' HTTP ad
 (``/status``, ``/admin/...``) -- the console holds no broker code and no state of its own
 beyond what it samples (``console.sampler``).
 
-Where the cluster is: the name servers' ``GET /cluster`` (group -> node -> address).
+Where the cluster is: the name servers' ``GET /cluster`` (group -> node -> address). A
+cluster serving TLS: ``tls`` as the client takes it (``protocol.tls``); every call -- the
+client's WebSockets, ``/status``, ``/metrics``, ``/admin/...`` and the tokens' SCRAM --
+goes through the client's connection pool, https and wss verified against its CA.
 
 Credentials: every gateway is made for one ``Credentials`` (``None``: anonymous, enough
 while the cluster has ACLs off) and every request it sends is that user's: the client
@@ -31,10 +34,12 @@ from client.message import ReceivedMessage
 from client.queues import MessageQueue
 from protocol.deferred import SendBackRequest, SendBackResponse
 from protocol.remoting import ResponseCode
+from protocol.tls import ClientTls
 
-__all__ = ["ClusterGateway", "Credentials", "message_json"]
+__all__ = ["HTTP_TIMEOUT", "ClusterGateway", "Credentials", "message_json"]
 
-_HTTP_TIMEOUT = aiohttp.ClientTimeout(total=2)
+#: each HTTP call to a replica or name server (a replica that does not answer is shown down)
+HTTP_TIMEOUT = aiohttp.ClientTimeout(total=2)
 
 
 def message_json(m: ReceivedMessage) -> dict[str, Any]:
@@ -51,35 +56,38 @@ class ClusterGateway:
     """One user's view of the cluster. Coroutines run on the console's event loop;
     ``close()`` releases the client's connections."""
 
-    def __init__(self, namesrv: list[str], credentials: Credentials | None = None) -> None:
+    def __init__(self, namesrv: list[str], credentials: Credentials | None = None,
+                 tls: ClientTls | bool | None = None) -> None:
         self.namesrv = namesrv
         self.credentials = credentials  # the brokers check them (module docstring)
-        self.admin = AsyncAdmin(namesrv, credentials=credentials)
+        self.tls = tls
+        self.admin = AsyncAdmin(namesrv, credentials=credentials, tls=tls)
         self._tokens: dict[str, str] = {}  # replica address -> admin token
         self._producer: AsyncProducer | None = None
-        self._http: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
         if self._producer is not None:
             await self._producer.close()
-        await self.admin.close()
-        if self._http is not None:
-            await self._http.close()
+        await self.admin.close()  # its pool's session is ``http``
 
     # -- HTTP admin API -------------------------------------------------------------
     @property
     def http(self) -> aiohttp.ClientSession:
-        if self._http is None:
-            self._http = aiohttp.ClientSession(timeout=_HTTP_TIMEOUT)
-        return self._http
+        """The client's HTTP(S) session (its TLS); give each request ``timeout=HTTP_TIMEOUT``."""
+        return self.admin.core.pool.session
+
+    def url(self, address: str, path: str) -> str:
+        """``path`` at ``address``: https when the client speaks TLS."""
+        return self.admin.core.pool.url(address, path)
 
     async def get_json(self, address: str, path: str, **query: str) -> Any:
-        """GET http://address/path; None when the replica does not answer or says no
+        """GET http(s)://address/path; None when the replica does not answer or says no
         (AuthFailedError when it refuses this user's credentials)."""
         for attempt in range(2):
             try:
                 headers = await self._auth_headers(address) if path.startswith("/admin") else {}
-                async with self.http.get(f"http://{address}{path}", params=query, headers=headers) as resp:
+                async with self.http.get(self.url(address, path), params=query, headers=headers,
+                                         timeout=HTTP_TIMEOUT) as resp:
                     if resp.status == 401 and attempt == 0 and self._tokens.pop(address, None):
                         continue  # the token expired: a new one, once
                     if resp.status == 401:  # ACLs on and no user signed in (or it was deleted)
@@ -96,7 +104,7 @@ class ClusterGateway:
         token = self._tokens.get(address)
         if token is None:
             try:
-                token = self._tokens[address] = await admin_token(self.http, f"http://{address}",
+                token = self._tokens[address] = await admin_token(self.http, self.url(address, ""),
                                                                   self.credentials)
             except AuthFailedError:
                 raise
@@ -256,6 +264,7 @@ class ClusterGateway:
         if m is None:
             raise ClientError(f"no dead letter at {queue}@{offset}")
         if self._producer is None:
-            self._producer = AsyncProducer(self.namesrv, group="raftmq-console", credentials=self.credentials)
+            self._producer = AsyncProducer(self.namesrv, group="raftmq-console", credentials=self.credentials,
+                                           tls=self.tls)
         r = await self._producer.send(resend_copy(m))
         return {"msg_id": r.msg_id, "topic": r.queue.topic, "queue": str(r.queue), "offset": r.queue_offset}

@@ -25,7 +25,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from console.gateway import ClusterGateway
+from client.errors import AuthFailedError
+from console.gateway import HTTP_TIMEOUT, ClusterGateway
 
 __all__ = ["Sampler", "parse_metrics", "quantile_from_buckets"]
 
@@ -101,7 +102,9 @@ class Sampler:
         self._replicas: dict[str, _Replica] = {}
         self._topic_totals: dict[str, float] = {}
         self._group_totals: dict[str, float] = {}
-        self._last_at: float | None = None
+        self._last_at: float | None = None  # of the last sample of the series
+        self._offsets_at: float | None = None  # of the last sample of the topic and group rates
+        self._refused = False  # an /admin read was refused (logged once)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -115,13 +118,24 @@ class Sampler:
 
     async def _run(self) -> None:
         while True:
-            try:
-                await self.sample()
-            except Exception as e:  # a cluster down or restarting: keep sampling
-                log.warning("sample failed: %s", e)
+            await self.sample_logged()
             await asyncio.sleep(self.interval_s)
 
+    async def sample_logged(self) -> None:
+        """One ``sample``; a failure is logged (a cluster down or restarting: sampling goes
+        on), a refused ``/admin`` read only the first time."""
+        try:
+            await self.sample()
+        except AuthFailedError as e:  # ACLs on: this anonymous reader gets no topic or group rates
+            if not self._refused:
+                log.warning("per-topic and per-group rates are not sampled: %s", e)
+            self._refused = True
+        except Exception as e:
+            log.warning("sample failed: %s", e)
+
     async def sample(self) -> None:
+        """The series from every replica's /status and /metrics, then the topic and group
+        rates from /admin reads (which ACLs may refuse: AuthFailedError, the series kept)."""
         now = self.clock()
         statuses = await self.gateway.statuses()
         self._note_leaders(now, statuses)
@@ -146,12 +160,13 @@ class Sampler:
         p99 = quantile_from_buckets(window, 0.99)
         self._append(now, None if elapsed is None else sent / elapsed,
                      None if elapsed is None else pulled / elapsed, None if p99 is None else p99 * 1000)
-        await self._sample_offsets(elapsed)
         self._last_at = now
+        await self._sample_offsets(now)
 
     async def _metrics(self, address: str) -> str | None:
         try:
-            async with self.gateway.http.get(f"http://{address}/metrics") as resp:
+            url = self.gateway.url(address, "/metrics")
+            async with self.gateway.http.get(url, timeout=HTTP_TIMEOUT) as resp:
                 return await resp.text() if resp.status == 200 else None
         except (OSError, TimeoutError):
             return None
@@ -171,7 +186,8 @@ class Sampler:
                 history.append({"t": now, "term": term, "leader": node})
                 del history[:-50]
 
-    async def _sample_offsets(self, elapsed: float | None) -> None:
+    async def _sample_offsets(self, now: float) -> None:
+        elapsed = None if self._offsets_at is None else max(now - self._offsets_at, 1e-3)
         topics = await self.gateway.topics()
         totals = {t: float(sum(sum(info["max_offsets"]) for info in by_group.values()))
                   for t, by_group in topics.items()}
@@ -183,6 +199,7 @@ class Sampler:
             committed[g] = float(sum(r["committed"] or 0 for r in await self.gateway.lag_rows(g)))
         self.group_rates = self._rates(committed, self._group_totals, elapsed)
         self._group_totals = committed
+        self._offsets_at = now
 
     @staticmethod
     def _rates(totals: dict[str, float], before: dict[str, float], elapsed: float | None) -> dict[str, float]:

@@ -40,6 +40,7 @@ from client.errors import AuthFailedError, ClientError, NoPermissionError
 from client.queues import MessageQueue
 from console.gateway import ClusterGateway, message_json
 from console.sampler import Sampler
+from protocol.tls import ClientTls
 
 __all__ = ["STATIC", "Console"]
 
@@ -51,8 +52,11 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 class Console:
     """The console of one cluster: sessions, their gateways, the sampler, the routes."""
 
-    def __init__(self, namesrv: list[str], sample_interval_s: float = 1.0) -> None:
+    def __init__(self, namesrv: list[str], sample_interval_s: float = 1.0,
+                 tls: ClientTls | bool | None = None) -> None:
+        """``tls``: how to reach a cluster serving TLS (``ClusterGateway``)."""
         self.namesrv = namesrv
+        self.tls = tls
         self._gateways: dict[Credentials | None, ClusterGateway] = {}
         self._sessions: dict[str, Credentials | None] = {}
         self.sampler = Sampler(self.gateway_for(None), sample_interval_s)
@@ -60,7 +64,7 @@ class Console:
     def gateway_for(self, credentials: Credentials | None) -> ClusterGateway:
         gateway = self._gateways.get(credentials)
         if gateway is None:
-            gateway = self._gateways[credentials] = ClusterGateway(self.namesrv, credentials)
+            gateway = self._gateways[credentials] = ClusterGateway(self.namesrv, credentials, self.tls)
         return gateway
 
     def session_credentials(self, request: web.Request) -> Credentials | None:

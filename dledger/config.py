@@ -31,6 +31,7 @@ from __future__ import annotations
 import enum
 import re
 import tomllib
+import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,16 +195,29 @@ def read_section(path: Path, doc: dict[str, Any], name: str, schema: type[S]) ->
         return msgspec.convert(table, schema)
     except msgspec.ValidationError as e:
         text = str(e)
-        unknown = re.fullmatch(r"Object contains unknown field `(.+)`( - at `\$(.*)`)?", text)
+        unknown = re.fullmatch(r"Object contains unknown field `(.+?)`( - at `\$(.*)`)?", text)
         if unknown:
-            where = f"{name}{unknown.group(3) or ''}"
-            fields = ", ".join(f for f in schema.__struct_fields__)
-            raise ConfigError(f"{path}: [{name}] has no key {unknown.group(1)!r} "
+            inner = unknown.group(3) or ""
+            where = f"{name}{inner}"
+            fields = ", ".join(_fields_at(schema, inner.strip(".").split(".") if inner else []))
+            raise ConfigError(f"{path}: [{where}] has no key {unknown.group(1)!r} "
                               f"(the keys of [{where}] are: {fields})") from None
         located = re.fullmatch(r"(.*) - at `\$\.?(.*)`", text)
         if located:
             raise ConfigError(f"{path}: {name}.{located.group(2)}: {located.group(1)}") from None
         raise ConfigError(f"{path}: [{name}]: {text}") from None
+
+
+def _fields_at(schema: type[msgspec.Struct], keys: list[str]) -> tuple[str, ...]:
+    """The keys of the table at ``keys`` inside ``schema`` (a nested Struct, optional or not)."""
+    for key in keys:
+        hint = typing.get_type_hints(schema).get(key)
+        nested = [t for t in typing.get_args(hint) or (hint,)
+                  if isinstance(t, type) and issubclass(t, msgspec.Struct)]
+        if not nested:
+            return ()
+        schema = nested[0]
+    return tuple(schema.__struct_fields__)
 
 
 def load_group_config(path: Path, *, insecure: bool = False, repair_log: bool = False,

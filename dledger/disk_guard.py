@@ -43,6 +43,9 @@ log = logging.getLogger("dledger.disk_guard")
 OUT_OF_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 #: How often a writer waiting for space tries its write again.
 RETRY_S = 0.5
+#: Less free than this (one entry's room) is a full disk before any write fails: a replica
+#: that could not append a single entry must not win an election only to hand it on.
+NO_ROOM_BYTES = 64 * 1024
 
 T = TypeVar("T")
 
@@ -113,8 +116,17 @@ class DiskGuard:
             return self.resume_free_bytes
 
     def check(self) -> bool:
-        """Lower the flag if ``resume_threshold()`` bytes are free again; returns whether it is up."""
-        if self._full:
+        """Lower the flag if ``resume_threshold()`` bytes are free again, raise it if less than
+        ``NO_ROOM_BYTES`` are; returns whether it is up."""
+        if not self._full:
+            free = self.free_bytes()
+            if free < NO_ROOM_BYTES:
+                self._reason = f"only {free} bytes free (less than one entry's room)"
+                self._since = self._clock()
+                self._full = True
+                log.error("the disk of %s is full: %s. Writes stop here until %d bytes are free "
+                          "again", self._directory, self._reason, self.resume_threshold())
+        elif self._full:
             free = self.free_bytes()
             if free >= self.resume_threshold():
                 log.warning("the disk of %s has %d bytes free again (it was full since %.0f s: %s); "

@@ -100,7 +100,8 @@ HANDOVER_AFTER_TIMEOUTS = 3
 MEMBER_VIEW_CHECK_S = 1.0
 #: Why a replica whose disk is full does not stand (``stand_for_election``'s reason).
 DISK_FULL = "its disk is full"
-DISK_CHECK_S = 1.0  # while the disk is full: how often its free space is looked at
+DISK_CHECK_S = 1.0  # how often the disk's free space is looked at
+TRANSFER_NOT_TAKEN_S = 30.0  # a member that did not take a transfer is passed over this long
 SOCKET_BUFFER_BYTES = 4 << 20  # fewer, larger socket writes (the kernel may clamp it)
 
 
@@ -242,6 +243,8 @@ class ReplicatedLog:
         self.disk = DiskGuard(config.data_dir, config.disk_resume_free_bytes)
         self._follower_disks = FollowerDisks()  # on a leader: what each follower last said
         self._next_disk_check = 0.0
+        self._transfer_refused_at = -1e9
+        self._not_taken: dict[str, float] = {}  # member -> when a transfer to it timed out
         self.journal = RaftJournal(self.commitlog, config.data_dir / "raft-state", self.disk)
         self.journal.on_raft_entry = self._on_raft_entry
         self.journal.on_truncate = self._on_truncate
@@ -300,8 +303,8 @@ class ReplicatedLog:
             snapshot_bytes=lambda i: self._snapshots.snapshot_bytes(i) if self._snapshots else None,
             done=lambda index, data: atomic_write(self._received_path, msgpack.packb([index, data])))
         self._transport.intercept = (
-            lambda node, m: self._note_follower_disk(node, m) or self._prevote.on_message(node, m)
-            or self._fetch.on_message(node, m))
+            lambda node, m: self._note_follower_disk(node, m) or self._refuse_transfer(m)
+            or self._prevote.on_message(node, m) or self._fetch.on_message(node, m))
         for tick in (self._watch_disk, self._watch_leadership, self._prevote.tick, self._fetch.tick,
                      self._watch_membership, self._retention_tick):
             self._node.addOnTickCallback(tick)
@@ -465,8 +468,8 @@ class ReplicatedLog:
     def _watch_disk(self) -> None:
         """Tick: no candidacy while the disk is full; look for free space about once a second."""
         now = time.monotonic()
-        if self.disk.full and now >= self._next_disk_check:
-            self._next_disk_check = now + DISK_CHECK_S
+        if now >= self._next_disk_check:  # lowers the flag when there is room, raises it when
+            self._next_disk_check = now + DISK_CHECK_S  # not even one entry fits
             self.disk.check()
         full = self.disk.full
         if full != (DISK_FULL in self._not_standing):
@@ -553,6 +556,20 @@ class ReplicatedLog:
                             quiet, "; ".join(sorted(self._not_standing)))
         return leaderless
 
+    def _refuse_transfer(self, message: dict[str, Any]) -> bool:
+        """Tick thread: a leader's TimeoutNow to a replica that must not lead (a full disk, a
+        snapshot awaited, a state known wrong) is dropped -- standing now would only hand the
+        leadership on again, an extra election. The leader's transfer times out and it picks
+        another member."""
+        if message.get("type") != "timeout_now" or not self._not_standing:
+            return False
+        now = time.monotonic()
+        if now - self._transfer_refused_at > 10.0:
+            log.info("refused a leadership transfer: this replica must not lead (%s)",
+                     "; ".join(sorted(self._not_standing)))
+        self._transfer_refused_at = now
+        return True
+
     def _start_hand_over(self) -> None:
         with self._hand_over_lock:
             if self._hand_over_thread is not None and self._hand_over_thread.is_alive():
@@ -582,7 +599,8 @@ class ReplicatedLog:
     # -- leadership transfer (the leader's side) ------------------------------------------
     def transfer_leadership(self, target: str | None = None, timeout: float = 3.0) -> str | None:
         """Leader: hand the leadership to ``target`` (default: the connected member with the
-        highest match index) -- pause new proposals (NoLeader, retriable), then on every tick
+        highest match index, passing over members known full or that did not take a transfer
+        in the last ``TRANSFER_NOT_TAKEN_S``) -- pause new proposals (NoLeader, retriable), then on every tick
         offer pysyncobj's ``transferLeadership`` (Raft's TimeoutNow) until it accepts: it
         refuses while the target lacks an entry, and proposals made before the pause may
         still be appended, so the check must be the tick thread's own. Returns the new
@@ -596,6 +614,9 @@ class ReplicatedLog:
                        if s.get(f"partner_node_status_server_{addr}") == 2}
             roomy = {n: i for n, i in matches.items() if not self._follower_disks.is_full(n)}
             matches = roomy or matches  # a member whose disk is full would hand it on again
+            recent = time.monotonic() - TRANSFER_NOT_TAKEN_S
+            willing = {n: i for n, i in matches.items() if self._not_taken.get(n, -1e18) < recent}
+            matches = willing or matches  # one that did not take it lately (it must not lead)
             if not matches:
                 return None
             target = max(matches, key=lambda n: (matches[n], n))
@@ -611,6 +632,7 @@ class ReplicatedLog:
             while self.is_leader and time.monotonic() < deadline:
                 time.sleep(0.001)
             if self.is_leader:
+                self._not_taken[target] = time.monotonic()
                 return None
             log.info("leadership handed to %s", target)
             while self.leader is None and time.monotonic() < deadline:

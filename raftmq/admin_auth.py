@@ -1,7 +1,7 @@
-"""The admin HTTP API's token for the operator commands (``raftmq replica``, ``raftmq leader
-transfer``) on a group with ACLs on: the user from the environment or a credentials file
-(``client.credentials``), a SCRAM exchange with the replica, one token per process (it is
-valid on every replica of the group)."""
+"""The admin HTTP API's token for the operator tools (``raftmq replica``, ``raftmq leader
+transfer``, the local clusters' helpers) on a group with ACLs on: a SCRAM exchange with
+the replica over ``POST /auth/scram`` (https when the cluster serves TLS), from a blocking
+caller. ``raftmq.cluster_http.ClusterHttp`` keeps the tokens and sends them."""
 
 from __future__ import annotations
 
@@ -11,23 +11,19 @@ import aiohttp
 
 from client.aio.auth import admin_token
 from client.credentials import Credentials
+from protocol.tls import ClientTls, http_url
 
-__all__ = ["admin_headers"]
-
-_tokens: dict[str, str] = {}  # credentials file or user -> token
+__all__ = ["fetch_admin_token"]
 
 
-def admin_headers(address: str) -> dict[str, str]:
-    """``Authorization`` for ``/admin/...`` of the replica at ``address`` (empty when no
-    credentials are given: a group with ACLs off). Raises the client's AuthFailedError."""
-    credentials = Credentials.from_env()
-    if credentials is None:
-        return {}
-    token = _tokens.get(credentials.user)
-    if token is None:
-        async def fetch() -> str:
-            async with aiohttp.ClientSession() as session:
-                return await admin_token(session, f"http://{address}", credentials)
+def fetch_admin_token(address: str, credentials: Credentials, tls: ClientTls | None = None,
+                      timeout: float = 10.0) -> str:
+    """A token for ``/admin/...`` of the replica at ``address`` (valid on every replica of
+    its group for ``[broker] acl_token_ttl_s``). Must not be called from a running event
+    loop. Raises the client's AuthFailedError (wrong user or password) or ConnectionLostError."""
+    async def fetch() -> str:
+        connector = aiohttp.TCPConnector(ssl=tls.context() if tls is not None else True)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            return await admin_token(session, http_url(address, "", tls is not None), credentials, timeout)
 
-        token = _tokens[credentials.user] = asyncio.run(fetch())
-    return {"Authorization": f"Bearer {token}"}
+    return asyncio.run(fetch())

@@ -6,7 +6,9 @@
     raftmq bench produce --local --groups 2 --size 256 --batch 64           # a topic over two groups
 
 ``--local`` starts a name server and a 3-node group in a temporary directory (flush
-policy sync) and stops them afterwards; otherwise give --namesrv/--servers/--dir.
+policy sync; ``--tls``: TLS on every port, with a local CA; ``--acl``: users and ACLs on,
+the client a super user authenticating by SCRAM) and stops them afterwards;
+otherwise give --namesrv/--servers/--dir (and ``--ca-file`` & co. for a TLS cluster).
 A progress line is printed every second; the result is printed as a table, or as
 JSON with ``--json``. Latency is per send call (a batch counts once).
 """
@@ -29,7 +31,7 @@ from client.aio import AsyncAdmin, AsyncProducer
 from client.aio.core import ClientCore
 from client.aio.pull_consumer import fetch, queue_offsets
 from client.aio.routes import PERM_READ
-from client.cli import _where
+from client.cli import _where, add_tls_arguments, cluster_tls
 from client.errors import ClientError
 from client.message import Message
 
@@ -138,7 +140,8 @@ async def _consume(args: argparse.Namespace, where: dict[str, Any]) -> dict[str,
         load = argparse.Namespace(**{**vars(args), "duration": 3600.0, "json": True})
         print(f"  loading {args.messages:,} messages of {args.size} B ...", file=sys.stderr, flush=True)
         await _load(load, where, args.messages)
-    core = ClientCore(where.get("namesrv"), where.get("servers"), credentials=where.get("credentials"))
+    core = ClientCore(where.get("namesrv"), where.get("servers"), tls=where.get("tls"),
+                      credentials=where.get("credentials"))
     progress = _Progress("consume", args.json)
     try:
         route = await core.routes.route(args.topic)
@@ -182,18 +185,19 @@ async def _load(args: argparse.Namespace, where: dict[str, Any], count: int) -> 
 
 
 @contextlib.contextmanager
-def _local_cluster(groups: int = 1, acl: bool = False) -> Iterator[dict[str, Any]]:
+def _local_cluster(groups: int = 1, tls: bool = False, acl: bool = False) -> Iterator[dict[str, Any]]:
     from raftmq import cluster_cmd
     from raftmq.local_acl import local_credentials
 
     with tempfile.TemporaryDirectory(prefix="raftmq-bench-") as d:
-        if cluster_cmd.main(["up", "--dir", d, "--namesrv-port", "0", "--groups", str(groups),
-                             *(["--acl"] if acl else [])]) != 0:
+        flags = [*(["--tls"] if tls else []), *(["--acl"] if acl else [])]
+        if cluster_cmd.main(["up", "--dir", d, "--namesrv-port", "0", "--groups", str(groups), *flags]) != 0:
             raise SystemExit("error: the local cluster did not start")
         try:
+            state = json.loads((Path(d) / "cluster.json").read_text())
             credentials = local_credentials(Path(d))
             who = {} if credentials is None else {"credentials": credentials}
-            yield {"namesrv": [cluster_cmd.namesrv_address(d)], **who}
+            yield {"namesrv": [cluster_cmd.namesrv_address(d)], "tls": cluster_tls(state) or False, **who}
         finally:
             cluster_cmd.main(["down", "--dir", d])
 
@@ -228,6 +232,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--servers")
     parser.add_argument("--dir")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_tls_arguments(parser, tls_help="with --local: the local cluster serves TLS on every port (a local "
+                                       "CA); else TLS verified against the system's CAs")
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -241,7 +247,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     try:
         if args.local:
-            with _local_cluster(args.groups, args.acl) as where:
+            with _local_cluster(args.groups, args.tls, args.acl) as where:
                 result = asyncio.run(run(where))
         else:
             result = asyncio.run(run(_where(args)))
@@ -249,6 +255,8 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     result["machine"] = f"{os.cpu_count()} cpus"
+    result["tls"] = bool(args.tls or args.ca_file)
+    result["acl"] = bool(args.acl)
     if args.json:
         print(json.dumps(result))
     else:

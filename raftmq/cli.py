@@ -1,7 +1,8 @@
 """The ``raftmq`` command line.
 
     raftmq up [--dir DIR] [--nodes 3]     a local cluster in the foreground (scripts/run):
-                                          a name server + one broker group (--kind log: log nodes)
+                                          a name server + one broker group (--kind log: log nodes;
+                                          --tls: TLS everywhere with a local CA)
     raftmq broker --config F              one broker replica (WebSocket server)
     raftmq namesrv --config F             a name server (topic routes) for the groups in F
     raftmq namesrv-key --config REPLICA   a group's registration key for the name servers
@@ -42,6 +43,8 @@ __all__ = ["main"]
 def _cmd_up(args: argparse.Namespace) -> int:
     if args.kind == "broker":
         return _up_brokers(args)
+    if args.tls or args.mutual_tls:
+        raise SystemExit("raftmq up: error: --tls is for brokers (log nodes serve plain HTTP)")
     from raftmq.local_group import LocalGroup
 
     group = LocalGroup(Path(args.dir) / args.kind, args.nodes, raft={"flush": args.flush})
@@ -82,12 +85,18 @@ def _stop_on_signals() -> threading.Event:
 
 def _up_brokers(args: argparse.Namespace) -> int:
     """A name server and one broker group in the foreground (``raftmq cluster`` underneath)."""
-    where = ["--dir", args.dir, "--nodes", str(args.nodes), "--namesrv-port", str(args.namesrv_port)]
+    where = ["--dir", args.dir, "--nodes", str(args.nodes), "--namesrv-port", str(args.namesrv_port),
+             *(["--tls"] if args.tls else []), *(["--mutual-tls"] if args.mutual_tls else [])]
     stop = _stop_on_signals()
     try:
         if cluster_cmd.main(["up", *where]) != 0:
             return 1
         d = args.dir
+        tls = ""
+        if args.tls or args.mutual_tls:
+            ca = Path(d).resolve() / "tls"
+            cert = (f', cert_file="{ca}/client.pem", key_file="{ca}/client.key"' if args.mutual_tls else "")
+            tls = f', tls=ClientTls(ca_file="{ca}/ca.pem"{cert})'
         print(f"""
 try it (from this directory the commands find the cluster through {d}/cluster.json;
 elsewhere add --dir {d}):
@@ -98,8 +107,8 @@ elsewhere add --dir {d}):
   raftmq group progress billing orders
   raftmq cluster status --dir {d}
 from Python:
-  from client import Producer, Message
-  p = Producer(namesrv="{cluster_cmd.namesrv_address(d)}").start()   # or RAFTMQ_NAMESRV
+  from client import ClientTls, Producer, Message
+  p = Producer(namesrv="{cluster_cmd.namesrv_address(d)}"{tls}).start()   # or RAFTMQ_NAMESRV
 logs: {d}/namesrv.log, {d}/g1/n*.log    Ctrl-C stops the cluster""", flush=True)
         while not stop.wait(1.0):
             dead = cluster_cmd.dead_processes(d)
@@ -148,6 +157,11 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--namesrv-port", type=int, default=cluster_cmd.default_namesrv_port(), metavar="PORT",
                     help="brokers: the name server's port (default $RAFTMQ_NAMESRV_PORT, else 9876 when "
                          "free, else a free one; 0: any free port)")
+    up.add_argument("--tls", action="store_true",
+                    help="brokers: TLS on every port, with a local CA made under DIR/tls (the commands "
+                         "find it through DIR/cluster.json)")
+    up.add_argument("--mutual-tls", action="store_true",
+                    help="brokers: --tls, and clients must present the client certificate made there")
     up.set_defaults(run=_cmd_up)
     _add(sub, "broker", "run one broker replica", node.DESCRIPTION, node.configure, node.run)
     _add(sub, "namesrv", "run a name server (topic routes)", namesrv.DESCRIPTION, namesrv.configure,

@@ -6,12 +6,16 @@ on 127.0.0.1 -- the name server on RocketMQ's 127.0.0.1:9876 when that port is f
 a free port, saying so; ``--namesrv-port`` or ``$RAFTMQ_NAMESRV_PORT`` choose another, 0 any),
 writes every address and PID to ``DIR/cluster.json`` and returns
 once every group has a leader; the name server is given each group's registration key
-(``raftmq.local_namesrv``). ``down`` stops them by PID (SIGTERM, then SIGKILL
-after 10 s). ``status`` prints each replica's role, term, indexes, retained log
-start, newest snapshot, disk use and health. ``verify`` compares the state digests
-of every replica of every group at the indexes they share (``broker.divergence``)
-and exits 1 on a difference or an unhealthy replica. ``status`` and ``verify`` find
-the replicas in ``--dir``'s cluster.json or ask a name server (``--namesrv``).
+(``raftmq.local_namesrv``). With ``--tls`` every process serves TLS with certificates of a
+local CA made under ``DIR/tls`` (``raftmq.local_tls``; ``--mutual-tls``: clients must present
+the client certificate made there too), and cluster.json names the CA and that
+certificate, so commands given ``--dir`` (or run where ``./run`` is the cluster) use them.
+``down`` stops them by PID (SIGTERM, then SIGKILL after 10 s). ``status`` prints each
+replica's role, term, indexes, retained log start, newest snapshot, disk use and health.
+``verify`` compares the state digests of every replica of every group at the indexes
+they share (``broker.divergence``) and exits 1 on a difference or an unhealthy replica.
+``status`` and ``verify`` find the replicas in ``--dir``'s cluster.json or ask a name
+server (``--namesrv``), over https when the cluster serves TLS (``raftmq.cluster_http``).
 """
 
 from __future__ import annotations
@@ -24,15 +28,16 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from raftmq.admin_auth import admin_headers
+from client.cli import add_tls_arguments
+from client.errors import AuthFailedError
+from raftmq.cluster_http import ClusterHttp
 from raftmq.local_acl import acl_broker_options, wait_for_super_user
 from raftmq.local_group import LocalGroup, free_port
 from raftmq.local_namesrv import configure_namesrv, namesrv_argv
+from raftmq.local_tls import LocalCA
 
 __all__ = ["DEFAULT_NAMESRV_PORT", "choose_namesrv_port", "dead_processes", "default_namesrv_port",
            "find_group", "find_replicas", "leader_main", "main", "namesrv_address"]
@@ -65,21 +70,30 @@ def _up(args: argparse.Namespace) -> int:
         return 1
     root.mkdir(parents=True, exist_ok=True)
     ns = f"127.0.0.1:{choose_namesrv_port(args.namesrv_port)}"
+    mutual = bool(getattr(args, "mutual_tls", False))
+    ca = LocalCA(root / "tls").ensure() if getattr(args, "tls", False) or mutual else None
     acl = acl_broker_options(root) if getattr(args, "acl", False) else {}  # users and ACLs on
     groups = {f"g{i + 1}": LocalGroup(root / f"g{i + 1}", args.nodes, module="broker", group=f"g{i + 1}",
-                                      broker={"namesrv": [ns], **acl}, log_level="WARNING")
+                                      broker={"namesrv": [ns], **acl}, log_level="WARNING", tls=ca or False,
+                                      mutual_tls=mutual)
               for i in range(args.groups)}
-    config = configure_namesrv(root, ns, groups.values())  # the groups' keys, from their secrets
+    config = configure_namesrv(root, ns, groups.values(),  # the groups' keys, from their secrets
+                               tls=ca.server_tls(mutual) if ca is not None else None)
     with open(root / "namesrv.log", "ab") as out:
         namesrv = subprocess.Popen(namesrv_argv(config), stdout=out, stderr=subprocess.STDOUT,
                                    start_new_session=True)
     state: dict[str, Any] = {"namesrv": {"address": ns, "pid": namesrv.pid}, "groups": {}}
+    if ca is not None:
+        client = ca.client_tls(with_cert=True)
+        state["tls"] = {"ca_file": client.ca_file, "cert_file": client.cert_file, "key_file": client.key_file,
+                        "mutual": mutual}
     for name, group in groups.items():
         group.start()
         state["groups"][name] = {n: {"raft": p.raft, "address": p.http, "pid": p.proc.pid}
                                  for n, p in group.nodes.items()}
     state_path.write_text(json.dumps(state, indent=2))
-    print(f"name server {ns} (pid {namesrv.pid}); waiting for leaders ...", flush=True)
+    scheme = "https" if ca is not None else "http"
+    print(f"name server {scheme}://{ns} (pid {namesrv.pid}); waiting for leaders ...", flush=True)
     for name, group in groups.items():
         try:
             leader = group.wait_leader(timeout=args.timeout)
@@ -90,7 +104,8 @@ def _up(args: argparse.Namespace) -> int:
     print(f"cluster up; state in {state_path}; stop it with `raftmq cluster down --dir {root}`")
     if acl:
         try:
-            wait_for_super_user(ns, root, timeout=args.timeout)
+            wait_for_super_user(ns, root, tls=ca.client_tls(with_cert=True) if ca else False,
+                                timeout=args.timeout)
         except TimeoutError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
@@ -162,8 +177,7 @@ def _down(args: argparse.Namespace) -> int:
 def find_replicas(args: argparse.Namespace) -> dict[str, dict[str, str]] | None:
     """group -> node -> client address, from --namesrv or --dir's cluster.json."""
     if args.namesrv:
-        with urllib.request.urlopen(f"http://{args.namesrv}/cluster", timeout=5) as resp:
-            doc = json.loads(resp.read())
+        doc = ClusterHttp.of(args).get(args.namesrv, "/cluster")
         return {g: {n: info["address"] for n, info in nodes.items()} for g, nodes in doc.items()}
     state_path = Path(args.dir or ".") / "cluster.json"
     if not state_path.exists():
@@ -196,10 +210,9 @@ def find_group(args: argparse.Namespace) -> dict[str, str] | None:
     return nodes
 
 
-def _replica_status(address: str) -> dict[str, Any] | None:
+def _replica_status(http: ClusterHttp, address: str) -> dict[str, Any] | None:
     try:
-        with urllib.request.urlopen(f"http://{address}/status", timeout=2) as resp:
-            return dict(json.loads(resp.read()))
+        return dict(http.get(address, "/status", timeout=2))
     except (OSError, ValueError):
         return None
 
@@ -208,11 +221,12 @@ def _status(args: argparse.Namespace) -> int:
     groups = find_replicas(args)
     if groups is None:
         return 1
+    http = ClusterHttp.of(args)
     print(f"{'group':6} {'node':5} {'address':22} {'role':10} {'term':>5} {'commit':>8} {'applied':>8} "
           f"{'log from':>8} {'snapshot':>8} {'log MiB':>8} {'free GiB':>8}  health")
     for group, nodes in groups.items():
         for node, address in nodes.items():
-            s = _replica_status(address)
+            s = _replica_status(http, address)
             if s is None:
                 print(f"{group:6} {node:5} {address:22} DOWN")
                 continue
@@ -230,8 +244,9 @@ def _verify(args: argparse.Namespace) -> int:
     if groups is None:
         return 1
     problems = 0
+    http = ClusterHttp.of(args)
     for group, nodes in groups.items():
-        statuses = {n: _replica_status(a) for n, a in nodes.items()}
+        statuses = {n: _replica_status(http, a) for n, a in nodes.items()}
         for node, s in statuses.items():
             if s is None:
                 print(f"{group}/{node}: does not answer (not compared)")
@@ -286,6 +301,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namesrv-port", type=int, default=default_namesrv_port(), metavar="PORT",
                         help=f"up: the name server's port on 127.0.0.1 (default $RAFTMQ_NAMESRV_PORT, else "
                              f"{DEFAULT_NAMESRV_PORT} when free, else a free one; 0: any free port)")
+    parser.add_argument("--mutual-tls", action="store_true",
+                        help="up: --tls, and clients must present a certificate of the local CA")
+    add_tls_arguments(parser, tls_help="up: serve TLS everywhere with certificates of a local CA made "
+                                       "under DIR/tls; status, verify: TLS verified against the system's CAs")
 
 
 def default_namesrv_port() -> int:
@@ -314,27 +333,30 @@ def configure_leader(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", help="a local cluster's directory (its cluster.json)")
     parser.add_argument("--namesrv", help="find the replicas through this name server")
     parser.add_argument("--servers", help="one group's replica addresses, comma separated")
+    add_tls_arguments(parser)
 
 
 def run_leader(args: argparse.Namespace) -> int:
     nodes = find_group(args)
     if nodes is None:
         return 1
-    leader = next((a for a in nodes.values() if (_replica_status(a) or {}).get("role") == "leader"), None)
+    http = ClusterHttp.of(args)
+    leader = next((a for a in nodes.values()
+                   if (_replica_status(http, a) or {}).get("role") == "leader"), None)
     if leader is None:
         print("error: no replica of the group says it leads (an election is under way?)", file=sys.stderr)
         return 1
-    body = json.dumps({"to": args.to} if args.to else {}).encode()
-    request = urllib.request.Request(f"http://{leader}/admin/leader/transfer", data=body, method="POST",
-                                     headers={"Content-Type": "application/json", **admin_headers(leader)})
     try:
-        with urllib.request.urlopen(request, timeout=15) as resp:
-            doc = json.loads(resp.read())
-    except urllib.error.HTTPError as e:
-        print(f"error: {json.loads(e.read() or b'{}').get('error', e.reason)}", file=sys.stderr)
-        return 1
+        body = {"to": args.to} if args.to else {}
+        code, doc = http.call(leader, "/admin/leader/transfer", body, timeout=15)
     except OSError as e:
         print(f"error: cannot reach the leader at {leader}: {e}", file=sys.stderr)
+        return 1
+    except AuthFailedError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if code != 200:
+        print(f"error: {doc.get('error', code)}", file=sys.stderr)
         return 1
     print(f"leader is now {doc['leader']} ({doc.get('leader_address')})")
     return 0

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from client.credentials import Credentials, scram_record
+from protocol.tls import ClientTls
 
 __all__ = ["SUPER_USER", "acl_broker_options", "local_credentials", "wait_for_super_user"]
 
@@ -42,9 +43,10 @@ def local_credentials(root: Path) -> Credentials | None:
     return Credentials.from_file(path) if path.exists() else None
 
 
-def wait_for_super_user(namesrv: str, root: Path, timeout: float = 30.0) -> None:
+def wait_for_super_user(namesrv: str, root: Path, tls: ClientTls | bool = False,
+                        timeout: float = 30.0) -> None:
     """Return once the local super user can authenticate (the leaders propose it within a
-    second of being elected); TimeoutError otherwise."""
+    second of being elected); TimeoutError otherwise. ``tls``: the client's (``ClientTls``)."""
     import time
 
     from client import Admin
@@ -52,7 +54,7 @@ def wait_for_super_user(namesrv: str, root: Path, timeout: float = 30.0) -> None
 
     credentials = local_credentials(root)
     deadline = time.monotonic() + timeout
-    admin = Admin(namesrv, credentials=credentials)
+    admin = Admin(namesrv, credentials=credentials, tls=tls)
     try:
         while True:
             try:

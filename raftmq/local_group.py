@@ -9,6 +9,7 @@ Node configs, the generated cluster secret, data and logs live under ``base``::
     base/n1.toml ...       node configs
     base/n1/               data directory of n1 (commitlog/, raft-state, applied.log)
     base/n1.log            stdout/stderr of n1
+    base/tls/              with ``tls=True``: the local CA and certificates (``raftmq.local_tls``)
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import msgspec
+
+from raftmq.cluster_http import ClusterHttp
+from raftmq.local_tls import LocalCA
 
 __all__ = ["LocalGroup", "NodeProc", "free_port"]
 
@@ -89,10 +94,20 @@ class LocalGroup:
     def __init__(self, base: Path, n: int = 3, *, raft: dict[str, Any] | None = None,
                  dial: dict[str, dict[str, str]] | None = None, log_level: str = "INFO",
                  module: str = "dledger", broker: dict[str, Any] | None = None,
-                 group: str = "g1", entry: str | None = None) -> None:
+                 group: str = "g1", entry: str | None = None, tls: bool | LocalCA = False,
+                 mutual_tls: bool = False) -> None:
         """``module`` is what each node runs: ``dledger`` (a log node) or ``broker``
         (then ``broker`` holds extra [broker] settings); ``entry`` the module started
-        with ``python -m`` (default: ``module``)."""
+        with ``python -m`` (default: ``module``). ``tls`` (brokers only): serve TLS with
+        certificates of a local CA under ``base/tls`` (or of the one given); ``mutual_tls``:
+        clients must present a certificate of it. ``client_tls`` is what a client needs."""
+        if (tls or mutual_tls) and module != "broker":
+            raise ValueError("tls is for broker groups")
+        ca = tls if isinstance(tls, LocalCA) else LocalCA(base / "tls") if tls or mutual_tls else None
+        self.ca = ca.ensure() if ca is not None else None
+        self.mutual_tls = mutual_tls
+        self.client_tls = self.ca.client_tls(with_cert=mutual_tls) if self.ca is not None else None
+        self.http = ClusterHttp.with_tls(self.client_tls)
         self.base = base
         self.module = module
         self.entry = entry or module
@@ -146,6 +161,9 @@ class LocalGroup:
             lines += ["", "[broker]", f'listen = "{self.nodes[name].http}"',
                       f"addresses = {{ {addresses} }}"]
             lines += [f"{k} = {json.dumps(v)}" for k, v in self.broker_options.items()]
+            if self.ca is not None:
+                tls = msgspec.structs.asdict(self.ca.server_tls(client_auth=self.mutual_tls))
+                lines += ["", "[broker.tls]", *(f"{k} = {json.dumps(v)}" for k, v in tls.items())]
         path = self.base / f"{name}.toml"
         path.write_text("\n".join(lines) + "\n")
         return path
@@ -207,9 +225,13 @@ class LocalGroup:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
             return resp.read()
 
+    def url(self, name: str, path: str) -> str:
+        """``path`` on ``name``'s HTTP port (https when the group serves TLS)."""
+        return self.http.url(self.nodes[name].http, path)
+
     def status(self, name: str, timeout: float = 2.0) -> dict[str, Any] | None:
         try:
-            return json.loads(self._get(name, "/status", timeout))
+            return dict(self.http.get(self.nodes[name].http, "/status", timeout))
         except (OSError, urllib.error.URLError, ValueError):
             return None
 

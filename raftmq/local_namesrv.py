@@ -16,21 +16,23 @@ from pathlib import Path
 from broker.namesrv import write_key_file
 from broker.namesrv_config import write_namesrv_config
 from broker.registration_auth import registration_key
+from broker.tls import TlsSection
 from raftmq.local_group import LocalGroup
 
 __all__ = ["configure_namesrv", "namesrv_argv"]
 
 
-def configure_namesrv(root: Path, listen: str, groups: Iterable[LocalGroup]) -> Path:
+def configure_namesrv(root: Path, listen: str, groups: Iterable[LocalGroup],
+                      tls: TlsSection | None = None) -> Path:
     """Write the key of every group in ``groups`` and ``root/namesrv.toml`` serving them on
-    ``listen``; the path of that file."""
+    ``listen`` (with ``tls``: over https); the path of that file."""
     key_files: dict[str, Path] = {}
     for group in groups:
         secret = (group.base / "secret").read_text().strip()
         key_path = root / f"{group.group}.namesrv-key"
         write_key_file(key_path, registration_key(secret, group.group).hex())
         key_files[group.group] = Path(key_path.name)
-    return write_namesrv_config(root / "namesrv.toml", listen, key_files)
+    return write_namesrv_config(root / "namesrv.toml", listen, key_files, tls)
 
 
 def namesrv_argv(config: Path) -> list[str]:

@@ -18,15 +18,14 @@ of the Raft thesis); the replicas are found as for ``raftmq cluster status``
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
-from raftmq.admin_auth import admin_headers
+from client.cli import add_tls_arguments
+from client.errors import AuthFailedError
 from raftmq.cluster_cmd import find_group
+from raftmq.cluster_http import ClusterHttp
 
 __all__ = ["main"]
 
@@ -39,27 +38,11 @@ class MemberLeads(CommandError):
     """The member to remove leads the group (again): hand the leadership over first."""
 
 
-def _call(address: str, path: str, body: dict[str, Any] | None = None,
-          timeout: float = 30.0) -> tuple[int, dict[str, Any]]:
-    data = None if body is None else json.dumps(body).encode()
-    auth = admin_headers(address) if path.startswith("/admin") else {}  # a group with ACLs on
-    request = urllib.request.Request(f"http://{address}{path}", data=data,
-                                     method="GET" if body is None else "POST",
-                                     headers={"Content-Type": "application/json", **auth})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as e:
-        try:
-            return e.code, json.loads(e.read() or b"{}")
-        except ValueError:
-            return e.code, {"error": e.reason}
-
-
 class Group:
     """The replicas of one group, and the newest member list any of them gave."""
 
-    def __init__(self, addresses: list[str]) -> None:
+    def __init__(self, addresses: list[str], http: ClusterHttp | None = None) -> None:
+        self.http = http or ClusterHttp()
         self.addresses = list(dict.fromkeys(addresses))
         self.members: dict[str, dict[str, str]] = {}
 
@@ -85,9 +68,11 @@ class Group:
 
     def _members_at(self, address: str) -> dict[str, Any] | None:
         try:
-            code, doc = _call(address, "/admin/members", timeout=3)
+            code, doc = self.http.call(address, "/admin/members", timeout=3)
         except OSError:
             return None
+        if code in (401, 403):  # ACLs on: no user, or one without the right -- the same on every replica
+            raise CommandError(doc.get("error", f"refused ({code})"))
         if code != 200:
             return None
         for m in doc["members"].values():
@@ -101,7 +86,7 @@ class Group:
         while True:
             leader = self.leader(deadline)
             try:
-                code, doc = _call(leader, "/admin/members", body)
+                code, doc = self.http.call(leader, "/admin/members", body)
             except OSError as e:
                 code, doc = 0, {"error": f"cannot reach the leader at {leader}: {e}"}
             if code == 200:
@@ -129,7 +114,7 @@ def _print_members(members: dict[str, dict[str, str]], leader: str | None = None
 def _add(group: Group, name: str, raft: str, client: str, deadline: float) -> None:
     group.leader(deadline)
     try:
-        code, status = _call(client, "/status", timeout=3)
+        code, status = group.http.call(client, "/status", timeout=3)
     except OSError:
         code, status = 0, {}
     if code != 200:
@@ -143,7 +128,7 @@ def _add(group: Group, name: str, raft: str, client: str, deadline: float) -> No
     group.change({"op": "add", "name": name, "raft": raft, "client": client}, deadline)
     while True:  # it counts for the majority now; wait until it knows it is a member
         try:
-            code, status = _call(client, "/status", timeout=3)
+            code, status = group.http.call(client, "/status", timeout=3)
         except OSError:
             code = 0
         if code == 200 and status.get("member"):
@@ -163,7 +148,7 @@ def _remove(group: Group, name: str, deadline: float) -> None:
             raise CommandError(f"{name!r} is not a member ({', '.join(sorted(group.members))})")
         if group.members[name]["client"] == leader:
             print(f"{name} leads: handing the leadership over first", flush=True)
-            code, doc = _call(leader, "/admin/leader/transfer", {})  # the most up-to-date member
+            code, doc = group.http.call(leader, "/admin/leader/transfer", {})  # the most up-to-date member
             if code != 200:
                 if time.monotonic() >= deadline:
                     raise CommandError(f"leadership transfer failed: {doc.get('error', code)}")
@@ -204,6 +189,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--servers", help="replica broker addresses of the group, comma separated")
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="seconds to wait for catch-up and each change (default 600)")
+    add_tls_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -219,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
     nodes = find_group(args)
     if nodes is None:
         return 1
-    group = Group(list(nodes.values()))
+    group = Group(list(nodes.values()), ClusterHttp.of(args))
     deadline = time.monotonic() + args.timeout
     try:
         if args.action == "add":
@@ -233,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
         names = {m["client"]: n for n, m in group.members.items()}
         print("members:")
         _print_members(group.members, names.get(leader))
-    except CommandError as e:
+    except (CommandError, AuthFailedError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -29,6 +29,7 @@ from typing import Any, Literal
 from client.credentials import Credentials
 from client.tag_filter import SubscriptionError, TagSelector, parse_tags
 from protocol.pull import MAX_PULL  # the broker's largest page
+from protocol.tls import ClientTls
 
 __all__ = ["EARLIEST", "LATEST", "OffsetSpec", "OptionError", "SourceOptions", "parse_offset_spec",
            "parse_options"]
@@ -75,6 +76,7 @@ class SourceOptions:
     arrow_batch_rows: int = 8192
     follower_wait_s: float = 30.0
     request_timeout_s: float = 10.0
+    tls: ClientTls | None = None  # None: plain (decided on the driver, environment included)
     user: str | None = None
     password: str | None = None
 
@@ -88,9 +90,10 @@ class SourceOptions:
         return parse_tags(self.tags)
 
     def client_args(self) -> dict[str, Any]:
-        """``namesrv=`` or ``servers=``, and ``credentials=``, for a ClientCore."""
-        where = {"namesrv": list(self.namesrv)} if self.namesrv else {"servers": list(self.servers)}
-        return {**where, "credentials": self.credentials()}
+        """``namesrv=`` or ``servers=``, ``tls=`` and ``credentials=``, for a ClientCore."""
+        where: dict[str, Any] = ({"namesrv": list(self.namesrv)} if self.namesrv
+                                 else {"servers": list(self.servers)})
+        return {**where, "tls": self.tls or False, "credentials": self.credentials()}
 
 
 def _addresses(value: str | None) -> tuple[str, ...]:
@@ -195,6 +198,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             parse_tags(tags)
         except SubscriptionError as e:
             raise OptionError(f"option tags: {e}") from None
+    tls = _tls(opts)
     wait_ms = _positive_int(opts, "followerwaitms", "followerWaitMs", 30_000)
     timeout_ms = _positive_int(opts, "requesttimeoutms", "requestTimeoutMs", 10_000)
     assert wait_ms is not None and timeout_ms is not None
@@ -211,4 +215,23 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         pull_batch=_positive_int(opts, "pullbatch", "pullBatch", MAX_PULL, MAX_PULL) or MAX_PULL,
         pipeline=_positive_int(opts, "pipeline", "pipeline", 2, 8) or 2,
         arrow_batch_rows=_positive_int(opts, "arrowbatchrows", "arrowBatchRows", 8192) or 8192,
-        follower_wait_s=wait_ms / 1000, request_timeout_s=timeout_ms / 1000)
+        follower_wait_s=wait_ms / 1000, request_timeout_s=timeout_ms / 1000, tls=tls)
+
+
+def _tls(opts: Mapping[str, str]) -> ClientTls | None:
+    """``tls`` ("true": the system's CAs), ``caFile``, ``certFile``, ``keyFile`` (paths every
+    executor can read); none of them: the driver's ``$RAFTMQ_CA_FILE`` & co."""
+    ca, cert, key = (str(opts[k]).strip() or None if k in opts else None
+                     for k in ("cafile", "certfile", "keyfile"))
+    flag = str(opts.get("tls", "")).strip().lower()
+    if flag not in ("", "true", "false"):
+        raise OptionError(f"option tls must be true or false, got {opts['tls']!r}")
+    if flag == "false":
+        if ca or cert:
+            raise OptionError("option tls is false but caFile/certFile are given")
+        return None
+    if key and not cert:
+        raise OptionError("option keyFile needs certFile (the client certificate of mutual TLS)")
+    if ca or cert or flag == "true":
+        return ClientTls(ca, cert, key)
+    return ClientTls.from_env()

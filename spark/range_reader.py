@@ -140,7 +140,7 @@ class RangeReader:
     async def next_page(self) -> Columns | None:
         """The next messages of the range (never empty), or None when the range is complete."""
         if self._core is None:
-            self._core = ClientCore(servers=list(self.rng.replicas),
+            self._core = ClientCore(servers=list(self.rng.replicas), tls=self.opts.tls or False,
                                     request_timeout=self.opts.request_timeout_s,
                                     credentials=self.opts.credentials())
             await self._choose("start")

@@ -30,7 +30,7 @@ async def replica_roles(core: ClientCore, addresses: Sequence[str],
     for one that does not answer."""
     async def one(address: str) -> tuple[str, str | None]:
         try:
-            async with core.pool.session.get(f"http://{address}/status",
+            async with core.pool.session.get(core.pool.url(address, "/status"),
                                              timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
                 if resp.status != 200:
                     return address, None

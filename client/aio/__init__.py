@@ -6,7 +6,8 @@ from client.aio.producer import AsyncProducer
 from client.aio.pull_consumer import AsyncPullConsumer, PullResult
 from client.aio.push_consumer import AsyncPushConsumer, ConsumeContext
 from client.aio.transaction import AsyncTransactionProducer, LocalTransactionState, TransactionListener
+from protocol.tls import ClientTls
 
 __all__ = ["AsyncAdmin", "AsyncProducer", "AsyncPullConsumer", "AsyncPushConsumer",
-           "AsyncTransactionProducer", "ClientCore", "ConsumeContext", "LocalTransactionState", "PullResult",
-           "QueueProgress", "TransactionListener"]
+           "AsyncTransactionProducer", "ClientCore", "ClientTls", "ConsumeContext", "LocalTransactionState",
+           "PullResult", "QueueProgress", "TransactionListener"]

@@ -23,6 +23,7 @@ from protocol.query import (
     ViewMessageRequest,
 )
 from protocol.remoting import ResponseCode
+from protocol.tls import ClientTls
 from protocol.topic import CreateTopicRequest, DeleteTopicRequest, GetTopicsRequest, TopicsResponse
 from protocol.wire import Request
 
@@ -45,9 +46,9 @@ class QueueProgress:
 class AsyncAdmin:
     def __init__(self, namesrv: str | Sequence[str] | None = None, *, servers: Sequence[str] | None = None,
                  timeout: float = 10.0, address_map: Mapping[str, str] | None = None,
-                 core: ClientCore | None = None,
+                 core: ClientCore | None = None, tls: ClientTls | bool | None = None,
                  credentials: Credentials | None = None) -> None:
-        self.core = core or ClientCore(namesrv, servers, address_map=address_map,
+        self.core = core or ClientCore(namesrv, servers, address_map=address_map, tls=tls,
                                        credentials=credentials)
         self._own_core = core is None
         self.timeout = timeout

@@ -4,8 +4,9 @@
 response with the same opaque; ``oneway`` sends without waiting. Requests the broker
 sends to us (e.g. NOTIFY_CONSUMER_IDS_CHANGED) go to the ``on_request`` callback. ``ConnectionPool``
 keeps one live connection per address and reconnects on the next use after a drop; given
-``credentials`` it authenticates each new connection before its first request
-(``client.aio.auth``).
+a ``ClientTls`` it dials ``wss://`` (and its ``session`` and ``url`` speak https), else
+``ws://`` (``protocol.tls``); given ``credentials`` it authenticates each new connection
+before its first request (``client.aio.auth``).
 
 When the broker closes the connection with a code and a reason (a malformed frame, a frame
 too slow to arrive, idle, stopping) or refuses it (503: a connection limit, the reason in
@@ -23,11 +24,12 @@ from collections.abc import Callable
 import aiohttp
 
 from client.credentials import Credentials
-from client.errors import ConnectionLostError, RequestTimeoutError, broker_error
+from client.errors import ConnectionLostError, RequestTimeoutError, TlsError, broker_error
 from protocol.remoting import DEFAULT_MAX_FRAME, REFUSED_HEADER, Frame, FrameError, ResponseCode, decode_frame
+from protocol.tls import ClientTls, http_url, ws_url
 from protocol.wire import NotLeaderResponse, Request
 
-__all__ = ["Connection", "ConnectionPool"]
+__all__ = ["Connection", "ConnectionPool", "certificate_refused", "tls_hint"]
 
 log = logging.getLogger("client.connection")
 
@@ -155,9 +157,28 @@ def _leader_address(reply: Frame) -> str | None:
         return None
 
 
+def certificate_refused(who: str, error: aiohttp.ClientConnectorCertificateError) -> TlsError:
+    """The error for a server whose certificate did not verify (the same on every attempt)."""
+    return TlsError(f"cannot connect to {who}: its certificate was refused ({error.certificate_error}); "
+                    "is the client's tls= given the CA that signed it?")
+
+
+def tls_hint(error: BaseException, tls: ClientTls | None) -> str:
+    """What a connection closed during its opening may mean (the TLS alert is not kept)."""
+    if isinstance(error, aiohttp.ServerDisconnectedError):
+        if tls is None:
+            return " (does it serve TLS? then give the client tls= with its CA)"
+        if tls.cert_file is None:
+            return " (does it require mutual TLS? then give the client a certificate in tls=)"
+    if isinstance(error, aiohttp.ClientSSLError) and "WRONG_VERSION_NUMBER" in str(error):
+        return " (it does not serve TLS: give the client no tls=)"
+    return ""
+
+
 class ConnectionPool:
     def __init__(self, on_request: Callable[[str, Frame], None] | None = None,
-                 credentials: Credentials | None = None) -> None:
+                 tls: ClientTls | None = None, credentials: Credentials | None = None) -> None:
+        self.tls = tls
         self.credentials = credentials
         self._session: aiohttp.ClientSession | None = None
         self._conns: dict[str, Connection] = {}
@@ -174,17 +195,18 @@ class ConnectionPool:
             conn = self._conns.get(address)
             if conn is not None and not conn.closed:
                 return conn
-            if self._session is None:
-                self._session = aiohttp.ClientSession()
             try:
-                ws = await asyncio.wait_for(self._session.ws_connect(
-                    f"http://{address}/ws", max_msg_size=2 * DEFAULT_MAX_FRAME, heartbeat=10.0),
-                    CONNECT_TIMEOUT_S)
+                ws = await asyncio.wait_for(self.session.ws_connect(
+                    ws_url(address, "/ws", self.tls is not None), max_msg_size=2 * DEFAULT_MAX_FRAME,
+                    heartbeat=10.0), CONNECT_TIMEOUT_S)
+            except aiohttp.ClientConnectorCertificateError as e:
+                raise certificate_refused(f"broker {address}", e) from None
             except aiohttp.WSServerHandshakeError as e:
                 why = (e.headers or {}).get(REFUSED_HEADER) or e.message
                 raise ConnectionLostError(f"cannot connect to broker {address}: {e.status} {why}") from None
             except (aiohttp.ClientError, OSError, TimeoutError) as e:
-                raise ConnectionLostError(f"cannot connect to broker {address}: {e}") from None
+                hint = tls_hint(e, self.tls)
+                raise ConnectionLostError(f"cannot connect to broker {address}: {e}{hint}") from None
             conn = Connection(address, ws, self._on_request)
             if self.credentials is not None:
                 await _login(conn, self.credentials)
@@ -216,10 +238,15 @@ class ConnectionPool:
 
     @property
     def session(self) -> aiohttp.ClientSession:
+        """HTTP(S) to brokers and name servers (``url``), with this pool's TLS."""
         if self._session is None:
-            self._session = aiohttp.ClientSession()
+            ssl = self.tls.context() if self.tls is not None else True
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl))
         return self._session
 
+    def url(self, address: str, path: str) -> str:
+        """``path`` at ``address`` over https when this pool speaks TLS, else http."""
+        return http_url(address, path, self.tls is not None)
 
 
 async def _login(conn: Connection, credentials: Credentials) -> None:

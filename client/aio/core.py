@@ -30,6 +30,7 @@ from protocol.consumer import NotifyConsumersChanged
 from protocol.deferred import CheckTransactionRequest
 from protocol.pull import LeaderlessMark
 from protocol.remoting import Frame, FrameError, RequestCode
+from protocol.tls import ClientTls, resolve_tls
 from protocol.wire import Request
 
 __all__ = ["READ_FROM", "ClientCore"]
@@ -50,12 +51,16 @@ class ClientCore:
     def __init__(self, namesrv: str | Sequence[str] | None = None, servers: Sequence[str] | None = None,
                  *, client_id: str | None = None, request_timeout: float = 5.0,
                  route_refresh_s: float = 30.0, address_map: Mapping[str, str] | None = None,
-                 credentials: Credentials | None = None) -> None:
+                 tls: ClientTls | bool | None = None, credentials: Credentials | None = None) -> None:
+        """``tls``: a ``ClientTls`` (wss:// and https:// verified against its CA), True (the
+        system's CAs), False (plain), None (``$RAFTMQ_CA_FILE`` & co. decide: ``protocol.tls``).
+        ``credentials``: the user every new connection authenticates as (ACLs on)."""
         ns = [namesrv] if isinstance(namesrv, str) else list(namesrv or [])
         if not ns and not servers:
             ns = default_namesrv()
         self.client_id = client_id or f"{socket.gethostname()}@{os.getpid()}@{os.urandom(3).hex()}"
-        self.pool = ConnectionPool(on_request=self._on_request, credentials=credentials)
+        self.pool = ConnectionPool(on_request=self._on_request, tls=resolve_tls(tls),
+                                   credentials=credentials)
         self.routes = RouteBook(self.pool, ns, list(servers or []), route_refresh_s, address_map)
         self.request_timeout = request_timeout
         self.on_notify: list[Callable[[str], None]] = []

@@ -53,6 +53,7 @@ from client.queues import MessageQueue, shard_queue
 from protocol.names import InvalidName, validate_topic
 from protocol.remoting import ResponseCode
 from protocol.send import SendBatchRequest, SendBatchResponse
+from protocol.tls import ClientTls
 
 __all__ = ["MAX_MESSAGE_BYTES", "AsyncProducer"]
 
@@ -254,10 +255,12 @@ class AsyncProducer:
     def __init__(self, namesrv: str | Sequence[str] | None = None, group: str = "DEFAULT_PRODUCER", *,
                  servers: Sequence[str] | None = None, send_timeout: float = 10.0, retries: int = 2,
                  max_message_bytes: int = MAX_MESSAGE_BYTES, address_map: Mapping[str, str] | None = None,
-                 core: ClientCore | None = None,
+                 core: ClientCore | None = None, tls: ClientTls | bool | None = None,
                  credentials: Credentials | None = None) -> None:
+        """``tls``: wss:// to the brokers and https:// to the name servers (``ClientCore``);
+        ``credentials``: the user it authenticates as (ACLs on)."""
         self.group = group
-        self.core = core or ClientCore(namesrv, servers, address_map=address_map,
+        self.core = core or ClientCore(namesrv, servers, address_map=address_map, tls=tls,
                                        credentials=credentials)
         self._own_core = core is None
         self.send_timeout = send_timeout

@@ -29,6 +29,7 @@ from protocol.pull import PULL_ANSWERS, PullRequest, PullResponse, PullRow
 from protocol.query import SearchOffsetRequest, SearchOffsetResponse
 from protocol.record_batch import MessageFormatError, record_count
 from protocol.remoting import ResponseCode
+from protocol.tls import ClientTls
 
 __all__ = ["AsyncPullConsumer", "PullResult", "fetch", "queue_offsets"]
 
@@ -129,14 +130,14 @@ class AsyncPullConsumer:
     def __init__(self, namesrv: str | Sequence[str] | None = None, group: str = "DEFAULT_CONSUMER", *,
                  servers: Sequence[str] | None = None, read_from: str = "follower",
                  selector: str | None = None, address_map: Mapping[str, str] | None = None,
-                 core: ClientCore | None = None,
+                 core: ClientCore | None = None, tls: ClientTls | bool | None = None,
                  credentials: Credentials | None = None) -> None:
         if read_from not in READ_FROM:
             raise ValueError(f"read_from must be one of {READ_FROM}, got {read_from!r}")
         self.group = group
         self.read_from = read_from
         self.selector = parse_tags(selector)
-        self.core = core or ClientCore(namesrv, servers, address_map=address_map,
+        self.core = core or ClientCore(namesrv, servers, address_map=address_map, tls=tls,
                                        credentials=credentials)
         self._own_core = core is None
         self._positions: dict[MessageQueue, int] = {}

@@ -55,6 +55,7 @@ from protocol.deferred import SendBackRequest
 from protocol.names import retry_topic
 from protocol.offset import LockQueuesRequest, LockQueuesResponse, UnlockQueuesRequest
 from protocol.sql_filter import FilterSyntaxError, compile_filter
+from protocol.tls import ClientTls
 from protocol.wire import Request
 
 __all__ = ["AsyncPushConsumer", "ConsumeContext", "Listener"]
@@ -111,7 +112,7 @@ class AsyncPushConsumer:
                  sql: str | None = None, max_reconsume_times: int = 16,
                  offset_store_dir: str | os.PathLike[str] | None = None,
                  address_map: Mapping[str, str] | None = None,
-                 core: ClientCore | None = None,
+                 core: ClientCore | None = None, tls: ClientTls | bool | None = None,
                  credentials: Credentials | None = None) -> None:
         if not topic:
             raise ValueError("give the topic to consume: topic='orders'")
@@ -140,7 +141,7 @@ class AsyncPushConsumer:
         self.heartbeat_interval, self.pull_batch = heartbeat_interval, pull_batch
         self.max_cached_messages, self.max_cached_bytes = max_cached_messages, max_cached_bytes
         self.suspend_s, self.long_poll_s = suspend_s, long_poll_s
-        self.core = core or ClientCore(namesrv, servers, address_map=address_map,
+        self.core = core or ClientCore(namesrv, servers, address_map=address_map, tls=tls,
                                        credentials=credentials)
         self._own_core = core is None
         self._listener: Listener | None = None

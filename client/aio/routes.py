@@ -30,17 +30,19 @@ import aiohttp
 import msgspec
 import yarl
 
-from client.aio.connection import ConnectionPool
+from client.aio.connection import ConnectionPool, certificate_refused, tls_hint
 from client.errors import (
     AuthFailedError,
     BrokerError,
     ClientError,
     RouteNotFoundError,
+    TlsError,
     TopicNotExistError,
     broker_error,
 )
 from client.queues import MessageQueue
 from protocol.remoting import FrameError, ResponseCode
+from protocol.tls import http_url
 from protocol.topic import GetRouteRequest, Perm, RouteResponse, TopicRouteData
 
 __all__ = ["DEFAULT_NAMESRV", "GroupRoute", "RouteBook", "TopicRoute", "default_namesrv", "route_url"]
@@ -96,10 +98,11 @@ class TopicRoute:
         raise RouteNotFoundError(f"topic {self.topic!r} has no group {name!r} in its route")
 
 
-def route_url(namesrv: str, topic: str) -> yarl.URL:
-    """``GET /route/{topic}`` on ``namesrv`` with the topic percent-encoded whole: names may
-    hold '%' and '|', and text like "%ac" in ``%RETRY%acc-g`` must not be read as an escape."""
-    return yarl.URL(f"http://{namesrv}/route/{urllib.parse.quote(topic, safe='')}", encoded=True)
+def route_url(namesrv: str, topic: str, tls: bool = False) -> yarl.URL:
+    """``GET /route/{topic}`` on ``namesrv`` (https with ``tls``) with the topic percent-encoded
+    whole: names may hold '%' and '|', and text like "%ac" in ``%RETRY%acc-g`` must not be
+    read as an escape."""
+    return yarl.URL(http_url(namesrv, f"/route/{urllib.parse.quote(topic, safe='')}", tls), encoded=True)
 
 
 def _route(data: TopicRouteData) -> TopicRoute:
@@ -155,7 +158,7 @@ class RouteBook:
         errors, missing = [], 0
         for ns in self._namesrv:
             try:
-                async with self._pool.session.get(route_url(ns, topic),
+                async with self._pool.session.get(route_url(ns, topic, self._pool.tls is not None),
                                                   timeout=aiohttp.ClientTimeout(total=3)) as resp:
                     if resp.status == 404:
                         errors.append(f"{ns}: no group serves topic {topic!r}")
@@ -163,8 +166,10 @@ class RouteBook:
                         continue
                     resp.raise_for_status()
                     return _route(msgspec.json.decode(await resp.read(), type=TopicRouteData))
+            except aiohttp.ClientConnectorCertificateError as e:
+                raise certificate_refused(f"name server {ns}", e) from None
             except (aiohttp.ClientError, TimeoutError, ValueError) as e:  # msgspec's errors are ValueErrors
-                errors.append(f"{ns}: {e}")
+                errors.append(f"{ns}: {e}{tls_hint(e, self._pool.tls)}")
         if missing == len(self._namesrv):
             raise TopicNotExistError(ResponseCode.TOPIC_NOT_EXIST,
                                      f"no group serves topic {topic!r}; create it with `raftmq topic "
@@ -190,6 +195,8 @@ class RouteBook:
             for done in asyncio.as_completed(calls):
                 try:
                     reply = await done
+                except TlsError:
+                    raise  # a refused certificate: the same on every replica and every retry
                 except ClientError as e:
                     errors.append(str(e))
                     if isinstance(e, AuthFailedError):
@@ -271,10 +278,12 @@ class RouteBook:
             return named or {"": self.static_servers()}
         for ns in self._namesrv:
             try:
-                async with self._pool.session.get(f"http://{ns}/cluster",
+                async with self._pool.session.get(self._pool.url(ns, "/cluster"),
                                                   timeout=aiohttp.ClientTimeout(total=3)) as resp:
                     doc = await resp.json()
                     return {g: sorted(n["address"] for n in nodes.values()) for g, nodes in doc.items()}
+            except aiohttp.ClientConnectorCertificateError as e:
+                raise certificate_refused(f"name server {ns}", e) from None
             except (aiohttp.ClientError, TimeoutError, ValueError) as e:
                 last = e
-        raise RouteNotFoundError(f"no name server answered: {last}")
+        raise RouteNotFoundError(f"no name server answered: {last}{tls_hint(last, self._pool.tls)}")

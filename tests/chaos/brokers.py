@@ -7,7 +7,9 @@ Links (all on 127.0.0.1, listen ports from ``raftmq.local_group.free_port``)::
              dialer's ``group.dial`` (the acceptor keeps its identity)
     clients: one proxy per node "client-to-<node>"; clients are given the proxies as
              ``servers`` and ``address_map = {registered address: proxy}`` so that
-             NOT_LEADER redirects and routes also go through them
+             NOT_LEADER redirects and routes also go through them; with ``tls`` the
+             brokers serve wss:// and https:// (a local CA; the proxies carry the TLS
+             bytes, and the certificate names 127.0.0.1, so a proxied link verifies too)
 
 ``upstream`` on a peer proxy is the dialer -> acceptor direction, so a one-way cut
 ``src -> dst`` is ``upstream`` when ``src`` dials and ``downstream`` otherwise.
@@ -17,7 +19,6 @@ directly: it observes, it is not a client under test.
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import signal
 import subprocess
@@ -28,10 +29,8 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
-from client.aio.auth import admin_token
 from dledger.config import MAX_ENTRY_BYTES
+from raftmq.cluster_http import ClusterHttp
 from raftmq.local_acl import acl_broker_options, local_credentials
 from raftmq.local_group import LocalGroup, free_port
 from tests.chaos.toxi import Link, Stream, Toxi
@@ -68,10 +67,11 @@ class ChaosBrokers:
     and added to the group (``start_learner``, ``retire``)."""
 
     def __init__(self, base: Path, toxi: Toxi, raft: dict[str, Any] | None = None,
-                 spare: int = 0, entry: str = "broker", acl: bool = False) -> None:
+                 spare: int = 0, entry: str = "broker", tls: bool = False, acl: bool = False) -> None:
         """``raft``: settings over the default (4 MiB segments, no retention), e.g. RETENTION;
-        ``entry``: the module the nodes run (the self-test's broken build); ``acl``: users
-        and ACLs on, a super user in ``credentials`` (``raftmq.local_acl``)."""
+        ``entry``: the module the nodes run (the self-test's broken build); ``tls``: TLS on
+        the client ports (``client_tls`` is what clients are given); ``acl``: users and ACLs
+        on, a super user in ``credentials`` (``raftmq.local_acl``)."""
         self.base = base
         self.toxi = toxi
         raft = {"segment_bytes": SEGMENT_BYTES, **(raft or {})}
@@ -81,9 +81,13 @@ class ChaosBrokers:
         access = acl_broker_options(base) if acl else {}
         #: the super user's (None: no ACLs): the workload's admin, the monitor, the verifier's reads
         self.credentials = local_credentials(base)
-        self._admin_token: str | None = None
         self.group = LocalGroup(base, 3, module="broker", group=BROKER_GROUP, raft=raft,
-                                broker={"index_slots": 4096, "index_entries": 65536, **access}, entry=entry)
+                                broker={"index_slots": 4096, "index_entries": 65536, **access}, entry=entry,
+                                tls=tls)
+        #: the clients' ``tls=`` (False: plain, whatever the environment says)
+        self.client_tls = self.group.client_tls or False
+        #: the harness's own HTTP reads (https with TLS; ``/admin/...`` as the super user with ACLs)
+        self.http = ClusterHttp.with_tls(self.group.client_tls, self.credentials)
         self.nodes = self.group.nodes
         #: the current members: what converge, the verifier and the watchers look at
         self.names = list(self.nodes)
@@ -112,21 +116,6 @@ class ChaosBrokers:
         self.address_map = {self.nodes[n].http: link.listen for n, link in self.client_links.items()}
         #: what clients are given: the first three nodes' proxies (they learn the rest)
         self.servers = [self.client_links[n].listen for n in initial]
-
-    def admin_headers(self, name: str) -> dict[str, str]:
-        """What a request to ``/admin/...`` of ``name`` carries: a token when ACLs are on (one
-        serves every replica of the group for 10 minutes), else nothing."""
-        if self.credentials is None:
-            return {}
-        if self._admin_token is None:
-            credentials = self.credentials
-
-            async def token() -> str:
-                async with aiohttp.ClientSession() as session:
-                    return await admin_token(session, f"http://{self.nodes[name].http}", credentials)
-
-            self._admin_token = asyncio.run(token())
-        return {"Authorization": f"Bearer {self._admin_token}"}
 
     # -- membership ------------------------------------------------------------------
     def start_learner(self, name: str) -> None:

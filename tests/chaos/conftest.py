@@ -133,13 +133,14 @@ def make_scenario(request: pytest.FixtureRequest, tmp_path: Path, toxi: Toxi, ch
     made: list[Scenario] = []
 
     def make(*, retention: bool | dict[str, object] = False, spare: int = 0, entry: str = "broker",
-             acl: bool = False, **options: object) -> Scenario:
+             tls: bool = False, acl: bool = False, **options: object) -> Scenario:
         """``retention``: True for RETENTION, or a dict of [raft] settings over it; ``spare``:
-        nodes laid out to be added to the group; ``entry``: the module the nodes run
-        (``ChaosBrokers``); ``acl``: users and ACLs on, the workload's clients authenticate."""
+        nodes laid out to be added to the group; ``entry``: the module the nodes run;
+        ``tls``: the client ports serve TLS; ``acl``: users and ACLs on, the workload's
+        clients authenticate (``ChaosBrokers``)."""
         raft = {**RETENTION, **(retention if isinstance(retention, dict) else {})} if retention else None
         brokers = ChaosBrokers(tmp_path / f"brokers{len(made)}", toxi, raft, spare=spare, entry=entry,
-                               acl=acl)
+                               tls=tls, acl=acl)
         if retention:
             options.setdefault("pad", 1000)  # bigger messages: segments fill, retention deletes
         name = request.node.name.removeprefix("test_")

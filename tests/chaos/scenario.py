@@ -21,17 +21,14 @@ Every wait has a deadline; nothing sleeps to synchronise.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
-import urllib.request
 from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
 import msgpack
 
 from broker.consume_queue_layout import UNIT, UNIT_SIZE
@@ -39,10 +36,11 @@ from client.credentials import Credentials
 from client.message import received_all
 from client.queues import MessageQueue
 from protocol.remoting import RequestCode, ResponseCode
+from protocol.tls import ClientTls
 from tests.chaos.brokers import BROKER_GROUP, ChaosBrokers
 from tests.chaos.report import ChaosReport
 from tests.chaos.workload import CONSUMER_GROUP, TOPIC, OrderedWorkload
-from tests.support.broker_client import FrameClient
+from tests.support.broker_client import FrameClient, client_session
 from tests.support.broker_log import committed_offsets, log_differences, read_log
 from tests.support.message_history import MessageHistory, Stored, Violation
 
@@ -54,10 +52,11 @@ FAILOVER_LIMIT_S = 30.0
 CATCH_UP_LIMIT_S = 30.0
 
 
-async def _read_queues(address: str, queues: int, credentials: Credentials | None = None) -> list[Stored]:
+async def _read_queues(address: str, queues: int, tls: ClientTls | None,
+                       credentials: Credentials | None = None) -> list[Stored]:
     rows: list[Stored] = []
-    async with aiohttp.ClientSession() as session:
-        client = await FrameClient.connect(session, address)
+    async with client_session(tls) as session:
+        client = await FrameClient.connect(session, address, tls=tls is not None)
         try:
             if credentials is not None:
                 await client.login(credentials.user, credentials.password)
@@ -100,7 +99,8 @@ def consume_queue_units(directory: Path) -> dict[int, bytes]:
 
 def read_replica(brokers: ChaosBrokers, name: str, queues: int) -> list[Stored]:
     """Every message of every queue of ``TOPIC`` as node ``name`` stores it (direct link)."""
-    return asyncio.run(_read_queues(brokers.nodes[name].http, queues, brokers.credentials))
+    return asyncio.run(_read_queues(brokers.nodes[name].http, queues, brokers.group.client_tls,
+                                    brokers.credentials))
 
 
 class Scenario:
@@ -257,10 +257,8 @@ class Scenario:
         return problems
 
     def _offsets_of(self, name: str) -> dict[str, int]:
-        url = f"http://{self.brokers.nodes[name].http}/admin/groups/{quote(CONSUMER_GROUP, safe='')}/offsets"
-        request = urllib.request.Request(url, headers=self.brokers.admin_headers(name))
-        with urllib.request.urlopen(request, timeout=5) as resp:
-            doc = json.loads(resp.read())
+        b = self.brokers
+        doc = b.http.get(b.nodes[name].http, f"/admin/groups/{quote(CONSUMER_GROUP, safe='')}/offsets")
         return {str(MessageQueue(r["topic"], BROKER_GROUP, int(r["queue"]))): int(r["committed"])
                 for r in doc["queues"]}
 

@@ -37,12 +37,14 @@ def _others(s: Scenario, *names: str) -> list[str]:
     return [n for n in s.brokers.names if n not in names]
 
 
-@pytest.mark.parametrize("acl", [False, True], ids=["open", "acl"])
-def test_leader_kill9_and_restart(make_scenario: MakeScenario, acl: bool) -> None:
-    """kill -9 of the leader during ordered sends; it restarts and catches up. With ``acl``:
-    users and ACLs on, the producer and consumer a plain user with only its rights, the
-    offsets monitor and the verifier's reads authenticated (issue 15)."""
-    s = make_scenario(acl=acl).start()
+@pytest.mark.parametrize("secured", [False, True], ids=["open", "tls_acl"])
+def test_leader_kill9_and_restart(make_scenario: MakeScenario, secured: bool) -> None:
+    """kill -9 of the leader during ordered sends; it restarts and catches up. ``secured``
+    (issue 15): TLS on the client ports (wss:// through the proxies: clients reconnecting
+    to the new leader make new handshakes under load) and users and ACLs on (the producer
+    and consumer a plain user with only its rights, authenticating on every new
+    connection; the offsets monitor and the verifier's reads authenticated)."""
+    s = make_scenario(tls=secured, acl=secured).start()
     old = s.leader_fault(s.brokers.kill, "kill -9 leader {leader}")
     s.event(f"new leader {s.leader(among=_others(s, old))}")
     s.workload.wait_more_acked(300, 30)
@@ -118,11 +120,14 @@ def test_latency_on_every_link(make_scenario: MakeScenario) -> None:
     s.heal_and_finish()
 
 
-def test_reset_peer_storms_on_client_links(make_scenario: MakeScenario) -> None:
+@pytest.mark.parametrize("secured", [False, True], ids=["open", "tls_acl"])
+def test_reset_peer_storms_on_client_links(make_scenario: MakeScenario, secured: bool) -> None:
     """Bursts of TCP resets on client links: requests dropped (upstream) or answers lost
     (downstream, outcome unknown); idempotent resends must not duplicate anything. A short
-    send timeout leaves some outcomes unknown: each such message is stored at most once."""
-    s = make_scenario(send_timeout=1.5).start()
+    send timeout leaves some outcomes unknown: each such message is stored at most once.
+    ``secured``: TLS and ACLs on -- resets cut TLS handshakes, records and SCRAM exchanges
+    midway."""
+    s = make_scenario(send_timeout=1.5, tls=secured, acl=secured).start()
     links = s.brokers.client_links
     leader = s.leader()
     for burst in range(6):

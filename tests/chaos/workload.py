@@ -38,6 +38,7 @@ from client.errors import AuthFailedError, ClientError, SequenceGapError
 from client.message import ConsumeStatus, Message, ReceivedMessage
 from client.queues import MessageQueue
 from tests.chaos.brokers import BROKER_GROUP, ChaosBrokers
+from tests.support.broker_client import client_session
 from tests.support.message_history import MessageHistory
 
 __all__ = ["APP", "CONSUMER_GROUP", "TOPIC", "OrderedWorkload"]
@@ -179,7 +180,7 @@ class OrderedWorkload:
     async def _start(self) -> None:
         b = self.brokers
         async with AsyncAdmin(servers=b.servers, address_map=b.address_map, timeout=20.0,
-                              credentials=b.credentials) as admin:
+                              tls=b.client_tls, credentials=b.credentials) as admin:
             if b.credentials is not None:
                 await _until_authenticated(admin)
             await admin.create_topic(TOPIC, queues=self.queues)
@@ -189,7 +190,7 @@ class OrderedWorkload:
                     await admin.access.grant(APP.user, resource, actions)
         self._monitor = asyncio.create_task(self._watch())
         await self._start_consumer()
-        self._producer = AsyncProducer(servers=b.servers, address_map=b.address_map,
+        self._producer = AsyncProducer(servers=b.servers, address_map=b.address_map, tls=b.client_tls,
                                        group="chaos-producer", send_timeout=self.send_timeout,
                                        credentials=self._app)
         self._sending.set()
@@ -218,7 +219,7 @@ class OrderedWorkload:
         self.consumers_started += 1
         who = f"c{self.consumers_started}"
         consumer = AsyncPushConsumer(
-            servers=b.servers, address_map=b.address_map, group=CONSUMER_GROUP, topic=TOPIC,
+            servers=b.servers, address_map=b.address_map, tls=b.client_tls, group=CONSUMER_GROUP, topic=TOPIC,
             credentials=self._app,
             orderly=True, from_where="first", read_from=self.read_from, commit_interval=0.5,
             heartbeat_interval=2.0, rebalance_interval=5.0, long_poll_s=1.0, suspend_s=0.2,
@@ -281,7 +282,7 @@ class OrderedWorkload:
 
     async def _watch(self) -> None:
         timeout = aiohttp.ClientTimeout(total=1.0)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
+        async with client_session(self.brokers.client_tls or None, timeout=timeout) as session:
             while True:
                 for name in self.brokers.names:
                     with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError, KeyError,
@@ -294,14 +295,13 @@ class OrderedWorkload:
         incarnation = b.incarnation[name]
         if not b.alive(name):
             return
-        http = b.nodes[name].http
-        offsets_url = f"http://{http}/admin/groups/{quote(CONSUMER_GROUP, safe='')}/offsets"
+        offsets_url = b.group.url(name, f"/admin/groups/{quote(CONSUMER_GROUP, safe='')}/offsets")
         if b.credentials is not None and self._token is None:  # one token serves every replica
-            self._token = await admin_token(session, f"http://{http}", b.credentials)
+            self._token = await admin_token(session, b.group.url(name, ""), b.credentials)
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
         async with session.get(offsets_url, headers=headers) as resp:
             doc = await resp.json()
-        async with session.get(f"http://{http}/status") as resp:
+        async with session.get(b.group.url(name, "/status")) as resp:
             status = await resp.json()
         if b.incarnation[name] != incarnation:
             return  # restarted while we asked: the answer's incarnation is unknown

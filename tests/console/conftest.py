@@ -46,9 +46,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
 
 
 @contextlib.contextmanager
-def console_process(namesrv: str) -> Iterator[str]:
-    """A console of the cluster at ``namesrv`` in its own process on a free port: its base URL."""
-    proc = subprocess.Popen([sys.executable, "-m", "raftmq", "console", "--namesrv", namesrv,
+def console_process(*where: str) -> Iterator[str]:
+    """A console in its own process on a free port, of the cluster ``where`` names (``--namesrv
+    H:P`` or ``--dir D``, and any TLS flags): its base URL."""
+    proc = subprocess.Popen([sys.executable, "-m", "raftmq", "console", *where,
                              "--listen", "127.0.0.1:0", "--sample-interval", "0.5"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -62,7 +63,7 @@ def console_process(namesrv: str) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def console(cluster: dict[str, Any]) -> Iterator[str]:
     """The console's base URL (its own process, on a free port)."""
-    with console_process(cluster["namesrv"]) as base:
+    with console_process("--namesrv", cluster["namesrv"]) as base:
         yield base
 
 

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from client import Admin, Credentials
 from client.credentials import scram_record
 from protocol.acl import (
@@ -32,10 +30,11 @@ from protocol.pull import PullRequest
 from protocol.query import QueryMessageRequest, ResetOffsetRequest, SearchOffsetRequest, ViewMessageRequest
 from protocol.remoting import Frame, RequestCode, ResponseCode
 from protocol.send import SendBatchRequest, SendMessageRequest
+from protocol.tls import ClientTls
 from protocol.topic import CreateTopicRequest, DeleteTopicRequest, GetRouteRequest, GetTopicsRequest
 from protocol.wire import Request
 from raftmq.local_group import LocalGroup
-from tests.support.broker_client import FrameClient
+from tests.support.broker_client import FrameClient, client_session
 from tests.support.broker_group import running_brokers, servers
 from tests.support.procs import wait_until
 
@@ -45,16 +44,17 @@ ROOT = Credentials("root", "root-password")
 
 
 @contextmanager
-def acl_brokers(base: Path, **broker: Any) -> Iterator[LocalGroup]:
-    """Three broker processes with ``acl = true`` and ``root`` bootstrapped; waits until root
-    can list topics. Stopped by PID on exit."""
+def acl_brokers(base: Path, tls: bool = False, **broker: Any) -> Iterator[LocalGroup]:
+    """Three broker processes with ``acl = true`` and ``root`` bootstrapped (``tls``: their
+    client ports serve TLS, clients need ``group.client_tls``); waits until root can list
+    topics. Stopped by PID on exit."""
     base.mkdir(parents=True, exist_ok=True)
     record = scram_record(ROOT.password)
     (base / "root.scram").write_text(json.dumps({
         "user": ROOT.user, "salt": record.salt.hex(), "iterations": record.iterations,
         "stored_key": record.stored_key.hex(), "server_key": record.server_key.hex()}))
-    with running_brokers(base, acl=True, acl_bootstrap_file="root.scram", **broker) as group:
-        admin = Admin(servers=servers(group), credentials=ROOT)
+    with running_brokers(base, tls=tls, acl=True, acl_bootstrap_file="root.scram", **broker) as group:
+        admin = Admin(servers=servers(group), credentials=ROOT, tls=group.client_tls or False)
         try:
             wait_until(lambda: admin.topics() is not None, 20, what="the bootstrap super user")
         finally:
@@ -72,10 +72,12 @@ async def login(conn: FrameClient, credentials: Credentials) -> tuple[str, str, 
     return await conn.login(credentials.user, credentials.password)
 
 
-async def session_call(address: str, credentials: Credentials | None, requests: list[Request]) -> list[Frame]:
-    """One connection to ``address`` (authenticated unless None): each request's answer."""
-    async with aiohttp.ClientSession() as session:
-        conn = await FrameClient.connect(session, address)
+async def session_call(address: str, credentials: Credentials | None, requests: list[Request],
+                       tls: ClientTls | None = None) -> list[Frame]:
+    """One connection to ``address`` (wss:// with ``tls``; authenticated unless
+    ``credentials`` is None): each request's answer."""
+    async with client_session(tls) as session:
+        conn = await FrameClient.connect(session, address, tls=tls is not None)
         try:
             if credentials is not None:
                 _, _, answer = await login(conn, credentials)

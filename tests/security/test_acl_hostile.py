@@ -1,5 +1,5 @@
 """Issue 15 row 2 and the hostile-client suite for users and ACLs, against real broker
-processes.
+processes -- serving TLS, as a group reachable from other hosts must (``broker.exposure``).
 
 Row 2 as found: with no ACLs (today's default, and still the default on loopback) an
 anonymous client produces, pulls, creates and deletes topics, commits and resets another
@@ -11,7 +11,8 @@ Hostile clients: a wrong password, a replayed SCRAM exchange, an expired admin t
 a user without rights sending each request type (table-driven: every code a client sends
 has a sample in ``acl_cluster.samples``) -- refused with NO_PERMISSION naming the user,
 the resource and the action, while a user holding exactly the sample's grants is not
-refused. The rights hold on a new leader after the old one is killed.
+refused. The rights hold on a new leader after the old one is killed. Every call of the
+suite (WebSocket, admin HTTP and its tokens, the operator commands) goes over TLS.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import aiohttp
 import pytest
 
 from broker.access_map import ACCESS, OPEN
@@ -33,17 +33,22 @@ from client.aio.auth import admin_token
 from client.errors import AuthFailedError
 from protocol.acl import AuthFinishRequest, AuthStartRequest
 from protocol.remoting import RequestCode, ResponseCode
+from protocol.tls import http_url
 from protocol.wire import Request
 from raftmq.local_group import LocalGroup
 from tests.security.acl_cluster import ROOT, acl_brokers, leader_address, login, run, samples, session_call
 from tests.security.namesrv_cluster import http_json
-from tests.support.broker_client import FrameClient
+from tests.support.broker_client import FrameClient, client_session
 from tests.support.broker_group import servers
 from tests.support.procs import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
 ALICE, MALLORY = Credentials("alice", "alice-password"), Credentials("mallory", "mallory-password")
+
+
+def _https(address: str, path: str) -> str:
+    return http_url(address, path, True)
 
 
 def _row2_requests(position: int) -> list[Request]:
@@ -56,14 +61,14 @@ def _row2_requests(position: int) -> list[Request]:
 
 @pytest.fixture(scope="module")
 def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalGroup, int]]:
-    """A 3-node group with ACLs on (admin tokens live 3 s), topic ``orders`` with one message
-    (its position returned), users alice (the union of every sample's grants) and mallory
-    (no rights)."""
-    with acl_brokers(tmp_path_factory.mktemp("acl"), acl_token_ttl_s=3) as g:
-        admin = Admin(servers=servers(g), credentials=ROOT)
+    """A 3-node group with TLS and ACLs on (admin tokens live 3 s), topic ``orders`` with one
+    message (its position returned), users alice (the union of every sample's grants) and
+    mallory (no rights)."""
+    with acl_brokers(tmp_path_factory.mktemp("acl"), tls=True, acl_token_ttl_s=3) as g:
+        admin = Admin(servers=servers(g), credentials=ROOT, tls=g.client_tls)
         try:
             admin.create_topic("orders", queues=1)
-            with Producer(servers=servers(g), group="p", credentials=ROOT) as p:
+            with Producer(servers=servers(g), group="p", credentials=ROOT, tls=g.client_tls) as p:
                 position = p.send(Message("orders", b"stored")).position
             admin.put_user(ALICE.user, ALICE.password)
             admin.put_user(MALLORY.user, MALLORY.password)
@@ -99,10 +104,10 @@ def test_row2_without_acls_an_anonymous_client_may_do_everything(tmp_path: Path)
 def test_row2_with_acls_an_anonymous_client_is_refused_everything(group: tuple[LocalGroup, int]) -> None:
     g, position = group
     address = leader_address(g)
-    answers = run(session_call(address, None, _row2_requests(position)))
+    answers = run(session_call(address, None, _row2_requests(position), g.client_tls))
     assert {ResponseCode(a.code).name for a in answers} == {"AUTH_FAILED"}, [a.remark for a in answers]
     assert all("authentication required" in a.remark for a in answers)
-    status, body = http_json(f"http://{address}/admin/messages?key=k")
+    status, body = http_json(_https(address, "/admin/messages?key=k"), tls=g.client_tls)
     assert status == 401 and "body_base64" not in str(body)
 
 
@@ -113,12 +118,13 @@ def test_every_request_type_is_refused_to_a_user_without_the_right(group: tuple[
     assert client_codes <= set(table), client_codes - set(table)  # a new request type needs a sample
     codes = sorted(table)
     address = leader_address(g)
-    refused = run(session_call(address, MALLORY, [table[c].request for c in codes]))
+    refused = run(session_call(address, MALLORY, [table[c].request for c in codes], g.client_tls))
     for code, answer in zip(codes, refused, strict=True):
         assert answer.code == ResponseCode.NO_PERMISSION, (code.name, answer.code, answer.remark)
         assert "'mallory'" in answer.remark and table[code].refused_need in answer.remark, (code.name,
                                                                                           answer.remark)
-    granted = run(session_call(address, ALICE, [table[c].request for c in codes if table[c].grants]))
+    granted = run(session_call(address, ALICE, [table[c].request for c in codes if table[c].grants],
+                               g.client_tls))
     for code, answer in zip([c for c in codes if table[c].grants], granted, strict=True):
         assert answer.code not in (ResponseCode.NO_PERMISSION, ResponseCode.AUTH_FAILED), (code.name,
                                                                                            answer.remark)
@@ -128,12 +134,13 @@ def test_a_wrong_password_and_a_replayed_exchange_are_refused(group: tuple[Local
     g, _ = group
     address = leader_address(g)
     wrong = run(session_call(address, None, [AuthStartRequest(mechanism="SCRAM-SHA-256",
-                                                              message="n,,n=alice,r=abcdefghijklmnop")]))
+                                                              message="n,,n=alice,r=abcdefghijklmnop")],
+                             g.client_tls))
     assert wrong[0].code == ResponseCode.SUCCESS  # a salt is given to anyone, real or not
 
     async def exchange() -> tuple[str, str]:
-        async with aiohttp.ClientSession() as s:
-            conn = await FrameClient.connect(s, address)
+        async with client_session(g.client_tls) as s:
+            conn = await FrameClient.connect(s, address, tls=True)
             first, final, answer = await login(conn, ALICE)
             await conn.close()
             assert answer.code == ResponseCode.SUCCESS, answer.remark
@@ -141,9 +148,10 @@ def test_a_wrong_password_and_a_replayed_exchange_are_refused(group: tuple[Local
 
     first, final = run(exchange())
     replayed = run(session_call(address, None, [AuthStartRequest(mechanism="SCRAM-SHA-256", message=first),
-                                                AuthFinishRequest(message=final)]))
+                                                AuthFinishRequest(message=final)], g.client_tls))
     assert replayed[0].code == ResponseCode.SUCCESS and replayed[1].code == ResponseCode.AUTH_FAILED
-    wrong_client = Admin(servers=[address], credentials=Credentials("alice", "not-her-password"))
+    wrong_client = Admin(servers=[address], credentials=Credentials("alice", "not-her-password"),
+                         tls=g.client_tls)
     try:
         with pytest.raises(AuthFailedError, match="wrong user name or password") as refused:
             wrong_client.topics()
@@ -157,16 +165,16 @@ def test_an_expired_admin_token_is_refused(group: tuple[LocalGroup, int]) -> Non
     replicas = [n.http for n in g.nodes.values()]
 
     async def token() -> str:
-        async with aiohttp.ClientSession() as s:
-            return await admin_token(s, f"http://{replicas[0]}", ROOT)
+        async with client_session(g.client_tls) as s:
+            return await admin_token(s, _https(replicas[0], ""), ROOT)
 
     bearer = {"Authorization": f"Bearer {asyncio.run(token())}"}
     for address in replicas:  # any replica of the group takes it
-        assert http_json(f"http://{address}/admin/cluster", headers=bearer)[0] == 200
+        assert http_json(_https(address, "/admin/cluster"), headers=bearer, tls=g.client_tls)[0] == 200
     started = time.monotonic()
-    wait_until(lambda: http_json(f"http://{replicas[1]}/admin/cluster", headers=bearer)[0] == 401, 10,
-               what="the token to expire")
-    status, body = http_json(f"http://{replicas[1]}/admin/cluster", headers=bearer)
+    wait_until(lambda: http_json(_https(replicas[1], "/admin/cluster"), headers=bearer,
+                                 tls=g.client_tls)[0] == 401, 10, what="the token to expire")
+    status, body = http_json(_https(replicas[1], "/admin/cluster"), headers=bearer, tls=g.client_tls)
     assert status == 401 and "expired" in body["error"] and time.monotonic() - started < 10
 
 
@@ -178,18 +186,20 @@ def test_rights_hold_on_a_new_leader(group: tuple[LocalGroup, int]) -> None:
         new = g.wait_leader(timeout=30, among=[n for n in g.nodes if n != old])
         address = g.nodes[new].http
         request = samples(position)[RequestCode.SEND_MESSAGE].request
-        wait_until(lambda: run(session_call(address, ALICE, [request]))[0].code == ResponseCode.SUCCESS, 20,
-                   what="the new leader to take alice's send")
-        assert run(session_call(address, MALLORY, [request]))[0].code == ResponseCode.NO_PERMISSION
+        wait_until(lambda: run(session_call(address, ALICE, [request], g.client_tls))[0].code
+                   == ResponseCode.SUCCESS, 20, what="the new leader to take alice's send")
+        refused = run(session_call(address, MALLORY, [request], g.client_tls))
+        assert refused[0].code == ResponseCode.NO_PERMISSION
     finally:
         g.start_node(old)
 
 
 def test_operator_commands_authenticate_from_the_environment(group: tuple[LocalGroup, int]) -> None:
-    """``raftmq leader transfer`` (admin HTTP) refused without credentials, done with them --
-    read from the environment, never from argv."""
+    """``raftmq leader transfer`` (admin HTTP over https, its token fetched over https)
+    refused without credentials, done with them -- read from the environment, never from argv."""
     g, _ = group
-    where = ["--servers", ",".join(servers(g))]
+    assert g.client_tls is not None
+    where = ["--servers", ",".join(servers(g)), "--ca-file", str(g.client_tls.ca_file)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTMQ_")}
     refused = subprocess.run([sys.executable, "-m", "raftmq", "leader", "transfer", *where], env=env,
                              capture_output=True, text=True, timeout=60)

@@ -12,8 +12,16 @@ from typing import Any
 import aiohttp
 
 from protocol.remoting import Frame, RequestCode, ResponseCode, decode_frame
+from protocol.tls import ClientTls, ws_url
 
-__all__ = ["FrameClient"]
+__all__ = ["FrameClient", "client_session"]
+
+
+def client_session(tls: ClientTls | None = None, **options: Any) -> aiohttp.ClientSession:
+    """An aiohttp session for a test's own calls: verified against ``tls``'s CA (presenting
+    its certificate) when given, else plain."""
+    ssl = tls.context() if tls is not None else True
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl), **options)
 
 
 class FrameClient:
@@ -25,8 +33,9 @@ class FrameClient:
         self.reader = asyncio.create_task(self._read())
 
     @classmethod
-    async def connect(cls, session: aiohttp.ClientSession, address: str) -> FrameClient:
-        return cls(await session.ws_connect(f"http://{address}/ws", max_msg_size=16 << 20))
+    async def connect(cls, session: aiohttp.ClientSession, address: str, tls: bool = False) -> FrameClient:
+        """A WebSocket to ``address`` (``tls``: wss://, verified by the ``session``'s context)."""
+        return cls(await session.ws_connect(ws_url(address, "/ws", tls), max_msg_size=16 << 20))
 
     async def _read(self) -> None:
         async for msg in self.ws:

@@ -18,12 +18,14 @@ SMALL_SEGMENT = 4 * MAX_ENTRY_BYTES
 
 @contextlib.contextmanager
 def running_brokers(base: Path, *, segment_bytes: int = 4 << 20, log_level: str = "INFO",
-                    raft: dict[str, Any] | None = None, **broker: Any) -> Iterator[LocalGroup]:
+                    raft: dict[str, Any] | None = None, tls: bool = False, mutual_tls: bool = False,
+                    **broker: Any) -> Iterator[LocalGroup]:
     """Three broker processes under ``base`` with a leader; stopped by PID on exit.
-    ``raft`` adds [raft] settings, ``broker`` [broker] settings (small IndexFiles by default)."""
+    ``raft`` adds [raft] settings, ``broker`` [broker] settings (small IndexFiles by default);
+    ``tls``/``mutual_tls``: the client ports serve TLS (clients: ``group.client_tls``)."""
     group = LocalGroup(base, 3, module="broker", raft={"segment_bytes": segment_bytes, **(raft or {})},
                        broker={"index_slots": 4096, "index_entries": 65536, **broker},
-                       log_level=log_level)
+                       log_level=log_level, tls=tls, mutual_tls=mutual_tls)
     try:
         group.start()
         group.wait_leader(timeout=30)
@@ -49,7 +51,7 @@ def servers(group: LocalGroup) -> list[str]:
 def create_topic(group: LocalGroup, topic: str, queues: int) -> None:
     from client import Admin  # the client only where a test needs it
 
-    admin = Admin(servers=servers(group))
+    admin = Admin(servers=servers(group), tls=group.client_tls or False)
     try:
         admin.create_topic(topic, queues=queues)
     finally:

@@ -43,9 +43,12 @@ def one_node_broker(tmp_path: Path) -> Iterator[tuple[Log, BrokerStateMachine, A
 @pytest.fixture
 def broker(one_node_broker, request) -> Iterator[str]:  # type: ignore[no-untyped-def]
     """A BrokerServer on 127.0.0.1 (its own loop thread) over ``one_node_broker``; a test
-    module may set ``BROKER_OPTIONS`` (BrokerServer keyword arguments)."""
+    module may set ``BROKER_OPTIONS`` (BrokerServer keyword arguments), and serve TLS with
+    the ``ssl.SSLContext`` of its fixture ``broker_ssl_context``."""
     rlog, machine, applier = one_node_broker
     options = getattr(request.module, "BROKER_OPTIONS", {})
+    ssl_context = (request.getfixturevalue("broker_ssl_context")
+                   if "broker_ssl_context" in request.fixturenames else None)
     loop = asyncio.new_event_loop()
     port = free_port()
     address = f"127.0.0.1:{port}"
@@ -57,7 +60,7 @@ def broker(one_node_broker, request) -> Iterator[str]:  # type: ignore[no-untype
                               addresses={rlog.config.node: address}, **options)
         runner = server.runner()
         await runner.setup()
-        await GuardedSite(runner, "127.0.0.1", port).start()
+        await GuardedSite(runner, "127.0.0.1", port, ssl_context=ssl_context).start()
         runner_box.append(runner)
 
     thread = threading.Thread(target=loop.run_forever, daemon=True)

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
+from client.errors import AuthFailedError
 from console.sampler import Sampler, parse_metrics, quantile_from_buckets
+from protocol.remoting import ResponseCode
 
 EXPOSITION = """\
 # TYPE raftmq_messages_sent_total counter
@@ -61,8 +63,11 @@ class FakeGateway:
         return []
 
 
-def test_sampler_rates_and_leader_history() -> None:
-    gateway, clock = FakeGateway(), [100.0]
+def sampled(gateway: FakeGateway, steps: int, leader_at: int | None = None) -> Sampler:
+    """A sampler of ``gateway`` after ``steps`` samples (each through ``sample_logged``, as
+    its loop takes them) 2 s apart, 5 messages sent between two; ``leader_at``: the step
+    from which n2 leads."""
+    clock = [100.0]
     sampler = Sampler(gateway, clock=lambda: clock[0])  # type: ignore[arg-type]
 
     async def metrics(address: str) -> str | None:
@@ -72,16 +77,37 @@ def test_sampler_rates_and_leader_history() -> None:
     sampler._metrics = metrics  # type: ignore[method-assign]
 
     async def run() -> None:
-        for step in range(3):
+        for step in range(steps):
             gateway.sent = 5 * step
-            if step == 2:
+            if step == leader_at:
                 gateway.leader = "n2"
-            await sampler.sample()
+            await sampler.sample_logged()
             clock[0] += 2.0
 
     asyncio.run(run())
-    snap = sampler.snapshot()
+    return sampler
+
+
+def test_sampler_rates_and_leader_history() -> None:
+    snap = sampled(FakeGateway(), 3, leader_at=2).snapshot()
     assert snap["series"]["t"] == [100.0, 102.0, 104.0]
     assert snap["series"]["produce"] == [None, 2.5, 2.5]  # 5 messages per 2 s
     assert snap["topic_rates"] == {"orders": 2.5}
     assert [(c["leader"], c["term"]) for c in snap["leaders"]["g1"]] == [("n1", 1), ("n2", 2)]
+
+
+class RefusingGateway(FakeGateway):
+    """ACLs on: the anonymous sampler may read /status and /metrics, not /admin/..."""
+
+    async def topics(self) -> dict[str, Any]:
+        raise AuthFailedError(ResponseCode.AUTH_FAILED, "authentication required", "a1")
+
+
+def test_the_charted_rates_do_not_need_the_admin_reads(caplog: pytest.LogCaptureFixture) -> None:
+    """A cluster with ACLs on refuses the anonymous sampler /admin/topics: the produce and
+    consume series (from /metrics) go on; the refusal is logged once, not every sample."""
+    snap = sampled(RefusingGateway(), 3).snapshot()
+    assert snap["series"]["produce"] == [None, 2.5, 2.5]
+    assert snap["topic_rates"] == {}
+    refusals = [r for r in caplog.records if "authentication required" in r.getMessage()]
+    assert len(refusals) == 1, [r.getMessage() for r in caplog.records]

@@ -138,3 +138,16 @@ def test_a_disk_smaller_than_ten_times_the_threshold_resumes_at_a_tenth_of_it(tm
     guard.note("x", ENOSPC)
     free.free = 10 << 20
     assert not guard.check()
+
+
+def test_a_disk_with_less_than_an_entry_free_is_full_before_a_write_fails(tmp_path: Path) -> None:
+    """A replica learns its disk is full from a failed write, or -- so that it does not win an
+    election it would give up at its first append -- from ``check`` seeing less than one
+    entry's room free."""
+    free = Disk(disk_guard.NO_ROOM_BYTES)
+    guard = DiskGuard(tmp_path, resume_free_bytes=1000 * disk_guard.NO_ROOM_BYTES, free_bytes=free)
+    assert not guard.check()
+    free.free = disk_guard.NO_ROOM_BYTES - 1
+    assert guard.check() and "bytes free" in (guard.reason or "")
+    free.free = 1000 * disk_guard.NO_ROOM_BYTES
+    assert not guard.check()

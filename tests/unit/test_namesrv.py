@@ -201,11 +201,17 @@ def test_the_name_server_refuses_to_start_without_groups_unless_insecure(
     args = argparse.Namespace(config=None, listen="127.0.0.1:1", insecure=False, log_level="INFO")
     assert run(args) == 2
     assert "no groups to serve" in capsys.readouterr().err
+
+
+def test_the_name_server_refuses_an_address_other_hosts_reach_without_tls(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "namesrv.toml"
     (tmp_path / "g1.key").write_text(KEY.hex())
-    config.write_text('[namesrv]\nlisten = "127.0.0.1:1"\n[groups.g1]\nkey_file = "g1.key"\n')
-    assert run(argparse.Namespace(config=config, listen=None, insecure=True, log_level="INFO")) == 2
-    assert "--insecure is for a name server without groups" in capsys.readouterr().err
+    config.write_text('[namesrv]\nlisten = "0.0.0.0:1"\n[groups.g1]\nkey_file = "g1.key"\n')
+    assert run(argparse.Namespace(config=config, listen=None, insecure=False, log_level="INFO")) == 2
+    err = capsys.readouterr().err
+    assert "listens on 0.0.0.0:1, which other hosts can reach, without TLS" in err
+    assert "[namesrv.tls]" in err and "--insecure" in err
 
 
 # Topic names the rules allow whose text reads as percent escapes in a URL ("%ac", "%1f",

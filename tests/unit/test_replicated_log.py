@@ -251,3 +251,24 @@ def test_the_transport_says_a_full_disk_and_sends_a_full_follower_no_entries(
     t.send("n1", rejection)
     assert "disk_full" not in sent[2][1] and sent[2][1]["next_node_idx"] == 7
     assert sent[3][1] == {**rejection, "next_node_idx": 7, "disk_full": True}
+
+
+def test_a_replica_that_must_not_lead_refuses_a_leadership_transfer(
+        make_group: Callable[..., dict[str, ReplicatedLog]]) -> None:
+    """A full disk (or a snapshot awaited, or a divergent state) keeps a replica from standing;
+    a leader's TimeoutNow must not make it stand anyway -- it would only hand the leadership
+    on again (an extra election). The leader then picks another member."""
+    logs = make_group(3)
+    leader = leader_of(logs)
+    leader.propose(b"before").result(timeout=10)
+    # the one a leader would pick first (highest match index, then name) refuses
+    target, other = sorted((r for r in logs.values() if r is not leader), key=lambda r: r.config.node,
+                           reverse=True)
+    wait_for(lambda: target.commitlog.last_index >= 2 and other.commitlog.last_index >= 2, 10,
+             "both followers holding every entry")
+    target.stand_for_election(False, "a test's reason")
+    term = leader.status()["term"]
+    assert leader.transfer_leadership(timeout=2.0) is None  # offered to target, not taken
+    assert leader.is_leader and leader.status()["term"] == term and not target.is_leader
+    assert leader.transfer_leadership(timeout=5.0) == other.config.node  # not the refusing one
+    target.stand_for_election(True, "a test's reason")

@@ -155,7 +155,8 @@ class ApplyStepModel(RuleBasedStateMachine):
             if key not in self.statements:
                 assert applied.outcome == Outcome.INVALID
                 return
-            left = self.statements.pop(key) - actions if actions else set()
+            held = self.statements.pop(key)
+            left = held - actions if actions else set()  # no actions: revoke every one
             if left:
                 self.statements[key] = left
         else:

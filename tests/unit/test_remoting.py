@@ -387,3 +387,26 @@ def test_arbitrary_msgpack_arrays_raise_only_frame_error(fields: list[Any], vers
     if versioned:
         fields = [1, *fields]
     decode_or_frame_error(msgpack.packb(fields, use_bin_type=True))
+
+
+_EXT_ATOMS = (st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
+              | st.text(max_size=5) | st.binary(max_size=5) | st.floats(allow_nan=False))
+_EXT_VALUES = _EXT_ATOMS | st.lists(_EXT_ATOMS | st.lists(st.integers(), max_size=2), max_size=4)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.text(max_size=4) | st.integers(), _EXT_VALUES, max_size=6))
+def test_the_fast_ext_check_agrees_with_the_explained_one(ext: dict[Any, Any]) -> None:
+    """Frames check a valid ext without formatting any message (``_plain_ext``); whatever it
+    accepts the item-by-item check accepts identically, and whatever it cannot accept goes to
+    the item-by-item check, which names the fault."""
+    from protocol.remoting import _checked_ext_explained, _plain_ext
+
+    plain = _plain_ext(ext)
+    try:
+        explained = _checked_ext_explained(ext)
+    except FrameError:
+        assert plain is None
+    else:
+        assert plain is None or plain == explained
+        assert Frame.request(1, 1, ext).ext == explained

@@ -3,7 +3,7 @@
     request ext  topic      str
                  queueId    int >= 0
                  offset     int >= 0      the first queue offset wanted
-                 maxMsgs    int 1..256    (absent: 32) the page stops at the record that
+                 maxMsgs    int 1..1024   (absent: 32) the page stops at the record that
                                           reaches it
                  suspendMs  int 0..30000  long poll while nothing is there (absent: 0)
                  tagHashes  [int]         optional: only messages with one of these tag hashes
@@ -55,8 +55,10 @@ from protocol.wire import Request, Response
 __all__ = ["MAX_PULL", "MAX_SUSPEND_MS", "PULL_ANSWERS", "LeaderlessMark", "PullRequest", "PullResponse",
            "PullRow"]
 
-#: Most messages one pull returns.
-MAX_PULL = 256
+#: Most messages one pull returns (a page of 1,024 messages of 256 B is ~350 KB; the broker's
+#: PULL_BODY_BYTES bounds pages of big ones). 1,024 rather than 256 halves what a follower
+#: and a Spark reader spend per message on pulls (docs/SPARK.md, Benchmark).
+MAX_PULL = 1024
 #: Longest long poll a pull may ask for.
 MAX_SUSPEND_MS = 30_000
 #: The response codes whose frame carries a PullResponse (others have only a remark).

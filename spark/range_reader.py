@@ -1,6 +1,6 @@
 """Reading one queue range from broker replicas (the worker side) -- Spark-free.
 
-``RangeReader`` reads a :class:`~spark.planning.QueueRange` in pages of up to 256
+``RangeReader`` reads a :class:`~spark.planning.QueueRange` in pages of up to 1024
 messages (``spark.pages``), ``pipeline`` requests in flight; ``read_columns`` drives it
 in a private asyncio loop. The pull at the cursor is an ordinary one; those pipelined past
 it are *stripes* (``protocol.pull``), so that a record spanning two requests is shipped

@@ -50,7 +50,7 @@ def test_options_defaults_and_checks() -> None:
                       ({"topic": "x", "servers": "a:1", "namesrv": "n:1"}, "exactly one"),
                       ({"topic": "x", "servers": "a:1", "readFrom": "primary"}, "readFrom"),
                       ({"topic": "x", "servers": "a:1", "maxRecordsPerTrigger": "0"}, "maxRecordsPerTrigger"),
-                      ({"topic": "x", "servers": "a:1", "pullBatch": "1000"}, "at most 256"),
+                      ({"topic": "x", "servers": "a:1", "pullBatch": "2000"}, "at most 1024"),
                       ({"topic": "x", "servers": "a:1", "tags": "||"}, "tags"),
                       ({"topic": "x", "servers": "a:1", "startingOffsets": "soon"}, "startingOffsets")]:
         with pytest.raises(OptionError, match=what):
@@ -219,7 +219,7 @@ def test_reads_exactly_the_range_from_the_preferred_follower(replicas: dict[str,
 
 def test_a_gap_fails_the_partition(replicas: dict[str, FakeReplica]) -> None:
     replicas["f1"].skip_offset = 300
-    with pytest.raises(RangeMismatchError, match=r"pull at 256 with records that do not follow one another"):
+    with pytest.raises(RangeMismatchError, match=r"pull at 0 with records that do not follow one another"):
         _read(replicas)
 
 

@@ -176,10 +176,11 @@ def _alone_source(rows: int, partitions: int, body_bytes: int, batch_rows: int) 
             from spark.arrow import to_record_batch
             from spark.pages import Columns
             n = min(batch_rows, rows // partitions)
-            cols = Columns("bench", "g1", partition.value, list(range(n)), list(range(1000, 1000 + n)),
-                           [1_700_000_000_000] * n, [os.urandom(16).hex() for _ in range(n)],
-                           [1_700_000_000_000] * n, [("k",)] * n, ["red"] * n, [{}] * n,
-                           [os.urandom(body_bytes)] * n)
+            cols = Columns("bench", "g1", partition.value, queue_offset=list(range(n)),
+                           commit_log_offset=list(range(1000, 1000 + n)), store_ms=[1_700_000_000_000] * n,
+                           msg_ids=bytearray(os.urandom(16 * n)), born_base_ms=[1_700_000_000_000] * n,
+                           born_delta_ms=[0] * n, keys=[("k",)] * n, tags=["red"] * n, properties=[{}] * n,
+                           body=[os.urandom(body_bytes)] * n)
             batch = to_record_batch(cols)
             left = rows // partitions
             while left > 0:

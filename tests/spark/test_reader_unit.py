@@ -156,6 +156,29 @@ def test_decode_page_to_arrow() -> None:
     assert isinstance(to_record_batch(cols).column(6), pa.TimestampArray)
 
 
+def test_arrow_batch_of_records_is_each_message_as_decoded_one_by_one() -> None:
+    from protocol.record_batch import decode_messages, encode_record
+    rng = QueueRange(TOPIC, "g1", QUEUE, 3, 12, ("x",))
+    for props in ({}, {"p": "v"}):  # no message with properties: empty maps made in bulk
+        records = [encode_record(TOPIC, QUEUE, [(bytes([o]) * 16, 1_700_000_000_000 + 7 * o, 0,
+                                                 "t" if o % 2 else None, (f"k{o}",), props, 0, b"b%d" % o)
+                                                for o in range(base, base + 5)])
+                   for base in (0, 5, 10)]
+        raw = [PullRow(base, 100 + base, -1 if base == 5 else 1_700_000_100_000, rec)
+               for base, rec in zip((0, 5, 10), records, strict=True)]
+        got = to_record_batch(decode_page(raw, rng, None, 3)).to_pylist()
+        want = [(base + i, m) for base, rec in zip((0, 5, 10), records, strict=True)
+                for i, m in enumerate(decode_messages(rec)) if 3 <= base + i < 12]
+        assert [r["queue_offset"] for r in got] == [o for o, _ in want]
+        assert [r["commit_log_offset"] for r in got] == [100 + o for o, _ in want]
+        assert [r["msg_id"] for r in got] == [m.msg_id.hex() for _, m in want]
+        assert [r["born_timestamp"] for r in got] == [datetime.fromtimestamp(m.born_ts_ms / 1000, UTC)
+                                                      for _, m in want]
+        assert [r["store_timestamp"] is None for r in got] == [5 <= o < 10 for o, _ in want]  # -1: null
+        assert [(r["keys"], r["tags"], dict(r["properties"]), r["body"]) for r in got] == \
+            [(list(m.keys), m.tags, m.properties, m.body) for _, m in want]
+
+
 def test_spark_schema_is_the_arrow_schema_spark_checks_batches_against() -> None:
     from pyspark.sql.pandas.types import to_arrow_schema
 

@@ -208,17 +208,41 @@ def test_import_spark_does_not_import_pyspark() -> None:
 
 
 # -- the partition reader against fake replicas ------------------------------------------------------
-@pytest.fixture
-def replicas() -> Iterator[dict[str, FakeReplica]]:
+def _group(records_of: int) -> Iterator[dict[str, FakeReplica]]:
+    """A leader and two followers over 1,000 messages in records of ``records_of``."""
     msgs = make_messages(1000)
-    group = {"leader": FakeReplica(msgs, role="leader").start(),
-             "f1": FakeReplica(msgs).start(), "f2": FakeReplica(msgs).start()}
+    group = {"leader": FakeReplica(msgs, role="leader", records_of=records_of).start(),
+             "f1": FakeReplica(msgs, records_of=records_of).start(),
+             "f2": FakeReplica(msgs, records_of=records_of).start()}
     link(group)
     try:
         yield group
     finally:
         for r in group.values():
             r.stop()
+
+
+@pytest.fixture
+def replicas() -> Iterator[dict[str, FakeReplica]]:
+    yield from _group(1)
+
+
+@pytest.fixture
+def record_replicas() -> Iterator[dict[str, FakeReplica]]:
+    """The queue stored in records of 7 messages (pulls of 100 end inside them)."""
+    yield from _group(7)
+
+
+def _waits_for_f1_to_reach_the_end(group: dict[str, FakeReplica], applied: int, **options: str) -> None:
+    """Both followers applied ``applied`` only, f1 all after 0.7 s: the read waits and is whole."""
+    for name in ("f1", "f2"):
+        group[name].applied = applied
+    timer = threading.Timer(0.7, lambda: setattr(group["f1"], "applied", None))
+    timer.start()
+    try:
+        assert _read(group, **options) == list(range(1000))
+    finally:
+        timer.cancel()
 
 
 def _read(replicas: dict[str, FakeReplica], start: int = 0, end: int = 1000, preferred: str = "f1",
@@ -279,31 +303,10 @@ def test_no_follower_up_fails_unless_any(replicas: dict[str, FakeReplica]) -> No
 
 
 def test_a_lagging_follower_is_waited_for(replicas: dict[str, FakeReplica]) -> None:
-    for name in ("f1", "f2"):
-        replicas[name].applied = 600
-    timer = threading.Timer(0.7, lambda: setattr(replicas["f1"], "applied", None))
-    timer.start()
-    try:
-        assert _read(replicas) == list(range(1000))
-    finally:
-        timer.cancel()
+    _waits_for_f1_to_reach_the_end(replicas, 600)
     replicas["f1"].applied = 600
     with pytest.raises(ReplicaUnavailableError, match="no replica had offset 600"):
         _read(replicas, followerWaitMs="1500")
-
-
-@pytest.fixture
-def record_replicas() -> Iterator[dict[str, FakeReplica]]:
-    """The queue of ``replicas`` stored in records of 7 messages (pulls of 100 end inside them)."""
-    msgs = make_messages(1000)
-    group = {"leader": FakeReplica(msgs, role="leader", records_of=7).start(),
-             "f1": FakeReplica(msgs, records_of=7).start(), "f2": FakeReplica(msgs, records_of=7).start()}
-    link(group)
-    try:
-        yield group
-    finally:
-        for r in group.values():
-            r.stop()
 
 
 def test_pipelined_stripes_ship_every_record_of_the_range_once(
@@ -320,14 +323,7 @@ def test_pipelined_stripes_ship_every_record_of_the_range_once(
 def test_a_stripe_past_a_lagging_replica_end_is_waited_for(record_replicas: dict[str, FakeReplica]) -> None:
     # the pull at 0 ends at 105 (the record [98, 105)); the stripe [100, 200) finds no record
     # starting in it that the replica applied: an empty page short of the stripe, not a mismatch
-    for name in ("f1", "f2"):
-        record_replicas[name].applied = 105
-    timer = threading.Timer(0.7, lambda: setattr(record_replicas["f1"], "applied", None))
-    timer.start()
-    try:
-        assert _read(record_replicas, pullBatch="100", pipeline="2") == list(range(1000))
-    finally:
-        timer.cancel()
+    _waits_for_f1_to_reach_the_end(record_replicas, 105, pullBatch="100", pipeline="2")
     assert record_replicas["leader"].pulls == 0
 
 

@@ -13,9 +13,10 @@ hence committed -- state, with a long poll, tag-hash and SQL92 filters::
 
 A page is whole records, from the one holding the offset asked for; it stops at the record
 that brings ``max messages`` from that offset, or at ``PULL_BODY_BYTES`` of rows, and
-holds at least one record. Records are never decoded here: a tag filter keeps a record
-when its unit's tag summary and then its tag-hash array say a message may match (the
-client drops the messages that do not); an SQL92 filter decodes only properties and
+holds at least one record (a *stripe* pull leaves out the record holding the offset when
+it starts before it, and may be empty: ``protocol.pull``). Records are never decoded here:
+a tag filter keeps a record when its unit's tag summary and then its tag-hash array say a
+message may match (the client drops the messages that do not); an SQL92 filter decodes only properties and
 lists the messages that matched (a record it cannot read -- stored before leaders checked
 records -- is left out with a WARNING naming its queue and offsets). Records the
 ConsumeQueue lists one after the other mostly share an entry, which is read once
@@ -111,7 +112,7 @@ class PullProcessor:
             return PullResponse(next_offset=low, min_offset=low).reply(frame, ResponseCode.PULL_OFFSET_MOVED)
         filtered = wanted_set is not None or sql is not None
         read = cq.read(offset, MAX_FILTER_SCAN) if filtered else cq.read(offset, max_msgs, max_msgs)
-        page = _Page(topic, queue_id, offset, max_msgs, wanted_set, sql)
+        page = _Page(topic, queue_id, offset, max_msgs, wanted_set, sql, bool(req.stripe) and not filtered)
         rows, next_offset, gone_at = self._rows(read.units, read.next_offset, page)
         if gone_at is not None:  # retention deleted the first message while this pull read the queue
             low = self._machine.retained_min_offset(cq, self._rlog.commitlog.start_position)
@@ -148,6 +149,8 @@ class PullProcessor:
         size = 0
         entry = _EntryWindow(self._rlog.commitlog)  # consecutive records share an entry: one read
         for unit in units:
+            if page.stripe and unit.base < page.offset:
+                continue  # the record holding the offset: the pull before this stripe has it
             if rows and size + unit.size + _ROW_OVERHEAD > PULL_BODY_BYTES:
                 return rows, unit.base, None  # the rest on the next pull
             if page.wanted is not None and not summary_may_match(unit.tag_kind, unit.tag, page.wanted,
@@ -185,14 +188,16 @@ class PullProcessor:
 
 class _Page:
     """What one pull wants: messages from ``offset``, at most about ``max_msgs``, those a tag
-    filter (``wanted`` hashes) or an SQL92 filter keeps."""
+    filter (``wanted`` hashes) or an SQL92 filter keeps; only records that start at or after
+    ``offset`` for a ``stripe``."""
 
-    __slots__ = ("got", "max_msgs", "offset", "queue_id", "sql", "topic", "wanted", "wanted_bits")
+    __slots__ = ("got", "max_msgs", "offset", "queue_id", "sql", "stripe", "topic", "wanted", "wanted_bits")
 
     def __init__(self, topic: str, queue_id: int, offset: int, max_msgs: int,
-                 wanted: frozenset[int] | None, sql: SqlFilter | None) -> None:
+                 wanted: frozenset[int] | None, sql: SqlFilter | None, stripe: bool = False) -> None:
         self.topic, self.queue_id = topic, queue_id
         self.offset, self.max_msgs, self.wanted, self.sql = offset, max_msgs, wanted, sql
+        self.stripe = stripe
         self.wanted_bits = [] if wanted is None else [bloom_bits(h) for h in wanted]
         self.got = 0
 

@@ -378,16 +378,30 @@ def decode_messages(record: bytes, header: RecordHeader | None = None) -> list[M
 
 @dataclass(frozen=True, slots=True)
 class RecordColumns:
-    """A record's messages column by column (``record_columns``): each a tuple of ``count``."""
+    """A record's messages column by column (``record_columns``): each a tuple of ``count``;
+    born times as the record's base plus a delta each, ids as the record's block of
+    ``count`` x 16 bytes -- so that a columnar reader does the arithmetic and the hex
+    in bulk (``born_ms``, ``msg_ids_hex``: the per-message forms)."""
 
-    born_ms: tuple[int, ...]
+    born_base_ms: int
+    born_deltas: tuple[int, ...]
     flags: tuple[int, ...]
     tags: tuple[str | None, ...]
     properties: tuple[dict[str, str], ...]
     reconsumes: tuple[int, ...]
     bodies: tuple[bytes, ...]
     keys: list[tuple[str, ...]]
-    msg_ids_hex: list[str]
+    msg_ids: bytes
+
+    @property
+    def born_ms(self) -> tuple[int, ...]:
+        base = self.born_base_ms
+        return tuple(base + d for d in self.born_deltas)
+
+    @property
+    def msg_ids_hex(self) -> list[str]:
+        ids = self.msg_ids.hex()
+        return [ids[i:i + 32] for i in range(0, len(ids), 32)]
 
 
 def record_columns(record: bytes, header: RecordHeader | None = None) -> RecordColumns:
@@ -396,11 +410,8 @@ def record_columns(record: bytes, header: RecordHeader | None = None) -> RecordC
     h = header or read_header(record)
     rows = _rows(_SECTION_TUPLES, record, h)
     deltas, flags, tags, props, reconsumes, bodies = zip(*rows, strict=True)
-    base = h.base_born_ms
-    born = deltas if base == 0 else tuple(base + d for d in deltas)
-    ids = record[h.ids_at:h.keys_at].hex()
-    return RecordColumns(born, flags, tags, props, reconsumes, bodies, h.keys(record),
-                         [ids[i:i + 32] for i in range(0, len(ids), 32)])
+    return RecordColumns(h.base_born_ms, deltas, flags, tags, props, reconsumes, bodies, h.keys(record),
+                         record[h.ids_at:h.keys_at])
 
 
 def record_properties(record: bytes, header: RecordHeader | None = None) -> list[dict[str, str]]:

@@ -7,7 +7,9 @@ it, then reads the whole topic with ``format("raftmq")`` into Spark's ``noop`` s
 (every column materialised) ``--runs`` times after one warm-up read; ``--sink count``
 times ``df.count()`` instead (the same reads, without Spark materialising rows). Prints
 rows/s per run, the messages each node served (the leader must serve none) and the CPU
-seconds of the brokers, the Spark JVM and its Python workers during each timed run.
+seconds of the brokers, the Spark JVM and its Python workers during each timed run (and
+the CPU microseconds per row of each kind of process, for both reads below), with the
+1-minute load average when the run started (the box may be shared).
 Every process it starts is stopped by PID at the end.
 
 Each run also times Spark alone on the same schema: a source of as many partitions that
@@ -53,6 +55,59 @@ def _descendants(pid: int) -> list[int]:
         frontier = {c for c, p in parent.items() if p in frontier and c not in found}
         found += sorted(frontier)
     return found
+
+
+def _kind(name: str, pid: int) -> str:
+    """The row of the CPU table a watched process counts in."""
+    if name.startswith("broker"):
+        return "leader" if "leader" in name else "followers"
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        comm = ""
+    return "spark jvm" if comm == "java" else "python workers"
+
+
+class _CpuWindow:
+    """CPU seconds each watched process (name -> pid) and this driver used inside the block."""
+
+    def __init__(self, watched: dict[str, int]) -> None:
+        self.watched = watched
+        self.used: dict[str, float] = {}
+
+    def __enter__(self) -> _CpuWindow:
+        self._start = {k: _cpu_seconds(p) for k, p in self.watched.items()}
+        self._own = time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.used = {k: round(_cpu_seconds(p) - self._start[k], 2) for k, p in self.watched.items()}
+        self.used["bench driver (python)"] = round(time.process_time() - self._own, 2)
+        self.kinds = {k: _kind(k, p) for k, p in self.watched.items()}
+        self.kinds["bench driver (python)"] = "driver"
+
+
+def _per_row(window: _CpuWindow, rows: int) -> dict[str, float]:
+    """CPU microseconds per row by kind of process (leader, followers, spark jvm, python
+    workers, driver) and in all."""
+    out: dict[str, float] = {}
+    for name, seconds in window.used.items():
+        kind = window.kinds[name]
+        out[kind] = out.get(kind, 0.0) + seconds
+    per = {k: round(v * 1e6 / rows, 2) for k, v in sorted(out.items())}
+    per["total"] = round(sum(out.values()) * 1e6 / rows, 2)
+    return per
+
+
+def _timed(df: Any, sink: str, expected: int) -> float:
+    started = time.monotonic()
+    if sink == "noop":
+        df.write.format("noop").mode("overwrite").save()
+    else:
+        got = df.count()
+        if got != expected:
+            raise SystemExit(f"error: read {got} rows, expected {expected}")
+    return time.monotonic() - started
 
 
 def _pulled(addresses: dict[str, str]) -> dict[str, float]:
@@ -121,10 +176,11 @@ def _alone_source(rows: int, partitions: int, body_bytes: int, batch_rows: int) 
             from spark.arrow import to_record_batch
             from spark.pages import Columns
             n = min(batch_rows, rows // partitions)
-            cols = Columns("bench", "g1", partition.value, list(range(n)), list(range(1000, 1000 + n)),
-                           [1_700_000_000_000] * n, [os.urandom(16).hex() for _ in range(n)],
-                           [1_700_000_000_000] * n, [("k",)] * n, ["red"] * n, [{}] * n,
-                           [os.urandom(body_bytes)] * n)
+            cols = Columns("bench", "g1", partition.value, queue_offset=list(range(n)),
+                           commit_log_offset=list(range(1000, 1000 + n)), store_ms=[1_700_000_000_000] * n,
+                           msg_ids=bytearray(os.urandom(16 * n)), born_base_ms=[1_700_000_000_000] * n,
+                           born_delta_ms=[0] * n, keys=[("k",)] * n, tags=["red"] * n, properties=[{}] * n,
+                           body=[os.urandom(body_bytes)] * n)
             batch = to_record_batch(cols)
             left = rows // partitions
             while left > 0:
@@ -196,32 +252,26 @@ def main(argv: list[str] | None = None) -> int:
             spark_pids = sorted((set(spark_pids) | set(_descendants(os.getpid()))) - broker_pids)
             watched = {**{f"broker {n}{' (leader)' if n == leader else ''}": p for n, p in brokers.items()},
                        **{f"spark pid {p}": p for p in spark_pids}}
-            cpu0 = {k: _cpu_seconds(p) for k, p in watched.items()}
-            own0 = time.process_time()
+            load = os.getloadavg()[0]
             before = _pulled(addresses)
-            started = time.monotonic()
-            if args.sink == "noop":
-                df.write.format("noop").mode("overwrite").save()
-            else:
-                assert df.count() == expected
-            took = time.monotonic() - started
+            with _CpuWindow(watched) as raftmq_cpu:
+                took = _timed(df, args.sink, expected)
             after = _pulled(addresses)
-            cpu = {k: round(_cpu_seconds(p) - cpu0[k], 2) for k, p in watched.items()}
-            cpu["bench driver (python)"] = round(time.process_time() - own0, 2)
             served = {n: int(after[n] - before[n]) for n in after}
-            started = time.monotonic()
-            if args.sink == "noop":
-                alone.write.format("noop").mode("overwrite").save()
-            else:
-                assert alone.count() == expected
-            alone_took = time.monotonic() - started
-            runs.append({"run": i + 1, "seconds": round(took, 3), "rows_per_s": round(expected / took),
+            with _CpuWindow(watched) as alone_cpu:
+                alone_took = _timed(alone, args.sink, expected)
+            runs.append({"run": i + 1, "load_1min": round(load, 2), "seconds": round(took, 3),
+                         "rows_per_s": round(expected / took),
                          "spark_alone_rows_per_s": round(expected / alone_took),
-                         "ratio": round(alone_took / took, 3),
-                         "served": served, "cpu_s": {k: v for k, v in cpu.items() if v > 0}})
-            print(f"run {i + 1}: {expected} rows in {took:.2f} s = {expected / took:,.0f} rows/s "
+                         "ratio": round(alone_took / took, 3), "served": served,
+                         "cpu_us_per_row": _per_row(raftmq_cpu, expected),
+                         "alone_cpu_us_per_row": _per_row(alone_cpu, expected),
+                         "cpu_s": {k: v for k, v in raftmq_cpu.used.items() if v > 0}})
+            print(f"run {i + 1} (load {load:.2f}): {expected} rows in {took:.2f} s = "
+                  f"{expected / took:,.0f} rows/s "
                   f"(Spark alone {expected / alone_took:,.0f} rows/s: {alone_took / took:.0%}); "
-                  f"served {served}; cpu s {runs[-1]['cpu_s']}", flush=True)
+                  f"served {served}; CPU us/row {runs[-1]['cpu_us_per_row']}, "
+                  f"alone {runs[-1]['alone_cpu_us_per_row']}", flush=True)
             if served.get(leader, 0) != 0:
                 print(f"error: the leader {leader} served {served[leader]} messages", file=sys.stderr)
                 return 1

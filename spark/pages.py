@@ -30,7 +30,9 @@ log = logging.getLogger("spark.raftmq")
 
 @dataclass(slots=True)
 class Columns:
-    """Decoded messages of one queue, column by column (what becomes an Arrow batch)."""
+    """Decoded messages of one queue, column by column (what becomes an Arrow batch). Born
+    times are kept as each record's base and each message's delta, and ids as one block of
+    16 bytes per message, so that ``spark.arrow`` adds and hex-encodes them in bulk."""
 
     topic: str
     group: str
@@ -38,8 +40,9 @@ class Columns:
     queue_offset: list[int] = field(default_factory=list)
     commit_log_offset: list[int] = field(default_factory=list)
     store_ms: list[int] = field(default_factory=list)
-    msg_id: list[str] = field(default_factory=list)
-    born_ms: list[int] = field(default_factory=list)
+    msg_ids: bytearray = field(default_factory=bytearray)  # 16 bytes per message
+    born_base_ms: list[int] = field(default_factory=list)
+    born_delta_ms: list[int] = field(default_factory=list)
     keys: list[tuple[str, ...]] = field(default_factory=list)
     tags: list[str | None] = field(default_factory=list)
     properties: list[dict[str, str]] = field(default_factory=list)
@@ -50,6 +53,16 @@ class Columns:
     def __len__(self) -> int:
         return len(self.queue_offset)
 
+    @property
+    def msg_id(self) -> list[str]:
+        """Each message's id, 32 hex digits (a loop per row: for tests and ``rows``)."""
+        ids = self.msg_ids.hex()
+        return [ids[i:i + 32] for i in range(0, len(ids), 32)]
+
+    @property
+    def born_ms(self) -> list[int]:
+        return [b + d for b, d in zip(self.born_base_ms, self.born_delta_ms, strict=True)]
+
     def skipped_count(self) -> int:
         return sum(end - first for first, end in self.skipped)
 
@@ -57,8 +70,9 @@ class Columns:
         self.queue_offset += other.queue_offset
         self.commit_log_offset += other.commit_log_offset
         self.store_ms += other.store_ms
-        self.msg_id += other.msg_id
-        self.born_ms += other.born_ms
+        self.msg_ids += other.msg_ids
+        self.born_base_ms += other.born_base_ms
+        self.born_delta_ms += other.born_delta_ms
         self.keys += other.keys
         self.tags += other.tags
         self.properties += other.properties
@@ -107,18 +121,21 @@ def decode_page(rows: Sequence[PullRow], rng: QueueRange, wanted_tags: frozenset
             cols.queue_offset += range(row.offset + first, row.offset + last)
             cols.commit_log_offset += range(row.position + first, row.position + last)
             cols.store_ms += [row.store_ms] * (last - first)
-            cols.msg_id += c.msg_ids_hex[first:last]
-            cols.born_ms += c.born_ms[first:last]
+            cols.msg_ids += c.msg_ids[16 * first:16 * last]
+            cols.born_base_ms += [c.born_base_ms] * (last - first)
+            cols.born_delta_ms += c.born_deltas[first:last]
             cols.keys += c.keys[first:last]
             cols.tags += c.tags[first:last]
             cols.properties += c.properties[first:last]
             cols.body += c.bodies[first:last]
             continue
+        # a tag filter kept some: a selection per message (tag-filtered reads only)
         cols.queue_offset += [row.offset + i for i in keep]
         cols.commit_log_offset += [row.position + i for i in keep]
         cols.store_ms += [row.store_ms] * len(keep)
-        cols.msg_id += [c.msg_ids_hex[i] for i in keep]
-        cols.born_ms += [c.born_ms[i] for i in keep]
+        cols.msg_ids += b"".join([c.msg_ids[16 * i:16 * i + 16] for i in keep])
+        cols.born_base_ms += [c.born_base_ms] * len(keep)
+        cols.born_delta_ms += [c.born_deltas[i] for i in keep]
         cols.keys += [c.keys[i] for i in keep]
         cols.tags += [c.tags[i] for i in keep]
         cols.properties += [c.properties[i] for i in keep]

@@ -1,8 +1,10 @@
 """Reading one queue range from broker replicas (the worker side) -- Spark-free.
 
-``RangeReader`` reads a :class:`~spark.planning.QueueRange` in pages of up to 256
+``RangeReader`` reads a :class:`~spark.planning.QueueRange` in pages of up to 1024
 messages (``spark.pages``), ``pipeline`` requests in flight; ``read_columns`` drives it
-in a private asyncio loop. Every page must start at the cursor and be contiguous; the
+in a private asyncio loop. The pull at the cursor is an ordinary one; those pipelined past
+it are *stripes* (``protocol.pull``), so that a record spanning two requests is shipped
+once. Every page must start at the cursor and be contiguous; the
 range must come back exactly (``end - start`` messages, or a gap-free chain of pages
 when a tag filter makes the broker skip some). The replica comes from ``readFrom``
 (``spark.replicas``); one that fails is left for the next one; a replica that does not
@@ -107,9 +109,14 @@ class RangeReader:
             await asyncio.sleep(min(0.5, self._unavailable.remaining()))
 
     def _request(self, offset: int, count: int, suspend_s: float) -> asyncio.Task[Frame]:
+        """A pull of ``count`` from ``offset``: an ordinary one at the cursor, a stripe past it
+        (``protocol.pull``: the records that start in [offset, offset + count), so that no
+        record comes in two pages)."""
         assert self._core is not None and self.address is not None
+        stripe = True if offset > self.cursor and not self.filtered else None
         request = PullRequest(topic=self.rng.topic, queue_id=self.rng.queue_id, offset=offset,
-                              max_msgs=count, suspend_ms=int(suspend_s * 1000), tag_hashes=self._hashes)
+                              max_msgs=count, suspend_ms=int(suspend_s * 1000), tag_hashes=self._hashes,
+                              stripe=stripe)
         return asyncio.create_task(self._core.pool.request(
             self.address, request, timeout=suspend_s + self.opts.request_timeout_s, ok=_PULL_OK))
 
@@ -209,12 +216,22 @@ class RangeReader:
         self.served_by.add(self.address)
         if self.filtered:
             return self._accept_filtered(offset, raw, next_offset)
-        if offset < self.cursor and next_offset <= self.cursor:
-            return None  # a speculative request wholly covered by the page before (whole records)
-        page = decode_page(raw, self.rng, None, self.cursor)
+        if not _chained(raw, next_offset):
+            raise RangeMismatchError(f"{self.rng}: {self.address} answered a pull at {offset} with records "
+                                     f"that do not follow one another up to next offset {next_offset}")
+        fresh = _not_held(raw, self.cursor)
+        if not fresh:  # a stripe in which no record starts, or only records already held
+            if offset == self.cursor:  # a pull at the cursor always brings the record holding it
+                raise RangeMismatchError(
+                    f"{self.rng}: asked {self.address} for {count} messages from offset {offset}, got none "
+                    f"(next offset {next_offset}): not the contiguous range asked for")
+            if self.cursor < min(offset + count, self.rng.end):  # the replica ends inside the stripe
+                self._drop_inflight()  # ask again at the cursor (a lagging replica is waited for)
+            return None
+        page = decode_page(fresh, self.rng, None, self.cursor)
         n, skipped = len(page), page.skipped_count()
         expected = _expected(self.cursor, n + skipped, page.skipped)
-        if n + skipped == 0 or not _contiguous(raw, offset, next_offset) or page.queue_offset != expected:
+        if n + skipped == 0 or fresh[0].offset > self.cursor or page.queue_offset != expected:
             shown = f"{page.queue_offset[0]}..{page.queue_offset[-1]}" if n else "nothing"
             raise RangeMismatchError(
                 f"{self.rng}: asked {self.address} for {count} messages from offset {offset}, got {n} "
@@ -322,14 +339,23 @@ def _expected(start: int, count: int, skipped: Sequence[tuple[int, int]]) -> lis
     return [o for o in range(start, start + count) if not any(a <= o < b for a, b in skipped)]
 
 
-def _contiguous(rows: Sequence[PullRow], offset: int, next_offset: int) -> bool:
-    """Whether the records of ``rows`` follow one another from the one holding ``offset`` to
-    ``next_offset`` (each record's message count is in its header)."""
-    at = rows[0].offset if rows else offset
-    if rows and at > offset:
-        return False
+def _chained(rows: Sequence[PullRow], next_offset: int) -> bool:
+    """Whether the records of ``rows`` follow one another up to ``next_offset`` (each
+    record's message count is in its header)."""
+    if not rows:
+        return True
+    at = rows[0].offset
     for row in rows:
         if row.offset != at:
             return False
         at += record_count(row.record)
-    return at == next_offset and (not rows or offset < at)
+    return at == next_offset
+
+
+def _not_held(rows: Sequence[PullRow], cursor: int) -> Sequence[PullRow]:
+    """``rows`` from the first record that ends past ``cursor`` (the ones before it were
+    received already: an ordinary pull's first record, or a broker that ignored a stripe)."""
+    for i, row in enumerate(rows):
+        if row.offset + record_count(row.record) > cursor:
+            return rows[i:]
+    return ()

@@ -1,6 +1,8 @@
 """In-process fake broker replicas for the reader's unit tests: the PULL_MESSAGE and
 SEARCH_OFFSET answers of ``broker.server`` over one queue, plus ``/status`` with a role
--- and knobs to misbehave (a gap, a lag, a crash after some pulls, retention).
+-- and knobs to misbehave (a gap, a lag, a crash after some pulls, retention). The queue's
+messages are stored in records of ``records_of`` messages; a pull answers whole records as
+the broker does (stripes too, unless ``stripes`` is False: a broker that ignores them).
 
 Each replica runs an aiohttp server on its own thread and loop; ``stop()`` ends it.
 """
@@ -8,6 +10,7 @@ Each replica runs an aiohttp server on its own thread and loop; ``stop()`` ends 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import threading
 import time
 from dataclasses import dataclass, field
@@ -16,6 +19,7 @@ import msgpack
 from aiohttp import WSMsgType, web
 
 from protocol.message_format import Message, encode_message
+from protocol.record_batch import decode_messages, encode_record
 from protocol.remoting import Frame, RequestCode, ResponseCode, decode_frame
 from protocol.tags import tag_hash
 
@@ -51,7 +55,23 @@ class FakeReplica:
     _dead: bool = False
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
+    records_of: int = 1               # messages per record
+    stripes: bool = True              # whether it honours a stripe pull (protocol.pull)
+    shipped: list[int] = field(default_factory=list)  # the base offset of every record a pull returned
     _sockets: set[web.WebSocketResponse] = field(default_factory=set)
+    _records: list[tuple[int, int, bytes]] = field(default_factory=list)  # (base, count, record)
+
+    def __post_init__(self) -> None:
+        for base in range(0, len(self.messages), self.records_of):
+            group = [data for data, _ in self.messages[base:base + self.records_of]]
+            if len(group) == 1:
+                self._records.append((base, 1, group[0]))
+                continue
+            msgs = [decode_messages(data)[0] for data in group]
+            entries = [(m.msg_id, m.born_ts_ms, m.flag, m.tags, m.keys, m.properties, m.reconsume, m.body)
+                       for m in msgs]
+            self._records.append((base, len(group), encode_record(TOPIC, QUEUE, entries,
+                                                                  born_host=msgs[0].born_host)))
 
     @property
     def end(self) -> int:
@@ -150,22 +170,33 @@ class FakeReplica:
         if offset < self.min_offset:
             return frame.response(ResponseCode.PULL_OFFSET_MOVED, ext={"nextOffset": self.min_offset})
         hashes = ext.get("tagHashes")
-        rows, next_offset = [], offset
-        if hashes is None:
-            for off in range(offset, min(end, offset + max_msgs)):
-                if off != self.skip_offset:
-                    rows.append([off, 1000 + off, 1_700_000_100_000 + off, self.messages[off][0]])
-                next_offset = off + 1
-        else:
-            wanted = set(hashes)
-            next_offset = min(end, offset + 4096)
-            for off in range(offset, next_offset):
-                if tag_hash(self.messages[off][1]) in wanted:
-                    rows.append([off, 1000 + off, 1_700_000_100_000 + off, self.messages[off][0]])
-                    if len(rows) == max_msgs:
-                        next_offset = off + 1
-                        break
-        self.rows_served += len(rows)
+        stripe = bool(ext.get("stripe")) and hashes is None and self.stripes
+        wanted = None if hashes is None else set(hashes)
+        bases = [base for base, _, _ in self._records]
+        i = bisect.bisect_right(bases, offset) - 1
+        if stripe and bases[i] < offset:
+            i += 1  # the record holding the offset: the pull before the stripe has it
+        rows: list[list[object]] = []
+        got = 0
+        next_offset = bases[i - 1] + self._records[i - 1][1] if stripe and i > 0 else offset
+        stop = offset + (max_msgs if wanted is None else 4096)
+        for base, count, record in self._records[i:]:
+            if base >= min(end, stop) or base + count > end:  # a record is applied whole
+                break
+            next_offset = base + count
+            if self.skip_offset is not None and base <= self.skip_offset < base + count:
+                continue
+            tags = [self.messages[o][1] for o in range(max(base, offset), base + count)]
+            if wanted is not None and not any(tag_hash(t) in wanted for t in tags):
+                continue
+            rows.append([base, 1000 + base, 1_700_000_100_000 + base, record])
+            self.shipped.append(base)
+            got += len(tags) if wanted is None else sum(tag_hash(t) in wanted for t in tags)
+            if got >= max_msgs:
+                break
+        self.rows_served += sum(min(self._records[bisect.bisect_left(bases, r[0])][1],
+                                    r[0] + self._records[bisect.bisect_left(bases, r[0])][1] - offset)
+                                for r in rows)  # type: ignore[operator]
         return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(rows),
                               ext={"nextOffset": next_offset, "maxOffset": end})
 

@@ -102,3 +102,28 @@ def test_a_special_record_is_split_into_records_of_one(one_node_broker) -> None:
         assert r.code == ResponseCode.INVALID_ARGUMENT and "record of one" in r.remark
 
     run(one_node_broker, scenario)
+
+
+def test_a_stripe_ships_only_the_records_that_start_in_it(one_node_broker) -> None:  # type: ignore[no-untyped-def]
+    async def rows(c: FrameClient, offset: int, max_msgs: int, **ext: Any) -> tuple[list[int], int]:
+        r = await c.call(RequestCode.PULL_MESSAGE, {"topic": "orders", "queueId": 0, "offset": offset,
+                                                    "maxMsgs": max_msgs, **ext})
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        page = PullResponse.from_frame(r)
+        return [row.offset for row in page.rows or ()], page.next_offset
+
+    async def scenario(c: FrameClient) -> None:
+        await c.call(RequestCode.CREATE_TOPIC, {"topic": "orders", "queues": 1})
+        await send(c, record(0, 5), record(5, 3), record(8, 4))  # records [0, 5) [5, 8) [8, 12)
+        assert await rows(c, 3, 4) == ([0, 5], 8)  # an ordinary pull: the record holding 3 first
+        assert await rows(c, 3, 4, stripe=True) == ([5], 8)  # [3, 7): only the record starting at 5
+        assert await rows(c, 1, 3, stripe=True) == ([], 5)  # [1, 4): none starts there
+        assert await rows(c, 5, 4, stripe=True) == ([5, 8], 12)
+        assert await rows(c, 7, 6, stripe=True) == ([8], 12)
+        # a pipelined read: the pull at the cursor, then stripes -- each record exactly once
+        shipped = [b for o in (0, 4, 8) for b in (await rows(c, o, 4, stripe=o > 0))[0]]
+        assert shipped == [0, 5, 8]
+        # a filtered pull is never a stripe (it reads until it finds matches)
+        assert (await rows(c, 3, 4, stripe=True, tagHashes=[tag_hash("a")]))[0] == [0, 5]
+
+    run(one_node_broker, scenario)

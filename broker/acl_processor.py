@@ -13,10 +13,10 @@ a user may change their own password).
 from __future__ import annotations
 
 import string
-from typing import TYPE_CHECKING
 
 from broker.access_control import CONNECTION_AUTH
 from broker.commands import DeleteUser, Grant, PutUser, Revoke, encode_admin
+from broker.processor import Processor
 from broker.scram_auth import AuthFailed
 from broker.send_processor import answer
 from broker.state.outcome import Outcome
@@ -38,9 +38,6 @@ from protocol.acl import (
 )
 from protocol.remoting import Frame, FrameError, ResponseCode
 
-if TYPE_CHECKING:
-    from broker.server import BrokerServer
-
 __all__ = ["AclProcessor", "validate_user"]
 
 _USER_CHARS = frozenset(string.ascii_letters + string.digits + "_-.@")
@@ -54,9 +51,7 @@ def validate_user(name: str) -> str:
     return name
 
 
-class AclProcessor:
-    def __init__(self, server: BrokerServer) -> None:
-        self._server = server
+class AclProcessor(Processor):
 
     async def auth_start(self, frame: Frame) -> Frame:
         req = AuthStartRequest.from_frame(frame)

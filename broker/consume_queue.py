@@ -18,11 +18,7 @@ apply step, so replicas that apply the same entries hold the same bytes. A new f
 created by the append that needs it; truncation deletes the files it empties (except
 the first, which keeps ``min_offset`` in its name). There is always at least one file.
 
-Recovery on open: a trailing partial unit (a torn write) is cut, and so are trailing
-all-zero units, and an empty last file after another is deleted. Anything else that is
-not the layout -- a file whose name is not where the file before ends, a file before
-the last that is not full, a file holding more than ``units_per_file`` units, a first
-unit whose base is not its file's name -- raises ConsumeQueueCorrupt.
+Recovery on open: ``broker.consume_queue_files`` (``adopt_files``).
 
 Durability: appends land in the page cache; ``flush`` fsyncs every file written or
 truncated since the last flush, and the directory if files were created or deleted.
@@ -39,6 +35,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from broker.consume_queue_files import (
+    ConsumeQueueCorrupt,
+    QueueFile,
+    adopt_files,
+    delete_file,
+    read_units,
+    unit_at,
+)
 from broker.consume_queue_layout import (
     DEFAULT_UNITS_PER_FILE,
     UNIT,
@@ -47,17 +51,12 @@ from broker.consume_queue_layout import (
     cq_file_name,
     encode_units,
     topic_directory,
-    used_units,
 )
-from dledger.numbered_files import PendingSync, close_quietly, numbered_files, pread_full, pwrite_all
+from dledger.numbered_files import PendingSync, close_quietly, pwrite_all
 
 __all__ = ["ConsumeQueue", "ConsumeQueueCorrupt", "CqRead", "CqUnit", "OffsetOutOfRange", "topic_directory"]
 
 Unit = tuple[int, int, int, int, int, int, int]
-
-
-class ConsumeQueueCorrupt(Exception):
-    """The files on disk are not a well-formed ConsumeQueue; the message names the file."""
 
 
 class OffsetOutOfRange(ValueError):
@@ -85,17 +84,6 @@ def units_end(units: list[CqUnit], offset: int) -> int:
     return units[-1].end - offset if units else 0
 
 
-class _File:
-    __slots__ = ("end", "fd", "path", "start", "units")
-
-    def __init__(self, start: int, path: Path, fd: int = -1, units: int = 0, end: int | None = None) -> None:
-        self.start = start  # base offset of its first unit (its name)
-        self.end = start if end is None else end  # offset after its last unit
-        self.path = path
-        self.fd = fd
-        self.units = units
-
-
 class ConsumeQueue:
     """The units of one (topic, queue id), in ``directory``.
 
@@ -115,13 +103,13 @@ class ConsumeQueue:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._upf = units_per_file
         self._lock = threading.Lock()
-        self._files: list[_File] = []
-        self._pending: PendingSync[_File] = PendingSync(self.directory)
+        self._files: list[QueueFile] = []
+        self._pending: PendingSync[QueueFile] = PendingSync(self.directory)
         self._flushing = threading.Lock()
         self._closed = False
         self._hint = (-1, -1, -1)  # (offset, file start, unit index) of the last read's end
         try:
-            self._open_existing()
+            self._files = adopt_files(self.directory, self._upf, self._pending)
             if not self._files:
                 self._create(start_offset)
         except BaseException:
@@ -191,7 +179,7 @@ class ConsumeQueue:
                 return
             k, i = self._locate(offset)
             f = self._files[k]
-            if self._unit(f, i).base != offset:
+            if unit_at(f, i).base != offset:
                 raise OffsetOutOfRange("truncate_from (inside a record)", offset, low, high)
             for g in self._files[k + 1:]:
                 self._delete(g)
@@ -229,7 +217,7 @@ class ConsumeQueue:
             self._check_open()
             self._check_in(offset, "get")
             k, i = self._locate(offset)
-            return self._unit(self._files[k], i)
+            return unit_at(self._files[k], i)
 
     def read(self, offset: int, max_units: int, max_messages: int | None = None) -> CqRead:
         """Up to ``max_units`` units from the one holding ``offset`` on, stopping at the unit
@@ -252,7 +240,7 @@ class ConsumeQueue:
             while k < len(self._files) and len(units) < max_units and units_end(units, offset) < wanted:
                 f = self._files[k]
                 n = min(f.units - i, max_units - len(units), chunk)
-                data = self._read_units(f, i, n)
+                data = read_units(f, i, n)
                 for p, s, c, kind, _, b, t, tag in UNIT.iter_unpack(data):
                     units.append(CqUnit(p, s, c, kind, b, t, tag))
                     i += 1
@@ -285,7 +273,7 @@ class ConsumeQueue:
             with self._lock:
                 self._check_open()
                 gone = f not in self._files
-                unit = None if gone or i >= f.units else self._unit(f, i)
+                unit = None if gone or i >= f.units else unit_at(f, i)
             below = gone if unit is None else key(unit) < target
             if below:
                 lo = mid + 1
@@ -298,7 +286,7 @@ class ConsumeQueue:
             f, i = files[k][0], lo - ordinals[k]
             if f not in self._files:
                 return self._files[0].start
-            return self._unit(f, i).base if i < f.units else self._files[-1].end
+            return unit_at(f, i).base if i < f.units else self._files[-1].end
 
     def offset_for_position(self, position: int) -> int:
         """The first offset of the first record at CommitLog ``position`` or after
@@ -358,85 +346,26 @@ class ConsumeQueue:
         lo, hi = 0, f.units - 1
         while lo < hi:  # the last unit whose base <= offset
             mid = (lo + hi + 1) // 2
-            if self._unit(f, mid).base <= offset:
+            if unit_at(f, mid).base <= offset:
                 lo = mid
             else:
                 hi = mid - 1
         return k, lo
 
-    def _unit(self, f: _File, i: int) -> CqUnit:
-        p, s, c, kind, _, b, t, tag = UNIT.unpack(self._read_units(f, i, 1))
-        return CqUnit(p, s, c, kind, b, t, tag)
-
-    def _read_units(self, f: _File, i: int, n: int) -> bytes:
-        size, at = n * UNIT_SIZE, i * UNIT_SIZE
-        if f.fd >= 0:
-            data = pread_full(f.fd, size, at)
-        else:
-            fd = os.open(f.path, os.O_RDONLY)
-            try:
-                data = pread_full(fd, size, at)
-            finally:
-                os.close(fd)
-        if len(data) != size:
-            raise ConsumeQueueCorrupt(f"consume queue file {f.path} is shorter than expected: "
-                                      f"{size} bytes at {at}")
-        return data
-
-    def _create(self, start: int) -> _File:
+    def _create(self, start: int) -> QueueFile:
         path = self.directory / cq_file_name(start)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        f = _File(start, path, fd)
+        f = QueueFile(start, path, fd)
         self._files.append(f)
         self._pending.entries_changed()
         return f
 
-    def _roll(self, start: int) -> _File:
+    def _roll(self, start: int) -> QueueFile:
         old = self._files[-1]
         if old.fd >= 0:
             os.close(old.fd)
             old.fd = -1
         return self._create(start)
 
-    def _delete(self, f: _File) -> None:
-        self._pending.deleted(f)
-        if f.fd >= 0:
-            os.close(f.fd)
-            f.fd = -1
-        f.path.unlink(missing_ok=True)
-
-    def _open_existing(self) -> None:
-        """Adopt the files on disk and recover the end of the last (module docstring)."""
-        found = numbered_files(self.directory)
-        for n, (start, path) in enumerate(found):
-            f = _File(start, path, os.open(path, os.O_RDWR))
-            self._files.append(f)
-            length = os.fstat(f.fd).st_size
-            f.units = length // UNIT_SIZE
-            if n < len(found) - 1 and length != self._upf * UNIT_SIZE:
-                raise ConsumeQueueCorrupt(f"consume queue file {path} has {length} bytes but is not "
-                                          f"the last file, so it must be full ({self._upf * UNIT_SIZE})")
-            if f.units > self._upf:
-                raise ConsumeQueueCorrupt(f"consume queue file {path} holds more than units_per_file "
-                                          f"{self._upf} units")
-            if n == len(found) - 1:
-                f.units = used_units(pread_full(f.fd, f.units * UNIT_SIZE, 0))
-                if f.units * UNIT_SIZE != length:
-                    os.ftruncate(f.fd, f.units * UNIT_SIZE)
-                    self._pending.wrote(f)
-            if f.units:
-                first, final = self._unit(f, 0), self._unit(f, f.units - 1)
-                if first.base != start:
-                    raise ConsumeQueueCorrupt(f"consume queue file {path} starts with offset {first.base}")
-                f.end = final.end
-            if n < len(found) - 1:
-                os.close(f.fd)
-                f.fd = -1
-            if n and start != self._files[-2].end:
-                raise ConsumeQueueCorrupt(f"consume queue files in {self.directory} are not contiguous: "
-                                          f"{self._files[-2].path.name} ends at {self._files[-2].end}, "
-                                          f"the next is {path.name}")
-        if len(self._files) > 1 and self._files[-1].units == 0:
-            self._delete(self._files.pop())
-            prev = self._files[-1]
-            prev.fd = os.open(prev.path, os.O_RDWR)
+    def _delete(self, f: QueueFile) -> None:
+        delete_file(f, self._pending)

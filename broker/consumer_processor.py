@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from broker.commands import CreateTopic, Perm, encode_admin
+from broker.processor import Processor
 from dledger.errors import ProposeError
 from protocol.consumer import (
     ConsumerListRequest,
@@ -41,9 +42,9 @@ CONNECTION: contextvars.ContextVar[web.WebSocketResponse | None] = contextvars.C
     "connection", default=None)
 
 
-class ConsumerProcessor:
+class ConsumerProcessor(Processor):
     def __init__(self, server: BrokerServer) -> None:
-        self._server = server
+        super().__init__(server)
         self._opaques = itertools.count(1)  # of the requests this broker sends to clients
 
     async def heartbeat(self, frame: Frame) -> Frame:

@@ -93,7 +93,7 @@ class Held:
     due_ms: int          # timers: deliver at; halves: next check at
     checks: int = 0      # halves: check-backs sent
     group: str = ""      # halves: producer group
-    topic: str = ""      # timers: the topic the message belongs to (a retry's original topic)
+    topic: str = ""      # the topic the message belongs to (a retry's original topic)
 
 
 class Timers:
@@ -136,16 +136,27 @@ class Timers:
 
 
 class Halves:
-    """Transaction half messages awaiting commit or rollback (replicated state)."""
+    """Transaction half messages awaiting commit or rollback (replicated state), with the
+    topic each belongs to: deleting a topic drops its halves (``forget_topic``).
+
+    Checkpoint form: ``{position: [size, next check ms, checks, producer group, topic]}``
+    (four items in checkpoints written before the topic was kept: its topic is then "").
+    """
 
     def __init__(self, state: Mapping[int, list[object]] | None = None) -> None:
         self._held: dict[int, Held] = {}
         for p, v in (state or {}).items():
-            size, due, checks, group = v
-            self._held[int(p)] = Held(int(p), int(size), int(due), int(checks), str(group))  # type: ignore[call-overload]
+            size, due, checks, group = v[:4]
+            topic = str(v[4]) if len(v) > 4 else ""
+            self._held[int(p)] = Held(int(p), int(size), int(due), int(checks), str(group), topic)  # type: ignore[call-overload]
 
-    def hold(self, position: int, size: int, stored_ms: int, group: str) -> None:
-        self._held[position] = Held(position, size, stored_ms + TRANSACTION_TIMEOUT_MS, 0, group)
+    def hold(self, position: int, size: int, stored_ms: int, group: str, topic: str = "") -> None:
+        self._held[position] = Held(position, size, stored_ms + TRANSACTION_TIMEOUT_MS, 0, group, topic)
+
+    def forget_topic(self, topic: str) -> None:
+        """``topic`` was deleted: its open transactions can no longer be committed."""
+        for position in [p for p, h in self._held.items() if h.topic == topic]:
+            del self._held[position]
 
     def resolve(self, position: int) -> bool:
         return self._held.pop(position, None) is not None
@@ -154,7 +165,8 @@ class Halves:
         h = self._held.get(position)
         if h is None:
             return False
-        self._held[position] = Held(h.position, h.size, at_ms + TRANSACTION_TIMEOUT_MS, h.checks + 1, h.group)
+        self._held[position] = Held(h.position, h.size, at_ms + TRANSACTION_TIMEOUT_MS, h.checks + 1, h.group,
+                                    h.topic)
         return True
 
     def get(self, position: int) -> Held | None:
@@ -170,4 +182,4 @@ class Halves:
         return list(self._held)
 
     def state(self) -> dict[int, list[object]]:
-        return {p: [h.size, h.due_ms, h.checks, h.group] for p, h in sorted(self._held.items())}
+        return {p: [h.size, h.due_ms, h.checks, h.group, h.topic] for p, h in sorted(self._held.items())}

@@ -6,27 +6,21 @@ END_TRANSACTION (commit or roll back a half message); the held copies are releas
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import msgspec
 
 from broker.fragments import MessageGone, read_message_at
+from broker.processor import Processor
 from broker.send_processor import OUTCOME_CODE, written
 from protocol.deferred import EndTransactionRequest, EndTransactionResponse, SendBackRequest, SendBackResponse
 from protocol.message_format import MessageFormatError, encode_message, message_at
 from protocol.names import validate_group
 from protocol.remoting import Frame, FrameError, ResponseCode
 
-if TYPE_CHECKING:
-    from broker.server import BrokerServer
-
 __all__ = ["DeferredProcessor"]
 
 
 
-class DeferredProcessor:
-    def __init__(self, server: BrokerServer) -> None:
-        self._server = server
+class DeferredProcessor(Processor):
 
     async def send_back(self, frame: Frame) -> Frame:
         """A consumer could not consume the message at ``position``: store a retry copy in

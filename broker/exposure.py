@@ -1,66 +1,22 @@
-"""Secure by default off loopback: a process serving clients on an address other hosts can
-reach starts only with its protections on, or with an explicit ``--insecure``.
-
-    listen address                 broker needs        name server needs
-    127.0.0.0/8, ::1, localhost    nothing             nothing
-    anything else (0.0.0.0, ::,    TLS and ACLs        TLS (its registrations are
-    a host's address or name)      ([broker.tls],      signed already: it refuses to
-                                   [broker] acl)       start without groups' keys)
-
-Without them the process refuses to start (an ``error:`` line naming what is missing and
-how to add it, exit 2); ``--insecure`` lets it start and logs a WARNING saying so at every
-start. A host name counts as loopback only when every address it resolves to is one.
-"""
+"""Secure by default off loopback for a broker and a name server (``protocol.exposure``, the
+table of what each process needs): a refusal is a ``ConfigError``, so the process prints
+one ``error:`` line and exits 2 like any other bad configuration."""
 
 from __future__ import annotations
 
-import ipaddress
 import logging
-import socket
 
 from dledger.config import ConfigError
+from protocol.exposure import ExposureRefused
+from protocol.exposure import check_exposure as check_listen
 
-__all__ = ["check_exposure", "is_loopback", "missing_protections"]
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address or a name; "" and wildcards are every interface) is
-    reachable from this host only."""
-    host = host.strip().strip("[]")
-    if not host:
-        return False
-    try:
-        return ipaddress.ip_address(host).is_loopback  # 0.0.0.0 and :: are not
-    except ValueError:
-        pass
-    try:
-        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-    except OSError:
-        return False
-    return bool(infos) and all(ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback
-                               for info in infos)
-
-
-def missing_protections(listen: str, *, tls: bool, acl: bool | None) -> list[str]:
-    """What a process listening on ``listen`` (HOST:PORT) lacks to be reachable from other
-    hosts: "TLS", "ACLs" (``acl`` None: not asked of this kind of process); [] on loopback."""
-    host = listen.rpartition(":")[0]
-    if is_loopback(host):
-        return []
-    return [name for name, on in (("TLS", tls), ("ACLs", acl)) if on is False]
+__all__ = ["check_exposure"]
 
 
 def check_exposure(what: str, listen: str, *, tls: bool, acl: bool | None, insecure: bool,
                    how: str, log: logging.Logger) -> None:
-    """Refuse (ConfigError) a ``what`` listening off loopback without its protections, unless
-    ``insecure``: then log a WARNING. ``how`` says where the protections are configured."""
-    missing = missing_protections(listen, tls=tls, acl=acl)
-    if not missing:
-        return
-    lacking = " and ".join(missing)
-    if not insecure:
-        raise ConfigError(f"{what} listens on {listen}, which other hosts can reach, without {lacking}: "
-                          f"configure {how}, listen on 127.0.0.1, or pass --insecure to serve "
-                          "anyone who reaches it anyway")
-    log.warning("INSECURE (--insecure): %s listens on %s without %s: anyone who reaches it is "
-                "trusted (configure %s)", what, listen, lacking, how)
+    """``protocol.exposure.check_exposure``, raising ConfigError instead of ExposureRefused."""
+    try:
+        check_listen(what, listen, tls=tls, acl=acl, insecure=insecure, how=how, log=log)
+    except ExposureRefused as e:
+        raise ConfigError(str(e)) from None

@@ -6,10 +6,8 @@ new leader knows every offset and lock; QUERY_OFFSET from any replica (the layou
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from broker.commands import CommitOffset, LockQueue, encode_admin
-from broker.send_processor import answer
+from broker.processor import Processor
 from broker.state_machine import Outcome
 from protocol.names import validate_group, validate_topic
 from protocol.offset import (
@@ -22,24 +20,18 @@ from protocol.offset import (
 )
 from protocol.remoting import Frame, RequestCode
 
-if TYPE_CHECKING:
-    from broker.server import BrokerServer
-
 __all__ = ["OffsetProcessor"]
 
 
 
-class OffsetProcessor:
-    def __init__(self, server: BrokerServer) -> None:
-        self._server = server
+class OffsetProcessor(Processor):
 
     async def commit_offset(self, frame: Frame) -> Frame:
         self._server.require_leader()
         req = CommitOffsetRequest.from_frame(frame)
         cmd = CommitOffset(validate_group(req.group), validate_topic(req.topic, system=True), req.queue_id,
                            req.offset)
-        (applied,) = await self._server.write.send([encode_admin(cmd)])
-        return answer(frame, applied)
+        return await self._through_log(frame, cmd)
 
     async def lock_queues(self, frame: Frame) -> Frame:
         """LOCK_BATCH_MQ / UNLOCK_BATCH_MQ: the answer lists the queue ids this client now

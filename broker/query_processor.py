@@ -26,6 +26,7 @@ from broker.commands import CommitOffset, encode_admin
 from broker.consume_queue import CqUnit
 from broker.entry_batch import read_stamp
 from broker.fragments import MessageGone, read_message_at
+from broker.processor import Processor
 from broker.send_processor import OUTCOME_CODE
 from broker.state_machine import Outcome
 from dledger.entry_format import HEADER_SIZE
@@ -49,9 +50,9 @@ if TYPE_CHECKING:
 __all__ = ["QueryProcessor"]
 
 
-class QueryProcessor:
+class QueryProcessor(Processor):
     def __init__(self, server: BrokerServer) -> None:
-        self._server = server
+        super().__init__(server)
         self._stamps: dict[int, int] = {}  # entry record position -> store time (committed: immutable)
 
     def store_time(self, position: int) -> int:

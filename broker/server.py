@@ -11,8 +11,8 @@ RocketMQ's remoting server does: sends (``broker.send_processor``), pulls
 (``broker.pull_processor``), queries and resets by time (``broker.query_processor``),
 topics (``broker.topic_processor``), offsets and locks (``broker.offset_processor``),
 consumer membership (``broker.consumer_processor``), send-backs and transactions
-(``broker.deferred_processor``). This module owns the connections, the dispatch, the
-health gate and the background tasks.
+(``broker.deferred_processor``). This module owns the connections, the dispatch and the
+health gate; ``broker.replica_tasks`` the background tasks.
 
 Writes go through the leader's ``WritePath``; a follower answers NOT_LEADER naming the
 leader. A message may be up to ``max_message_bytes`` encoded (4 MiB by default; larger
@@ -32,9 +32,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -64,6 +65,7 @@ from broker.overdue import DEFAULT_THRESHOLD_S as DEFAULT_OVERDUE_S
 from broker.overdue import OverdueWatch
 from broker.pull_processor import PullProcessor
 from broker.query_processor import QueryProcessor
+from broker.replica_tasks import run_background
 from broker.send_processor import SendProcessor
 from broker.state_machine import BrokerStateMachine
 from broker.topic_processor import TopicProcessor
@@ -89,15 +91,15 @@ __all__ = ["AppliedSignal", "BrokerServer"]
 
 log = logging.getLogger("broker.server")
 
-OVERDUE_CHECK_S = 5.0
-TRIM_CHECK_S = 5.0
 #: A frame's bytes beyond its body (header fields, ext).
 FRAME_SLACK = 64 * 1024
-
-
-
-
-
+#: A handler's error -> the answer's code, the first that matches (ProposeError, the base
+#: of the log's errors, last); FrameError and NotLeader are answered with more.
+_ERROR_CODES: tuple[tuple[type[Exception], ResponseCode], ...] = (
+    (InvalidName, ResponseCode.INVALID_NAME), (MessageTooLarge, ResponseCode.MESSAGE_TOO_LARGE),
+    (NoLeader, ResponseCode.NO_LEADER), (OutcomeUnknown, ResponseCode.OUTCOME_UNKNOWN),
+    (DiskFull, ResponseCode.DISK_FULL), (ProposeError, ResponseCode.SYSTEM_BUSY))
+_ANSWERED_ERRORS = tuple(kind for kind, _ in _ERROR_CODES)
 #: Requests an unhealthy replica still answers: none of them reads or changes state.
 _SERVED_WHEN_UNHEALTHY = frozenset({RequestCode.HEARTBEAT, RequestCode.UNREGISTER_CLIENT})
 
@@ -155,7 +157,12 @@ class BrokerServer:
         self.access = AccessControl(self, enabled=acl, bootstrap=acl_bootstrap,  # every request checked
                                     token_ttl_s=acl_token_ttl_s)
         self.acl_requests = AclProcessor(self)
-        self._handlers: dict[int, Callable[[Frame], Awaitable[Frame]]] = {
+        self._handlers = self._dispatch_table()
+
+    def _dispatch_table(self) -> dict[int, Callable[[Frame], Awaitable[Frame]]]:
+        """Every request code served -> its processor's handler (one place, as RocketMQ's
+        remoting server registers its processors)."""
+        return {
             RequestCode.SEND_MESSAGE: self.sends.send,
             RequestCode.SEND_BATCH: self.sends.send_batch,
             RequestCode.PULL_MESSAGE: self.pulls.pull,
@@ -193,7 +200,7 @@ class BrokerServer:
         app.add_routes([web.get("/ws", self._ws), web.get("/healthz", self._healthz),
                         web.get("/status", self._status), *admin_routes(self), *member_routes(self),
                         *self.access.routes()])
-        app.cleanup_ctx.append(self._background)
+        app.cleanup_ctx.append(functools.partial(run_background, self))
         app.cleanup_ctx.append(self.connections.background)
         return app
 
@@ -208,46 +215,9 @@ class BrokerServer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(ws.close(code=1001, message=b"broker stopping"), 1.0)
 
-    async def _background(self, app: web.Application) -> AsyncIterator[None]:
-        """The leader's deferred-message loop and the overdue watch run while the server does."""
-        tasks = [asyncio.create_task(self.deferred.run()), asyncio.create_task(self._watch_overdue()),
-                 asyncio.create_task(self.divergence.run()), asyncio.create_task(self._trim_derived()),
-                 asyncio.create_task(self.access.run_bootstrap())]
-        yield
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    async def close_http_session(self) -> None:
         if self._session is not None:
             await self._session.close()
-
-    async def _trim_derived(self) -> None:
-        """ConsumeQueue and IndexFile files that point only at deleted CommitLog segments go
-        with them (checked every TRIM_CHECK_S, off the event loop)."""
-        trimmed_at = -1
-        while True:
-            await asyncio.sleep(TRIM_CHECK_S)
-            start = self.rlog.commitlog.start_position
-            if start == trimmed_at:
-                continue
-            try:
-                removed = await asyncio.get_running_loop().run_in_executor(None, self.machine.trim, start)
-            except Exception:
-                log.exception("trimming the derived files failed")
-                continue
-            trimmed_at = start
-            if removed:
-                log.info("deleted %d ConsumeQueue/IndexFile files below CommitLog position %d",
-                         removed, start)
-
-    async def _watch_overdue(self) -> None:
-        while True:
-            await asyncio.sleep(OVERDUE_CHECK_S)
-            try:
-                self.overdue.check()
-            except Exception:  # e.g. a queue deleted under the check: the next one is fresh
-                log.exception("overdue check failed")
 
     # -- HTTP ----------------------------------------------------------------------
     def unhealthy(self) -> str | None:
@@ -360,22 +330,13 @@ class BrokerServer:
             return await handler(frame)
         except FrameError as e:
             return frame.response(e.code, remark=e.message)
-        except InvalidName as e:
-            return frame.response(ResponseCode.INVALID_NAME, remark=str(e))
-        except MessageTooLarge as e:
-            return frame.response(ResponseCode.MESSAGE_TOO_LARGE, remark=str(e))
         except NotLeader as e:
             address = self.leader_address(e.leader or "")
             return NotLeaderResponse(leader=e.leader, leader_address=address).reply(
                 frame, ResponseCode.NOT_LEADER, remark=str(e))
-        except NoLeader as e:
-            return frame.response(ResponseCode.NO_LEADER, remark=str(e))
-        except OutcomeUnknown as e:
-            return frame.response(ResponseCode.OUTCOME_UNKNOWN, remark=str(e))
-        except DiskFull as e:
-            return frame.response(ResponseCode.DISK_FULL, remark=str(e))
-        except ProposeError as e:
-            return frame.response(ResponseCode.SYSTEM_BUSY, remark=str(e))
+        except _ANSWERED_ERRORS as e:
+            code = next(c for kind, c in _ERROR_CODES if isinstance(e, kind))
+            return frame.response(code, remark=str(e))
         except Exception:
             log.exception("request %s failed", frame.code)
             return frame.response(ResponseCode.SYSTEM_ERROR, remark="internal error; see the broker log")

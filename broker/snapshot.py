@@ -20,7 +20,7 @@ File ``store/snapshots/<S, 20 digits>.snap`` (msgpack, written atomically)::
         "producers": {"producer\\0topic\\0queue": [last sequence, [[base sequence, count,
                                                       base offset], ...], last ms]},
         "timers":    {position: [size, due ms, topic]},
-        "halves":    {position: [size, next check ms, checks, producer group]},
+        "halves":    {position: [size, next check ms, checks, producer group, topic]},
         "locks":     {"group\\0topic\\0queue": [client id, ms]},
         "sent_back": {"group:position": ms},
         "users":     {user: [super, salt, iterations, stored key, server key]}   only when

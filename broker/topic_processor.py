@@ -6,10 +6,8 @@ route, in the name server's shape) from any replica's applied state (the layouts
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from broker.commands import CreateTopic, DeleteTopic, Perm, encode_admin
-from broker.send_processor import answer
+from broker.commands import CreateTopic, DeleteTopic, Perm
+from broker.processor import Processor
 from protocol.names import validate_topic
 from protocol.remoting import Frame, FrameError, ResponseCode
 from protocol.topic import (
@@ -23,32 +21,24 @@ from protocol.topic import (
     TopicsResponse,
 )
 
-if TYPE_CHECKING:
-    from broker.server import BrokerServer
-
 __all__ = ["TopicProcessor"]
 
 
 
-class TopicProcessor:
-    def __init__(self, server: BrokerServer) -> None:
-        self._server = server
+class TopicProcessor(Processor):
 
     async def create_topic(self, frame: Frame) -> Frame:
         self._server.require_leader()
         req = CreateTopicRequest.from_frame(frame)
         topic = validate_topic(req.topic)
-        (applied,) = await self._server.write.send([encode_admin(CreateTopic(topic, req.queues,
-                                                                             Perm(req.perm)))])
-        return answer(frame, applied)
+        return await self._through_log(frame, CreateTopic(topic, req.queues, Perm(req.perm)))
 
     async def delete_topic(self, frame: Frame) -> Frame:
         """Delete a topic: its queues and consumer offsets go; its messages stay in the
         CommitLog until retention removes their segments."""
         self._server.require_leader()
         topic = validate_topic(DeleteTopicRequest.from_frame(frame).topic)
-        (applied,) = await self._server.write.send([encode_admin(DeleteTopic(topic))])
-        return answer(frame, applied)
+        return await self._through_log(frame, DeleteTopic(topic))
 
     async def topics(self, frame: Frame) -> Frame:
         topics = {t: TopicQueues(c.queues, c.perm) for t, c in sorted(self._server.machine.topics.items())}

@@ -293,17 +293,20 @@ async def _dlq(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_client_commands(sub: Any) -> None:
-    def where(p: argparse.ArgumentParser) -> None:
-        g = p.add_argument_group("cluster")
-        g.add_argument("--namesrv", action="append", metavar="HOST:PORT", help="a name server (repeatable)")
-        g.add_argument("--servers", metavar="A,B,C", help="one group's broker addresses (no name server)")
-        g.add_argument("--dir", help="a local cluster's directory (its cluster.json names the name server)")
-        g.add_argument("--credentials-file", metavar="FILE",
-                       help="user name and password, one a line (else $RAFTMQ_USER, $RAFTMQ_PASSWORD)")
-        p.add_argument("--json", action="store_true", help="machine-readable output")
-        add_tls_arguments(p)
+def _add_cluster_options(p: argparse.ArgumentParser) -> None:
+    """The options naming the cluster, its TLS and the output, common to every client command."""
+    g = p.add_argument_group("cluster")
+    g.add_argument("--namesrv", action="append", metavar="HOST:PORT", help="a name server (repeatable)")
+    g.add_argument("--servers", metavar="A,B,C", help="one group's broker addresses (no name server)")
+    g.add_argument("--dir", help="a local cluster's directory (its cluster.json names the name server)")
+    g.add_argument("--credentials-file", metavar="FILE",
+                   help="user name and password, one a line (else $RAFTMQ_USER, $RAFTMQ_PASSWORD)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_tls_arguments(p)
 
+
+def _add_topic_and_send(sub: Any) -> None:
+    """``raftmq topic`` and ``raftmq send``."""
     t = sub.add_parser("topic", help="create, list or delete topics",
                        description="Create (or update) a topic on every group, list topics, or delete "
                                    "one (its queues and offsets; messages go with retention).")
@@ -312,7 +315,7 @@ def add_client_commands(sub: Any) -> None:
     t.add_argument("--queues", type=int, default=8, help="queues per group (default 8)")
     t.add_argument("--perm", type=int, default=6, choices=[2, 4, 6], help="2 write, 4 read, 6 both (default)")
     t.add_argument("--groups", help="only these groups, comma-separated (default: all)")
-    where(t)
+    _add_cluster_options(t)
 
     s = sub.add_parser("send", help="send messages",
                        description="Send BODY (or --file, or one message per stdin line); prints each "
@@ -326,8 +329,11 @@ def add_client_commands(sub: Any) -> None:
     s.add_argument("--property", action="append", metavar="K=V", help="a user property (repeatable)")
     s.add_argument("--shard-key", help="messages with one shard key keep their order")
     s.add_argument("--group", default="raftmq-cli", help="producer group")
-    where(s)
+    _add_cluster_options(s)
 
+
+def _add_consume_and_query(sub: Any) -> None:
+    """``raftmq consume`` and ``raftmq query``."""
     c = sub.add_parser("consume", help="print messages of a topic",
                        description="Pull a topic's queues and print messages (Ctrl-C stops).")
     c.add_argument("topic")
@@ -339,7 +345,7 @@ def add_client_commands(sub: Any) -> None:
     c.add_argument("--idle", type=float, help="stop after this many seconds without a message")
     c.add_argument("--commit", action="store_true", help="commit the group's offsets as we go")
     c.add_argument("--read-from", default="follower", choices=["follower", "leader", "any"])
-    where(c)
+    _add_cluster_options(c)
 
     q = sub.add_parser("query", help="find messages by id or key",
                        description="Look up messages by message id, or by key within a time range.")
@@ -350,8 +356,11 @@ def add_client_commands(sub: Any) -> None:
     q.add_argument("--begin", type=_time_ms, help="from this store time (ms or ISO)")
     q.add_argument("--end", type=_time_ms, help="until this store time (ms or ISO)")
     q.add_argument("--max", type=int, default=32, help="most results (default 32)")
-    where(q)
+    _add_cluster_options(q)
 
+
+def _add_group_and_dlq(sub: Any) -> None:
+    """``raftmq group`` and ``raftmq dlq``."""
     g = sub.add_parser("group", help="consumer group progress and offset reset",
                        description="progress: committed offset, max offset and lag per queue; "
                                    "reset: move the group's offsets to a time.")
@@ -359,7 +368,7 @@ def add_client_commands(sub: Any) -> None:
     g.add_argument("group")
     g.add_argument("topic")
     g.add_argument("--to", help="reset: a time (ms since the epoch or ISO)")
-    where(g)
+    _add_cluster_options(g)
 
     d = sub.add_parser("dlq", help="list or re-send a consumer group's dead letters",
                        description="Dead letters are messages a group failed to consume more than its "
@@ -369,8 +378,15 @@ def add_client_commands(sub: Any) -> None:
     d.add_argument("group", help="the consumer group whose dead letters to handle")
     d.add_argument("--topic", help="resend: to this topic instead of the original one")
     d.add_argument("--max", type=int, help="at most this many messages")
-    where(d)
-    add_access_commands(sub, where)
+    _add_cluster_options(d)
+
+
+def add_client_commands(sub: Any) -> None:
+    """The client commands of ``raftmq`` (module docstring), users and ACLs included."""
+    _add_topic_and_send(sub)
+    _add_consume_and_query(sub)
+    _add_group_and_dlq(sub)
+    add_access_commands(sub, _add_cluster_options)
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {

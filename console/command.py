@@ -1,15 +1,26 @@
-"""``raftmq console [--namesrv H:P | --dir D] [--ca-file PEM ...] [--listen 127.0.0.1:8080]``:
-serve the web console until SIGINT/SIGTERM. Prints ``console at http://HOST:PORT/`` once
-listening (``--listen 127.0.0.1:0`` picks a free port). A cluster serving TLS: the CLI's
-TLS flags, else the CA a ``--dir``'s cluster.json names, else ``$RAFTMQ_CA_FILE`` & co.
-(``client.cli.cli_tls``). The console itself serves plain HTTP: keep it on loopback."""
+"""``raftmq console [--namesrv H:P | --dir D] [--ca-file PEM ...] [--listen 127.0.0.1:8080]
+[--listen-cert-file PEM --listen-key-file PEM] [--insecure]``: serve the web console until
+SIGINT/SIGTERM. Prints ``console at http(s)://HOST:PORT/`` once listening (``--listen
+127.0.0.1:0`` picks a free port).
+
+Two sides of TLS:
+- the cluster it reads (a cluster serving TLS): the CLI's TLS flags (``--ca-file``, and
+  ``--cert-file``/``--key-file``: the console's *client* certificate under mutual TLS), else
+  the CA a ``--dir``'s cluster.json names, else ``$RAFTMQ_CA_FILE`` & co.
+  (``client.cli.cli_tls``);
+- its own page: https with ``--listen-cert-file``/``--listen-key-file`` (TLS 1.2+). A
+  password typed at sign-in crosses the network, so off loopback the console refuses to
+  start without them (an ``error:`` line, exit 2) unless ``--insecure``, which logs a
+  WARNING at every start (``protocol.exposure``)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import logging
 import signal
+import ssl
 import sys
 from pathlib import Path
 
@@ -18,9 +29,12 @@ from aiohttp import web
 from client.aio.routes import default_namesrv
 from client.cli import add_tls_arguments, cli_tls
 from console.web import Console
+from protocol.exposure import check_exposure
 from protocol.tls import ClientTls
 
-__all__ = ["DESCRIPTION", "configure", "main", "run"]
+__all__ = ["DESCRIPTION", "configure", "main", "run", "serving_context"]
+
+log = logging.getLogger("raftmq.console")
 
 DESCRIPTION = ("Serve the RaftMQ web console: cluster, topics, consumer groups, messages, dead letters "
                "and live charts, over the client and admin API (no CDN: the assets are in the package).")
@@ -34,7 +48,29 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="where to serve (default 127.0.0.1:8080; port 0: any free port)")
     parser.add_argument("--sample-interval", type=float, default=1.0, metavar="S",
                         help="seconds between samples of /status and /metrics (default 1)")
+    page = parser.add_argument_group("the console's own page over https (needed off loopback)")
+    page.add_argument("--listen-cert-file", metavar="PEM", help="the console's server certificate (chain)")
+    page.add_argument("--listen-key-file", metavar="PEM", help="its private key")
+    page.add_argument("--insecure", action="store_true",
+                      help="serve plain HTTP off loopback anyway (sign-in passwords in clear; a WARNING)")
     add_tls_arguments(parser)
+
+
+def serving_context(cert_file: str | None, key_file: str | None) -> ssl.SSLContext | None:
+    """The page's TLS (TLS 1.2+), or None without a certificate; ValueError when only one of
+    the two files is given or they cannot be used."""
+    if not cert_file and not key_file:
+        return None
+    if not (cert_file and key_file):
+        raise ValueError("--listen-cert-file and --listen-key-file go together")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert_file, key_file)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError(f"cannot use --listen-cert-file {cert_file} with --listen-key-file {key_file}: "
+                         f"{e}") from e
+    return context
 
 
 def where_of(args: argparse.Namespace) -> tuple[list[str], ClientTls | bool | None]:
@@ -47,16 +83,17 @@ def where_of(args: argparse.Namespace) -> tuple[list[str], ClientTls | bool | No
     return default_namesrv(), cli_tls(args)
 
 
-async def serve(args: argparse.Namespace) -> None:
+async def serve(args: argparse.Namespace, context: ssl.SSLContext | None) -> None:
     host, _, port = args.listen.rpartition(":")
     namesrv, tls = where_of(args)
     console = Console(namesrv, args.sample_interval, tls)
     runner = web.AppRunner(console.app(), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, int(port))
+    site = web.TCPSite(runner, host, int(port), ssl_context=context)
     await site.start()
     bound = runner.addresses[0][1]  # the port bound (for port 0: the one chosen)
-    print(f"console at http://{host}:{bound}/ (name servers {', '.join(console.namesrv)})", flush=True)
+    scheme = "https" if context is not None else "http"
+    print(f"console at {scheme}://{host}:{bound}/ (name servers {', '.join(console.namesrv)})", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -68,7 +105,14 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    asyncio.run(serve(args))
+    try:
+        context = serving_context(args.listen_cert_file, args.listen_key_file)
+        check_exposure("the console", args.listen, tls=context is not None, acl=None, insecure=args.insecure,
+                       how="--listen-cert-file and --listen-key-file", log=log)
+    except ValueError as e:  # ExposureRefused too
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    asyncio.run(serve(args, context))
     return 0
 
 

@@ -105,7 +105,8 @@ class Console:
     async def _session_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         response = await handler(request)
         if _COOKIE not in request.cookies and _COOKIE not in response.cookies:  # login sets its own
-            response.set_cookie(_COOKIE, secrets.token_urlsafe(24), httponly=True, samesite="Strict")
+            response.set_cookie(_COOKIE, secrets.token_urlsafe(24), httponly=True, samesite="Strict",
+                                secure=request.secure)
         return response
 
     # -- sign in -----------------------------------------------------------------------
@@ -122,7 +123,7 @@ class Console:
         session = request.cookies.get(_COOKIE) or secrets.token_urlsafe(24)
         self._sessions[session] = credentials
         response = web.json_response({"user": credentials.user})
-        response.set_cookie(_COOKIE, session, httponly=True, samesite="Strict")
+        response.set_cookie(_COOKIE, session, httponly=True, samesite="Strict", secure=request.secure)
         return response
 
     async def logout(self, request: web.Request) -> web.Response:

@@ -25,55 +25,15 @@ Reset (``reset``): a follower whose next entry the leader has already deleted
 throws its log away and restarts it at the leader's first retained entry, at
 the same position as on the leader (DLedger's truncate to the leader's begin
 index), so positions keep naming the same entries on every replica. The start
-is recorded in the file ``LOG_START`` (24 bytes, big-endian, replaced with
-``durable_file.atomic_write``)::
-
-    ┌───────────┬─────────────────┬────────────────────┬───────────┐
-    │ magic (4) │ start_index (8) │ start_position (8) │ crc32 (4) │
-    └───────────┴─────────────────┴────────────────────┴───────────┘
-
-* ``magic`` is ``MAGIC_START_PENDING`` while the reset is under way and
-  ``MAGIC_START`` once it is complete;
-* ``crc32`` is ``zlib.crc32`` of the 20 bytes before it.
-
-``reset`` steps (1 is durable before 2 starts; 2-3 are made durable by 4, before 5)::
-
-    1. LOG_START := PENDING(index, position)       the decision; nothing deleted yet
-    2. delete every segment file                   ─┐ SegmentedFile.reset; the new
-    3. create the segment holding position,         │ file and the directory are
-       ftruncate'd to it (a sparse hole before)     │ fsynced
-    4. fsync the new file and the directory        ─┘
-    5. LOG_START := START(index, position)          the reset is complete
-
-Crash safety: a reset interrupted at any point recovers as the RESET log, never
-the old one. A PENDING marker means steps 2-4 may be partly done (any subset of
-old segments left, the new file missing or short), so recovery redoes them
-(deleting whatever segment files are there) and then writes step 5; the old log
-cannot be kept in general, since after step 2 began it may have lost any of its
-segments. Rolling forward is also what Raft wants: the leader has already
-decided that this node restarts at ``index``. A crash before step 1 is durable
-leaves the old marker (or none) and the untouched old log. The two magics make
-the state explicit, so recovery never has to guess from the records whether a
-segment is old or new, and a corrupt first record of a completed reset is
-treated as corruption (cut as a torn tail, or ``CorruptLogError``), not as
-an unfinished reset.
-
-A complete marker is honoured while its position lies in the first segment:
-recovery scans from that position and the first record must be ``index`` (with
-no record there the log is empty, and the next append must be ``index``). When
-retention has since deleted that segment (position below the first segment),
-the marker is stale: ignored, and deleted once the directory is fsynced. A
-complete marker past the end of the first segment cannot come from ``reset``
-(step 5 follows the durable deletion of every older segment):
-``CorruptLogError``.
+is recorded in ``LOG_START`` (``dledger.log_start_marker``: its layout, the
+steps of a reset and why a crash at any of them recovers as the reset log).
+Recovery's scan of the records is ``dledger.log_scan``.
 """
 
 from __future__ import annotations
 
 import logging
-import struct
 import threading
-import zlib
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
@@ -82,16 +42,22 @@ from pathlib import Path
 from dledger.durable_file import atomic_write, fsync_directory, read_or_none
 from dledger.entry_format import (
     ALIGN,
-    HEADER_SIZE,
-    MAGIC_ENTRY,
     Entry,
-    EntryHeader,
     EntryKind,
     FormatError,
     decode_entry,
-    decode_header,
     encode_entry,
     record_size,
+)
+from dledger.log_scan import scan_segment, valid_record_after
+from dledger.log_start_marker import (
+    MAGIC_START,
+    MAGIC_START_PENDING,
+    START_MARKER,
+    StartMarker,
+    check_start,
+    decode_start_marker,
+    encode_start_marker,
 )
 from dledger.segments import CorruptLogError, SegmentedFile, SegmentInfo
 
@@ -110,58 +76,8 @@ __all__ = [
 
 log = logging.getLogger("dledger.commitlog")
 
-_CHUNK = 1 << 20
-_MAGIC_BYTES = MAGIC_ENTRY.to_bytes(4, "big")
 _REPAIR_HINT = ("Restart the node with repair enabled (--repair-log, repair=True) to cut the "
                 "log at this point and re-fetch the rest from its peers.")
-
-
-START_MARKER = "LOG_START"
-"""File name of the log-start marker in the CommitLog directory."""
-MAGIC_START = 0xD1ED5751
-MAGIC_START_PENDING = 0xD1ED5750
-_MARKER = struct.Struct(">IQQI")
-_I63 = (1 << 63) - 1  # the index arrays are signed 64-bit
-
-
-@dataclass(frozen=True, slots=True)
-class StartMarker:
-    """A decoded ``LOG_START``: the log restarts at ``index`` at ``position``."""
-
-    index: int
-    position: int
-    complete: bool
-
-
-def _check_start(index: int, position: int) -> None:
-    if not 1 <= index <= _I63:
-        raise ValueError(f"start index {index} must be in [1, 2**63)")
-    if not 0 <= position <= _I63 or position % ALIGN:
-        raise ValueError(f"start position {position} must be >= 0 and a multiple of {ALIGN}")
-
-
-def encode_start_marker(index: int, position: int, *, complete: bool) -> bytes:
-    """The 24 bytes of ``LOG_START`` (see the module docstring). Raises ValueError."""
-    _check_start(index, position)
-    magic = MAGIC_START if complete else MAGIC_START_PENDING
-    head = _MARKER.pack(magic, index, position, 0)[:-4]
-    return head + zlib.crc32(head).to_bytes(4, "big")
-
-
-def decode_start_marker(data: bytes) -> StartMarker:
-    """Decode ``LOG_START``; raises FormatError for a bad length, magic, CRC or field."""
-    if len(data) != _MARKER.size:
-        raise FormatError(f"log start marker of {len(data)} bytes, expected {_MARKER.size}")
-    magic, index, position, crc = _MARKER.unpack(data)
-    if magic not in (MAGIC_START, MAGIC_START_PENDING):
-        raise FormatError(f"bad log start marker magic 0x{magic:08x}")
-    if zlib.crc32(data[:-4]) != crc:
-        raise FormatError("log start marker CRC mismatch")
-    try:
-        _check_start(index, position)
-    except ValueError as e:
-        raise FormatError(str(e)) from None
-    return StartMarker(index, position, magic == MAGIC_START)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,28 +101,6 @@ class LogGap(LookupError):
         self.wanted = wanted
         self.first_index = first_index
         super().__init__(f"entry {wanted} is no longer retained; the log starts at {first_index}")
-
-
-@dataclass(frozen=True, slots=True)
-class _Bad:
-    position: int
-    reason: str
-
-
-class _Reader:
-    """Recovery reads of one segment: whole chunks (``chunk`` > 32) or single headers."""
-
-    __slots__ = ("_base", "_buf", "_chunk", "_files")
-
-    def __init__(self, files: SegmentedFile, chunk: int) -> None:
-        self._files, self._chunk, self._base, self._buf = files, chunk, 0, b""
-
-    def get(self, position: int, n: int) -> bytes:
-        lo = position - self._base
-        if lo < 0 or lo + n > len(self._buf):
-            self._base, lo = position, 0
-            self._buf = self._files.read_available(position, max(n, self._chunk))
-        return self._buf[lo:lo + n]
 
 
 class CommitLog:
@@ -361,7 +255,7 @@ class CommitLog:
         system: if the first step (the PENDING marker) failed, nothing changed;
         otherwise the log is closed and must be reopened, which finishes the reset.
         """
-        _check_start(start_index, start_position)
+        check_start(start_index, start_position)
         with self._lock:
             if self._files.closed:
                 raise ValueError("CommitLog is closed")
@@ -569,14 +463,16 @@ class CommitLog:
         start = self._files.start_position
         bad = None
         for k, info in enumerate(infos):
-            bad = self._scan_segment(info, max(info.start, start), deep=repair or k == len(infos) - 1,
-                                     is_last=k == len(infos) - 1)
+            bad = scan_segment(self._files, info, max(info.start, start), deep=repair or k == len(infos) - 1,
+                               is_last=k == len(infos) - 1, expected=self._next_expected,
+                               found=lambda pos, h: self._push(pos, h.index, h.term, h.kind, h.body_len))
             if bad is not None:
                 break
         if bad is None:
             return RecoveryReport(len(self._positions), None, 0)
         path, offset = self._files.locate(bad.position)
-        follower = self._valid_record_after(bad.position)
+        min_index = self._last() + 1 if self._positions else max(1, self._reset_index)
+        follower = valid_record_after(self._files, bad.position, min_index)
         where = f"segment file {path} at offset {offset} (position {bad.position})"
         if follower is not None and not repair:
             raise CorruptLogError(
@@ -590,82 +486,6 @@ class CommitLog:
                     what, where, bad.reason, end - bad.position, self._last())
         return RecoveryReport(len(self._positions), bad.position, end - bad.position)
 
-    def _scan_segment(self, info: SegmentInfo, pos: int, deep: bool,
-                      is_last: bool) -> _Bad | None:
-        """Add the segment's valid entries from ``pos`` on; return the first bad record."""
-        seg_end = info.start + self._files.segment_size
-        file_end = info.start + info.size_on_disk
-        reader = _Reader(self._files, _CHUNK if deep else HEADER_SIZE)
-        while pos < seg_end:
-            if pos >= file_end:
-                return None if is_last else _Bad(pos, "segment file ends without blank padding")
-            try:
-                header = decode_header(reader.get(pos, HEADER_SIZE))
-            except FormatError as e:
-                return _Bad(pos, str(e))
-            if header.is_blank:
-                return self._check_blank(header, pos, seg_end, file_end, is_last)
-            problem = self._check_entry(header, pos, seg_end, file_end)
-            if problem is None and deep:
-                body = reader.get(pos + HEADER_SIZE, header.body_len)
-                if zlib.crc32(body) != header.crc:
-                    problem = f"CRC mismatch in entry {header.index}"
-            if problem is not None:
-                return _Bad(pos, problem)
-            self._push(pos, header.index, header.term, header.kind, header.body_len)
-            pos += header.size
-        return None
-
-    @staticmethod
-    def _check_blank(header: EntryHeader, pos: int, seg_end: int, file_end: int,
-                     is_last: bool) -> _Bad | None:
-        if header.size != seg_end - pos:
-            return _Bad(pos, f"blank record of {header.size} bytes, {seg_end - pos} bytes "
-                        "before the segment end")
-        if is_last and file_end < seg_end:
-            return _Bad(pos, "incomplete segment roll (blank record not extended)")
-        return None
-
-    def _check_entry(self, header: EntryHeader, pos: int, seg_end: int,
-                     file_end: int) -> str | None:
-        expected = self._last() + 1 if self._positions else self._reset_index or None
-        if pos + header.size > seg_end:
-            return f"record of {header.size} bytes runs past the segment end"
-        if expected is None and header.index < 1:
-            return f"index {header.index}"
-        if expected is not None and header.index != expected:
-            return f"index {header.index} where {expected} was expected"
-        if pos + header.size > file_end:
-            return f"short record: {file_end - pos} of {header.size} bytes on disk"
-        return None
-
-    def _valid_record_after(self, position: int) -> int | None:
-        """Position of a fully valid entry record after ``position``, if any (error path)."""
-        min_index = self._last() + 1 if self._positions else max(1, self._reset_index)
-        for info in self._files.segments():
-            pos = max(info.start, position + ALIGN)
-            end = info.start + info.size_on_disk
-            while pos < end:
-                chunk = self._files.read_available(pos, _CHUNK)
-                if not chunk:
-                    break
-                hit = chunk.find(_MAGIC_BYTES)
-                while hit >= 0:
-                    if hit % ALIGN == 0 and self._valid_at(pos + hit, info.start, min_index):
-                        return pos + hit
-                    hit = chunk.find(_MAGIC_BYTES, hit + 1)
-                pos += len(chunk)
-        return None
-
-    def _valid_at(self, position: int, seg_start: int, min_index: int) -> bool:
-        try:
-            header = decode_header(self._files.read_available(position, HEADER_SIZE))
-        except FormatError:
-            return False
-        seg_end = seg_start + self._files.segment_size
-        if header.index < min_index or position + header.size > seg_end:
-            return False
-        record = self._files.read_available(position, header.size)
-        if len(record) < header.size:
-            return False
-        return zlib.crc32(record[HEADER_SIZE:HEADER_SIZE + header.body_len]) == header.crc
+    def _next_expected(self) -> int | None:
+        """The index the next record recovered must have (None: any, an empty log)."""
+        return self._last() + 1 if self._positions else self._reset_index or None

@@ -17,7 +17,8 @@ Threads: ``heard`` on pysyncobj's tick thread; the rest from any thread.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
+from typing import Any
 
 from dledger.disk_guard import DiskGuard
 from dledger.errors import DiskFull
@@ -41,6 +42,20 @@ class FollowerDisks:
 
     def is_full(self, name: str) -> bool:
         return self._full.get(name, False)
+
+    def node_is_full(self, node: Any) -> bool:
+        """Transport (tick thread): whether pysyncobj's ``node`` last said its disk is full."""
+        return self.is_full(getattr(node, "name", ""))
+
+    def note_answer(self, node: Any, message: dict[str, Any], names: Callable[[], dict[str, str]]) -> bool:
+        """Transport intercept (tick thread): every answer of a follower to an append says
+        whether its disk is full (``dledger.transport``); ``names()``: Raft address -> member.
+        Consumes nothing (returns False)."""
+        if message.get("type") == "next_node_idx":
+            name = getattr(node, "name", "") or names().get(getattr(node, "address", ""))
+            if name:  # else a learner (read-only peer): it does not count for a majority
+                self.heard(name, bool(message.get("disk_full")))
+        return False
 
     def full_among(self, names: Iterable[str]) -> set[str]:
         return {n for n in names if self._full.get(n, False)}

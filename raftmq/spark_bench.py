@@ -190,7 +190,7 @@ def _alone_source(rows: int, partitions: int, body_bytes: int, batch_rows: int) 
     return Alone
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m raftmq.spark_bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--queues", type=int, default=8)
@@ -202,11 +202,64 @@ def main(argv: list[str] | None = None) -> int:
                     help="a further option of the raftmq source (repeatable), e.g. pipeline=4")
     ap.add_argument("--dir", help="where the brokers keep data and logs (default: a temporary directory)")
     ap.add_argument("--out", help="also write the results as JSON to this file")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def _filled(group: Any, args: argparse.Namespace) -> tuple[str, dict[str, str], int]:
+    """Topic ``bench`` filled through ``group`` (started) and applied on every follower:
+    (the leader, every replica's address, the messages stored)."""
+    from client import Admin
+
+    leader = group.wait_leader(timeout=30)
+    addresses = {n: p.http for n, p in group.nodes.items()}
+    servers = list(addresses.values())
+    admin = Admin(servers=servers)
+    try:
+        admin.create_topic("bench", queues=args.queues)
+    finally:
+        admin.close()
+    fill_s = _fill(servers, "bench", args.queues, args.messages, args.body_bytes)
+    expected = args.messages // args.queues * args.queues
+    target = group.status(leader)["commit_index"]
+    for name in addresses:
+        if name != leader:
+            group.wait_status(name, lambda s: s.get("applied_index", 0) >= target, 120, "catch-up")
+    print(f"filled topic bench: {expected} messages of {args.body_bytes} B in {fill_s:.1f} s", flush=True)
+    return leader, addresses, expected
+
+
+def _run(i: int, df: Any, alone: Any, args: argparse.Namespace, watched: dict[str, int],
+         addresses: dict[str, str], expected: int) -> dict[str, Any]:
+    """One measured read of ``df`` (CPU of every ``watched`` process, messages each replica
+    served), then of the Spark-only source ``alone``; its row of the results."""
+    load = os.getloadavg()[0]
+    before = _pulled(addresses)
+    with _CpuWindow(watched) as raftmq_cpu:
+        took = _timed(df, args.sink, expected)
+    after = _pulled(addresses)
+    served = {n: int(after[n] - before[n]) for n in after}
+    with _CpuWindow(watched) as alone_cpu:
+        alone_took = _timed(alone, args.sink, expected)
+    row = {"run": i + 1, "load_1min": round(load, 2), "seconds": round(took, 3),
+           "rows_per_s": round(expected / took),
+           "spark_alone_rows_per_s": round(expected / alone_took),
+           "ratio": round(alone_took / took, 3), "served": served,
+           "cpu_us_per_row": _per_row(raftmq_cpu, expected),
+           "alone_cpu_us_per_row": _per_row(alone_cpu, expected),
+           "cpu_s": {k: v for k, v in raftmq_cpu.used.items() if v > 0}}
+    print(f"run {i + 1} (load {load:.2f}): {expected} rows in {took:.2f} s = "
+          f"{expected / took:,.0f} rows/s "
+          f"(Spark alone {expected / alone_took:,.0f} rows/s: {alone_took / took:.0%}); "
+          f"served {served}; CPU us/row {row['cpu_us_per_row']}, "
+          f"alone {row['alone_cpu_us_per_row']}", flush=True)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-    from client import Admin
     from raftmq.local_group import LocalGroup
 
     tmp = None if args.dir else tempfile.TemporaryDirectory(prefix="raftmq-spark-bench-")
@@ -216,27 +269,13 @@ def main(argv: list[str] | None = None) -> int:
     session: Any = None
     try:
         group.start()
-        leader = group.wait_leader(timeout=30)
-        addresses = {n: p.http for n, p in group.nodes.items()}
-        servers = list(addresses.values())
-        admin = Admin(servers=servers)
-        try:
-            admin.create_topic("bench", queues=args.queues)
-        finally:
-            admin.close()
-        fill_s = _fill(servers, "bench", args.queues, args.messages, args.body_bytes)
-        expected = args.messages // args.queues * args.queues
-        target = group.status(leader)["commit_index"]  # type: ignore[index]
-        for name in addresses:
-            if name != leader:
-                group.wait_status(name, lambda s: s.get("applied_index", 0) >= target, 120, "catch-up")
-        print(f"filled topic bench: {expected} messages of {args.body_bytes} B in {fill_s:.1f} s", flush=True)
+        leader, addresses, expected = _filled(group, args)
 
         from spark.datasource import local_session
         session = local_session("raftmq-spark-bench")
         options = dict(o.split("=", 1) for o in args.option)
-        df = (session.read.format("raftmq").option("servers", ",".join(servers)).option("topic", "bench")
-              .options(**options).load())
+        df = (session.read.format("raftmq").option("servers", ",".join(addresses.values()))
+              .option("topic", "bench").options(**options).load())
         got = df.count()  # warm-up: JVM, Python workers, connections
         if got != expected:
             print(f"error: read {got} rows, expected {expected}", file=sys.stderr)
@@ -252,26 +291,8 @@ def main(argv: list[str] | None = None) -> int:
             spark_pids = sorted((set(spark_pids) | set(_descendants(os.getpid()))) - broker_pids)
             watched = {**{f"broker {n}{' (leader)' if n == leader else ''}": p for n, p in brokers.items()},
                        **{f"spark pid {p}": p for p in spark_pids}}
-            load = os.getloadavg()[0]
-            before = _pulled(addresses)
-            with _CpuWindow(watched) as raftmq_cpu:
-                took = _timed(df, args.sink, expected)
-            after = _pulled(addresses)
-            served = {n: int(after[n] - before[n]) for n in after}
-            with _CpuWindow(watched) as alone_cpu:
-                alone_took = _timed(alone, args.sink, expected)
-            runs.append({"run": i + 1, "load_1min": round(load, 2), "seconds": round(took, 3),
-                         "rows_per_s": round(expected / took),
-                         "spark_alone_rows_per_s": round(expected / alone_took),
-                         "ratio": round(alone_took / took, 3), "served": served,
-                         "cpu_us_per_row": _per_row(raftmq_cpu, expected),
-                         "alone_cpu_us_per_row": _per_row(alone_cpu, expected),
-                         "cpu_s": {k: v for k, v in raftmq_cpu.used.items() if v > 0}})
-            print(f"run {i + 1} (load {load:.2f}): {expected} rows in {took:.2f} s = "
-                  f"{expected / took:,.0f} rows/s "
-                  f"(Spark alone {expected / alone_took:,.0f} rows/s: {alone_took / took:.0%}); "
-                  f"served {served}; CPU us/row {runs[-1]['cpu_us_per_row']}, "
-                  f"alone {runs[-1]['alone_cpu_us_per_row']}", flush=True)
+            runs.append(_run(i, df, alone, args, watched, addresses, expected))
+            served = runs[-1]["served"]
             if served.get(leader, 0) != 0:
                 print(f"error: the leader {leader} served {served[leader]} messages", file=sys.stderr)
                 return 1
@@ -288,7 +309,6 @@ def main(argv: list[str] | None = None) -> int:
         group.stop()
         if tmp is not None:
             tmp.cleanup()
-
 
 if __name__ == "__main__":
     sys.exit(main())

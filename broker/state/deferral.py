@@ -62,7 +62,7 @@ class Deferral:
         if origin is not None and not self.send_backs.admit(origin, stamp):
             return "this message was sent back already"
         if props.get(PROP_TRAN) == "true":
-            self.halves.hold(position, size, stamp, props.get(PROP_PGROUP, ""))
+            self.halves.hold(position, size, stamp, props.get(PROP_PGROUP, ""), m.topic)
             return TRANS_HALF_TOPIC, 0
         due = props.get(PROP_DELIVER_AT, "")
         if due.isdigit() and int(due) > stamp:
@@ -70,6 +70,11 @@ class Deferral:
             level = props.get(PROP_DELAY, "")
             return SCHEDULE_TOPIC, int(level) if level.isdigit() and int(level) < 1024 else 0
         return m.topic, m.queue_id
+
+    def forget_topic(self, topic: str) -> None:
+        """``topic`` was deleted: its delayed messages, retries and transaction halves go."""
+        self.timers.forget_topic(topic)
+        self.halves.forget_topic(topic)
 
     def drop_hold(self, m: Message) -> None:
         """A released or committed copy that cannot be stored (its topic went away): the hold

@@ -238,15 +238,15 @@ class DerivedState:
 
     def _forget_topic(self, topic: str) -> None:
         """Deleted means deleted (guarantee 6): the topic's queues, consumer offsets, its
-        producers' sequence windows, its queue locks and its held delayed messages and retries
-        go with it, so a topic created again under the name starts empty -- no group skips its
-        first messages, no producer's sequence 0 is taken for a resend, no old message comes
-        back through a group's retry topic."""
+        producers' sequence windows, its queue locks, its held delayed messages and retries and
+        its transaction halves go with it, so a topic created again under the name starts
+        empty -- no group skips its first messages, no producer's sequence 0 is taken for a
+        resend, no old message comes back through a group's retry topic or a late commit."""
         self.queue_files.drop_topic(topic)
         self.offsets.forget_topic(topic)
         self.producers.forget_topic(topic)
         self.locks.forget_topic(topic)
-        self.deferral.timers.forget_topic(topic)
+        self.deferral.forget_topic(topic)
 
     # -- canonical form ----------------------------------------------------------------
     def forget_expired(self) -> None:

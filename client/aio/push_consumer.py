@@ -30,18 +30,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from client.aio.core import READ_FROM, ClientCore
+from client.aio.process_queue import LocalOffsets, ProcessQueue
 from client.aio.pull_consumer import commit_offset, committed_offset, fetch, queue_offsets
+from client.aio.queue_locks import LOCK_RENEW_S, LOCK_VALID_S, lock_queues
 from client.aio.routes import PERM_READ, TopicRoute
 from client.backoff import Deadline
 from client.credentials import Credentials
@@ -53,7 +54,6 @@ from client.tag_filter import SubscriptionError, parse_tags
 from protocol.consumer import ConsumerListRequest, ConsumerListResponse, HeartbeatRequest, UnregisterRequest
 from protocol.deferred import SendBackRequest
 from protocol.names import retry_topic
-from protocol.offset import LockQueuesRequest, LockQueuesResponse, UnlockQueuesRequest
 from protocol.sql_filter import FilterSyntaxError, compile_filter
 from protocol.tls import ClientTls
 from protocol.wire import Request
@@ -62,8 +62,6 @@ __all__ = ["AsyncPushConsumer", "ConsumeContext", "Listener"]
 
 log = logging.getLogger("client.consumer")
 
-LOCK_RENEW_S = 20.0  # orderly clustering: queue locks are taken again this often
-LOCK_VALID_S = 30.0  # and trusted this long after the request that took them (the broker: 60 s)
 
 
 @dataclass(slots=True)
@@ -73,31 +71,6 @@ class ConsumeContext:
 
 
 Listener = Callable[[list[ReceivedMessage], ConsumeContext], ConsumeStatus]
-
-
-@dataclass(slots=True)
-class _ProcessQueue:
-    """One assigned queue: messages pulled and not yet consumed, in offset order."""
-
-    queue: MessageQueue
-    next_offset: int
-    pending: dict[int, ReceivedMessage] = field(default_factory=dict)
-    bytes: int = 0
-    committed: int | None = None
-    dropped: bool = False
-    locked_until: float = 0.0  # orderly clustering: monotonic time the consume lock is trusted until
-    lost: bool = False  # the lock lapsed: the queue is dropped and taken again by the next rebalance
-    ready: asyncio.Event = field(default_factory=asyncio.Event)
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
-
-    def commit_point(self) -> int:
-        """Every offset below this one was consumed."""
-        return next(iter(self.pending)) if self.pending else self.next_offset
-
-    def done(self, offset: int) -> None:
-        m = self.pending.pop(offset, None)
-        if m is not None:
-            self.bytes -= len(m.body)
 
 
 class AsyncPushConsumer:
@@ -147,7 +120,7 @@ class AsyncPushConsumer:
         self._listener: Listener | None = None
         self._pool = ThreadPoolExecutor(consume_threads, thread_name_prefix=f"consume-{group}")
         self._slots = asyncio.Semaphore(consume_threads)
-        self._queues: dict[MessageQueue, _ProcessQueue] = {}
+        self._queues: dict[MessageQueue, ProcessQueue] = {}
         self._background: list[asyncio.Task[None]] = []
         self._rebalance_now = asyncio.Event()
         self._route_retry_s = 0.0  # the retry topic is not routed yet: rebalance again this soon
@@ -155,7 +128,7 @@ class AsyncPushConsumer:
         self._locking = orderly and model == "clustering"  # queue consume locks on the broker
         self._stragglers: set[asyncio.Future[None]] = set()  # calls left on a hung replica
         store = Path(offset_store_dir or Path.home() / ".raftmq" / "offsets")
-        self._local_offsets = store / group / f"{instance_name}.json"
+        self._local_offsets = LocalOffsets(store / group / f"{instance_name}.json")
         self.core.on_notify.append(self._on_notify)
 
     def register(self, listener: Listener) -> None:
@@ -329,7 +302,7 @@ class AsyncPushConsumer:
                 if self._locking:
                     await self._lock([q], take=False)  # (undecided: it expires on the broker)
                 continue
-            pq = self._queues[q] = _ProcessQueue(q, offset, committed=None,
+            pq = self._queues[q] = ProcessQueue(q, offset, committed=None,
                                                  locked_until=locked_at + LOCK_VALID_S)
             pq.tasks.append(asyncio.create_task(self._pull_loop(pq)))
             if self.orderly:
@@ -338,7 +311,7 @@ class AsyncPushConsumer:
 
     async def _start_offset(self, q: MessageQueue) -> int:
         if self.model == "broadcasting":
-            stored = self._read_local().get(str(q))
+            stored = self._local_offsets.read().get(str(q))
             if stored is not None:
                 return int(stored)
         else:
@@ -353,7 +326,7 @@ class AsyncPushConsumer:
             return at
         return high
 
-    async def _drop(self, pq: _ProcessQueue, give_back: bool = True) -> bool:
+    async def _drop(self, pq: ProcessQueue, give_back: bool = True) -> bool:
         """Stop consuming ``pq`` and commit its offset; give its lock back (``give_back``)
         if the message in hand finished. Returns whether it did finish."""
         pq.dropped = True
@@ -378,29 +351,8 @@ class AsyncPushConsumer:
 
     async def _lock(self, queues: Sequence[MessageQueue],
                     take: bool = True) -> tuple[set[MessageQueue], set[MessageQueue]]:
-        """Take (or give back) the consume locks of ``queues``: (the ones held (given back),
-        the undecided ones: their group's leader could not be reached)."""
-        by_group: dict[tuple[str, str], list[MessageQueue]] = {}
-        for q in queues:
-            by_group.setdefault((q.group, q.topic), []).append(q)
-        kind = LockQueuesRequest if take else UnlockQueuesRequest
-        held: set[MessageQueue] = set()
-        undecided: set[MessageQueue] = set()
-
-        async def ask(group: str, topic: str, qs: list[MessageQueue]) -> None:
-            try:
-                reply = await self.core.leader_request(
-                    group, kind(group=self.group, client_id=self.client_id, topic=topic,
-                                queues=tuple(q.queue_id for q in qs)), deadline=Deadline(3.0), topic=topic)
-            except ClientError as e:
-                log.warning("%s: %s of %s failed: %s", self.client_id, kind.CODE.name, qs, e)
-                undecided.update(qs)
-                return
-            ids = set(LockQueuesResponse.from_frame(reply).queue_ids)
-            held.update(q for q in qs if q.queue_id in ids)
-
-        await asyncio.gather(*(ask(group, topic, qs) for (group, topic), qs in by_group.items()))
-        return held, undecided
+        """``client.aio.queue_locks.lock_queues`` for this consumer's group and client id."""
+        return await lock_queues(self.core, self.group, self.client_id, queues, take)
 
     async def _renew_locks(self) -> None:
         pqs = [pq for pq in self._queues.values() if not pq.dropped]
@@ -413,7 +365,7 @@ class AsyncPushConsumer:
                 pq.locked_until = asked_at + LOCK_VALID_S
 
     # -- pulling and consuming ---------------------------------------------------------
-    async def _pull_loop(self, pq: _ProcessQueue) -> None:
+    async def _pull_loop(self, pq: ProcessQueue) -> None:
         failures = 0
         while not pq.dropped:
             if len(pq.pending) >= self.max_cached_messages or pq.bytes >= self.max_cached_bytes:
@@ -443,7 +395,7 @@ class AsyncPushConsumer:
             if len(pq.tasks) > 64:
                 pq.tasks = [t for t in pq.tasks if not t.done()]
 
-    async def _call_listener(self, pq: _ProcessQueue, m: ReceivedMessage, attempt: int) -> ConsumeStatus:
+    async def _call_listener(self, pq: ProcessQueue, m: ReceivedMessage, attempt: int) -> ConsumeStatus:
         assert self._listener is not None
         loop = asyncio.get_running_loop()
         try:
@@ -457,7 +409,7 @@ class AsyncPushConsumer:
             return ConsumeStatus.RECONSUME_LATER
         return status
 
-    async def _consume_one(self, pq: _ProcessQueue, m: ReceivedMessage) -> None:
+    async def _consume_one(self, pq: ProcessQueue, m: ReceivedMessage) -> None:
         """Concurrent mode: a failed message goes back to the broker, which redelivers it
         through the group's retry topic on the retry schedule (dead-letters it after
         ``max_reconsume_times``); if that fails, it is retried here after ``suspend_s``."""
@@ -484,7 +436,7 @@ class AsyncPushConsumer:
             log.warning("could not send %s back for a retry (retrying here): %s", m.msg_id, e)
             return False
 
-    async def _orderly_loop(self, pq: _ProcessQueue) -> None:
+    async def _orderly_loop(self, pq: ProcessQueue) -> None:
         """Orderly mode: one message at a time, in queue order; a failure blocks the queue."""
         while not pq.dropped:
             if not pq.pending:
@@ -509,14 +461,14 @@ class AsyncPushConsumer:
                 await asyncio.sleep(self.suspend_s)
 
     # -- offsets ---------------------------------------------------------------------
-    async def _commit(self, pq: _ProcessQueue) -> None:
+    async def _commit(self, pq: ProcessQueue) -> None:
         point = pq.commit_point()
         if point == pq.committed:
             return
         if self.model == "broadcasting":
-            offsets = self._read_local()
+            offsets = self._local_offsets.read()
             offsets[str(pq.queue)] = point
-            self._write_local(offsets)
+            self._local_offsets.write(offsets)
         else:
             try:
                 await commit_offset(self.core, self.group, pq.queue, point)
@@ -528,15 +480,3 @@ class AsyncPushConsumer:
     async def _commit_all(self) -> None:
         for pq in list(self._queues.values()):
             await self._commit(pq)
-
-    def _read_local(self) -> dict[str, int]:
-        try:
-            return dict(json.loads(self._local_offsets.read_text()))
-        except FileNotFoundError:
-            return {}
-
-    def _write_local(self, offsets: dict[str, int]) -> None:
-        self._local_offsets.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._local_offsets.with_suffix(".tmp")
-        tmp.write_text(json.dumps(offsets, sort_keys=True))
-        os.replace(tmp, self._local_offsets)

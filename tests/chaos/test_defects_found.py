@@ -38,19 +38,15 @@ from protocol.remoting import RequestCode, ResponseCode
 from tests.chaos.brokers import ChaosBrokers
 from tests.chaos.toxi import Toxi
 from tests.support.broker_client import FrameClient
+from tests.support.procs import led
 
 pytestmark = [pytest.mark.chaos]
 
 
 @pytest.fixture
 def brokers(tmp_path: Path, toxi: Toxi) -> Iterator[ChaosBrokers]:
-    b = ChaosBrokers(tmp_path / "brokers", toxi)
-    try:
-        b.start()
-        b.leader(timeout=30)
+    with led(ChaosBrokers(tmp_path / "brokers", toxi), ChaosBrokers.leader) as b:
         yield b
-    finally:
-        b.stop()
 
 
 async def _create_topic(b: ChaosBrokers, servers: list[str], amap: dict[str, str]) -> None:

@@ -15,26 +15,15 @@ import pytest
 
 from dledger.peer_guard import HANDSHAKE_TIMEOUT_S, MAX_PENDING_HANDSHAKES
 from raftmq.local_group import LocalGroup
+from tests.support.procs import led, rss_bytes
 
 pytestmark = [pytest.mark.cluster]
 
 
 @pytest.fixture
 def group(tmp_path: Path) -> Iterator[LocalGroup]:
-    g = LocalGroup(tmp_path / "group", 3)
-    try:
-        g.start()
-        g.wait_leader(timeout=30)
+    with led(LocalGroup(tmp_path / "group", 3), LocalGroup.wait_leader) as g:
         yield g
-    finally:
-        g.stop()
-
-
-def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for {pid}")
 
 
 def dial(address: str) -> socket.socket:

@@ -17,12 +17,12 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from raftmq.local_group import LocalGroup
 from tests.support.broker_group import create_topic, running_brokers, servers
+from tests.support.procs import rss_bytes
 from tests.support.raw_ws import frame_header, read_close, upgrade
 
 pytestmark = [pytest.mark.cluster]
@@ -38,13 +38,6 @@ def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGroup]:
     with running_brokers(tmp_path_factory.mktemp("slow") / "g", **LIMITS) as g:
         create_topic(g, "t", 1)
         yield g
-
-
-def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for {pid}")
 
 
 def leader_of(group: LocalGroup) -> tuple[str, int]:

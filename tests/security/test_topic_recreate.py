@@ -7,6 +7,9 @@ an idempotent producer's sequence window and the group's pending retry of an old
 are all gone -- the group reads the new topic from its first message, another client
 takes the queue's lock at once, the producer's sequence 0 is stored, and no message of the
 old topic comes back through the group's retry topic.
+
+Its transaction halves go too (issue 14, security gap b): a half message of the old topic
+committed after the re-create must not appear in the new topic, and none stays held.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from protocol.deferred import SendBackRequest
+from protocol.deferred import EndTransactionRequest, EndTransactionResponse, SendBackRequest
 from protocol.message_format import Message, encode_message
 from protocol.offset import (
     CommitOffsetRequest,
@@ -73,5 +76,36 @@ def test_a_topic_created_again_starts_clean_for_every_group(tmp_path: Path) -> N
         old = [] if retry.code != ResponseCode.SUCCESS else \
             [m.body for r in PullResponse.from_frame(retry).rows or () for m in r.messages()]
         assert old == [], f"the old topic's message came back through %RETRY%g: {old}"
+    finally:
+        broker.stop()
+
+
+def test_a_deleted_topic_takes_its_transaction_halves_with_it(tmp_path: Path) -> None:
+    broker = LocalGroup(tmp_path / "b", 1, module="broker")
+    try:
+        broker.start()
+        address = broker.nodes[broker.wait_leader(timeout=30)].http
+        half = encode_message(Message(topic="t", body=b"old half", queue_id=0,
+                                      properties={"TRAN_MSG": "true", "PGROUP": "tx"}))
+        before = run(session_call(address, None, [CreateTopicRequest(topic="t", queues=1),
+                                                  SendBatchRequest(records=(half,))]))
+        assert [a.code for a in before] == [ResponseCode.SUCCESS] * 2, [a.remark for a in before]
+        position = SendBatchResponse.from_frame(before[1]).rows[0].position
+        held = http_json(f"http://{address}/admin/cluster")[1]["held"]
+        assert held["transaction_halves"] == 1, held
+
+        recreated = run(session_call(address, None, [DeleteTopicRequest(topic="t"),
+                                                     CreateTopicRequest(topic="t", queues=1)]))
+        assert [a.code for a in recreated] == [ResponseCode.SUCCESS] * 2, [a.remark for a in recreated]
+        held = http_json(f"http://{address}/admin/cluster")[1]["held"]
+        assert held["transaction_halves"] == 0, held
+
+        after = run(session_call(address, None, [EndTransactionRequest(position=position, commit=True),
+                                                 PullRequest(topic="t", queue_id=0, offset=0)]))
+        assert after[0].code == ResponseCode.SUCCESS, after[0].remark
+        assert EndTransactionResponse.from_frame(after[0]).outcome == "already resolved"
+        old = [] if after[1].code != ResponseCode.SUCCESS else \
+            [m.body for r in PullResponse.from_frame(after[1]).rows or () for m in r.messages()]
+        assert old == [], f"the old topic's transaction half was committed into the new topic: {old}"
     finally:
         broker.stop()

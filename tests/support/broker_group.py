@@ -9,6 +9,7 @@ from typing import Any
 
 from dledger.config import MAX_ENTRY_BYTES
 from raftmq.local_group import LocalGroup
+from tests.support.procs import led
 
 __all__ = ["SMALL_SEGMENT", "create_topic", "retaining_brokers", "running_brokers", "servers"]
 
@@ -26,12 +27,8 @@ def running_brokers(base: Path, *, segment_bytes: int = 4 << 20, log_level: str 
     group = LocalGroup(base, 3, module="broker", raft={"segment_bytes": segment_bytes, **(raft or {})},
                        broker={"index_slots": 4096, "index_entries": 65536, **broker},
                        log_level=log_level, tls=tls, mutual_tls=mutual_tls)
-    try:
-        group.start()
-        group.wait_leader(timeout=30)
+    with led(group, LocalGroup.wait_leader):
         yield group
-    finally:
-        group.stop()
 
 
 @contextlib.contextmanager

@@ -20,17 +20,46 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Self, TypeVar
+from typing import Protocol, Self, TypeVar
 
 from raftmq.local_group import free_port
 
-__all__ = ["ManagedProcess", "ProcessGroup", "free_ports", "stop_popen", "wait_until"]
+__all__ = ["ManagedProcess", "ProcessGroup", "free_ports", "led", "rss_bytes", "stop_popen", "wait_until"]
 
 T = TypeVar("T")
 
 LOCALHOST = "127.0.0.1"
+
+
+class _Group(Protocol):
+    def start(self) -> object: ...
+    def stop(self) -> object: ...
+
+
+G = TypeVar("G", bound=_Group)
+
+
+@contextlib.contextmanager
+def led(group: G, leader: Callable[[G], object], timeout: float = 30.0) -> Iterator[G]:
+    """``group`` started, and ``leader(group, timeout=...)`` (its wait for a leader: a
+    ``LocalGroup``'s ``wait_leader``, a chaos group's ``leader``) returned; stopped by PID
+    when the block ends, also when starting or the wait fails."""
+    try:
+        group.start()
+        leader(group, timeout=timeout)  # type: ignore[call-arg]
+        yield group
+    finally:
+        group.stop()
+
+
+def rss_bytes(pid: int) -> int:
+    """The resident memory of process ``pid`` (Linux: /proc/PID/status VmRSS)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for {pid}")
 
 
 def free_ports(n: int) -> list[int]:

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from broker.config import read_broker_section
-from broker.exposure import missing_protections
 from broker.namesrv_config import read_namesrv_config
 from client.credentials import scram_record
 from dledger.config import load_group_config
+from protocol.exposure import missing_protections
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 

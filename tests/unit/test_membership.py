@@ -126,5 +126,5 @@ def test_pysyncobjs_member_set_is_put_back_to_the_logs(open_logs: Callable[..., 
         return {k.rsplit("_", 1)[1] for k in status if k.startswith("partner_node_status")}
 
     assert other.raft not in partners()
-    follower._mark_members_dirty()
+    follower._members.mark_dirty()
     wait_until(lambda: other.raft in partners(), 5, what="the member put back")

@@ -619,6 +619,21 @@ def test_the_longest_group_names_retry_and_dead_letter_queues_are_stored_and_res
 
 
 
+def _restarted_from_checkpoint(store: Path, log: Log, checkpointed: int,
+                               **options: Any) -> BrokerStateMachine:
+    """A machine in ``store`` that applied every entry of ``log`` but had checkpointed after
+    the first ``checkpointed`` only when it crashed: the files are the whole log's, the
+    checkpoint the older one. Reopened, it replays from there (the caller closes it)."""
+    crashed = BrokerStateMachine(store, index_slots=8, index_entries=64, **options)
+    crashed.apply(log.entries[:checkpointed])
+    crashed.checkpoint()
+    saved = (store / "state.checkpoint").read_bytes()
+    crashed.apply(log.entries[checkpointed:])
+    crashed.close()
+    (store / "state.checkpoint").write_bytes(saved)
+    return BrokerStateMachine(store, index_slots=8, index_entries=64, **options)
+
+
 def test_a_replay_over_a_topic_deleted_after_the_checkpoint_gives_the_same_offsets(tmp_path: Path) -> None:
     """The delete removed the queue's files before a checkpoint covered it; after a crash the
     replay stores the topic's messages again: they must get the offsets they got the first
@@ -635,14 +650,7 @@ def test_a_replay_over_a_topic_deleted_after_the_checkpoint_gives_the_same_offse
     want = (whole._state.producers.state(), whole.recent_digests(), whole._state.state())
     whole.close()
 
-    crashed = BrokerStateMachine(tmp_path / "crashed", index_slots=8, index_entries=64)
-    crashed.apply(log.entries[:2])
-    crashed.checkpoint()
-    saved = (tmp_path / "crashed" / "state.checkpoint").read_bytes()
-    crashed.apply(log.entries[2:])
-    crashed.close()
-    (tmp_path / "crashed" / "state.checkpoint").write_bytes(saved)
-    again = BrokerStateMachine(tmp_path / "crashed", index_slots=8, index_entries=64)
+    again = _restarted_from_checkpoint(tmp_path / "crashed", log, 2)
     try:
         again.apply(log.entries[again.applied_index():])
         assert "p\x00t\x000" not in again._state.producers.state()  # deleted with its topic, as before
@@ -670,14 +678,7 @@ def test_a_topic_deleted_and_created_again_after_the_checkpoint_replays_alike(tm
         root = tmp_path / str(recreated)
         full = BrokerStateMachine(root / "full", index_slots=8, index_entries=64, digest_every=1)
         full.apply(log.entries)
-        crashed = BrokerStateMachine(root / "crashed", index_slots=8, index_entries=64, digest_every=1)
-        crashed.apply(log.entries[:2])
-        crashed.checkpoint()
-        saved = (root / "crashed" / "state.checkpoint").read_bytes()
-        crashed.apply(log.entries[2:])
-        crashed.close()
-        (root / "crashed" / "state.checkpoint").write_bytes(saved)
-        again = BrokerStateMachine(root / "crashed", index_slots=8, index_entries=64, digest_every=1)
+        again = _restarted_from_checkpoint(root / "crashed", log, 2, digest_every=1)
         assert again.applied_index() == 2
         cq = again.queue("t", 0)  # the checkpoint's queue, none of the new topic's messages
         assert cq.max_offset == 5

@@ -17,7 +17,7 @@ import pytest
 
 from broker import guarded_site
 from broker.config import read_broker_section
-from broker.exposure import check_exposure, is_loopback, missing_protections
+from broker.exposure import check_exposure
 from broker.membership_admin import _learner_lag
 from broker.namesrv_config import read_namesrv_config, write_namesrv_config
 from broker.node_tls import read_serving
@@ -31,6 +31,7 @@ from dledger.applier import Applier
 from dledger.config import ConfigError
 from dledger.log import Log
 from dledger.membership import Member
+from protocol.exposure import is_loopback, missing_protections
 from protocol.tls import http_url, resolve_tls, ws_url
 from raftmq.local_tls import LocalCA
 from spark.options import OptionError, parse_options

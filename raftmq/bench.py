@@ -4,6 +4,9 @@
     raftmq bench produce --local --size 256 --rate 1000 --duration 20      # latency at a fixed rate
     raftmq bench consume --local --messages 200000 --size 256              # loads, then reads
     raftmq bench produce --local --groups 2 --size 256 --batch 64           # a topic over two groups
+    raftmq bench produce --local --api blocking --batch 100 --inflight 4    # client.Producer.send_batch
+    raftmq bench produce --local --api blocking --inflight 64               # send from 64 threads
+    raftmq bench produce --local --api blocking --send-async --inflight 1000  # send_async, 1,000 in flight
 
 ``--local`` starts a name server and a 3-node group in a temporary directory (flush
 policy sync; ``--tls``: TLS on every port, with a local CA; ``--acl``: users and ACLs on,
@@ -65,8 +68,102 @@ class _Progress:
                       f"{rate:>10,.0f} msgs/s  errors {self.errors}", file=sys.stderr, flush=True)
 
 
+def _body(size: int) -> bytes:
+    return os.urandom(size // 2).hex().encode()[:size].ljust(size, b"x")
+
+
+def _produce_result(args: argparse.Namespace, progress: _Progress, elapsed: float,
+                    latencies: list[float]) -> dict[str, Any]:
+    latencies.sort()
+    return {"mode": "produce", "api": args.api, "send_async": args.send_async, "size": args.size,
+            "batch": args.batch, "inflight": args.inflight,
+            "rate": args.rate, "shard_keys": args.shard_keys, "seconds": round(elapsed, 2),
+            "messages": progress.count, "errors": progress.errors,
+            "msgs_per_s": round(progress.count / elapsed),
+            "mb_per_s": round(progress.bytes / elapsed / 1e6, 2),
+            "latency_ms": {f"p{p}": round(_percentile(latencies, p) * 1000, 2) for p in (50, 99, 99.9)}}
+
+
+def _produce_blocking(args: argparse.Namespace, where: dict[str, Any], progress: _Progress) -> dict[str, Any]:
+    """The blocking client (``client.Producer``): ``--inflight`` threads each calling
+    ``send_batch`` (``--batch`` > 1) or ``send``; with ``--send-async``, one thread keeping
+    ``--inflight`` single ``send_async`` calls in flight."""
+    import threading
+
+    from client.sync import Producer
+
+    body = _body(args.size)
+    latencies: list[float] = []
+    keys = [f"shard-{i}" for i in range(args.shard_keys)] if args.shard_keys else [None]
+    lock = threading.Lock()
+    p = Producer(**where, group="bench-producer", send_timeout=30).start()
+    try:
+        p.send(Message(args.topic, b"warm-up"))
+        stop_at = time.monotonic() + args.duration
+        started = time.monotonic()
+
+        def counted(n: int, t0: float) -> None:
+            latencies.append(time.monotonic() - t0)
+            with lock:
+                progress.count += n
+                progress.bytes += n * args.size
+
+        def worker(w: int) -> None:
+            i = w
+            while time.monotonic() < stop_at:
+                key = keys[i % len(keys)]
+                i += args.inflight
+                t0 = time.monotonic()
+                try:
+                    if args.batch > 1:
+                        p.send_batch([Message(args.topic, body)] * args.batch, shard_key=key)
+                    else:
+                        p.send(Message(args.topic, body), shard_key=key)
+                except ClientError:
+                    progress.errors += 1
+                    continue
+                counted(args.batch, t0)
+
+        if args.send_async:
+            room = threading.Semaphore(args.inflight)
+
+            def sent(t0: float, result: object, error: BaseException | None) -> None:
+                room.release()
+                if error is not None:
+                    progress.errors += 1
+                else:
+                    counted(1, t0)
+
+            n = 0
+            while time.monotonic() < stop_at:
+                room.acquire()
+                t0 = time.monotonic()
+                p.send_async(Message(args.topic, body),
+                             lambda r, e, t0=t0: sent(t0, r, e), shard_key=keys[n % len(keys)])
+                n += 1
+            for _ in range(args.inflight):  # every send answered
+                room.acquire(timeout=30)
+        else:
+            threads = [threading.Thread(target=worker, args=(w,)) for w in range(args.inflight)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        elapsed = time.monotonic() - started
+    finally:
+        p.shutdown()
+    return _produce_result(args, progress, elapsed, latencies)
+
+
 async def _produce(args: argparse.Namespace, where: dict[str, Any]) -> dict[str, Any]:
-    body = os.urandom(args.size // 2).hex().encode()[: args.size].ljust(args.size, b"x")
+    if args.api == "blocking":
+        progress = _Progress("produce", args.json)
+        ticker = asyncio.create_task(progress.run())
+        try:
+            return await asyncio.to_thread(_produce_blocking, args, where, progress)
+        finally:
+            ticker.cancel()
+    body = _body(args.size)
     latencies: list[float] = []
     progress = _Progress("produce", args.json)
     keys = [f"shard-{i}" for i in range(args.shard_keys)] if args.shard_keys else [None]
@@ -82,7 +179,10 @@ async def _produce(args: argparse.Namespace, where: dict[str, Any]) -> dict[str,
                 batch = [Message(args.topic, body)] * args.batch
                 t0 = time.monotonic()
                 try:
-                    await p.send_batch(batch, shard_key=key)
+                    if args.batch == 1:  # a single send: through the accumulator
+                        await p.send(batch[0], shard_key=key)
+                    else:
+                        await p.send_batch(batch, shard_key=key)
                 except ClientError:
                     progress.errors += 1
                     continue
@@ -126,13 +226,7 @@ async def _produce(args: argparse.Namespace, where: dict[str, Any]) -> dict[str,
             await asyncio.gather(*(one(w) for w in range(args.inflight)))
         elapsed = time.monotonic() - started
         ticker.cancel()
-    latencies.sort()
-    return {"mode": "produce", "size": args.size, "batch": args.batch, "inflight": args.inflight,
-            "rate": args.rate, "shard_keys": args.shard_keys, "seconds": round(elapsed, 2),
-            "messages": progress.count, "errors": progress.errors,
-            "msgs_per_s": round(progress.count / elapsed),
-            "mb_per_s": round(progress.bytes / elapsed / 1e6, 2),
-            "latency_ms": {f"p{p}": round(_percentile(latencies, p) * 1000, 2) for p in (50, 99, 99.9)}}
+    return _produce_result(args, progress, elapsed, latencies)
 
 
 async def _consume(args: argparse.Namespace, where: dict[str, Any]) -> dict[str, Any]:
@@ -216,6 +310,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=int, default=256, help="message body bytes (default 256)")
     parser.add_argument("--batch", type=int, default=1, help="messages per send call (default 1)")
     parser.add_argument("--inflight", type=int, default=32, help="concurrent send calls (default 32)")
+    parser.add_argument("--api", choices=["asyncio", "blocking"], default="asyncio",
+                        help="the client API: AsyncProducer (default) or the blocking client.Producer "
+                             "(--inflight threads)")
+    parser.add_argument("--send-async", action="store_true",
+                        help="--api blocking: single send_async calls, --inflight of them in flight")
     parser.add_argument("--shard-keys", type=int, default=0,
                         help="spread sends over this many shard keys (default 0: round robin)")
     parser.add_argument("--rate", type=float, default=0.0,

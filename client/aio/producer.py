@@ -46,7 +46,7 @@ from client.errors import (
     broker_error,
 )
 from client.message import Message, SendResult
-from client.queues import MessageQueue, shard_queue
+from client.queues import MessageQueue, shard_index, shard_queue
 from protocol.names import InvalidName, validate_topic
 from protocol.remoting import ResponseCode
 from protocol.tls import ClientTls
@@ -161,6 +161,10 @@ class AsyncProducer:
         self._rr = itertools.count()
         self._avoid: dict[str, float] = {}  # group -> until (monotonic): recently failing groups
         self._background: set[asyncio.Future[None]] = set()
+        self._valid_topics: set[str] = set()
+        self._writable_cache: dict[str, tuple[object, list[MessageQueue]]] = {}
+        self._id_prefix = os.urandom(8)
+        self._id_next = int.from_bytes(os.urandom(4), "big") << 16
         self._closed = False
 
     async def start(self) -> AsyncProducer:
@@ -237,14 +241,17 @@ class AsyncProducer:
         """Each message to its queue's sender, its outcome to its sink; a message whose
         topic's route is not known yet waits for it in a task."""
         born_ms = int(time.time() * 1000)
-        ids = os.urandom(16 * len(sends))
-        ordered = Deadline(self.send_timeout)
-        first_share = Deadline(self.send_timeout / (self.retries + 1))
+        ids = self._ids(len(sends))
+        ordered: Deadline | None = None
+        first_share: Deadline | None = None
         by_sender: dict[QueueSender, list[_Item]] = {}
         for i, (m, key, sink) in enumerate(sends):
             try:
-                topic = self._check((m,))
-                queues = self._cached_writable(topic)
+                if m.topic in self._valid_topics and not self._closed:
+                    self._check_message(m)
+                else:
+                    self._check((m,))
+                queues = self._cached_writable(m.topic)
                 if queues is None:
                     self._background_task(self._enqueue_later(m, key, sink))
                     continue
@@ -252,9 +259,10 @@ class AsyncProducer:
                     queue = self._round_robin(queues, set())
                     if self.retries:
                         sink.retry = self._retry_later(m, queue.group, sink.callback)
-                    deadline = first_share
+                    deadline = first_share = first_share or Deadline(self.send_timeout / (self.retries + 1))
                 else:
-                    queue, deadline = shard_queue(key, queues), ordered
+                    queue = queues[shard_index(key, len(queues))]
+                    deadline = ordered = ordered or Deadline(self.send_timeout)
                 item = _Item(_frozen(m), sink, deadline, ids[16 * i:16 * i + 16], born_ms, _size(m))
             except Exception as e:
                 sink.settle(0, e)
@@ -262,6 +270,13 @@ class AsyncProducer:
             by_sender.setdefault(self._sender(queue), []).append(item)
         for sender, items in by_sender.items():
             sender.submit(items)
+
+    def _ids(self, n: int) -> bytes:
+        """``n`` message ids of 16 bytes: this producer's random 8 bytes and a counter."""
+        first = self._id_next
+        self._id_next += n
+        prefix = self._id_prefix
+        return b"".join(prefix + (first + i).to_bytes(8, "big") for i in range(n))
 
     async def _enqueue_later(self, message: Message, shard_key: str | None, sink: _Notify) -> None:
         try:
@@ -325,43 +340,53 @@ class AsyncProducer:
         raise last
 
     def _check(self, messages: Sequence[Message]) -> str:
+        """The topic of ``messages``; raises what is wrong with them."""
         if self._closed:
             raise ClientClosedError("the producer was shut down")
         topic = messages[0].topic
-        try:
-            validate_topic(topic)
-        except InvalidName as e:
-            raise InvalidNameError(ResponseCode.INVALID_NAME, str(e)) from None
+        if topic not in self._valid_topics:
+            try:
+                validate_topic(topic)
+            except InvalidName as e:
+                raise InvalidNameError(ResponseCode.INVALID_NAME, str(e)) from None
+            if len(self._valid_topics) < 10_000:
+                self._valid_topics.add(topic)
         for m in messages:
             if m.topic != topic:
                 raise ValueError("a batch must be of one topic")
-            if not isinstance(m.body, _BODY_TYPES):
-                raise TypeError(f"a message body must be bytes, not {type(m.body).__name__}")
-            if not (m.tags is None or isinstance(m.tags, str)):
-                raise TypeError(f"tags must be a string, not {type(m.tags).__name__}")
-            size = _ENVELOPE + len(m.topic) + len(m.tags or "")
-            if m.keys:
-                if isinstance(m.keys, str) or not all(isinstance(k, str) for k in m.keys):
-                    raise TypeError("keys must be a sequence of strings, e.g. keys=['order-42']")
-                size += sum(len(k) + 2 for k in m.keys)
-            if m.properties:
-                if not all(isinstance(k, str) and isinstance(v, str) for k, v in m.properties.items()):
-                    raise TypeError("properties must map strings to strings")
-                size += sum(len(k) + len(v) + 4 for k, v in m.properties.items())
-            size += len(m.body)  # the broker limits the record: a message this large is one alone
-            if size > self.max_message_bytes:
-                raise MessageTooLargeError(
-                    ResponseCode.MESSAGE_TOO_LARGE,
-                    f"message of about {size} bytes (encoded) exceeds max_message_bytes="
-                    f"{self.max_message_bytes}; split it or store the payload elsewhere")
+            self._check_message(m)
         return topic
 
+    def _check_message(self, m: Message) -> None:
+        if not isinstance(m.body, _BODY_TYPES):
+            raise TypeError(f"a message body must be bytes, not {type(m.body).__name__}")
+        if not (m.tags is None or isinstance(m.tags, str)):
+            raise TypeError(f"tags must be a string, not {type(m.tags).__name__}")
+        size = _ENVELOPE + len(m.topic) + len(m.tags or "")
+        if m.keys:
+            if isinstance(m.keys, str) or not all(isinstance(k, str) for k in m.keys):
+                raise TypeError("keys must be a sequence of strings, e.g. keys=['order-42']")
+            size += sum(len(k) + 2 for k in m.keys)
+        if m.properties:
+            if not all(isinstance(k, str) and isinstance(v, str) for k, v in m.properties.items()):
+                raise TypeError("properties must map strings to strings")
+            size += sum(len(k) + len(v) + 4 for k, v in m.properties.items())
+        size += len(m.body)  # the broker limits the record: a message this large is one alone
+        if size > self.max_message_bytes:
+            raise MessageTooLargeError(
+                ResponseCode.MESSAGE_TOO_LARGE,
+                f"message of about {size} bytes (encoded) exceeds max_message_bytes="
+                f"{self.max_message_bytes}; split it or store the payload elsewhere")
+
     def _cached_writable(self, topic: str) -> list[MessageQueue] | None:
-        """The topic's writable queues if its route is known and fresh (no await)."""
+        """The topic's writable queues, sorted, if its route is known and fresh (no await)."""
         route = self.core.routes.fresh(topic)
         if route is None:
             return None
-        return route.queues(PERM_WRITE) or None
+        cached = self._writable_cache.get(topic)
+        if cached is None or cached[0] is not route:
+            cached = self._writable_cache[topic] = (route, sorted(route.queues(PERM_WRITE)))
+        return cached[1] or None
 
     async def _writable(self, topic: str) -> list[MessageQueue]:
         route = await self.core.routes.route(topic)
@@ -391,7 +416,7 @@ class AsyncProducer:
         call = _Call(asyncio.get_running_loop().create_future(), len(messages))
         deadline = deadline or Deadline(self.send_timeout)
         born_ms = int(time.time() * 1000)
-        ids = os.urandom(16 * len(messages))
+        ids = self._ids(len(messages))
         items = [_Item(_frozen(m), call, deadline, ids[16 * i:16 * i + 16], born_ms, _size(m), i)
                  for i, m in enumerate(messages)]
         self._sender(queue).submit(items, flush=True)

@@ -8,9 +8,10 @@
     record carries (producer id, base sequence, count): the broker stores it if base =
     last+1, answers a resend of a stored one with its original offsets, refuses gaps
 
-A single message waits up to ``linger_ms`` for others to the same queue (``linger_ms=0``:
-it goes at once when nothing is in flight, else with the next request); a ``send_batch``
-call goes without lingering. A request that fails with a retriable error (NOT_LEADER,
+A single message goes at once when nothing of its queue is in flight; else it waits for
+company until a request of its queue is answered, the waiting messages fill
+``batch_bytes``, or ``linger_ms`` (> 0) has passed -- then it goes as another request in
+flight (``linger_ms=0``: never before an answer). A ``send_batch`` call goes at once. A request that fails with a retriable error (NOT_LEADER,
 NO_LEADER, lost connection, timeout, unknown outcome) is resent *unchanged* -- same
 producer id and sequences -- to the new leader until ``send_timeout``: a message is stored
 once, in order, whatever happened to the first attempt.
@@ -139,9 +140,9 @@ class AsyncProducer:
                  compression: str | None = None) -> None:
         """``tls``: wss:// to the brokers and https:// to the name servers (``ClientCore``);
         ``credentials``: the user it authenticates as (ACLs on). The accumulator: a single
-        message waits up to ``linger_ms`` for others to its queue (0: sent at once when
-        nothing is in flight), a request goes once it holds ``batch_bytes`` (at most
-        1 MiB), ``max_in_flight`` requests per queue; ``compression``: None, "zstd" or
+        message goes at once when nothing of its queue is in flight, else waits for company
+        up to an answer, ``batch_bytes`` (at most 1 MiB) or ``linger_ms`` (0: an answer or
+        ``batch_bytes`` only); ``max_in_flight`` requests per queue; ``compression``: None, "zstd" or
         "lz4" (each record's messages as one block)."""
         if compression not in (None, "zstd", "lz4"):
             raise ValueError(f"compression must be None, 'zstd' or 'lz4', not {compression!r}")

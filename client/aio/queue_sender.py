@@ -1,8 +1,8 @@
 """One queue's accumulator and sender: messages gathered into records, several requests in
 flight, sequence gaps resent in order.
 
-    submit(items) ─▶ pending ─(ready: batch_bytes full, linger_ms passed, a flush, or with
-                     linger_ms=0 nothing in flight)─▶ request: records (≤ RECORD_BYTES each,
+    submit(items) ─▶ pending ─(ready: nothing in flight, batch_bytes full, a flush, or
+                     linger_ms (> 0) passed)─▶ request: records (≤ RECORD_BYTES each,
                      protocol.record_batch) of sequences next .. next+n-1 of producer id
                      "<base>.<epoch>" ─▶ SEND_BATCH to the group's leader (core.leader_request)
     in flight: up to max_in_flight requests, in sequence order; answers are handled in that
@@ -166,13 +166,14 @@ class QueueSender:
         return len(flight) < self._max_in_flight and not (flight and flight[0].epoch != self._epoch)
 
     def _ready(self) -> bool:
-        if self._urgent or self._closing or self._pending_bytes >= self._batch_bytes:
+        """Whether the pending messages go now: nothing is in flight (company comes while
+        one request is), they fill a request, a flush, or ``linger_ms`` (> 0) has passed
+        since the oldest came (another request in flight beside those)."""
+        if not self._in_flight or self._urgent or self._closing:
             return True
-        if len(self._pending) >= BATCH_MAX_MESSAGES:
+        if self._pending_bytes >= self._batch_bytes or len(self._pending) >= BATCH_MAX_MESSAGES:
             return True
-        if not self._linger:
-            return not self._in_flight
-        return self._loop.time() >= self._first_at + self._linger
+        return bool(self._linger) and self._loop.time() >= self._first_at + self._linger
 
     def _send_next(self) -> None:
         items = self._take()

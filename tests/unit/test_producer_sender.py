@@ -154,20 +154,49 @@ def test_a_broker_that_forgot_the_producer_gets_the_batch_again_in_a_new_epoch()
     asyncio.run(main())
 
 
-def test_single_messages_linger_and_share_a_record() -> None:
+def test_single_messages_go_at_once_when_idle_else_linger_and_share_a_record() -> None:
     async def main() -> None:
         core = ScriptedCore([])
+        core.gate = asyncio.Event()  # no answers yet
         sender = QueueSender(core, Q, "p", linger_ms=30, max_in_flight=4)  # type: ignore[arg-type]
         batch = items(5)
         for item in batch:
             sender.submit([item])
         await asyncio.sleep(0.005)
-        assert core.bodies == []  # lingering
+        assert [len(b) for b in core.bodies] == [1]  # the first at once; the others linger
+        await _until(lambda: len(core.bodies) == 2)  # then go together, the first unanswered
+        assert [len(b) for b in core.bodies] == [1, 4]
+        core.gate.set()
         await asyncio.gather(*futures(batch))
-        assert [len(b) for b in core.bodies] == [5]
         await sender.close(1)
 
     asyncio.run(main())
+
+
+def test_with_linger_0_waiting_messages_go_when_the_request_in_flight_is_answered() -> None:
+    async def main() -> None:
+        core = ScriptedCore([])
+        core.gate = asyncio.Event()
+        sender = QueueSender(core, Q, "p", linger_ms=0, max_in_flight=4)  # type: ignore[arg-type]
+        batch = items(5)
+        for item in batch:
+            sender.submit([item])
+        await asyncio.sleep(0.02)
+        assert [len(b) for b in core.bodies] == [1]
+        core.gate.set()
+        await asyncio.gather(*futures(batch))
+        assert [len(b) for b in core.bodies] == [1, 4]
+        await sender.close(1)
+
+    asyncio.run(main())
+
+
+async def _until(condition: Any, timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.001)
 
 
 def test_a_full_batch_goes_without_lingering_and_several_go_before_the_first_is_answered() -> None:
@@ -181,13 +210,12 @@ def test_a_full_batch_goes_without_lingering_and_several_go_before_the_first_is_
         await asyncio.sleep(0)
         assert [len(b) for b in core.bodies] == [4, 4, 4]  # three in flight, none answered
         core.gate.set()
-        done = await asyncio.wait_for(asyncio.gather(*futures(batch[:16])), 5)
-        assert [len(b) for b in core.bodies] == [4, 4, 4, 4]  # the last two linger (not full)
-        assert [s for b in core.bodies for _, s in seqs(b)] == list(range(16))
-        assert len(done) == 16
-        await sender.close(1)  # closing sends what lingers
+        done = await asyncio.wait_for(asyncio.gather(*futures(batch)), 5)
+        # the last two went once nothing was in flight (not full, and the linger is long)
         assert [len(b) for b in core.bodies] == [4, 4, 4, 4, 2]
-        assert (await batch[-1].sink.future).queue_offset == 1  # type: ignore[attr-defined]
+        assert [s for b in core.bodies for _, s in seqs(b)] == list(range(18))
+        assert done[-1].queue_offset == 1
+        await sender.close(1)
 
     asyncio.run(main())
 

@@ -223,3 +223,37 @@ def test_a_full_batch_goes_without_lingering_and_several_go_before_the_first_is_
 def _messages(record: bytes) -> list[Stored]:
     return [Stored(r.topic, r.body, r.queue_id, r.tags, r.keys, r.properties, r.msg_id, r.flag, r.born_ts_ms,
                    r.born_host, r.producer_id, r.sequence, r.reconsume) for r in decode_messages(record)]
+
+
+def test_records_are_compressed_as_the_producer_asks() -> None:
+    from client.aio.producer import AsyncProducer
+    from protocol.record_batch import read_header
+
+    class Keep(ScriptedCore):
+        records: list[bytes] = []
+
+        async def leader_request(self, group: str, request: SendBatchRequest, *, deadline: Deadline,
+                                 topic: str | None = None) -> Frame:
+            self.records.extend(request.records)
+            return await super().leader_request(group, request, deadline=deadline, topic=topic)
+
+    async def main() -> None:
+        for compression, codec in ((None, 0), ("zstd", 1), ("lz4", 2)):
+            core = Keep([])
+            core.records = []
+            sender = QueueSender(core, Q, "p", compression=compression)  # type: ignore[arg-type]
+            batch = items(50, prefix="a fairly compressible body ")
+            sender.submit(batch, flush=True)
+            await asyncio.gather(*futures(batch))
+            (record,) = core.records
+            assert read_header(record).codec == codec
+            assert [m.body for m in decode_messages(record)] == [i.message.body for i in batch]
+            await sender.close(1)
+        try:
+            AsyncProducer(core=core, compression="gzip")  # type: ignore[arg-type]
+        except ValueError as e:
+            assert "zstd" in str(e)
+        else:
+            raise AssertionError("an unknown codec was taken")
+
+    asyncio.run(main())

@@ -11,12 +11,14 @@
 A single message goes at once when nothing of its queue is in flight; else it waits for
 company until a request of its queue is answered, the waiting messages fill
 ``batch_bytes``, or ``linger_ms`` (> 0) has passed -- then it goes as another request in
-flight (``linger_ms=0``: never before an answer). A ``send_batch`` call goes at once. A request that fails with a retriable error (NOT_LEADER,
-NO_LEADER, lost connection, timeout, unknown outcome) is resent *unchanged* -- same
-producer id and sequences -- to the new leader until ``send_timeout``: a message is stored
-once, in order, whatever happened to the first attempt.
+flight (``linger_ms=0``: never before an answer). A ``send_batch`` call goes at once. A
+request that fails with a retriable error (NOT_LEADER, NO_LEADER, lost connection,
+timeout, unknown outcome) is resent *unchanged* -- same producer id and sequences -- to
+the new leader until ``send_timeout``: a message is stored once, in order, whatever
+happened to the first attempt.
 
-Unordered sends (no shard key) go round robin over writable queues and, when a
+Unordered sends (no shard key) go round robin over writable queues (single messages:
+to one queue until a request of it is sent, then to the next) and, when a
 group keeps failing, are retried (``retries``, default 2) on a queue of another
 group -- at-least-once if the first attempt's outcome was unknown, as in RocketMQ.
 ``send_timeout`` bounds the whole call: each attempt gets an equal share of what is
@@ -163,6 +165,7 @@ class AsyncProducer:
         self._avoid: dict[str, float] = {}  # group -> until (monotonic): recently failing groups
         self._background: set[asyncio.Future[None]] = set()
         self._valid_topics: set[str] = set()
+        self._sticky: dict[str, tuple[MessageQueue, int]] = {}  # topic -> (queue, its requests then)
         self._writable_cache: dict[str, tuple[object, list[MessageQueue]]] = {}
         self._id_prefix = os.urandom(8)
         self._id_next = int.from_bytes(os.urandom(4), "big") << 16
@@ -257,7 +260,7 @@ class AsyncProducer:
                     self._background_task(self._enqueue_later(m, key, sink))
                     continue
                 if key is None:
-                    queue = self._round_robin(queues, set())
+                    queue = self._sticky_queue(m.topic, queues)
                     if self.retries:
                         sink.retry = self._retry_later(m, queue.group, sink.callback)
                     deadline = first_share = first_share or Deadline(self.send_timeout / (self.retries + 1))
@@ -271,6 +274,22 @@ class AsyncProducer:
             by_sender.setdefault(self._sender(queue), []).append(item)
         for sender, items in by_sender.items():
             sender.submit(items)
+
+    def _sticky_queue(self, topic: str, queues: list[MessageQueue]) -> MessageQueue:
+        """The queue of an unordered single message: the same one until a request of it is
+        sent, then the next (Kafka's sticky partitioner: bigger requests than round robin
+        per message, spread alike over time)."""
+        stuck = self._sticky.get(topic)
+        if stuck is not None:
+            queue, sent = stuck
+            sender = self._senders.get(queue)
+            if sender is not None and sender.requests_sent == sent and (
+                    queue.group not in self._avoid or self._avoid[queue.group] < time.monotonic()):
+                return queue
+        queue = self._round_robin(queues, set())
+        sender = self._sender(queue)
+        self._sticky[topic] = (queue, sender.requests_sent)
+        return queue
 
     def _ids(self, n: int) -> bytes:
         """``n`` message ids of 16 bytes: this producer's random 8 bytes and a counter."""

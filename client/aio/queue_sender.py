@@ -125,6 +125,7 @@ class QueueSender:
         self._in_flight: deque[_Request] = deque()
         self._requeued: list[_Item] = []  # refused as gaps of an ended epoch: first in the next
         self._closing = False
+        self.requests_sent = 0  # requests made (not counting resends)
         self._idle = asyncio.Event()
         self._idle.set()
         self._loop = asyncio.get_running_loop()
@@ -187,6 +188,7 @@ class QueueSender:
             return
         request = _Request(items, records, self._epoch, clean=not self._in_flight)
         self._in_flight.append(request)
+        self.requests_sent += 1
         self._start(request)
 
     def _take(self) -> list[_Item]:

@@ -116,3 +116,19 @@ def test_an_unordered_single_send_that_fails_retriably_goes_to_another_group() -
         await p.shutdown()
 
     asyncio.run(main())
+
+
+def test_unordered_single_messages_stick_to_a_queue_until_a_request_of_it_is_sent() -> None:
+    async def main() -> None:
+        core = FakeCore(queues=4)
+        p = AsyncProducer(core=core)  # type: ignore[arg-type]
+        got: list[SendResult | None] = []
+        await p.send(Message("t", b"warm-up"))  # the route is known; one request sent
+        p.enqueue_many([(Message("t", b"a%d" % i), None, lambda r, e: got.append(r)) for i in range(20)])
+        p.enqueue_many([(Message("t", b"b%d" % i), None, lambda r, e: got.append(r)) for i in range(20)])
+        await p.shutdown()
+        assert [len(b) for b in core.bodies] == [1, 20, 20]  # one request each, not 20 queues' worth
+        queues = [{decode_messages(r)[0].queue_id for r in b} for b in core.bodies]
+        assert all(len(q) == 1 for q in queues) and len(set.union(*queues)) == 3  # then the next queue
+
+    asyncio.run(main())

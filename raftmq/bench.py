@@ -72,11 +72,18 @@ def _body(size: int) -> bytes:
     return os.urandom(size // 2).hex().encode()[:size].ljust(size, b"x")
 
 
+def _producer_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The accumulator's settings given on the command line (else the producer's defaults)."""
+    given = {"linger_ms": args.linger_ms, "max_in_flight": args.max_in_flight,
+             "batch_bytes": args.batch_bytes, "compression": args.compression}
+    return {k: v for k, v in given.items() if v is not None}
+
+
 def _produce_result(args: argparse.Namespace, progress: _Progress, elapsed: float,
                     latencies: list[float]) -> dict[str, Any]:
     latencies.sort()
     return {"mode": "produce", "api": args.api, "send_async": args.send_async, "size": args.size,
-            "batch": args.batch, "inflight": args.inflight,
+            "batch": args.batch, "inflight": args.inflight, "producer": _producer_options(args),
             "rate": args.rate, "shard_keys": args.shard_keys, "seconds": round(elapsed, 2),
             "messages": progress.count, "errors": progress.errors,
             "msgs_per_s": round(progress.count / elapsed),
@@ -96,7 +103,7 @@ def _produce_blocking(args: argparse.Namespace, where: dict[str, Any], progress:
     latencies: list[float] = []
     keys = [f"shard-{i}" for i in range(args.shard_keys)] if args.shard_keys else [None]
     lock = threading.Lock()
-    p = Producer(**where, group="bench-producer", send_timeout=30).start()
+    p = Producer(**where, group="bench-producer", send_timeout=30, **_producer_options(args)).start()
     try:
         p.send(Message(args.topic, b"warm-up"))
         stop_at = time.monotonic() + args.duration
@@ -168,7 +175,8 @@ async def _produce(args: argparse.Namespace, where: dict[str, Any]) -> dict[str,
     progress = _Progress("produce", args.json)
     keys = [f"shard-{i}" for i in range(args.shard_keys)] if args.shard_keys else [None]
     stop_at = time.monotonic() + args.duration
-    async with AsyncProducer(**where, group="bench-producer", send_timeout=30) as p:
+    options = _producer_options(args)
+    async with AsyncProducer(**where, group="bench-producer", send_timeout=30, **options) as p:
         await p.send(Message(args.topic, b"warm-up"))
 
         async def one(worker: int) -> None:
@@ -315,6 +323,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "(--inflight threads)")
     parser.add_argument("--send-async", action="store_true",
                         help="--api blocking: single send_async calls, --inflight of them in flight")
+    parser.add_argument("--linger-ms", type=float, help="the producer's linger_ms (default: its own)")
+    parser.add_argument("--max-in-flight", type=int, help="the producer's max_in_flight per queue")
+    parser.add_argument("--batch-bytes", type=int, help="the producer's batch_bytes")
+    parser.add_argument("--compression", choices=["zstd", "lz4"], help="the producer's compression")
     parser.add_argument("--shard-keys", type=int, default=0,
                         help="spread sends over this many shard keys (default 0: round robin)")
     parser.add_argument("--rate", type=float, default=0.0,

@@ -277,13 +277,13 @@ class AsyncProducer:
 
     def _sticky_queue(self, topic: str, queues: list[MessageQueue]) -> MessageQueue:
         """The queue of an unordered single message: the same one until a request of it is
-        sent, then the next (Kafka's sticky partitioner: bigger requests than round robin
-        per message, spread alike over time)."""
+        sent or it has ``max_in_flight`` requests in flight, then the next (Kafka's sticky
+        partitioner: bigger requests than round robin per message, spread alike over time)."""
         stuck = self._sticky.get(topic)
         if stuck is not None:
             queue, sent = stuck
             sender = self._senders.get(queue)
-            if sender is not None and sender.requests_sent == sent and (
+            if sender is not None and sender.requests_sent == sent and not sender.saturated and (
                     queue.group not in self._avoid or self._avoid[queue.group] < time.monotonic()):
                 return queue
         queue = self._round_robin(queues, set())

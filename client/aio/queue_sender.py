@@ -134,6 +134,11 @@ class QueueSender:
     def producer_id(self) -> str:
         return f"{self._base}.{self._epoch}"
 
+    @property
+    def saturated(self) -> bool:
+        """Whether it has all the requests in flight it may have."""
+        return len(self._in_flight) >= self._max_in_flight
+
     def submit(self, items: Sequence[_Item], flush: bool = False) -> None:
         """Queue ``items`` (in order, after those queued before); ``flush``: send them
         without lingering."""

@@ -106,7 +106,8 @@ class _Notify:
 
     def __init__(self, callback: SendCallback, future: asyncio.Future[SendResult] | None = None) -> None:
         self.callback, self.future, self.done = callback, future, False
-        self.retry: Callable[[ClientError], None] | None = None
+        # an unordered send's retry: (producer, message, group tried, deadline of the whole send)
+        self.retry: tuple[AsyncProducer, Message, str, Deadline] | None = None
 
     @property
     def abandoned(self) -> bool:
@@ -118,7 +119,8 @@ class _Notify:
         self.done = True
         if isinstance(outcome, BaseException):
             if self.retry is not None and isinstance(outcome, ClientError) and outcome.retriable:
-                self.retry(outcome)
+                producer, message, group, whole = self.retry
+                producer._retry(message, group, whole, self.callback, outcome)
                 return
             _call_back(self.callback, None, outcome)
         else:
@@ -247,6 +249,7 @@ class AsyncProducer:
         born_ms = int(time.time() * 1000)
         ids = self._ids(len(sends))
         ordered: Deadline | None = None
+        whole: Deadline | None = None
         first_share: Deadline | None = None
         by_sender: dict[QueueSender, list[_Item]] = {}
         for i, (m, key, sink) in enumerate(sends):
@@ -262,7 +265,8 @@ class AsyncProducer:
                 if key is None:
                     queue = self._sticky_queue(m.topic, queues)
                     if self.retries:
-                        sink.retry = self._retry_later(m, queue.group, sink.callback)
+                        whole = whole or Deadline(self.send_timeout)
+                        sink.retry = (self, m, queue.group, whole)
                     deadline = first_share = first_share or Deadline(self.send_timeout / (self.retries + 1))
                 else:
                     queue = queues[shard_index(key, len(queues))]
@@ -306,26 +310,24 @@ class AsyncProducer:
             return
         self._enqueue([(message, shard_key, sink)])
 
-    def _retry_later(self, message: Message, group: str,
-                     callback: SendCallback) -> Callable[[ClientError], None]:
-        whole = Deadline(self.send_timeout)
+    def _retry(self, message: Message, group: str, whole: Deadline, callback: SendCallback,
+               error: ClientError) -> None:
+        """An unordered single send failed retriably on ``group``: its other attempts, on
+        other groups, within ``whole``."""
+        self._avoid[group] = time.monotonic() + 30.0
+        if whole.expired() or self._closed:
+            _call_back(callback, None, error)
+            return
 
-        def retry(error: ClientError) -> None:
-            self._avoid[group] = time.monotonic() + 30.0
-            if whole.expired() or self._closed:
-                _call_back(callback, None, error)
-                return
+        async def again() -> None:
+            try:
+                (result,) = await self._send_unordered([message], whole, 1, {group}, error)
+            except Exception as e:
+                _call_back(callback, None, e)
+            else:
+                _call_back(callback, result, None)
 
-            async def again() -> None:
-                try:
-                    (result,) = await self._send_unordered([message], whole, 1, {group}, error)
-                except Exception as e:
-                    _call_back(callback, None, e)
-                else:
-                    _call_back(callback, result, None)
-
-            self._background_task(again())
-        return retry
+        self._background_task(again())
 
     def _background_task(self, coro: object) -> None:
         task = asyncio.ensure_future(coro)  # type: ignore[arg-type]

@@ -126,6 +126,7 @@ class QueueSender:
         self._requeued: list[_Item] = []  # refused as gaps of an ended epoch: first in the next
         self._closing = False
         self.requests_sent = 0  # requests made (not counting resends)
+        self.gap_resends = 0  # requests sent again unchanged after overtaking a retried one
         self._idle = asyncio.Event()
         self._idle.set()
         self._loop = asyncio.get_running_loop()
@@ -292,6 +293,7 @@ class QueueSender:
         if rows and rows[0].code == _GAP:
             if current and not request.clean:  # overtook an earlier request (retried): send again
                 request.clean = True
+                self.gap_resends += 1
                 return True
             if current:  # the broker forgot this producer (silent for a day): nothing was stored
                 log.info("%s: the broker no longer knows producer %s; new epoch", self.queue,

@@ -105,6 +105,12 @@ class OrderedWorkload:
         self._run(self._start(), timeout)
         return self
 
+    def producer_counts(self) -> dict[str, int]:
+        """The producer's requests so far, and how many were resent unchanged after a gap."""
+        senders = list(self._producer._senders.values()) if self._producer is not None else []
+        return {"requests": sum(s.requests_sent for s in senders),
+                "gap_resends": sum(s.gap_resends for s in senders)}
+
     def stop_sending(self, timeout: float = 40.0) -> None:
         """Stop starting sends and wait for the ones under way to get their outcome."""
         self._sending.clear()

@@ -20,6 +20,7 @@ from protocol.message_format import decode_message, encode_message
 from protocol.record_batch import decode_messages
 from protocol.remoting import Frame, ResponseCode
 from protocol.send import SendBatchRequest
+from tests.unit.test_client_send_path import _until
 
 Q = MessageQueue("t", "g1", 0)
 GAP = ResponseCode.SEQUENCE_GAP
@@ -189,14 +190,6 @@ def test_with_linger_0_waiting_messages_go_when_the_request_in_flight_is_answere
         await sender.close(1)
 
     asyncio.run(main())
-
-
-async def _until(condition: Any, timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.001)
 
 
 def test_a_full_batch_goes_without_lingering_and_several_go_before_the_first_is_answered() -> None:

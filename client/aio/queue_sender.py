@@ -160,7 +160,7 @@ class QueueSender:
         """Send what is ready while there is room; else wake up when the linger ends."""
         while self._pending and self._may_send():
             if not self._ready():
-                if self._timer is None:
+                if self._linger and self._timer is None:  # linger 0: an answer wakes it
                     self._timer = self._loop.call_at(self._first_at + self._linger, self._linger_ended)
                 return
             self._send_next()

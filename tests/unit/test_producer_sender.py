@@ -184,6 +184,7 @@ def test_with_linger_0_waiting_messages_go_when_the_request_in_flight_is_answere
             sender.submit([item])
         await asyncio.sleep(0.02)
         assert [len(b) for b in core.bodies] == [1]
+        assert sender._timer is None  # no timer to wake up for: it waits for the answer
         core.gate.set()
         await asyncio.gather(*futures(batch))
         assert [len(b) for b in core.bodies] == [1, 4]

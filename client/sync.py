@@ -18,7 +18,7 @@ from client.aio.admin import AsyncAdmin, QueueProgress
 from client.aio.producer import AsyncProducer, SendCallback, log_failure
 from client.aio.pull_consumer import AsyncPullConsumer, PullResult
 from client.aio.push_consumer import AsyncPushConsumer, Listener
-from client.errors import RequestTimeoutError
+from client.errors import ClientClosedError, RequestTimeoutError
 from client.message import Message, ReceivedMessage, SendResult
 from client.queues import MessageQueue
 
@@ -92,6 +92,7 @@ class Producer:
         self._p = self._loop.make(factory)
         self._inbox: deque[tuple[Message, str | None, SendCallback]] = deque()
         self._drain_due = False
+        self._shut = False
         # a blocking send waits at most this long (the producer's own deadlines end it first)
         self._wait_s = self._p.send_timeout * 2 + 5
 
@@ -117,6 +118,8 @@ class Producer:
         self._post(message, shard_key, log_failure)
 
     def _post(self, message: Message, shard_key: str | None, callback: SendCallback) -> None:
+        if self._shut:
+            raise ClientClosedError("the producer was shut down")
         self._inbox.append((message, shard_key, callback))
         # The drain clears the flag before it empties the inbox, so a message appended
         # before a thread saw the flag set is always drained (CPython: each step is atomic).
@@ -135,6 +138,7 @@ class Producer:
             self._p.enqueue_many(sends)
 
     def shutdown(self, timeout: float = 10.0) -> None:
+        self._shut = True
         try:
             self._loop.run(self._shutdown(timeout), timeout + 5)
         finally:

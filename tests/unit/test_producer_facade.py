@@ -14,7 +14,7 @@ import pytest
 from client.aio.producer import AsyncProducer
 from client.aio.routes import GroupRoute, TopicRoute
 from client.backoff import Deadline
-from client.errors import NoLeaderError
+from client.errors import ClientClosedError, NoLeaderError
 from client.message import Message, SendResult
 from client.sync import Producer
 from protocol.record_batch import decode_messages
@@ -81,6 +81,8 @@ def test_blocking_send_async_and_oneway_call_back_on_the_loop_and_errors_reach_t
     with pytest.raises(TypeError):
         p.send(Message("t", "not bytes"), shard_key="k")  # type: ignore[arg-type]
     p.shutdown()
+    with pytest.raises(ClientClosedError):
+        p.send(Message("t", b"late"), shard_key="k")
     assert [e for _, e in got] == [None] * 100
     assert [r.queue_offset for r, _ in got] == list(range(100))  # type: ignore[union-attr]
     assert [m.body for b in core.bodies for r in b for m in decode_messages(r)][-1] == b"oneway"

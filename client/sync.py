@@ -15,9 +15,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from client.aio.admin import AsyncAdmin, QueueProgress
-from client.aio.producer import AsyncProducer, SendCallback, log_failure
+from client.aio.producer import AsyncProducer
 from client.aio.pull_consumer import AsyncPullConsumer, PullResult
 from client.aio.push_consumer import AsyncPushConsumer, Listener
+from client.aio.send_sinks import SendCallback, log_failure
 from client.errors import ClientClosedError, RequestTimeoutError
 from client.message import Message, ReceivedMessage, SendResult
 from client.queues import MessageQueue

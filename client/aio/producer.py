@@ -33,19 +33,20 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import cast
 
 from client.aio.core import ClientCore
+from client.aio.outgoing import check_message, frozen, record_size
 from client.aio.queue_sender import BATCH_MAX_BYTES, QueueSender, _Item
 from client.aio.routes import PERM_WRITE
+from client.aio.send_sinks import CallSink, MessageSink, SendCallback, call_back, log_failure, settler
 from client.backoff import Deadline
 from client.credentials import Credentials
 from client.errors import (
     ClientClosedError,
     ClientError,
     InvalidNameError,
-    MessageTooLargeError,
     broker_error,
 )
 from client.message import Message, SendResult
@@ -59,79 +60,12 @@ __all__ = ["MAX_MESSAGE_BYTES", "AsyncProducer", "SendCallback"]
 log = logging.getLogger("client.producer")
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # the broker's default limit of an encoded message
-_ENVELOPE = 128  # the encoded message's fixed fields, generously (ids, times, host, sequence)
-_PER_MESSAGE = 40  # a message's bytes in a record besides body, tags, keys and properties
-_BODY_TYPES = (bytes, bytearray, memoryview)
 #: Defaults of the accumulator: a single message waits this long for company, a request
 #: is sent once its messages reach ``batch_bytes``, this many requests per queue in flight.
 LINGER_MS = 2.0
 BATCH_BYTES = 256 * 1024
 MAX_IN_FLIGHT = 5
 
-_Outcome = SendResult | BaseException
-#: ``callback(result, None)`` or ``callback(None, error)``, on the producer's event loop.
-SendCallback = Callable[[SendResult | None, BaseException | None], None]
-
-
-class _Call:
-    """One ``send_batch`` call: an outcome per message and the one future its caller awaits,
-    done once every message has its outcome (a future per message costs more than the rest
-    of its send). Cancelling the future abandons the messages not yet sent."""
-
-    __slots__ = ("_left", "future", "outcomes")
-
-    def __init__(self, future: asyncio.Future[None], count: int) -> None:
-        self.future = future
-        self.outcomes: list[_Outcome | None] = [None] * count
-        self._left = count
-
-    @property
-    def abandoned(self) -> bool:
-        return self.future.done()
-
-    def settle(self, index: int, outcome: _Outcome) -> None:
-        if self.outcomes[index] is None and not self.future.done():
-            self.outcomes[index] = outcome
-            self._left -= 1
-            if not self._left:
-                self.future.set_result(None)
-
-
-class _Notify:
-    """One message sent with a callback (no task; a future only if its caller awaits one,
-    and cancelling that future abandons the message if not yet sent). ``retry``: for an
-    unordered send, what to do with a retriable failure instead of reporting it."""
-
-    __slots__ = ("callback", "done", "future", "retry")
-
-    def __init__(self, callback: SendCallback, future: asyncio.Future[SendResult] | None = None) -> None:
-        self.callback, self.future, self.done = callback, future, False
-        # an unordered send's retry: (producer, message, group tried, deadline of the whole send)
-        self.retry: tuple[AsyncProducer, Message, str, Deadline] | None = None
-
-    @property
-    def abandoned(self) -> bool:
-        return self.future is not None and self.future.done()
-
-    def settle(self, index: int, outcome: _Outcome) -> None:
-        if self.done:
-            return
-        self.done = True
-        if isinstance(outcome, BaseException):
-            if self.retry is not None and isinstance(outcome, ClientError) and outcome.retriable:
-                producer, message, group, whole = self.retry
-                producer._retry(message, group, whole, self.callback, outcome)
-                return
-            _call_back(self.callback, None, outcome)
-        else:
-            _call_back(self.callback, outcome, None)
-
-
-def _call_back(callback: SendCallback, result: SendResult | None, error: BaseException | None) -> None:
-    try:
-        callback(result, error)
-    except Exception:
-        log.exception("a send callback failed")
 
 
 class AsyncProducer:
@@ -190,7 +124,7 @@ class AsyncProducer:
         It may wait up to ``linger_ms`` for other messages to its queue."""
         future: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
         await self._warm(message)
-        self._enqueue([(message, shard_key, _Notify(_settler(future), future))])
+        self._enqueue([(message, shard_key, MessageSink(settler(future), future))])
         return await future
 
     async def send_batch(self, messages: Sequence[Message], shard_key: str | None = None) -> list[SendResult]:
@@ -208,7 +142,7 @@ class AsyncProducer:
         """Send in the background; ``callback(result, None)`` or ``callback(None, error)``
         (on the loop). Returns a future of the result, which nothing needs to await."""
         future: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
-        settle = _settler(future)
+        settle = settler(future)
 
         def done(result: SendResult | None, error: BaseException | None) -> None:
             settle(result, error)
@@ -231,7 +165,7 @@ class AsyncProducer:
 
     def enqueue_many(self, sends: Sequence[tuple[Message, str | None, SendCallback]]) -> None:
         """``enqueue`` for several messages (one clock reading and one draw of ids)."""
-        self._enqueue([(m, key, _Notify(cb)) for m, key, cb in sends])
+        self._enqueue([(m, key, MessageSink(cb)) for m, key, cb in sends])
 
     async def shutdown(self, timeout: float = 10.0) -> None:
         """Send what is queued (up to ``timeout``), then close the connections."""
@@ -244,7 +178,7 @@ class AsyncProducer:
             await self.core.close()
 
     # -- internals ----------------------------------------------------------------------
-    def _enqueue(self, sends: Sequence[tuple[Message, str | None, _Notify]]) -> None:
+    def _enqueue(self, sends: Sequence[tuple[Message, str | None, MessageSink]]) -> None:
         """Each message to its queue's sender, its outcome to its sink; a message whose
         topic's route is not known yet waits for it in a task."""
         born_ms = int(time.time() * 1000)
@@ -256,7 +190,7 @@ class AsyncProducer:
         for i, (m, key, sink) in enumerate(sends):
             try:
                 if m.topic in self._valid_topics and not self._closed:
-                    self._check_message(m)
+                    check_message(m, self.max_message_bytes)
                 else:
                     self._check((m,))
                 queues = self._cached_writable(m.topic)
@@ -272,7 +206,7 @@ class AsyncProducer:
                 else:
                     queue = queues[shard_index(key, len(queues))]
                     deadline = ordered = ordered or Deadline(self.send_timeout)
-                item = _Item(_frozen(m), sink, deadline, ids[16 * i:16 * i + 16], born_ms, _size(m))
+                item = _Item(frozen(m), sink, deadline, ids[16 * i:16 * i + 16], born_ms, record_size(m))
             except Exception as e:
                 sink.settle(0, e)
                 continue
@@ -304,7 +238,7 @@ class AsyncProducer:
         prefix = self._id_prefix
         return b"".join(prefix + (first + i).to_bytes(8, "big") for i in range(n))
 
-    async def _enqueue_later(self, message: Message, shard_key: str | None, sink: _Notify) -> None:
+    async def _enqueue_later(self, message: Message, shard_key: str | None, sink: MessageSink) -> None:
         try:
             await self._writable(message.topic)
         except Exception as e:
@@ -312,22 +246,22 @@ class AsyncProducer:
             return
         self._enqueue([(message, shard_key, sink)])
 
-    def _retry(self, message: Message, group: str, whole: Deadline, callback: SendCallback,
+    def retry_elsewhere(self, message: Message, group: str, whole: Deadline, callback: SendCallback,
                error: ClientError) -> None:
         """An unordered single send failed retriably on ``group``: its other attempts, on
         other groups, within ``whole``."""
         self._avoid[group] = time.monotonic() + 30.0
         if whole.expired() or self._closed:
-            _call_back(callback, None, error)
+            call_back(callback, None, error)
             return
 
         async def again() -> None:
             try:
                 (result,) = await self._send_unordered([message], whole, 1, {group}, error)
             except Exception as e:
-                _call_back(callback, None, e)
+                call_back(callback, None, e)
             else:
-                _call_back(callback, result, None)
+                call_back(callback, result, None)
 
         self._background_task(again())
 
@@ -378,29 +312,8 @@ class AsyncProducer:
         for m in messages:
             if m.topic != topic:
                 raise ValueError("a batch must be of one topic")
-            self._check_message(m)
+            check_message(m, self.max_message_bytes)
         return topic
-
-    def _check_message(self, m: Message) -> None:
-        if not isinstance(m.body, _BODY_TYPES):
-            raise TypeError(f"a message body must be bytes, not {type(m.body).__name__}")
-        if not (m.tags is None or isinstance(m.tags, str)):
-            raise TypeError(f"tags must be a string, not {type(m.tags).__name__}")
-        size = _ENVELOPE + len(m.topic) + len(m.tags or "")
-        if m.keys:
-            if isinstance(m.keys, str) or not all(isinstance(k, str) for k in m.keys):
-                raise TypeError("keys must be a sequence of strings, e.g. keys=['order-42']")
-            size += sum(len(k) + 2 for k in m.keys)
-        if m.properties:
-            if not all(isinstance(k, str) and isinstance(v, str) for k, v in m.properties.items()):
-                raise TypeError("properties must map strings to strings")
-            size += sum(len(k) + len(v) + 4 for k, v in m.properties.items())
-        size += len(m.body)  # the broker limits the record: a message this large is one alone
-        if size > self.max_message_bytes:
-            raise MessageTooLargeError(
-                ResponseCode.MESSAGE_TOO_LARGE,
-                f"message of about {size} bytes (encoded) exceeds max_message_bytes="
-                f"{self.max_message_bytes}; split it or store the payload elsewhere")
 
     def _cached_writable(self, topic: str) -> list[MessageQueue] | None:
         """The topic's writable queues, sorted, if its route is known and fresh (no await)."""
@@ -437,11 +350,11 @@ class AsyncProducer:
     async def _submit(self, queue: MessageQueue, messages: Sequence[Message],
                       deadline: Deadline | None = None) -> list[SendResult]:
         # one deadline, one future, one clock reading and one draw of ids for the whole call
-        call = _Call(asyncio.get_running_loop().create_future(), len(messages))
+        call = CallSink(asyncio.get_running_loop().create_future(), len(messages))
         deadline = deadline or Deadline(self.send_timeout)
         born_ms = int(time.time() * 1000)
         ids = self._ids(len(messages))
-        items = [_Item(_frozen(m), call, deadline, ids[16 * i:16 * i + 16], born_ms, _size(m), i)
+        items = [_Item(frozen(m), call, deadline, ids[16 * i:16 * i + 16], born_ms, record_size(m), i)
                  for i, m in enumerate(messages)]
         self._sender(queue).submit(items, flush=True)
         await call.future  # cancelled with its caller: the messages not yet taken are dropped
@@ -449,35 +362,3 @@ class AsyncProducer:
             if isinstance(outcome, BaseException):
                 raise outcome
         return cast("list[SendResult]", call.outcomes)
-
-
-def _frozen(m: Message) -> Message:
-    """A copy the caller's later changes do not reach."""
-    return Message(m.topic, bytes(m.body), m.tags, tuple(m.keys), dict(m.properties), m.delay_level,
-                   m.deliver_at_ms)
-
-
-def _settler(future: asyncio.Future[SendResult]) -> SendCallback:
-    def settle(result: SendResult | None, error: BaseException | None) -> None:
-        if future.done():
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(cast(SendResult, result))
-    return settle
-
-
-def log_failure(result: SendResult | None, error: BaseException | None) -> None:
-    if error is not None:
-        log.warning("oneway send failed: %s", error)
-
-
-def _size(m: Message) -> int:
-    """About the bytes of ``m`` in a record."""
-    size = _PER_MESSAGE + len(m.body) + len(m.tags or "")
-    if m.keys:
-        size += sum(len(k) + 2 for k in m.keys)
-    if m.properties:
-        size += sum(len(k) + len(v) + 4 for k, v in m.properties.items())
-    return size

@@ -247,7 +247,7 @@ class AsyncProducer:
         self._enqueue([(message, shard_key, sink)])
 
     def retry_elsewhere(self, message: Message, group: str, whole: Deadline, callback: SendCallback,
-               error: ClientError) -> None:
+                        error: ClientError) -> None:
         """An unordered single send failed retriably on ``group``: its other attempts, on
         other groups, within ``whole``."""
         self._avoid[group] = time.monotonic() + 30.0

@@ -206,7 +206,7 @@ class AsyncProducer:
                 else:
                     queue = queues[shard_index(key, len(queues))]
                     deadline = ordered = ordered or Deadline(self.send_timeout)
-                item = _Item(frozen(m), sink, deadline, ids[16 * i:16 * i + 16], born_ms, record_size(m))
+                item = _Item(frozen(m), sink, deadline, ids[i], born_ms, record_size(m))
             except Exception as e:
                 sink.settle(0, e)
                 continue
@@ -231,12 +231,12 @@ class AsyncProducer:
         self._sticky[topic] = (queue, self._sender(queue).bytes_submitted)
         return queue
 
-    def _ids(self, n: int) -> bytes:
+    def _ids(self, n: int) -> list[bytes]:
         """``n`` message ids of 16 bytes: this producer's random 8 bytes and a counter."""
         first = self._id_next
         self._id_next += n
         prefix = self._id_prefix
-        return b"".join(prefix + (first + i).to_bytes(8, "big") for i in range(n))
+        return [prefix + (first + i).to_bytes(8, "big") for i in range(n)]
 
     async def _enqueue_later(self, message: Message, shard_key: str | None, sink: MessageSink) -> None:
         try:
@@ -354,7 +354,7 @@ class AsyncProducer:
         deadline = deadline or Deadline(self.send_timeout)
         born_ms = int(time.time() * 1000)
         ids = self._ids(len(messages))
-        items = [_Item(frozen(m), call, deadline, ids[16 * i:16 * i + 16], born_ms, record_size(m), i)
+        items = [_Item(frozen(m), call, deadline, ids[i], born_ms, record_size(m), i)
                  for i, m in enumerate(messages)]
         self._sender(queue).submit(items, flush=True)
         await call.future  # cancelled with its caller: the messages not yet taken are dropped

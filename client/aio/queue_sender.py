@@ -308,8 +308,9 @@ class QueueSender:
         for item, row in zip(request.items, rows, strict=True):
             code, reason = row.code, row.reason
             if code == _SUCCESS:
-                item.settle(SendResult(SendStatus.SEND_OK, item.msg_id.hex(), queue, row.queue_offset,
-                                       bool(reason) and "already" in reason, row.position))
+                result = SendResult(SendStatus.SEND_OK, item.msg_id.hex(), queue, row.queue_offset,
+                                    bool(reason) and "already" in reason, row.position)
+                item.sink.settle(item.index, result)
             elif code == _GAP and broken:
                 gapped.append(item)  # only because an earlier one was refused
             else:

@@ -18,7 +18,7 @@ the new leader until ``send_timeout``: a message is stored once, in order, whate
 happened to the first attempt.
 
 Unordered sends (no shard key) go round robin over writable queues (single messages:
-to one queue until ``batch_bytes`` went to it or it is saturated, then the next) and, when a
+to one queue until a request of it is sent or it is saturated, then the next) and, when a
 group keeps failing, are retried (``retries``, default 2) on a queue of another
 group -- at-least-once if the first attempt's outcome was unknown, as in RocketMQ.
 ``send_timeout`` bounds the whole call: each attempt gets an equal share of what is
@@ -93,7 +93,6 @@ class AsyncProducer:
         self.send_timeout = send_timeout
         self.retries = retries
         self.max_message_bytes = max_message_bytes
-        self._batch_bytes = batch_bytes
         self._sender_options = {"linger_ms": linger_ms, "batch_bytes": batch_bytes,
                                 "max_in_flight": max_in_flight, "compression": compression}
         self._base = f"{group}/{os.urandom(6).hex()}"
@@ -102,7 +101,7 @@ class AsyncProducer:
         self._avoid: dict[str, float] = {}  # group -> until (monotonic): recently failing groups
         self._background: set[asyncio.Future[None]] = set()
         self._valid_topics: set[str] = set()
-        self._sticky: dict[str, tuple[MessageQueue, int]] = {}  # topic -> (queue, its bytes then)
+        self._sticky: dict[str, tuple[MessageQueue, int]] = {}  # topic -> (queue, its requests then)
         self._writable_cache: dict[str, tuple[object, list[MessageQueue]]] = {}
         self._id_prefix = os.urandom(8)
         self._id_next = int.from_bytes(os.urandom(4), "big") << 16
@@ -215,20 +214,19 @@ class AsyncProducer:
             sender.submit(items)
 
     def _sticky_queue(self, topic: str, queues: list[MessageQueue]) -> MessageQueue:
-        """The queue of an unordered single message: the same one until ``batch_bytes`` of
-        messages went to it or it has ``max_in_flight`` requests in flight, then the next
-        (Kafka's uniform sticky partitioner: fewer, larger requests than round robin per
-        message, spread alike over time)."""
+        """The queue of an unordered single message: the same one until a request of it is
+        sent or it has ``max_in_flight`` requests in flight, then the next (Kafka's sticky
+        partitioner: a drain's or a linger's messages in one request, not one per queue;
+        one at a time, they still spread round robin)."""
         stuck = self._sticky.get(topic)
         if stuck is not None:
-            queue, at = stuck
+            queue, sent = stuck
             sender = self._senders.get(queue)
-            if (sender is not None and sender.bytes_submitted - at < self._batch_bytes
-                    and not sender.saturated
+            if (sender is not None and sender.requests_sent == sent and not sender.saturated
                     and (queue.group not in self._avoid or self._avoid[queue.group] < time.monotonic())):
                 return queue
         queue = self._round_robin(queues, set())
-        self._sticky[topic] = (queue, self._sender(queue).bytes_submitted)
+        self._sticky[topic] = (queue, self._sender(queue).requests_sent)
         return queue
 
     def _ids(self, n: int) -> list[bytes]:

@@ -126,7 +126,6 @@ class QueueSender:
         self._requeued: list[_Item] = []  # refused as gaps of an ended epoch: first in the next
         self._closing = False
         self.requests_sent = 0  # requests made (not counting resends)
-        self.bytes_submitted = 0  # about the bytes of the messages submitted
         self.gap_resends = 0  # requests sent again unchanged after overtaking a retried one
         self._idle = asyncio.Event()
         self._idle.set()
@@ -147,9 +146,7 @@ class QueueSender:
         if not self._pending:
             self._first_at = self._loop.time()
         self._pending.extend(items)
-        size = sum(i.size for i in items)
-        self._pending_bytes += size
-        self.bytes_submitted += size
+        self._pending_bytes += sum(i.size for i in items)
         if flush:
             self._urgent = len(self._pending)
         self._idle.clear()

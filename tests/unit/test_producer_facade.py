@@ -120,23 +120,31 @@ def test_an_unordered_single_send_that_fails_retriably_goes_to_another_group() -
     asyncio.run(main())
 
 
-def test_unordered_single_messages_stick_to_a_queue_until_batch_bytes_went_to_it() -> None:
+def test_unordered_single_messages_stick_to_a_queue_until_a_request_of_it_is_sent() -> None:
     async def main() -> None:
         core = FakeCore(queues=4)
-        p = AsyncProducer(core=core, batch_bytes=1700)  # type: ignore[arg-type]
+        p = AsyncProducer(core=core)  # type: ignore[arg-type]
         got: list[SendResult | None] = []
-        await p.send(Message("t", b"warm-up"))  # the route is known
-        for n in range(6):  # 20 messages of ~44 bytes (as the producer counts) per drain: ~880
-            p.enqueue_many([(Message("t", b"%d-%d" % (n, i)), None, lambda r, e: got.append(r))
-                            for i in range(20)])
-            await asyncio.sleep(0.01)
+        await p.send(Message("t", b"warm-up"))  # the route is known; one request sent
+        p.enqueue_many([(Message("t", b"a%d" % i), None, lambda r, e: got.append(r)) for i in range(20)])
+        p.enqueue_many([(Message("t", b"b%d" % i), None, lambda r, e: got.append(r)) for i in range(20)])
         await p.shutdown()
-        assert len(got) == 120 and all(r is not None for r in got)
-        queues = [r.queue.queue_id for r in got]  # type: ignore[union-attr]
-        runs = [queues[i:i + 20] for i in range(0, 120, 20)]
-        assert all(len(set(run)) == 1 for run in runs)  # a drain's messages on one queue
-        # two drains (~1,760 bytes >= batch_bytes) per queue, then the next queue
-        assert [run[0] for run in runs[::2]] == [run[0] for run in runs[1::2]]
-        assert len({run[0] for run in runs}) == 3
+        assert [len(b) for b in core.bodies] == [1, 20, 20]  # one request each, not 20 queues' worth
+        queues = [{decode_messages(r)[0].queue_id for r in b} for b in core.bodies]
+        assert all(len(q) == 1 for q in queues) and len(set.union(*queues)) == 3  # then the next queue
+
+    asyncio.run(main())
+
+
+def test_unordered_single_sends_one_at_a_time_spread_over_the_queues() -> None:
+    """A caller awaiting each send (a request each) sees its messages spread round robin,
+    as before the accumulator: consumers of every queue get some (tests/cluster's
+    rebalance test)."""
+    async def main() -> None:
+        core = FakeCore(queues=4)
+        p = AsyncProducer(core=core)  # type: ignore[arg-type]
+        results = [await p.send(Message("t", b"m%d" % i)) for i in range(12)]
+        await p.shutdown()
+        assert sorted({r.queue.queue_id for r in results}) == [0, 1, 2, 3]
 
     asyncio.run(main())

@@ -1,6 +1,6 @@
 """The leader's write path: records in, outcomes out, many records per Raft entry.
 
-    send(records) ──▶ accumulator ──(linger ms or a full entry)──▶ pack_entries(now)
+    send(records) ──▶ accumulator ──(at once when no batch is in flight, else linger ms)──▶ pack_entries(now)
                                                    large messages: chain_payloads(now)
                                                                      │ propose (one entry each)
     outcomes ◀── machine.results(index) ◀── applier applied index ◀──┘ committed
@@ -128,8 +128,14 @@ class WritePath:
             self._flusher = asyncio.get_running_loop().create_task(self._flush_soon())
         return await pending.future
 
+    def linger_now(self) -> float:
+        """Seconds records wait before they are packed: none while nothing is proposed and
+        unanswered (what comes in this turn of the loop joins), else the linger, so that
+        the records arriving meanwhile share an entry."""
+        return self._linger if self._writes else 0.0
+
     async def _flush_soon(self) -> None:
-        await asyncio.sleep(self._linger)
+        await asyncio.sleep(self.linger_now())
         assert self._in_flight is not None
         while self._queue:
             await self._in_flight.acquire()

@@ -110,7 +110,9 @@ def encode_batch(messages: Sequence[Message], queue_id: int, msg_ids: Sequence[b
                  compression: str | None = None) -> bytes:
     """The record of ``messages`` (one topic) for queue ``queue_id``: message i gets id
     ``msg_ids[i]`` and, with a ``producer_id``, sequence ``base_sequence + i``."""
-    entries = [(msg_ids[i], born_ms, 0, m.tags or None, m.keys, m.wire_properties(), 0, m.body)
+    entries = [(msg_ids[i], born_ms, 0, m.tags or None, m.keys,
+                m.properties if type(m.properties) is dict and m.delay_level is None
+                and m.deliver_at_ms is None else m.wire_properties(), 0, m.body)
                for i, m in enumerate(messages)]
     return encode_record(messages[0].topic, queue_id, entries, producer_id=producer_id,
                          base_sequence=base_sequence, born_host=_HOST, compression=compression)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import mmh3
 
-__all__ = ["MessageQueue", "shard_queue"]
+__all__ = ["MessageQueue", "shard_index", "shard_queue"]
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -42,4 +42,9 @@ def shard_queue(shard_key: str, queues: Sequence[MessageQueue]) -> MessageQueue:
     if not queues:
         raise ValueError(f"no queue to shard key {shard_key!r} onto")
     ordered = sorted(queues)
-    return ordered[mmh3.hash(shard_key.encode(), seed=0, signed=False) % len(ordered)]
+    return ordered[shard_index(shard_key, len(ordered))]
+
+
+def shard_index(shard_key: str, count: int) -> int:
+    """The index of ``shard_key``'s queue among ``count`` queues sorted (``shard_queue``)."""
+    return mmh3.hash(shard_key.encode(), seed=0, signed=False) % count

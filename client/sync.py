@@ -6,8 +6,11 @@ listeners of a push consumer run on its consume thread pool, as in the async cli
 
 from __future__ import annotations
 
+import _thread
 import asyncio
+import contextlib
 import threading
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -15,6 +18,8 @@ from client.aio.admin import AsyncAdmin, QueueProgress
 from client.aio.producer import AsyncProducer
 from client.aio.pull_consumer import AsyncPullConsumer, PullResult
 from client.aio.push_consumer import AsyncPushConsumer, Listener
+from client.aio.send_sinks import SendCallback, log_failure
+from client.errors import ClientClosedError, RequestTimeoutError
 from client.message import Message, ReceivedMessage, SendResult
 from client.queues import MessageQueue
 
@@ -46,38 +51,103 @@ class _Loop:
             self.loop.close()
 
 
+class _Waiter:
+    """One blocking ``send``'s outcome: a lock its thread waits on, released by the loop."""
+
+    __slots__ = ("_lock", "error", "result")
+
+    def __init__(self) -> None:
+        self._lock = _thread.allocate_lock()
+        self._lock.acquire()
+        self.result: SendResult | None = None
+        self.error: BaseException | None = None
+
+    def __call__(self, result: SendResult | None, error: BaseException | None) -> None:
+        self.result, self.error = result, error
+        self._lock.release()
+
+    def wait(self, timeout: float) -> SendResult:
+        if not self._lock.acquire(timeout=timeout):
+            raise RequestTimeoutError(f"no outcome of the send in {timeout:g} s")
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
+
 class Producer:
-    """``Producer(namesrv="127.0.0.1:9876", group="orders-producer").start()``; see AsyncProducer."""
+    """``Producer(namesrv="127.0.0.1:9876", group="orders-producer").start()``; see AsyncProducer.
+
+    Any thread may call it. Single messages (``send``, ``send_async``, ``send_oneway``) go
+    through an inbox (a deque) that the producer's loop drains once per wake-up into its
+    accumulator: no coroutine, task or cross-thread future per message, and the messages of
+    many threads share records.
+    """
 
     def __init__(self, namesrv: str | Sequence[str] | None = None, group: str = "DEFAULT_PRODUCER",
                  **options: Any) -> None:
-        self._loop = _Loop(f"producer-{group}")
-        self._p = self._loop.make(lambda: AsyncProducer(namesrv, group, **options))
+        self._setup(f"producer-{group}", lambda: AsyncProducer(namesrv, group, **options))
+
+    def _setup(self, name: str, factory: Callable[[], AsyncProducer]) -> None:
+        self._loop = _Loop(name)
+        self._p = self._loop.make(factory)
+        self._inbox: deque[tuple[Message, str | None, SendCallback]] = deque()
+        self._drain_due = False
+        self._shut = False
+        # a blocking send waits at most this long (the producer's own deadlines end it first)
+        self._wait_s = self._p.send_timeout * 2 + 5
 
     def start(self) -> Producer:
         self._loop.run(self._p.start())
         return self
 
     def send(self, message: Message, shard_key: str | None = None) -> SendResult:
-        return self._loop.run(self._p.send(message, shard_key))
+        """Block until a majority stored it (SEND_OK), or raise its error."""
+        waiter = _Waiter()
+        self._post(message, shard_key, waiter)
+        return waiter.wait(self._wait_s)
 
     def send_batch(self, messages: Sequence[Message], shard_key: str | None = None) -> list[SendResult]:
         return self._loop.run(self._p.send_batch(messages, shard_key))
 
-    def send_async(self, message: Message,
-                   callback: Callable[[SendResult | None, BaseException | None], None],
-                   shard_key: str | None = None) -> None:
+    def send_async(self, message: Message, callback: SendCallback, shard_key: str | None = None) -> None:
         """Returns at once; ``callback`` runs on the producer's loop thread when the send ends."""
-        self._loop.loop.call_soon_threadsafe(self._p.send_async, message, callback, shard_key)
+        self._post(message, shard_key, callback)
 
     def send_oneway(self, message: Message, shard_key: str | None = None) -> None:
-        self._loop.run(self._p.send_oneway(message, shard_key))
+        """Returns at once; a failure is only logged."""
+        self._post(message, shard_key, log_failure)
+
+    def _post(self, message: Message, shard_key: str | None, callback: SendCallback) -> None:
+        if self._shut:
+            raise ClientClosedError("the producer was shut down")
+        self._inbox.append((message, shard_key, callback))
+        # The drain clears the flag before it empties the inbox, so a message appended
+        # before a thread saw the flag set is always drained (CPython: each step is atomic).
+        if not self._drain_due:
+            self._drain_due = True
+            self._loop.loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        """Loop thread: everything in the inbox to the accumulator."""
+        self._drain_due = False
+        inbox, sends = self._inbox, []
+        with contextlib.suppress(IndexError):
+            while True:
+                sends.append(inbox.popleft())
+        if sends:
+            self._p.enqueue_many(sends)
 
     def shutdown(self, timeout: float = 10.0) -> None:
+        self._shut = True
         try:
-            self._loop.run(self._p.shutdown(timeout), timeout + 5)
+            self._loop.run(self._shutdown(timeout), timeout + 5)
         finally:
             self._loop.stop()
+
+    async def _shutdown(self, timeout: float) -> None:
+        self._drain()
+        await self._p.shutdown(timeout)
 
     def __enter__(self) -> Producer:
         return self.start()
@@ -223,8 +293,7 @@ class TransactionProducer(Producer):
                  **options: Any) -> None:
         from client.aio.transaction import AsyncTransactionProducer
 
-        self._loop = _Loop(f"tx-producer-{group}")
-        self._p = self._loop.make(lambda: AsyncTransactionProducer(namesrv, group, **options))
+        self._setup(f"tx-producer-{group}", lambda: AsyncTransactionProducer(namesrv, group, **options))
 
     def send_in_transaction(self, message: Message, arg: Any = None,
                             shard_key: str | None = None) -> Any:

@@ -4,6 +4,9 @@
     raftmq bench produce --local --size 256 --rate 1000 --duration 20      # latency at a fixed rate
     raftmq bench consume --local --messages 200000 --size 256              # loads, then reads
     raftmq bench produce --local --groups 2 --size 256 --batch 64           # a topic over two groups
+    raftmq bench produce --local --api blocking --batch 100 --inflight 4    # client.Producer.send_batch
+    raftmq bench produce --local --api blocking --inflight 64               # send from 64 threads
+    raftmq bench produce --local --api blocking --send-async --inflight 1000  # send_async, 1,000 in flight
 
 ``--local`` starts a name server and a 3-node group in a temporary directory (flush
 policy sync; ``--tls``: TLS on every port, with a local CA; ``--acl``: users and ACLs on,
@@ -65,13 +68,131 @@ class _Progress:
                       f"{rate:>10,.0f} msgs/s  errors {self.errors}", file=sys.stderr, flush=True)
 
 
+def _body(size: int) -> bytes:
+    return os.urandom(size // 2).hex().encode()[:size].ljust(size, b"x")
+
+
+def _producer_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The accumulator's settings given on the command line (else the producer's defaults)."""
+    given = {"linger_ms": args.linger_ms, "max_in_flight": args.max_in_flight,
+             "batch_bytes": args.batch_bytes, "compression": args.compression}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _produce_result(args: argparse.Namespace, progress: _Progress, elapsed: float,
+                    latencies: list[float]) -> dict[str, Any]:
+    latencies.sort()
+    return {"mode": "produce", "api": args.api, "send_async": args.send_async, "size": args.size,
+            "batch": args.batch, "inflight": args.inflight, "producer": _producer_options(args),
+            "rate": args.rate, "shard_keys": args.shard_keys, "seconds": round(elapsed, 2),
+            "messages": progress.count, "errors": progress.errors,
+            "msgs_per_s": round(progress.count / elapsed),
+            "mb_per_s": round(progress.bytes / elapsed / 1e6, 2),
+            "latency_ms": {f"p{p}": round(_percentile(latencies, p) * 1000, 2) for p in (50, 99, 99.9)}}
+
+
+def _produce_blocking(args: argparse.Namespace, where: dict[str, Any], progress: _Progress) -> dict[str, Any]:
+    """The blocking client (``client.Producer``): ``--inflight`` threads each calling
+    ``send_batch`` (``--batch`` > 1) or ``send``; with ``--send-async``, one thread keeping
+    ``--inflight`` single ``send_async`` calls in flight."""
+    import threading
+
+    from client.sync import Producer
+
+    body = _body(args.size)
+    latencies: list[float] = []
+    keys = [f"shard-{i}" for i in range(args.shard_keys)] if args.shard_keys else [None]
+    lock = threading.Lock()
+    p = Producer(**where, group="bench-producer", send_timeout=30, **_producer_options(args)).start()
+    try:
+        p.send(Message(args.topic, b"warm-up"))
+        stop_at = time.monotonic() + args.duration
+        started = time.monotonic()
+
+        def counted(n: int, t0: float) -> None:
+            latencies.append(time.monotonic() - t0)
+            with lock:
+                progress.count += n
+                progress.bytes += n * args.size
+
+        def worker(w: int) -> None:
+            i = w
+            while time.monotonic() < stop_at:
+                key = keys[i % len(keys)]
+                i += args.inflight
+                t0 = time.monotonic()
+                try:
+                    if args.batch > 1:
+                        p.send_batch([Message(args.topic, body)] * args.batch, shard_key=key)
+                    else:
+                        p.send(Message(args.topic, body), shard_key=key)
+                except ClientError:
+                    progress.errors += 1
+                    continue
+                counted(args.batch, t0)
+
+        if args.send_async:
+            # up to --inflight sends in flight, topped up whenever a tenth of them are answered
+            # (a semaphore woken per answer would cost more than the send it measures)
+            in_flight = [0]
+            room = threading.Event()
+            low = args.inflight - max(1, args.inflight // 10)
+
+            def sent(t0: float, result: object, error: BaseException | None) -> None:
+                with lock:
+                    in_flight[0] -= 1
+                    left = in_flight[0]
+                if left <= low:
+                    room.set()
+                if error is not None:
+                    progress.errors += 1
+                else:
+                    latencies.append(time.monotonic() - t0)
+                    progress.count += 1
+                    progress.bytes += args.size
+
+            n = 0
+            while time.monotonic() < stop_at:
+                room.clear()
+                top_up = args.inflight - in_flight[0]
+                with lock:
+                    in_flight[0] += top_up
+                t0 = time.monotonic()
+                for _ in range(top_up):
+                    p.send_async(Message(args.topic, body),
+                                 lambda r, e, t0=t0: sent(t0, r, e), shard_key=keys[n % len(keys)])
+                    n += 1
+                room.wait(1.0)
+            deadline = time.monotonic() + 30
+            while in_flight[0] and time.monotonic() < deadline:  # every send answered
+                time.sleep(0.01)
+        else:
+            threads = [threading.Thread(target=worker, args=(w,)) for w in range(args.inflight)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        elapsed = time.monotonic() - started
+    finally:
+        p.shutdown()
+    return _produce_result(args, progress, elapsed, latencies)
+
+
 async def _produce(args: argparse.Namespace, where: dict[str, Any]) -> dict[str, Any]:
-    body = os.urandom(args.size // 2).hex().encode()[: args.size].ljust(args.size, b"x")
+    if args.api == "blocking":
+        progress = _Progress("produce", args.json)
+        ticker = asyncio.create_task(progress.run())
+        try:
+            return await asyncio.to_thread(_produce_blocking, args, where, progress)
+        finally:
+            ticker.cancel()
+    body = _body(args.size)
     latencies: list[float] = []
     progress = _Progress("produce", args.json)
     keys = [f"shard-{i}" for i in range(args.shard_keys)] if args.shard_keys else [None]
     stop_at = time.monotonic() + args.duration
-    async with AsyncProducer(**where, group="bench-producer", send_timeout=30) as p:
+    options = _producer_options(args)
+    async with AsyncProducer(**where, group="bench-producer", send_timeout=30, **options) as p:
         await p.send(Message(args.topic, b"warm-up"))
 
         async def one(worker: int) -> None:
@@ -82,7 +203,10 @@ async def _produce(args: argparse.Namespace, where: dict[str, Any]) -> dict[str,
                 batch = [Message(args.topic, body)] * args.batch
                 t0 = time.monotonic()
                 try:
-                    await p.send_batch(batch, shard_key=key)
+                    if args.batch == 1:  # a single send: through the accumulator
+                        await p.send(batch[0], shard_key=key)
+                    else:
+                        await p.send_batch(batch, shard_key=key)
                 except ClientError:
                     progress.errors += 1
                     continue
@@ -126,13 +250,7 @@ async def _produce(args: argparse.Namespace, where: dict[str, Any]) -> dict[str,
             await asyncio.gather(*(one(w) for w in range(args.inflight)))
         elapsed = time.monotonic() - started
         ticker.cancel()
-    latencies.sort()
-    return {"mode": "produce", "size": args.size, "batch": args.batch, "inflight": args.inflight,
-            "rate": args.rate, "shard_keys": args.shard_keys, "seconds": round(elapsed, 2),
-            "messages": progress.count, "errors": progress.errors,
-            "msgs_per_s": round(progress.count / elapsed),
-            "mb_per_s": round(progress.bytes / elapsed / 1e6, 2),
-            "latency_ms": {f"p{p}": round(_percentile(latencies, p) * 1000, 2) for p in (50, 99, 99.9)}}
+    return _produce_result(args, progress, elapsed, latencies)
 
 
 async def _consume(args: argparse.Namespace, where: dict[str, Any]) -> dict[str, Any]:
@@ -216,6 +334,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=int, default=256, help="message body bytes (default 256)")
     parser.add_argument("--batch", type=int, default=1, help="messages per send call (default 1)")
     parser.add_argument("--inflight", type=int, default=32, help="concurrent send calls (default 32)")
+    parser.add_argument("--api", choices=["asyncio", "blocking"], default="asyncio",
+                        help="the client API: AsyncProducer (default) or the blocking client.Producer "
+                             "(--inflight threads)")
+    parser.add_argument("--send-async", action="store_true",
+                        help="--api blocking: single send_async calls, --inflight of them in flight")
+    parser.add_argument("--linger-ms", type=float, help="the producer's linger_ms (default: its own)")
+    parser.add_argument("--max-in-flight", type=int, help="the producer's max_in_flight per queue")
+    parser.add_argument("--batch-bytes", type=int, help="the producer's batch_bytes")
+    parser.add_argument("--compression", choices=["zstd", "lz4"], help="the producer's compression")
     parser.add_argument("--shard-keys", type=int, default=0,
                         help="spread sends over this many shard keys (default 0: round robin)")
     parser.add_argument("--rate", type=float, default=0.0,

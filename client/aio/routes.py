@@ -128,6 +128,13 @@ class RouteBook:
         # every client link through Toxiproxy with it
         self._map = dict(address_map or {})
 
+    def fresh(self, topic: str) -> TopicRoute | None:
+        """The topic's route if known and fresh (what ``route`` would return without a fetch)."""
+        cached = self._routes.get(topic)
+        if cached is not None and time.monotonic() - cached.fetched_at < self._refresh_s:
+            return cached
+        return None
+
     async def route(self, topic: str, refresh: bool = False) -> TopicRoute:
         cached = self._routes.get(topic)
         if cached is not None and not refresh and time.monotonic() - cached.fetched_at < self._refresh_s:

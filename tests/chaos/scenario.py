@@ -207,6 +207,9 @@ class Scenario:
         try:
             self.workload.stop_sending()
             self.sending_stopped_at = self.event("senders stopped")
+            counts = self.workload.producer_counts()
+            self.notes.append(f"producer: {counts['requests']} requests, {counts['gap_resends']} resent "
+                              "unchanged after a sequence gap")
             b.heal()
             down = b.down()
             if down:

@@ -4,10 +4,12 @@ Everything runs on one asyncio loop in a background thread, so the test's thread
 free to inject faults; the test talks to it through thread-safe methods only.
 
 * **senders**: ``keys`` coroutines, each sending ``<key>:<n>`` with that key as shard key,
-  one message at a time (the next only after the previous one's outcome), paced at
-  ``rate`` messages/s per key, through an idempotent ``AsyncProducer``. Every attempt is
-  recorded in the history: ``ok`` (SEND_OK, with its queue and offset), ``failed``
-  (SEQUENCE_GAP: refused, definitely not stored), ``unknown`` (any other error);
+  single ``send_async`` calls with up to ``window`` of a key's messages in flight (the
+  producer's accumulator gathers them into records, several requests per queue in
+  flight), paced at ``rate`` messages/s per key, through an idempotent ``AsyncProducer``.
+  Every attempt is recorded in the history, in send order: ``ok`` (SEND_OK, with its
+  queue and offset), ``failed`` (SEQUENCE_GAP: refused, definitely not stored),
+  ``unknown`` (any other error);
 * **consumer**: an ``AsyncPushConsumer`` (orderly, from the first offset, reading from
   ``read_from``) recording every delivery with its queue, offset and CommitLog position;
 * **monitor**: every 0.3 s, each node's committed offsets of the consumer group (tagged
@@ -20,6 +22,7 @@ All client traffic goes through the client proxies (``ChaosBrokers.servers`` and
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import threading
@@ -35,7 +38,7 @@ from client.aio import AsyncAdmin, AsyncProducer, AsyncPushConsumer
 from client.aio.auth import admin_token
 from client.credentials import Credentials
 from client.errors import AuthFailedError, ClientError, SequenceGapError
-from client.message import ConsumeStatus, Message, ReceivedMessage
+from client.message import ConsumeStatus, Message, ReceivedMessage, SendResult
 from client.queues import MessageQueue
 from tests.chaos.brokers import BROKER_GROUP, ChaosBrokers
 from tests.support.broker_client import client_session
@@ -70,8 +73,9 @@ async def _until_authenticated(admin: AsyncAdmin, timeout: float = 20.0) -> None
 class OrderedWorkload:
     def __init__(self, brokers: ChaosBrokers, history: MessageHistory, work_dir: Path, *,
                  keys: int = 8, queues: int = 4, rate: float = 20.0, read_from: str = "follower",
-                 send_timeout: float = 20.0, pad: int = 0) -> None:
-        """``pad``: bytes added to each payload (so that retention has segments to delete)."""
+                 send_timeout: float = 20.0, pad: int = 0, window: int = 4) -> None:
+        """``pad``: bytes added to each payload (so that retention has segments to delete);
+        ``window``: a key's sends in flight at most."""
         self.brokers = brokers
         self.history = history
         self.work_dir = work_dir
@@ -81,6 +85,7 @@ class OrderedWorkload:
         self.pad = b"." * pad
         self.read_from = read_from
         self.send_timeout = send_timeout
+        self.window = window
         self.send_started: dict[bytes, float] = {}  # payload -> monotonic start of its send
         self.unexpected: list[str] = []  # non-ClientError exceptions from the client
         self.terms: set[int] = set()
@@ -99,6 +104,12 @@ class OrderedWorkload:
         self._thread.start()
         self._run(self._start(), timeout)
         return self
+
+    def producer_counts(self) -> dict[str, int]:
+        """The producer's requests so far, and how many were resent unchanged after a gap."""
+        senders = list(self._producer._senders.values()) if self._producer is not None else []
+        return {"requests": sum(s.requests_sent for s in senders),
+                "gap_resends": sum(s.gap_resends for s in senders)}
 
     def stop_sending(self, timeout: float = 40.0) -> None:
         """Stop starting sends and wait for the ones under way to get their outcome."""
@@ -236,22 +247,34 @@ class OrderedWorkload:
     async def _send_key(self, key: str) -> None:
         assert self._producer is not None
         n = 0
-        while self._sending.is_set():
-            payload = f"{key}:{n:06d}".encode() + self.pad
-            n += 1
-            self.send_started[payload] = time.monotonic()
-            try:
-                r = await self._producer.send(Message(TOPIC, payload), shard_key=key)
-            except SequenceGapError:
-                self.history.failed(payload, key)
-            except ClientError:
-                self.history.unknown(payload, key)
-            except Exception as e:  # a client bug: recorded, the test reports it
-                self.unexpected.append(f"{key}: {e!r}")
-                self.history.unknown(payload, key)
-            else:
-                self.history.ok(payload, key, str(r.queue), r.queue_offset)
-            await asyncio.sleep(self.pause)
+        in_flight: collections.deque[tuple[bytes, asyncio.Future[SendResult]]] = collections.deque()
+        try:
+            while self._sending.is_set():
+                payload = f"{key}:{n:06d}".encode() + self.pad
+                n += 1
+                self.send_started[payload] = time.monotonic()
+                future = self._producer.send_async(Message(TOPIC, payload), _ignore, shard_key=key)
+                in_flight.append((payload, future))
+                if len(in_flight) >= self.window:
+                    await self._record(key, *in_flight.popleft())
+                await asyncio.sleep(self.pause)
+        finally:
+            while in_flight:
+                await self._record(key, *in_flight.popleft())
+
+    async def _record(self, key: str, payload: bytes, future: asyncio.Future[SendResult]) -> None:
+        """One send's outcome into the history (called in send order)."""
+        try:
+            r = await future
+        except SequenceGapError:
+            self.history.failed(payload, key)
+        except ClientError:
+            self.history.unknown(payload, key)
+        except Exception as e:  # a client bug: recorded, the test reports it
+            self.unexpected.append(f"{key}: {e!r}")
+            self.history.unknown(payload, key)
+        else:
+            self.history.ok(payload, key, str(r.queue), r.queue_offset)
 
     async def _join_senders(self) -> None:
         await asyncio.gather(*self._senders, return_exceptions=True)
@@ -309,3 +332,7 @@ class OrderedWorkload:
         for row in doc["queues"]:
             queue = str(MessageQueue(row["topic"], BROKER_GROUP, int(row["queue"])))
             self.history.offset_seen(f"{name}#{incarnation}", queue, int(row["committed"]))
+
+
+def _ignore(result: SendResult | None, error: BaseException | None) -> None:
+    """The outcome is read from the send's future, in send order."""

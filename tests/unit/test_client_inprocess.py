@@ -9,6 +9,7 @@ import pytest
 
 from client import Admin, ConsumeStatus, Message, Producer, PullConsumer, PushConsumer
 from client.aio import AsyncProducer, AsyncPullConsumer
+from client.backoff import Deadline
 from client.errors import InvalidNameError, MessageTooLargeError, TopicNotExistError
 from tests.support.procs import wait_until
 
@@ -73,14 +74,14 @@ def test_idempotent_resend_is_answered_not_stored(broker: str) -> None:
         r1 = await p.send(Message("idem", b"one"), shard_key="s")
         sender = next(iter(p._senders.values()))
         # replay the exact request as a retry after a lost answer would
-        from client.aio.producer import _Item
-        from client.backoff import Deadline
-        item = _Item(Message("idem", b"one"), asyncio.get_running_loop().create_future(), Deadline(5))
         from client.message import encode_batch
-        record = encode_batch([item.message], 0, [bytes.fromhex(r1.msg_id)], 0, sender.producer_id, 0)
-        await sender._send([item], [record])
-        again = await item.future
-        assert again.duplicate and again.queue_offset == r1.queue_offset
+        from protocol.send import SendBatchRequest, SendBatchResponse
+        record = encode_batch([Message("idem", b"one")], 0, [bytes.fromhex(r1.msg_id)], 0,
+                              sender.producer_id, 0)
+        reply = await p.core.leader_request(sender.queue.group, SendBatchRequest(records=(record,)),
+                                            deadline=Deadline(5))
+        (again,) = SendBatchResponse.from_frame(reply).rows
+        assert again.code == 0 and "already" in again.reason and again.queue_offset == r1.queue_offset
         r2 = await p.send(Message("idem", b"two"), shard_key="s")
         assert r2.queue_offset == 1  # nothing was stored twice
         await p.shutdown()

@@ -98,6 +98,9 @@ class _Routes:
     async def route(self, topic: str, refresh: bool = False) -> TopicRoute:
         return self._route
 
+    def fresh(self, topic: str) -> TopicRoute:
+        return self._route
+
 
 class FakeCore:
     """Answers SEND_BATCH as the broker does (a row per message: code, queue id, offset, reason,
@@ -181,7 +184,7 @@ def test_a_message_changed_after_send_batch_is_sent_as_it_was() -> None:
     async def main() -> None:
         core = FakeCore()
         core.gate = asyncio.Event()
-        p = AsyncProducer(core=core)  # type: ignore[arg-type]
+        p = AsyncProducer(core=core, max_in_flight=1)  # type: ignore[arg-type]
         blocker = asyncio.create_task(p.send(Message("t", b"first"), shard_key="k"))
         await _until(lambda: len(core.bodies) == 1)  # in flight, held: the next send waits in the queue
         m = Message("t", b"before", keys=["k1"], properties={"a": "1"})
@@ -223,7 +226,7 @@ def test_a_batch_uses_the_earliest_deadline_of_the_calls_in_it() -> None:
     async def main() -> None:
         core = FakeCore()
         core.gate = asyncio.Event()
-        p = AsyncProducer(core=core, send_timeout=30)  # type: ignore[arg-type]
+        p = AsyncProducer(core=core, send_timeout=30, max_in_flight=1)  # type: ignore[arg-type]
         first = asyncio.create_task(p.send(Message("t", b"a"), shard_key="k"))
         await _until(lambda: len(core.bodies) == 1)
         late = asyncio.create_task(p.send_batch([Message("t", b"b")] * 3, shard_key="k"))
@@ -245,7 +248,7 @@ def test_a_cancelled_call_drops_its_unsent_messages_without_a_gap() -> None:
     async def main() -> None:
         core = FakeCore()
         core.gate = asyncio.Event()
-        p = AsyncProducer(core=core)  # type: ignore[arg-type]
+        p = AsyncProducer(core=core, max_in_flight=1)  # type: ignore[arg-type]
         first = asyncio.create_task(p.send(Message("t", b"a"), shard_key="k"))
         await _until(lambda: len(core.bodies) == 1)
         dropped = asyncio.create_task(p.send_batch([Message("t", b"gone")] * 3, shard_key="k"))

@@ -1,6 +1,7 @@
 """The producer's per-queue sender against a scripted broker: resends are byte-identical
-(same producer id and sequences), batches accumulate while one is in flight, and a
-refused message starts a new epoch for the ones behind it."""
+(same producer id and sequences), messages accumulate while requests are in flight, a
+refused message starts a new epoch for the ones behind it, several requests go before the
+first is answered, and gaps from overtaking retries are resent in order."""
 
 from __future__ import annotations
 
@@ -9,18 +10,39 @@ from typing import Any
 
 import msgpack
 
-from client.aio.producer import QueueSender, _Item
+from client.aio.queue_sender import QueueSender, _Item
 from client.backoff import Deadline
 from client.errors import OutcomeUnknownError, TopicNotExistError
-from client.message import Message
+from client.message import Message, SendResult
 from client.queues import MessageQueue
 from protocol.message_format import Message as Stored
 from protocol.message_format import decode_message, encode_message
 from protocol.record_batch import decode_messages
 from protocol.remoting import Frame, ResponseCode
 from protocol.send import SendBatchRequest
+from tests.unit.test_client_send_path import _until
 
 Q = MessageQueue("t", "g1", 0)
+GAP = ResponseCode.SEQUENCE_GAP
+
+
+class Sink:
+    """A message's outcome, as a future (what a caller of the producer awaits)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.future: asyncio.Future[SendResult] = loop.create_future()
+
+    @property
+    def abandoned(self) -> bool:
+        return self.future.done()
+
+    def settle(self, index: int, outcome: SendResult | BaseException) -> None:
+        if self.future.done():
+            return
+        if isinstance(outcome, BaseException):
+            self.future.set_exception(outcome)
+        else:
+            self.future.set_result(outcome)
 
 
 class ScriptedCore:
@@ -46,8 +68,14 @@ class ScriptedCore:
         return Frame(0, 1, 1, "", {}, msgpack.packb(rows))
 
 
-def items(n: int, loop: asyncio.AbstractEventLoop) -> list[_Item]:
-    return [_Item(Message("t", f"m{i}".encode()), loop.create_future(), Deadline(5)) for i in range(n)]
+def items(n: int, prefix: str = "m") -> list[_Item]:
+    loop = asyncio.get_running_loop()
+    return [_Item(Message("t", f"{prefix}{i}".encode()), Sink(loop), Deadline(5), bytes(16), 0, 50)
+            for i in range(n)]
+
+
+def futures(batch: list[_Item]) -> list[asyncio.Future[SendResult]]:
+    return [i.sink.future for i in batch]  # type: ignore[attr-defined]
 
 
 def seqs(records: list[bytes]) -> list[tuple[str | None, int | None]]:
@@ -59,14 +87,14 @@ def test_a_retried_batch_is_resent_unchanged() -> None:
         core = ScriptedCore([OutcomeUnknownError(ResponseCode.OUTCOME_UNKNOWN, "lost")])
         # the core's own retry loop is what resends; here one failure reaches the sender
         sender = QueueSender(core, Q, "p")  # type: ignore[arg-type]
-        batch = items(3, asyncio.get_running_loop())
+        batch = items(3)
         sender.submit(batch)
-        results = await asyncio.gather(*(i.future for i in batch), return_exceptions=True)
+        results = await asyncio.gather(*futures(batch), return_exceptions=True)
         assert all(isinstance(r, OutcomeUnknownError) for r in results)
         # an unknown outcome ends the epoch: later messages use a new producer id from 0
-        more = items(2, asyncio.get_running_loop())
+        more = items(2)
         sender.submit(more)
-        await asyncio.gather(*(i.future for i in more))
+        await asyncio.gather(*futures(more))
         assert seqs(core.bodies[0]) == [("p.0", 0), ("p.0", 1), ("p.0", 2)]
         assert seqs(core.bodies[1]) == [("p.1", 0), ("p.1", 1)]
         await sender.close(1)
@@ -79,15 +107,14 @@ def test_messages_queued_while_a_batch_is_in_flight_ride_in_the_next_one() -> No
         core = ScriptedCore([])
         core.gate = asyncio.Event()
         sender = QueueSender(core, Q, "p")  # type: ignore[arg-type]
-        loop = asyncio.get_running_loop()
-        first = items(1, loop)
+        first = items(1)
         sender.submit(first)
-        await asyncio.sleep(0.01)  # the first batch is in flight, held at the gate
-        rest = items(5, loop)
+        assert len(core.bodies) == 0 and len(sender._in_flight) == 1  # sent at once: nothing in flight
+        rest = items(5)
         for item in rest:
             sender.submit([item])
         core.gate.set()
-        done = await asyncio.gather(*(i.future for i in first + rest))
+        done = await asyncio.gather(*futures(first + rest))
         assert [len(b) for b in core.bodies] == [1, 5]  # one request for the five queued meanwhile
         assert [r.queue_offset for r in done] == [0, 0, 1, 2, 3, 4]
         assert seqs(core.bodies[1]) == [("p.0", s) for s in range(1, 6)]
@@ -98,12 +125,11 @@ def test_messages_queued_while_a_batch_is_in_flight_ride_in_the_next_one() -> No
 
 def test_a_refused_message_fails_alone_and_the_rest_are_resent_in_a_new_epoch() -> None:
     async def main() -> None:
-        gap = ResponseCode.SEQUENCE_GAP
-        core = ScriptedCore([[0, ResponseCode.TOPIC_NOT_EXIST, gap, gap]])
+        core = ScriptedCore([[0, ResponseCode.TOPIC_NOT_EXIST, GAP, GAP]])
         sender = QueueSender(core, Q, "p")  # type: ignore[arg-type]
-        batch = items(4, asyncio.get_running_loop())
+        batch = items(4)
         sender.submit(batch)
-        results = await asyncio.gather(*(i.future for i in batch), return_exceptions=True)
+        results = await asyncio.gather(*futures(batch), return_exceptions=True)
         assert results[0].queue_offset == 0  # type: ignore[union-attr]
         assert isinstance(results[1], TopicNotExistError)
         assert not isinstance(results[2], BaseException) and not isinstance(results[3], BaseException)
@@ -115,13 +141,12 @@ def test_a_refused_message_fails_alone_and_the_rest_are_resent_in_a_new_epoch() 
 
 def test_a_broker_that_forgot_the_producer_gets_the_batch_again_in_a_new_epoch() -> None:
     async def main() -> None:
-        gap = ResponseCode.SEQUENCE_GAP
-        core = ScriptedCore([[gap, gap]])  # the broker expired this producer (silent a day)
+        core = ScriptedCore([[GAP, GAP]])  # the broker expired this producer (silent a day)
         sender = QueueSender(core, Q, "p")  # type: ignore[arg-type]
         sender._next_seq = 7  # it had sent 7 messages long ago
-        batch = items(2, asyncio.get_running_loop())
+        batch = items(2)
         sender.submit(batch)
-        results = await asyncio.gather(*(i.future for i in batch))
+        results = await asyncio.gather(*futures(batch))
         assert [r.queue_offset for r in results] == [0, 1]
         assert seqs(core.bodies[0]) == [("p.0", 7), ("p.0", 8)]
         assert seqs(core.bodies[1]) == [("p.1", 0), ("p.1", 1)]
@@ -130,6 +155,99 @@ def test_a_broker_that_forgot_the_producer_gets_the_batch_again_in_a_new_epoch()
     asyncio.run(main())
 
 
+def test_single_messages_go_at_once_when_idle_else_linger_and_share_a_record() -> None:
+    async def main() -> None:
+        core = ScriptedCore([])
+        core.gate = asyncio.Event()  # no answers yet
+        sender = QueueSender(core, Q, "p", linger_ms=30, max_in_flight=4)  # type: ignore[arg-type]
+        batch = items(5)
+        for item in batch:
+            sender.submit([item])
+        await asyncio.sleep(0.005)
+        assert [len(b) for b in core.bodies] == [1]  # the first at once; the others linger
+        await _until(lambda: len(core.bodies) == 2)  # then go together, the first unanswered
+        assert [len(b) for b in core.bodies] == [1, 4]
+        core.gate.set()
+        await asyncio.gather(*futures(batch))
+        await sender.close(1)
+
+    asyncio.run(main())
+
+
+def test_with_linger_0_waiting_messages_go_when_the_request_in_flight_is_answered() -> None:
+    async def main() -> None:
+        core = ScriptedCore([])
+        core.gate = asyncio.Event()
+        sender = QueueSender(core, Q, "p", linger_ms=0, max_in_flight=4)  # type: ignore[arg-type]
+        batch = items(5)
+        for item in batch:
+            sender.submit([item])
+        await asyncio.sleep(0.02)
+        assert [len(b) for b in core.bodies] == [1]
+        assert sender._timer is None  # no timer to wake up for: it waits for the answer
+        core.gate.set()
+        await asyncio.gather(*futures(batch))
+        assert [len(b) for b in core.bodies] == [1, 4]
+        await sender.close(1)
+
+    asyncio.run(main())
+
+
+def test_a_full_batch_goes_without_lingering_and_several_go_before_the_first_is_answered() -> None:
+    async def main() -> None:
+        core = ScriptedCore([])
+        core.gate = asyncio.Event()
+        sender = QueueSender(core, Q, "p", linger_ms=10_000, batch_bytes=200,  # type: ignore[arg-type]
+                             max_in_flight=3)
+        batch = items(18)  # 50 bytes each: 4 per request
+        sender.submit(batch)
+        await asyncio.sleep(0)
+        assert [len(b) for b in core.bodies] == [4, 4, 4]  # three in flight, none answered
+        core.gate.set()
+        done = await asyncio.wait_for(asyncio.gather(*futures(batch)), 5)
+        # the last two went once nothing was in flight (not full, and the linger is long)
+        assert [len(b) for b in core.bodies] == [4, 4, 4, 4, 2]
+        assert [s for b in core.bodies for _, s in seqs(b)] == list(range(18))
+        assert done[-1].queue_offset == 1
+        await sender.close(1)
+
+    asyncio.run(main())
+
+
 def _messages(record: bytes) -> list[Stored]:
     return [Stored(r.topic, r.body, r.queue_id, r.tags, r.keys, r.properties, r.msg_id, r.flag, r.born_ts_ms,
                    r.born_host, r.producer_id, r.sequence, r.reconsume) for r in decode_messages(record)]
+
+
+def test_records_are_compressed_as_the_producer_asks() -> None:
+    from client.aio.producer import AsyncProducer
+    from protocol.record_batch import read_header
+
+    class Keep(ScriptedCore):
+        records: list[bytes] = []
+
+        async def leader_request(self, group: str, request: SendBatchRequest, *, deadline: Deadline,
+                                 topic: str | None = None) -> Frame:
+            self.records.extend(request.records)
+            return await super().leader_request(group, request, deadline=deadline, topic=topic)
+
+    async def main() -> None:
+        for compression, codec in ((None, 0), ("zstd", 1), ("lz4", 2)):
+            core = Keep([])
+            core.records = []
+            sender = QueueSender(core, Q, "p", compression=compression)  # type: ignore[arg-type]
+            batch = items(50, prefix="a fairly compressible body ")
+            sender.submit(batch, flush=True)
+            await asyncio.gather(*futures(batch))
+            (record,) = core.records
+            assert read_header(record).codec == codec
+            assert [m.body for m in decode_messages(record)] == [i.message.body for i in batch]
+            await sender.close(1)
+        try:
+            AsyncProducer(core=core, compression="gzip")  # type: ignore[arg-type]
+        except ValueError as e:
+            assert "zstd" in str(e)
+        else:
+            raise AssertionError("an unknown codec was taken")
+
+    asyncio.run(main())

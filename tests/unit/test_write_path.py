@@ -39,6 +39,30 @@ def test_concurrent_sends_share_entries_and_get_their_own_outcomes(
     asyncio.run(main())
 
 
+def test_a_send_with_nothing_in_flight_does_not_linger_and_one_behind_a_batch_would(
+        one_node_broker: tuple[ReplicatedLog, BrokerStateMachine, Applier]) -> None:
+    rlog, machine, applier = one_node_broker
+
+    async def main() -> None:
+        path = WritePath(rlog, machine, applier, linger_ms=400)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        (created,) = await path.send([encode_admin(CreateTopic("orders", 1))])
+        assert created.outcome == Outcome.DONE
+        assert loop.time() - started < 0.3, "a send with nothing in flight waited for the linger"
+        for _ in range(10):  # the write task's done callback runs after its caller resumes
+            if not path._writes:
+                break
+            await asyncio.sleep(0)
+        assert path.linger_now() == 0.0
+        held = asyncio.get_running_loop().create_future()
+        path._writes.add(held)  # type: ignore[arg-type]  # a batch proposed and unanswered
+        assert path.linger_now() == 0.4
+        path._writes.discard(held)  # type: ignore[arg-type]
+
+    asyncio.run(main())
+
+
 def test_idempotent_retry_returns_the_original_offset(
         one_node_broker: tuple[ReplicatedLog, BrokerStateMachine, Applier]) -> None:
     rlog, machine, applier = one_node_broker

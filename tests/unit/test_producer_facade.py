@@ -1,0 +1,150 @@
+"""The single-message paths: the blocking producer's sends from many threads share records
+and keep each key's order, without a coroutine or a cross-thread future per message; the
+asyncio ``send_async``/``send_oneway`` settle through callbacks; an unordered single send
+that fails retriably is retried on another group."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from client.aio.producer import AsyncProducer
+from client.aio.routes import GroupRoute, TopicRoute
+from client.backoff import Deadline
+from client.errors import ClientClosedError, NoLeaderError
+from client.message import Message, SendResult
+from client.sync import Producer
+from protocol.record_batch import decode_messages
+from protocol.remoting import Frame, ResponseCode
+from protocol.send import SendBatchRequest
+from tests.unit.test_client_send_path import FakeCore
+
+
+def test_blocking_sends_from_many_threads_share_records_in_each_keys_order(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    core = FakeCore(queues=4)
+    p = Producer(core=core, linger_ms=5)  # type: ignore[arg-type]
+    p.send(Message("t", b"warm-up"), shard_key="w")  # the route is known from here on
+
+    def no_future_per_message(*args: Any) -> Any:
+        raise AssertionError("a single send made a coroutine and a cross-thread future")
+
+    monkeypatch.setattr(asyncio, "run_coroutine_threadsafe", no_future_per_message)
+    results: dict[int, list[SendResult]] = {}
+    start = threading.Barrier(64)
+
+    def worker(n: int) -> None:
+        start.wait(10)
+        results[n] = [p.send(Message("t", b"%d:%d" % (n, i)), shard_key=f"k{n % 8}") for i in range(20)]
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(64)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    monkeypatch.undo()
+    p.shutdown()
+    assert sorted(results) == list(range(64)) and all(len(r) == 20 for r in results.values())
+    requests = core.bodies[1:]
+    assert sum(len(b) for b in requests) == 64 * 20
+    assert len(requests) < 64 * 20 / 4  # the threads' messages shared requests
+    by_queue: dict[int, list[bytes]] = {}
+    for request in requests:
+        for record in request:
+            (m,) = decode_messages(record)
+            by_queue.setdefault(m.queue_id, []).append(m.body)
+    for n in range(64):  # a thread's messages are stored in its send order
+        (queue,) = {r.queue.queue_id for r in results[n]}
+        mine = [b for b in by_queue[queue] if b.startswith(b"%d:" % n)]
+        assert mine == [b"%d:%d" % (n, i) for i in range(20)]
+        assert [r.queue_offset for r in results[n]] == sorted(r.queue_offset for r in results[n])
+
+
+def test_blocking_send_async_and_oneway_call_back_on_the_loop_and_errors_reach_the_caller() -> None:
+    core = FakeCore()
+    p = Producer(core=core)  # type: ignore[arg-type]
+    done = threading.Event()
+    got: list[tuple[SendResult | None, BaseException | None]] = []
+
+    def callback(result: SendResult | None, error: BaseException | None) -> None:
+        got.append((result, error))
+        if len(got) == 100:
+            done.set()
+
+    for i in range(100):
+        p.send_async(Message("t", b"a%d" % i), callback, shard_key="k")
+    p.send_oneway(Message("t", b"oneway"), shard_key="k")
+    assert done.wait(10)
+    with pytest.raises(TypeError):
+        p.send(Message("t", "not bytes"), shard_key="k")  # type: ignore[arg-type]
+    p.shutdown()
+    with pytest.raises(ClientClosedError):
+        p.send(Message("t", b"late"), shard_key="k")
+    assert [e for _, e in got] == [None] * 100
+    assert [r.queue_offset for r, _ in got] == list(range(100))  # type: ignore[union-attr]
+    assert [m.body for b in core.bodies for r in b for m in decode_messages(r)][-1] == b"oneway"
+
+
+class TwoGroupsCore(FakeCore):
+    """Group g1 has no leader (a retriable refusal); g2 stores."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        route = TopicRoute("t", [GroupRoute("g1", 1, 6, "a:1", {"n1": "a:1"}),
+                                 GroupRoute("g2", 1, 6, "b:1", {"n1": "b:1"})])
+        self.routes._route = route
+        self.groups: list[str] = []
+
+    async def leader_request(self, group: str, request: SendBatchRequest, *, deadline: Deadline,
+                             topic: str | None = None) -> Frame:
+        self.groups.append(group)
+        if group == "g1":
+            raise NoLeaderError(ResponseCode.NO_LEADER, "electing")
+        return await super().leader_request(group, request, deadline=deadline, topic=topic)
+
+
+def test_an_unordered_single_send_that_fails_retriably_goes_to_another_group() -> None:
+    async def main() -> None:
+        core = TwoGroupsCore()
+        p = AsyncProducer(core=core, retries=2)  # type: ignore[arg-type]
+        p._rr = iter(range(0, 100, 2))  # type: ignore[assignment]  # g1 first
+        called: list[tuple[SendResult | None, BaseException | None]] = []
+        result = await p.send_async(Message("t", b"x"), lambda r, e: called.append((r, e)))
+        assert result.queue.group == "g2" and core.groups == ["g1", "g2"]
+        assert called == [(result, None)]
+        await p.shutdown()
+
+    asyncio.run(main())
+
+
+def test_unordered_single_messages_stick_to_a_queue_until_a_request_of_it_is_sent() -> None:
+    async def main() -> None:
+        core = FakeCore(queues=4)
+        p = AsyncProducer(core=core)  # type: ignore[arg-type]
+        got: list[SendResult | None] = []
+        await p.send(Message("t", b"warm-up"))  # the route is known; one request sent
+        p.enqueue_many([(Message("t", b"a%d" % i), None, lambda r, e: got.append(r)) for i in range(20)])
+        p.enqueue_many([(Message("t", b"b%d" % i), None, lambda r, e: got.append(r)) for i in range(20)])
+        await p.shutdown()
+        assert [len(b) for b in core.bodies] == [1, 20, 20]  # one request each, not 20 queues' worth
+        queues = [{decode_messages(r)[0].queue_id for r in b} for b in core.bodies]
+        assert all(len(q) == 1 for q in queues) and len(set.union(*queues)) == 3  # then the next queue
+
+    asyncio.run(main())
+
+
+def test_unordered_single_sends_one_at_a_time_spread_over_the_queues() -> None:
+    """A caller awaiting each send (a request each) sees its messages spread round robin,
+    as before the accumulator: consumers of every queue get some (tests/cluster's
+    rebalance test)."""
+    async def main() -> None:
+        core = FakeCore(queues=4)
+        p = AsyncProducer(core=core)  # type: ignore[arg-type]
+        results = [await p.send(Message("t", b"m%d" % i)) for i in range(12)]
+        await p.shutdown()
+        assert sorted({r.queue.queue_id for r in results}) == [0, 1, 2, 3]
+
+    asyncio.run(main())

@@ -30,7 +30,7 @@ from broker.state.producers import RECENT_RECORDS
 from broker.state_machine import BrokerStateMachine
 from client.aio import AsyncAdmin, AsyncProducer, AsyncPushConsumer
 from client.aio.connection import Connection
-from client.aio.producer import BATCH_MAX_MESSAGES
+from client.aio.queue_sender import BATCH_MAX_MESSAGES
 from client.errors import ClientError
 from client.message import Message, encode_batch, new_msg_id
 from dledger.entry_format import Entry, EntryKind

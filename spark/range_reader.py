@@ -21,12 +21,13 @@ import asyncio
 import gc
 import itertools
 import logging
+import re
 from collections import deque
 from collections.abc import Iterator, Sequence
 
 from client.aio.core import ClientCore
 from client.backoff import Deadline
-from client.errors import ClientError
+from client.errors import BrokerError, ClientError
 from protocol.pull import PULL_ANSWERS, PullRequest, PullResponse, PullRow
 from protocol.record_batch import record_count
 from protocol.remoting import Frame, FrameError, ResponseCode
@@ -39,6 +40,10 @@ from spark.replicas import no_replica_message, read_order, replica_roles
 __all__ = ["RangeReader", "read_columns"]
 
 log = logging.getLogger("spark.raftmq")
+
+#: How a broker refuses a pull larger than it serves (brokers before 2026-11-25 took at most
+#: 256 messages a pull; the reader asks for 1,024 by default).
+_PULL_LIMIT = re.compile(r"'maxMsgs': expected `int` <= (\d+)")
 
 _PULL_OK = (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_OFFSET_MOVED,
             ResponseCode.PULL_RETRY_IMMEDIATELY, ResponseCode.TOPIC_NOT_EXIST)
@@ -73,6 +78,7 @@ class RangeReader:
         self._lag_detail = ""
         self._failing_since: float | None = None
         self._unavailable: Deadline | None = None
+        self._pull_batch = opts.pull_batch  # lowered to a replica's limit if it refuses it
 
     @property
     def filtered(self) -> bool:
@@ -124,13 +130,13 @@ class RangeReader:
         if self._lag_since is not None or self.filtered:  # one request at a time, from the cursor
             if not self._inflight:
                 suspend = _LONG_POLL_S if self._lag_since is not None else 0.0
-                count = self.opts.pull_batch if self.filtered else min(self.opts.pull_batch,
+                count = self._pull_batch if self.filtered else min(self._pull_batch,
                                                                         self.rng.end - self.cursor)
                 self._inflight.append((self.cursor, count, self._request(self.cursor, count, suspend)))
             return
         self._next = max(self._next, self.cursor)  # a page of whole records may reach past its count
         while len(self._inflight) < self.opts.pipeline and self._next < self.rng.end:
-            count = min(self.opts.pull_batch, self.rng.end - self._next)
+            count = min(self._pull_batch, self.rng.end - self._next)
             self._inflight.append((self._next, count, self._request(self._next, count, 0.0)))
             self._next += count
 
@@ -159,7 +165,8 @@ class RangeReader:
             except ClientError as e:
                 self._inflight.popleft()
                 self._drop_inflight()
-                await self._replica_failed(e)
+                if not self._took_pull_limit(e):
+                    await self._replica_failed(e)
                 continue
             self._inflight.popleft()
             page = self._accept(offset, count, reply)
@@ -170,6 +177,19 @@ class RangeReader:
         self._drop_inflight()
         self._check_complete()
         return None
+
+    def _took_pull_limit(self, error: ClientError) -> bool:
+        """Whether ``error`` is a replica refusing pulls as large as ours (an older broker):
+        if so the reader asks for at most its limit from now on and says so once."""
+        found = _PULL_LIMIT.search(error.remark) if isinstance(error, BrokerError) \
+            and error.code == ResponseCode.INVALID_ARGUMENT else None
+        if found is None or not 0 < int(found.group(1)) < self._pull_batch:
+            return False
+        log.warning("%s: %s takes pulls of at most %s messages (an older broker); pulling %s at a "
+                    "time instead of %s (set pullBatch to choose)", self.rng, self.address,
+                    found.group(1), found.group(1), self._pull_batch)
+        self._pull_batch = int(found.group(1))
+        return True
 
     async def _replica_failed(self, error: ClientError) -> None:
         """Leave the replica that failed (lost, timed out, answered an error) for the next

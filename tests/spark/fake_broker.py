@@ -47,6 +47,7 @@ class FakeReplica:
     die_after_pulls: int | None = None  # close every connection and refuse new ones after this many
     delay_s: float = 0.0              # think time per pull
     error_code: int | None = None     # answer every pull with this code (a broken replica)
+    max_pull: int | None = None       # refuse larger pulls as a broker of that limit does
     pulls: int = 0
     searches: int = 0
     rows_served: int = 0
@@ -160,6 +161,9 @@ class FakeReplica:
         if self.error_code is not None:
             return frame.response(self.error_code, remark="broken on purpose")
         offset, max_msgs = int(ext["offset"]), int(ext["maxMsgs"])
+        if self.max_pull is not None and max_msgs > self.max_pull:
+            return frame.response(ResponseCode.INVALID_ARGUMENT,
+                                  remark=f"ext field 'maxMsgs': expected `int` <= {self.max_pull}")
         deadline = time.monotonic() + int(ext.get("suspendMs", 0)) / 1000
         while offset >= self.end and time.monotonic() < deadline:
             await asyncio.sleep(0.02)

@@ -290,6 +290,17 @@ def test_a_replica_answering_errors_is_left_for_another(replicas: dict[str, Fake
     assert time.monotonic() - started < 10 and replicas["leader"].pulls == 0
 
 
+def test_a_replica_refusing_large_pulls_is_read_at_its_limit(
+        replicas: dict[str, FakeReplica], caplog: pytest.LogCaptureFixture) -> None:
+    """A broker from before pulls of 1,024 (it takes 256) answers INVALID_ARGUMENT naming its
+    limit: the reader goes on at that limit, from the same replica, and says so once."""
+    replicas["f1"].max_pull = 256
+    with caplog.at_level("WARNING", logger="spark.raftmq"):
+        assert _read(replicas) == list(range(1000))
+    assert replicas["f1"].rows_served == 1000 and replicas["f2"].pulls == 0
+    assert sum("takes pulls of at most 256" in r.getMessage() for r in caplog.records) == 1
+
+
 def test_no_follower_up_fails_unless_any(replicas: dict[str, FakeReplica]) -> None:
     replicas["f1"].kill()
     replicas["f2"].kill()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import itertools
 import logging
 from collections.abc import Callable
@@ -164,12 +165,16 @@ def certificate_refused(who: str, error: aiohttp.ClientConnectorCertificateError
 
 
 def tls_hint(error: BaseException, tls: ClientTls | None) -> str:
-    """What a connection closed during its opening may mean (the TLS alert is not kept)."""
-    if isinstance(error, aiohttp.ServerDisconnectedError):
-        if tls is None:
-            return " (does it serve TLS? then give the client tls= with its CA)"
-        if tls.cert_file is None:
-            return " (does it require mutual TLS? then give the client a certificate in tls=)"
+    """What a connection closed during its opening may mean. A server that requires a client
+    certificate ends a TLS 1.3 connection after the client's handshake: by timing the client
+    sees the alert, the server going away, or a reset -- each means the same here."""
+    closed = isinstance(error, aiohttp.ServerDisconnectedError | ConnectionResetError) or (
+        isinstance(error, OSError) and error.errno == errno.ECONNRESET)
+    if tls is not None and tls.cert_file is None and (
+            closed or "CERTIFICATE_REQUIRED" in str(error)):
+        return " (does it require mutual TLS? then give the client a certificate in tls=)"
+    if tls is None and isinstance(error, aiohttp.ServerDisconnectedError):
+        return " (does it serve TLS? then give the client tls= with its CA)"
     if isinstance(error, aiohttp.ClientSSLError) and "WRONG_VERSION_NUMBER" in str(error):
         return " (it does not serve TLS: give the client no tls=)"
     return ""

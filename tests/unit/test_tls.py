@@ -286,3 +286,26 @@ def test_the_spark_reader_plans_and_reads_over_wss(broker: str, broker_ssl_conte
     assert read == [f"row {i}".encode() for i in range(5)]
     with pytest.raises(TlsError, match="certificate was refused"):
         plan_batch(parse_options({**options, "tls": "true"}))
+
+
+@pytest.mark.parametrize("closed", [
+    "server disconnected", "connection reset", "certificate required alert"])
+def test_a_mutual_tls_refusal_is_explained_however_the_close_arrives(closed: str) -> None:
+    """A broker requiring client certificates closes a TLS 1.3 connection after the client's
+    handshake: the client sees its alert, the server going away, or -- as CI did -- a reset
+    (Errno 104), depending on timing. Each gets the same hint."""
+    import errno
+
+    import aiohttp
+
+    from client.aio.connection import tls_hint
+    from protocol.tls import ClientTls
+
+    error: BaseException = {
+        "server disconnected": aiohttp.ServerDisconnectedError(),
+        "connection reset": aiohttp.ClientOSError(errno.ECONNRESET, "Connection reset by peer"),
+        "certificate required alert": aiohttp.ClientOSError(
+            1, "[SSL: TLSV13_ALERT_CERTIFICATE_REQUIRED] tlsv13 alert certificate required"),
+    }[closed]
+    assert "does it require mutual TLS?" in tls_hint(error, ClientTls("ca.pem"))
+    assert tls_hint(error, ClientTls("ca.pem", "client.pem", "client.key")) == ""

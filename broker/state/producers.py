@@ -62,13 +62,16 @@ class ProducerWindows:
         if base > last + 1:
             return kept(Outcome.SEQUENCE_GAP, key[2], reason=f"sequence {base} after {last}: a gap")
         assert window is not None
-        for first, n, offset in reversed(window.records):
+        # Only the last RECENT_RECORDS: the list holds up to twice that between trims, and a
+        # checkpoint trims it at a time of each replica's own -- the answer must not depend on it.
+        recent = window.records[-RECENT_RECORDS:]
+        for first, n, offset in reversed(recent):
             if first == base and n == count:
                 return kept(Outcome.DUPLICATE, key[2], offset, reason=f"sequence {base} was already stored")
             if first <= base < first + n or base < first < base + count:
                 break
         else:
-            if base + count - 1 <= last and (not window.records or base + count <= window.records[0][0]):
+            if base + count - 1 <= last and (not recent or base + count <= recent[0][0]):
                 return kept(Outcome.DUPLICATE, key[2], -1, reason=f"sequence {base} was already stored")
         return kept(Outcome.INVALID, key[2], reason=(
             f"sequences {base}..{base + count - 1} overlap the stored ones (up to {last}) but are not a "

@@ -103,6 +103,8 @@ class AsyncProducer:
         self._valid_topics: set[str] = set()
         self._sticky: dict[str, tuple[MessageQueue, int]] = {}  # topic -> (queue, its requests then)
         self._writable_cache: dict[str, tuple[object, list[MessageQueue]]] = {}
+        # topic -> messages waiting for its route, in send order (one task fetches it)
+        self._awaiting_route: dict[str, list[tuple[Message, str | None, MessageSink]]] = {}
         self._id_prefix = os.urandom(8)
         self._id_next = int.from_bytes(os.urandom(4), "big") << 16
         self._closed = False
@@ -178,8 +180,9 @@ class AsyncProducer:
 
     # -- internals ----------------------------------------------------------------------
     def _enqueue(self, sends: Sequence[tuple[Message, str | None, MessageSink]]) -> None:
-        """Each message to its queue's sender, its outcome to its sink; a message whose
-        topic's route is not known yet waits for it in a task."""
+        """Each message to its queue's sender, its outcome to its sink. Messages of a topic
+        whose route is not known (or being fetched again) wait for it in one list per topic,
+        in send order, and any sent meanwhile join that list: one key's order holds."""
         born_ms = int(time.time() * 1000)
         ids = self._ids(len(sends))
         ordered: Deadline | None = None
@@ -192,9 +195,13 @@ class AsyncProducer:
                     check_message(m, self.max_message_bytes)
                 else:
                     self._check((m,))
-                queues = self._cached_writable(m.topic)
+                waiting = self._awaiting_route.get(m.topic)
+                queues = None if waiting is not None else self._cached_writable(m.topic)
                 if queues is None:
-                    self._background_task(self._enqueue_later(m, key, sink))
+                    if waiting is None:
+                        waiting = self._awaiting_route[m.topic] = []
+                        self._background_task(self._enqueue_when_routed(m.topic))
+                    waiting.append((m, key, sink))
                     continue
                 if key is None:
                     queue = self._sticky_queue(m.topic, queues)
@@ -236,13 +243,16 @@ class AsyncProducer:
         prefix = self._id_prefix
         return [prefix + (first + i).to_bytes(8, "big") for i in range(n)]
 
-    async def _enqueue_later(self, message: Message, shard_key: str | None, sink: MessageSink) -> None:
+    async def _enqueue_when_routed(self, topic: str) -> None:
+        """The messages waiting for ``topic``'s route, enqueued in send order once it is
+        known (or each given the error of fetching it)."""
         try:
-            await self._writable(message.topic)
+            await self._writable(topic)
         except Exception as e:
-            sink.settle(0, e)
+            for _, _, sink in self._awaiting_route.pop(topic):
+                sink.settle(0, e)
             return
-        self._enqueue([(message, shard_key, sink)])
+        self._enqueue(self._awaiting_route.pop(topic))
 
     def retry_elsewhere(self, message: Message, group: str, whole: Deadline, callback: SendCallback,
                         error: ClientError) -> None:

@@ -20,7 +20,7 @@ from client.sync import Producer
 from protocol.record_batch import decode_messages
 from protocol.remoting import Frame, ResponseCode
 from protocol.send import SendBatchRequest
-from tests.unit.test_client_send_path import FakeCore
+from tests.unit.test_client_send_path import FakeCore, _until
 
 
 def test_blocking_sends_from_many_threads_share_records_in_each_keys_order(
@@ -146,5 +146,54 @@ def test_unordered_single_sends_one_at_a_time_spread_over_the_queues() -> None:
         results = [await p.send(Message("t", b"m%d" % i)) for i in range(12)]
         await p.shutdown()
         assert sorted({r.queue.queue_id for r in results}) == [0, 1, 2, 3]
+
+    asyncio.run(main())
+
+
+class _RefreshingRoutes:
+    """A route that is stale until a fetch the test releases (``answer``) brings it back."""
+
+    def __init__(self, route: TopicRoute) -> None:
+        self._route, self.known, self.answer = route, False, asyncio.Event()
+        self._lock = asyncio.Lock()  # one fetch at a time, as client.aio.routes.RouteBook
+
+    def fresh(self, topic: str) -> TopicRoute | None:
+        return self._route if self.known else None
+
+    async def route(self, topic: str, refresh: bool = False) -> TopicRoute:
+        if self.known:
+            return self._route
+        async with self._lock:
+            await self.answer.wait()
+            self.known = True
+            return self._route
+
+
+def test_one_keys_messages_keep_their_order_across_a_route_refresh() -> None:
+    """Guarantee 2: messages of one shard key sent while the topic's route is being fetched
+    again, and one sent just as its answer lands (a drain of the blocking client's inbox),
+    are stored in send order."""
+    async def main() -> None:
+        core = FakeCore(queues=2)
+        routes = _RefreshingRoutes(core.routes._route)
+        core.routes = routes  # type: ignore[assignment]
+        p = AsyncProducer(core=core)  # type: ignore[arg-type]
+        loop = asyncio.get_running_loop()
+        outcomes: list[tuple[SendResult | None, BaseException | None]] = []
+        p.enqueue(Message("t", b"m0"), "K", lambda r, e: outcomes.append((r, e)))
+        p.enqueue(Message("t", b"m1"), "K", lambda r, e: outcomes.append((r, e)))
+        await asyncio.sleep(0)  # both wait for the route
+
+        def answer_then_send() -> None:
+            routes.answer.set()
+            # queued behind the route's answer, ahead of the tasks it wakes
+            loop.call_soon(lambda: p.enqueue(Message("t", b"m2"), "K", lambda r, e: outcomes.append((r, e))))
+
+        loop.call_soon(answer_then_send)
+        await _until(lambda: len(outcomes) == 3)
+        await p.shutdown()
+        assert all(e is None for _, e in outcomes), outcomes
+        stored = [decode_messages(r)[0].body for b in core.bodies for r in b]
+        assert stored == [b"m0", b"m1", b"m2"]
 
     asyncio.run(main())

@@ -141,9 +141,10 @@ def received_all(record: bytes, queue: MessageQueue, base_offset: int, position:
     indexes = range(max(0, from_offset - base_offset), h.count) if selected is None else \
         [i for i in selected if base_offset + i >= from_offset]
     topic, host, props = h.topic, h.born_host, c.properties
+    ids, born = c.msg_ids_hex, c.born_ms  # properties that build their column: once, not per message
     return [ReceivedMessage(props[i].get("RETRY_TOPIC", topic) if props[i] else topic, c.bodies[i], c.tags[i],
-                            c.keys[i], props[i], c.msg_ids_hex[i], queue, base_offset + i, position + i,
-                            store_ms, c.born_ms[i], host, c.reconsumes[i])
+                            c.keys[i], props[i], ids[i], queue, base_offset + i, position + i,
+                            store_ms, born[i], host, c.reconsumes[i])
             for i in indexes]
 
 

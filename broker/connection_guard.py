@@ -161,7 +161,8 @@ class ConnectionGuard:
         return False
 
     def note_accept_failed(self, error: OSError) -> None:
-        """accept() itself failed for want of descriptors (something else took the reserve)."""
+        """accept() itself failed: for want of descriptors (something else took the reserve),
+        or for one connection (EPROTO, EPERM); the loop goes on after a pause."""
         self._refusals.note("accept failed", "the client port", f"accept() failed: {error}")
 
     def admit(self, transport: asyncio.Transport, protocol: Any) -> Link:

@@ -39,7 +39,6 @@ log = logging.getLogger("broker.connections")
 
 ACCEPT_RETRY_S = 0.5
 HANDSHAKE_TIMEOUT_S = 10.0  # a TLS handshake (asyncio's default: 60 s)
-_OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 class GuardedProtocol(asyncio.Protocol):
@@ -153,10 +152,12 @@ class GuardedSite(web.BaseSite):
         while True:
             try:
                 conn, peer = await loop.sock_accept(sock)
+            except ConnectionAbortedError:
+                continue  # the peer gave up while in the backlog
             except OSError as e:
-                if e.errno not in _OUT_OF_DESCRIPTORS:
-                    raise
-                runner.guard.note_accept_failed(e)
+                if sock.fileno() == -1 or e.errno in (errno.EBADF, errno.EINVAL):
+                    return  # the listening socket was closed: the site stopped
+                runner.guard.note_accept_failed(e)  # out of descriptors, EPROTO, EPERM, ...
                 await asyncio.sleep(ACCEPT_RETRY_S)
                 continue
             if not runner.guard.accepting(peer):

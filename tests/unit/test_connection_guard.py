@@ -253,3 +253,43 @@ def test_a_connection_at_its_in_flight_bound_is_not_read_until_a_request_complet
 async def _all(tasks: list[asyncio.Task[Any]]) -> list[asyncio.Task[Any]]:
     await asyncio.gather(*tasks)
     return tasks
+
+
+def test_the_accept_loop_survives_a_connection_aborted_before_accept_and_a_transient_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """accept(2) may fail for one connection (ECONNABORTED: the peer gave up in the backlog;
+    EPROTO, EPERM by a firewall): the client port goes on serving, as asyncio's own server
+    does, instead of its accept loop ending silently."""
+    from aiohttp import web
+
+    from broker import guarded_site
+    from raftmq.local_group import free_port
+
+    monkeypatch.setattr(guarded_site, "ACCEPT_RETRY_S", 0.01)
+
+    async def main() -> None:
+        app = web.Application()
+        app.router.add_get("/ok", lambda _r: web.Response(text="ok"))
+        runner = guarded_site.GuardedRunner(app, guard(Clock()))
+        await runner.setup()
+        loop = asyncio.get_running_loop()
+        real_accept = loop.sock_accept
+        failures = [ConnectionAbortedError(errno.ECONNABORTED, "Software caused connection abort"),
+                    OSError(errno.EPROTO, "Protocol error")]
+
+        async def flaky_accept(sock: Any) -> Any:
+            if failures:
+                raise failures.pop(0)
+            return await real_accept(sock)
+
+        monkeypatch.setattr(loop, "sock_accept", flaky_accept)
+        port = free_port()
+        await guarded_site.GuardedSite(runner, "127.0.0.1", port).start()
+        try:
+            async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/ok",
+                                timeout=aiohttp.ClientTimeout(total=5)) as resp:
+                assert resp.status == 200 and not failures
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(main())

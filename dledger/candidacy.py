@@ -113,8 +113,8 @@ class Candidacy:
         if message.get("type") != "timeout_now" or not self._reasons:
             return False
         now = self._clock()
-        if now - self._transfer_refused_at > _REFUSAL_LOG_S:
+        if now - self._transfer_refused_at > _REFUSAL_LOG_S:  # since it was last logged
             log.info("refused a leadership transfer: this replica must not lead (%s)",
                      "; ".join(sorted(self._reasons)))
-        self._transfer_refused_at = now
+            self._transfer_refused_at = now
         return True

@@ -300,7 +300,8 @@ def record_count(record: bytes) -> int:
 
 
 def _section(record: bytes | memoryview, h: RecordHeader) -> bytes | memoryview:
-    data = record[h.section_at:]
+    """The message section, inflated if compressed (a view of ``record`` if not: no copy)."""
+    data = memoryview(record)[h.section_at:]
     if not h.codec:
         return data
     try:
@@ -333,9 +334,8 @@ def check_messages(record: bytes, header: RecordHeader | None = None) -> RecordH
     if not -MAX_BASE_BORN_MS <= h.base_born_ms <= MAX_BASE_BORN_MS:
         raise MessageFormatError(f"born time {h.base_born_ms} ms is out of range "
                                  f"(within {MAX_BASE_BORN_MS} ms of the epoch)")
-    section = _section(record, h)
     try:
-        rows = _CHECKED.decode(section if h.codec else memoryview(record)[h.section_at:])
+        rows = _CHECKED.decode(_section(record, h))
     except msgspec.ValidationError as e:
         raise MessageFormatError(_named(str(e))) from None
     except msgspec.DecodeError as e:

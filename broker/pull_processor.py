@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from broker.consume_queue_layout import TAG_BLOOM, CqUnit, bloom_bits, summary_may_match
@@ -73,14 +72,12 @@ class QueueWaiter(Protocol):
 
 class PullProcessor:
     def __init__(self, machine: BrokerStateMachine, rlog: Log, signal: QueueWaiter,
-                 metrics: BrokerMetrics, store_time: Callable[[int], int],
-                 parked: ParkedPulls | None = None) -> None:
+                 metrics: BrokerMetrics, parked: ParkedPulls | None = None) -> None:
         self._machine = machine
         self._parked = parked or ParkedPulls()
         self._rlog = rlog
         self._signal = signal
         self._metrics = metrics
-        self._store_time = store_time
         self._filters: dict[str, SqlFilter] = {}
 
     async def pull(self, frame: Frame) -> Frame:

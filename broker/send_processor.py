@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from broker.entry_batch import MessageTooLarge
 from broker.state_machine import Applied, Outcome
-from protocol.message_format import Message, encode_message
+from protocol.message_format import Message, encode_message, message_of
 from protocol.names import validate_topic
 from protocol.record_batch import (
     MessageFormatError,
@@ -154,5 +154,4 @@ def _messages(record: bytes, h: RecordHeader) -> list[Message]:
         decoded = decode_messages(record, h)
     except MessageFormatError as e:
         raise FrameError(ResponseCode.INVALID_ARGUMENT, str(e)) from None
-    return [Message(r.topic, r.body, r.queue_id, r.tags, r.keys, r.properties, r.msg_id, r.flag, r.born_ts_ms,
-                    r.born_host, r.producer_id, r.sequence, r.reconsume) for r in decoded]
+    return [message_of(r) for r in decoded]

@@ -151,7 +151,7 @@ class BrokerServer:
         self.leader_address = leader_address
         self.metrics = BrokerMetrics(self)
         self.started_at = time.time()  # /status: uptime
-        self.pulls = PullProcessor(machine, rlog, signal, self.metrics, self.queries.store_time,
+        self.pulls = PullProcessor(machine, rlog, signal, self.metrics,
                                    ParkedPulls(self.connections.limits.max_parked_pulls_per_connection,
                                                self.connections.limits.max_parked_pulls))
         self.access = AccessControl(self, enabled=acl, bootstrap=acl_bootstrap,  # every request checked

@@ -42,6 +42,7 @@ __all__ = [
     "decode_record",
     "encode_message",
     "message_at",
+    "message_of",
     "new_msg_id",
     "peek_msg_id",
     "peek_topic",
@@ -96,7 +97,7 @@ def decode_record(data: bytes) -> MessageRecord:
 
 def decode_message(data: bytes) -> Message:
     """``decode_record`` as a ``Message``."""
-    return _message(decode_record(data))
+    return message_of(decode_record(data))
 
 
 def message_at(record: bytes, index: int) -> Message:
@@ -104,10 +105,11 @@ def message_at(record: bytes, index: int) -> Message:
     h = read_header(record)
     if not 0 <= index < h.count:
         raise MessageFormatError(f"no message {index} in a record of {h.count}")
-    return _message(decode_messages(record, h)[index])
+    return message_of(decode_messages(record, h)[index])
 
 
-def _message(r: MessageRecord) -> Message:
+def message_of(r: MessageRecord) -> Message:
+    """The ``Message`` one decoded message of a record stands for."""
     return Message(r.topic, r.body, r.queue_id, r.tags, r.keys, r.properties, r.msg_id, r.flag,
                    r.born_ts_ms, r.born_host, r.producer_id, r.sequence, r.reconsume)
 

@@ -222,37 +222,7 @@ class IndexFile:
         False, writing nothing, if they do not."""
         if not 0 <= position <= _I64_MAX:
             raise ValueError(f"CommitLog position {position} is not in 0..2**63-1")
-        ts = store_timestamp_ms
-        with self._lock:
-            self._check_open()
-            m = self._map
-            n, slot_count = self._count, self._slot_count
-            if n + len(keys) > self._index_num - 1:
-                return False
-            if not keys:
-                return True
-            self._reserve(self._entries_at + (n + len(keys) + 1) * ENTRY_SIZE)
-            if n == 0:
-                self._begin_ts, self._begin_pos, self._end_ts = ts, position, ts
-            begin_ts = self._begin_ts
-            diff = time_diff(ts, begin_ts)
-            for key in keys:
-                h = mmh3.hash(key, signed=False) & 0x7FFFFFFF  # key_hash, inlined: once per message
-                slot_at = HEADER_SIZE + (h % self._slot_num) * SLOT_SIZE
-                (head,) = SLOT.unpack_from(m, slot_at)
-                if not 0 < head <= n:
-                    head = 0  # empty, or left by an unflushed put before a crash
-                n += 1
-                slot_count += head == 0
-                ENTRY.pack_into(m, self._entries_at + n * ENTRY_SIZE, h, position, diff, head)
-                SLOT.pack_into(m, slot_at, n)
-            self._end_ts = max(self._end_ts, ts)
-            self._end_pos = position
-            self._slot_count, self._count = slot_count, n
-            HEADER.pack_into(m, 0, self._begin_ts, self._end_ts, self._begin_pos, position,
-                             slot_count, n)
-            self._dirty = True
-            return True
+        return self.put_pairs([(key, position) for key in keys], store_timestamp_ms)
 
     def put_pairs(self, pairs: list[tuple[str, int]], store_timestamp_ms: int) -> bool:
         """``put`` each (key, position) of ``pairs`` in order -- a record's messages' keys, at

@@ -49,9 +49,10 @@ __all__ = ["BATCH_MAX_BYTES", "BATCH_MAX_MESSAGES", "RECORD_BYTES", "QueueSender
 
 log = logging.getLogger("client.producer")
 
-#: A request holds at most this many messages and bytes (the broker answers a resend with
-#: every record's original offsets for the last 256 records of a producer and queue: more
-#: than max_in_flight requests ever hold).
+#: A request holds at most this many messages and bytes. The broker answers a resend with
+#: each record's original offsets for the last 256 records of a producer and queue (about 11
+#: requests of 1 MiB in 48 KiB records, more of smaller ones); a resend of an older record is
+#: answered DUPLICATE without its offset (nothing stored twice, the offset unknown).
 BATCH_MAX_MESSAGES = 2048
 BATCH_MAX_BYTES = 1024 * 1024
 #: A record's messages, about (a record this size fits one Raft entry; a larger message is

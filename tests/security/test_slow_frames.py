@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import select
 import socket
 import threading
 import time
@@ -23,7 +22,7 @@ import pytest
 from raftmq.local_group import LocalGroup
 from tests.support.broker_group import create_topic, running_brokers, servers
 from tests.support.procs import rss_bytes
-from tests.support.raw_ws import frame_header, read_close, upgrade
+from tests.support.raw_ws import FrameInbox, frame_header, read_close, upgrade
 
 pytestmark = [pytest.mark.cluster]
 
@@ -59,25 +58,25 @@ def slow_sender(address: str, until: float, closes: list[tuple[int, str, float]]
         return
     started = time.monotonic()
     s.settimeout(0.5)
+    inbox = FrameInbox(s)
     chunk = b"\0" * (256 << 10)
     try:
         s.sendall(frame_header(DECLARED))
         sent = 0
-        while sent < SENT and time.monotonic() < until:
+        while sent < SENT and time.monotonic() < until and inbox.ended is None:
             with contextlib.suppress(TimeoutError):  # the broker stopped reading: its budget
                 sent += s.send(chunk)
-            if select.select([s], [], [], 0)[0]:  # the broker said something: its close
-                got = read_close(s, 1.0)
-                closes.append((*got, time.monotonic() - started) if got else (0, "reset", 0.0))
-                return
-        while time.monotonic() < until:
-            with contextlib.suppress(OSError):
-                s.send(b"\0")
-            got = read_close(s, 1.0)
-            if got is not None:
+            if (got := inbox.close_frame(0)) is not None:
                 closes.append((*got, time.monotonic() - started))
                 return
-        closes.append((0, "never closed", time.monotonic() - started))
+        while time.monotonic() < until and inbox.ended is None:
+            with contextlib.suppress(OSError):
+                s.send(b"\0")
+            if (got := inbox.close_frame(1.0)) is not None:
+                closes.append((*got, time.monotonic() - started))
+                return
+        how = "never closed" if inbox.ended is None else f"ended without a close frame ({inbox.ended})"
+        closes.append((0, how, time.monotonic() - started))
     except OSError as e:
         closes.append((0, f"{type(e).__name__}: {e}", time.monotonic() - started))
     finally:

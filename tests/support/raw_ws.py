@@ -11,11 +11,12 @@ Client frames carry a mask key of zeros, so the payload goes on the wire as it i
 
 from __future__ import annotations
 
+import select
 import socket
 import struct
 import time
 
-__all__ = ["frame_header", "read_binary", "read_close", "read_frame", "send_binary", "upgrade"]
+__all__ = ["FrameInbox", "frame_header", "read_binary", "read_close", "read_frame", "send_binary", "upgrade"]
 
 _KEY = "dGhlIHNhbXBsZSBub25jZQ=="
 
@@ -61,7 +62,8 @@ def send_binary(s: socket.socket, data: bytes) -> None:
 
 def read_frame(s: socket.socket, timeout: float) -> tuple[int, bytes] | None:
     """The server's next frame: (opcode, payload); None if none came whole within ``timeout``
-    or the connection ended."""
+    or the connection ended. What of a frame came before the timeout is lost: to wait in short
+    turns (while sending), use ``FrameInbox``."""
     deadline = time.monotonic() + timeout
     try:
         head = _read_exactly(s, 2, deadline)
@@ -112,3 +114,58 @@ def _read_exactly(s: socket.socket, n: int, deadline: float) -> bytes:
             raise EOFError
         out += chunk
     return bytes(out)
+
+
+class FrameInbox:
+    """The server's frames on ``s`` as they come, for a socket that is also being written: the
+    bytes of a frame cut short by a timeout are kept for the next call (``read_frame`` loses
+    them), and how the connection ended, if it did, is kept in ``ended``."""
+
+    def __init__(self, s: socket.socket) -> None:
+        self._s = s
+        self._buf = bytearray()
+        self.ended: str | None = None  # "EOF" or the error of recv
+
+    def close_frame(self, timeout: float) -> tuple[int, str] | None:
+        """The server's close frame: (code, reason); None if none came whole within ``timeout``
+        or the connection ended without one (see ``ended``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            while (frame := self._take()) is not None:
+                opcode, payload = frame
+                if opcode == 8:
+                    code = struct.unpack("!H", payload[:2])[0] if len(payload) >= 2 else 1005
+                    return code, payload[2:].decode(errors="replace")
+            left = deadline - time.monotonic()
+            if self.ended is not None or left <= 0 or not select.select([self._s], [], [], left)[0]:
+                return None
+            try:
+                chunk = self._s.recv(1 << 16)
+            except (TimeoutError, BlockingIOError):
+                continue
+            except OSError as e:
+                self.ended = f"{type(e).__name__}: {e}"
+                continue
+            if not chunk:
+                self.ended = "EOF"
+            self._buf += chunk
+
+    def _take(self) -> tuple[int, bytes] | None:
+        """The first whole frame of the buffer, removed from it (server frames are unmasked)."""
+        buf = self._buf
+        if len(buf) < 2:
+            return None
+        length, at = buf[1] & 0x7F, 2
+        if length == 126:
+            if len(buf) < 4:
+                return None
+            length, at = struct.unpack_from("!H", buf, 2)[0], 4
+        elif length == 127:
+            if len(buf) < 10:
+                return None
+            length, at = struct.unpack_from("!Q", buf, 2)[0], 10
+        if len(buf) < at + length:
+            return None
+        frame = buf[0] & 0x0F, bytes(buf[at:at + length])
+        del buf[:at + length]
+        return frame

@@ -39,6 +39,7 @@ __all__ = [
     "TRANSACTION_TIMEOUT_MS",
     "Halves",
     "Held",
+    "Prop",
     "Timers",
     "parse_delay_levels",
     "retry_delay_ms",
@@ -51,18 +52,22 @@ MAX_TIMER_AHEAD_MS = 3 * 24 * 3600 * 1000
 TRANSACTION_TIMEOUT_MS = 6_000
 MAX_CHECKS = 15
 
-PROP_DELAY = "DELAY"
-PROP_TIMER = "TIMER_DELIVER_MS"
-PROP_DELIVER_AT = "__DELIVER_AT_MS"
-PROP_SCHEDULED_FROM = "__SCHEDULED_FROM"
-PROP_TRAN = "TRAN_MSG"
-PROP_PGROUP = "PGROUP"
-PROP_TRANSACTION_OF = "__TRANSACTION_OF"
-PROP_RETRY_TOPIC = "RETRY_TOPIC"
-#: On a retry or dead-letter copy: "group:position" of the message sent back. The apply step
-#: stores one copy per value within SENT_BACK_WINDOW_MS, so a send-back the consumer retried
-#: after an unknown outcome does not make a second copy.
-PROP_SENT_BACK = "__SENT_BACK"
+class Prop:
+    """The message properties the broker reads or sets (RocketMQ's ``MessageConst``); names
+    starting with ``__`` are the broker's own and never come from a client."""
+
+    DELAY = "DELAY"
+    TIMER = "TIMER_DELIVER_MS"
+    DELIVER_AT = "__DELIVER_AT_MS"
+    SCHEDULED_FROM = "__SCHEDULED_FROM"
+    TRAN = "TRAN_MSG"
+    PGROUP = "PGROUP"
+    TRANSACTION_OF = "__TRANSACTION_OF"
+    RETRY_TOPIC = "RETRY_TOPIC"
+    #: On a retry or dead-letter copy: "group:position" of the message sent back. The apply
+    #: step stores one copy per value within SENT_BACK_WINDOW_MS, so a send-back the consumer
+    #: retried after an unknown outcome does not make a second copy.
+    SENT_BACK = "__SENT_BACK"
 
 _UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 

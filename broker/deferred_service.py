@@ -33,16 +33,8 @@ from broker.deferred import (
     DEFAULT_DELAY_LEVELS,
     MAX_CHECKS,
     MAX_TIMER_AHEAD_MS,
-    PROP_DELAY,
-    PROP_DELIVER_AT,
-    PROP_PGROUP,
-    PROP_RETRY_TOPIC,
-    PROP_SCHEDULED_FROM,
-    PROP_SENT_BACK,
-    PROP_TIMER,
-    PROP_TRAN,
-    PROP_TRANSACTION_OF,
     RETRY_DELAYS,
+    Prop,
     parse_delay_levels,
     retry_delay_ms,
 )
@@ -60,7 +52,7 @@ __all__ = ["DEFAULT_MAX_RECONSUME", "TICK_S", "DeferredService"]
 log = logging.getLogger("broker.deferred")
 
 TICK_S = 0.1
-_INTERNAL = (PROP_DELIVER_AT, PROP_SCHEDULED_FROM, PROP_TRANSACTION_OF, PROP_SENT_BACK)
+_INTERNAL = (Prop.DELIVER_AT, Prop.SCHEDULED_FROM, Prop.TRANSACTION_OF, Prop.SENT_BACK)
 
 
 def _without(props: dict[str, str], *names: str) -> dict[str, str]:
@@ -86,7 +78,7 @@ class DeferredService:
         if bad:
             raise FrameError(ResponseCode.INVALID_ARGUMENT,
                              f"properties starting with '__' are reserved for the broker: {bad}")
-        level, timer = m.properties.get(PROP_DELAY), m.properties.get(PROP_TIMER)
+        level, timer = m.properties.get(Prop.DELAY), m.properties.get(Prop.TIMER)
         if level is None and timer is None:
             return m
         now = self.clock_ms()
@@ -101,28 +93,28 @@ class DeferredService:
                 raise FrameError(ResponseCode.INVALID_ARGUMENT,
                                  f"TIMER_DELIVER_MS must be a time in ms at most 3 days ahead, got {timer!r}")
             at = int(timer)
-        return Message(**{**_fields(m), "properties": {**m.properties, PROP_DELIVER_AT: str(at)}})
+        return Message(**{**_fields(m), "properties": {**m.properties, Prop.DELIVER_AT: str(at)}})
 
     def retry_copy(self, stored: Message, group: str, max_reconsume: int, position: int) -> Message:
         """The message a failed consumption sends back (``stored``, at CommitLog ``position``):
         retried later, or dead-lettered. Marked with where it came from, so that a retried
         send-back is stored once."""
         times = stored.reconsume + 1
-        origin = stored.properties.get(PROP_RETRY_TOPIC, stored.topic)
-        props = {**_without(stored.properties, *_INTERNAL, PROP_DELAY, PROP_TIMER), PROP_RETRY_TOPIC: origin,
-                 PROP_SENT_BACK: f"{group}:{position}"}
+        origin = stored.properties.get(Prop.RETRY_TOPIC, stored.topic)
+        props = {**_without(stored.properties, *_INTERNAL, Prop.DELAY, Prop.TIMER), Prop.RETRY_TOPIC: origin,
+                 Prop.SENT_BACK: f"{group}:{position}"}
         if times > max_reconsume:
             return Message(**{**_fields(stored), "topic": dlq_topic(group), "queue_id": 0,
                               "properties": props, "reconsume": times,
                               "producer_id": None, "sequence": None})
         at = self.clock_ms() + retry_delay_ms(times, self.retry_schedule)
-        props[PROP_DELIVER_AT] = str(at)
+        props[Prop.DELIVER_AT] = str(at)
         return Message(**{**_fields(stored), "topic": retry_topic(group), "queue_id": 0,
                           "properties": props, "reconsume": times, "producer_id": None, "sequence": None})
 
     @staticmethod
     def committed_copy(half: Message, position: int) -> Message:
-        props = {**_without(half.properties, PROP_TRAN, PROP_PGROUP), PROP_TRANSACTION_OF: str(position)}
+        props = {**_without(half.properties, Prop.TRAN, Prop.PGROUP), Prop.TRANSACTION_OF: str(position)}
         return Message(**{**_fields(half), "properties": props, "producer_id": None, "sequence": None})
 
     async def end_transaction(self, position: int, commit: bool) -> str:
@@ -162,7 +154,7 @@ class DeferredService:
             except MessageGone:
                 log.error("delayed message at %d is no longer retained; dropping it", held.position)
                 m = Message("", b"")
-            props = {**_without(m.properties, PROP_DELIVER_AT), PROP_SCHEDULED_FROM: str(held.position)}
+            props = {**_without(m.properties, Prop.DELIVER_AT), Prop.SCHEDULED_FROM: str(held.position)}
             copies.append(encode_message(Message(**{**_fields(m), "properties": props,
                                                     "producer_id": None, "sequence": None})))
         await self.write.send(copies)

@@ -10,97 +10,52 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from protocol.acl import (
-    AuthFinishRequest,
-    AuthResponse,
-    AuthStartRequest,
-    DeleteUserRequest,
-    GrantRequest,
-    ListPoliciesRequest,
-    ListUsersRequest,
-    PoliciesResponse,
-    PutUserRequest,
-    RevokeRequest,
-    UsersResponse,
-)
-from protocol.consumer import (
-    ConsumerListRequest,
-    ConsumerListResponse,
-    HeartbeatRequest,
-    NotifyConsumersChanged,
-    UnregisterRequest,
-)
-from protocol.deferred import (
-    CheckTransactionRequest,
-    EndTransactionRequest,
-    EndTransactionResponse,
-    SendBackRequest,
-    SendBackResponse,
-)
-from protocol.offset import (
-    CommitOffsetRequest,
-    LockQueuesRequest,
-    LockQueuesResponse,
-    QueryOffsetRequest,
-    QueryOffsetResponse,
-    UnlockQueuesRequest,
-)
-from protocol.pull import PullRequest, PullResponse
-from protocol.query import (
-    QueryMessageRequest,
-    QueryResponse,
-    ResetOffsetRequest,
-    ResetOffsetResponse,
-    SearchOffsetRequest,
-    SearchOffsetResponse,
-    ViewMessageRequest,
-)
+from protocol import acl, consumer, deferred, offset, pull, query, send, topic
 from protocol.remoting import RequestCode
-from protocol.send import SendBatchRequest, SendBatchResponse, SendMessageRequest, WriteResponse
-from protocol.topic import (
-    CreateTopicRequest,
-    DeleteTopicRequest,
-    GetRouteRequest,
-    GetTopicsRequest,
-    RouteResponse,
-    TopicsResponse,
-)
 from protocol.wire import EmptyResponse, Request, Response
 
 __all__ = ["CATALOG", "UNSERVED"]
 
 #: code -> (its request class, its SUCCESS response class or None for a oneway request)
 CATALOG: Mapping[RequestCode, tuple[type[Request], type[Response] | None]] = MappingProxyType({
-    RequestCode.SEND_MESSAGE: (SendMessageRequest, WriteResponse),
-    RequestCode.SEND_BATCH: (SendBatchRequest, SendBatchResponse),
-    RequestCode.PULL_MESSAGE: (PullRequest, PullResponse),
-    RequestCode.QUERY_MESSAGE: (QueryMessageRequest, QueryResponse),
-    RequestCode.VIEW_MESSAGE_BY_ID: (ViewMessageRequest, QueryResponse),
-    RequestCode.SEARCH_OFFSET: (SearchOffsetRequest, SearchOffsetResponse),
-    RequestCode.COMMIT_OFFSET: (CommitOffsetRequest, WriteResponse),
-    RequestCode.QUERY_OFFSET: (QueryOffsetRequest, QueryOffsetResponse),
-    RequestCode.RESET_OFFSET: (ResetOffsetRequest, ResetOffsetResponse),
-    RequestCode.HEARTBEAT: (HeartbeatRequest, EmptyResponse),
-    RequestCode.UNREGISTER_CLIENT: (UnregisterRequest, EmptyResponse),
-    RequestCode.GET_CONSUMER_LIST: (ConsumerListRequest, ConsumerListResponse),
-    RequestCode.CONSUMER_SEND_MSG_BACK: (SendBackRequest, SendBackResponse),
-    RequestCode.LOCK_BATCH_MQ: (LockQueuesRequest, LockQueuesResponse),
-    RequestCode.UNLOCK_BATCH_MQ: (UnlockQueuesRequest, LockQueuesResponse),
-    RequestCode.GET_ROUTE: (GetRouteRequest, RouteResponse),
-    RequestCode.CREATE_TOPIC: (CreateTopicRequest, WriteResponse),
-    RequestCode.DELETE_TOPIC: (DeleteTopicRequest, WriteResponse),
-    RequestCode.GET_TOPICS: (GetTopicsRequest, TopicsResponse),
-    RequestCode.END_TRANSACTION: (EndTransactionRequest, EndTransactionResponse),
-    RequestCode.CHECK_TRANSACTION: (CheckTransactionRequest, None),
-    RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: (NotifyConsumersChanged, None),
-    RequestCode.AUTH_START: (AuthStartRequest, AuthResponse),
-    RequestCode.AUTH_FINISH: (AuthFinishRequest, AuthResponse),
-    RequestCode.PUT_USER: (PutUserRequest, WriteResponse),
-    RequestCode.DELETE_USER: (DeleteUserRequest, WriteResponse),
-    RequestCode.LIST_USERS: (ListUsersRequest, UsersResponse),
-    RequestCode.GRANT: (GrantRequest, WriteResponse),
-    RequestCode.REVOKE: (RevokeRequest, WriteResponse),
-    RequestCode.LIST_POLICIES: (ListPoliciesRequest, PoliciesResponse),
+    # sends (protocol.send)
+    RequestCode.SEND_MESSAGE: (send.SendMessageRequest, send.WriteResponse),
+    RequestCode.SEND_BATCH: (send.SendBatchRequest, send.SendBatchResponse),
+    # pulls (protocol.pull)
+    RequestCode.PULL_MESSAGE: (pull.PullRequest, pull.PullResponse),
+    # reads by key, id and time (protocol.query)
+    RequestCode.QUERY_MESSAGE: (query.QueryMessageRequest, query.QueryResponse),
+    RequestCode.VIEW_MESSAGE_BY_ID: (query.ViewMessageRequest, query.QueryResponse),
+    RequestCode.SEARCH_OFFSET: (query.SearchOffsetRequest, query.SearchOffsetResponse),
+    RequestCode.RESET_OFFSET: (query.ResetOffsetRequest, query.ResetOffsetResponse),
+    # offsets and orderly locks (protocol.offset)
+    RequestCode.COMMIT_OFFSET: (offset.CommitOffsetRequest, send.WriteResponse),
+    RequestCode.QUERY_OFFSET: (offset.QueryOffsetRequest, offset.QueryOffsetResponse),
+    RequestCode.LOCK_BATCH_MQ: (offset.LockQueuesRequest, offset.LockQueuesResponse),
+    RequestCode.UNLOCK_BATCH_MQ: (offset.UnlockQueuesRequest, offset.LockQueuesResponse),
+    # clients and their groups (protocol.consumer)
+    RequestCode.HEARTBEAT: (consumer.HeartbeatRequest, EmptyResponse),
+    RequestCode.UNREGISTER_CLIENT: (consumer.UnregisterRequest, EmptyResponse),
+    RequestCode.GET_CONSUMER_LIST: (consumer.ConsumerListRequest, consumer.ConsumerListResponse),
+    RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: (consumer.NotifyConsumersChanged, None),
+    # send-backs and transactions (protocol.deferred)
+    RequestCode.CONSUMER_SEND_MSG_BACK: (deferred.SendBackRequest, deferred.SendBackResponse),
+    RequestCode.END_TRANSACTION: (deferred.EndTransactionRequest, deferred.EndTransactionResponse),
+    RequestCode.CHECK_TRANSACTION: (deferred.CheckTransactionRequest, None),
+    # routes and topics (protocol.topic)
+    RequestCode.GET_ROUTE: (topic.GetRouteRequest, topic.RouteResponse),
+    RequestCode.CREATE_TOPIC: (topic.CreateTopicRequest, send.WriteResponse),
+    RequestCode.DELETE_TOPIC: (topic.DeleteTopicRequest, send.WriteResponse),
+    RequestCode.GET_TOPICS: (topic.GetTopicsRequest, topic.TopicsResponse),
+    # authentication, users and policies (protocol.acl)
+    RequestCode.AUTH_START: (acl.AuthStartRequest, acl.AuthResponse),
+    RequestCode.AUTH_FINISH: (acl.AuthFinishRequest, acl.AuthResponse),
+    RequestCode.PUT_USER: (acl.PutUserRequest, send.WriteResponse),
+    RequestCode.DELETE_USER: (acl.DeleteUserRequest, send.WriteResponse),
+    RequestCode.LIST_USERS: (acl.ListUsersRequest, acl.UsersResponse),
+    RequestCode.GRANT: (acl.GrantRequest, send.WriteResponse),
+    RequestCode.REVOKE: (acl.RevokeRequest, send.WriteResponse),
+    RequestCode.LIST_POLICIES: (acl.ListPoliciesRequest, acl.PoliciesResponse),
 })
 
 #: Codes with no contract: reserved, answered REQUEST_CODE_NOT_SUPPORTED.

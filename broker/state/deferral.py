@@ -16,15 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from broker.deferred import (
-    PROP_DELAY,
-    PROP_DELIVER_AT,
-    PROP_PGROUP,
-    PROP_RETRY_TOPIC,
-    PROP_SCHEDULED_FROM,
-    PROP_SENT_BACK,
-    PROP_TRAN,
-    PROP_TRANSACTION_OF,
     Halves,
+    Prop,
     Timers,
 )
 from broker.state.send_backs import SendBacks
@@ -48,26 +41,26 @@ class Deferral:
         not stored: it is a duplicate. ``position``, ``size``: its record's; ``stamp``: its
         store time."""
         props = m.properties
-        released = props.get(PROP_SCHEDULED_FROM)
+        released = props.get(Prop.SCHEDULED_FROM)
         if released is not None:
             if not (released.isdigit() and self.timers.release(int(released))):
                 return "this delayed message was delivered"
             return m.topic, m.queue_id
-        committed = props.get(PROP_TRANSACTION_OF)
+        committed = props.get(Prop.TRANSACTION_OF)
         if committed is not None:
             if not (committed.isdigit() and self.halves.resolve(int(committed))):
                 return "this transaction was resolved"
             return m.topic, m.queue_id
-        origin = props.get(PROP_SENT_BACK)
+        origin = props.get(Prop.SENT_BACK)
         if origin is not None and not self.send_backs.admit(origin, stamp):
             return "this message was sent back already"
-        if props.get(PROP_TRAN) == "true":
-            self.halves.hold(position, size, stamp, props.get(PROP_PGROUP, ""), m.topic)
+        if props.get(Prop.TRAN) == "true":
+            self.halves.hold(position, size, stamp, props.get(Prop.PGROUP, ""), m.topic)
             return TRANS_HALF_TOPIC, 0
-        due = props.get(PROP_DELIVER_AT, "")
+        due = props.get(Prop.DELIVER_AT, "")
         if due.isdigit() and int(due) > stamp:
-            self.timers.hold(position, size, int(due), props.get(PROP_RETRY_TOPIC) or m.topic)
-            level = props.get(PROP_DELAY, "")
+            self.timers.hold(position, size, int(due), props.get(Prop.RETRY_TOPIC) or m.topic)
+            level = props.get(Prop.DELAY, "")
             return SCHEDULE_TOPIC, int(level) if level.isdigit() and int(level) < 1024 else 0
         return m.topic, m.queue_id
 
@@ -79,10 +72,10 @@ class Deferral:
     def drop_hold(self, m: Message) -> None:
         """A released or committed copy that cannot be stored (its topic went away): the hold
         goes too, or the leader would release it again forever."""
-        released = m.properties.get(PROP_SCHEDULED_FROM, "")
+        released = m.properties.get(Prop.SCHEDULED_FROM, "")
         if released.isdigit():
             self.timers.release(int(released))
-        committed = m.properties.get(PROP_TRANSACTION_OF, "")
+        committed = m.properties.get(Prop.TRANSACTION_OF, "")
         if committed.isdigit():
             self.halves.resolve(int(committed))
 

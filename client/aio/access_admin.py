@@ -13,20 +13,7 @@ from typing import TYPE_CHECKING
 
 from client.backoff import Deadline
 from client.credentials import scram_record
-from protocol.acl import (
-    Action,
-    Decision,
-    DeleteUserRequest,
-    GrantRequest,
-    ListPoliciesRequest,
-    ListUsersRequest,
-    PoliciesResponse,
-    PolicyRow,
-    PutUserRequest,
-    RevokeRequest,
-    UserRow,
-    UsersResponse,
-)
+from protocol import acl
 from protocol.wire import Request
 
 if TYPE_CHECKING:
@@ -51,37 +38,38 @@ class AccessAdmin:
                        groups: Sequence[str] | None = None) -> list[str]:
         """Create ``user`` or set its password (and super flag) on each group."""
         record = scram_record(password)
-        return await self._write(PutUserRequest(user=user, super=super_user, salt=record.salt,
-                                                iterations=record.iterations, stored_key=record.stored_key,
-                                                server_key=record.server_key), groups)
+        request = acl.PutUserRequest(user=user, super=super_user, salt=record.salt,
+                                     iterations=record.iterations, stored_key=record.stored_key,
+                                     server_key=record.server_key)
+        return await self._write(request, groups)
 
     async def delete_user(self, user: str, groups: Sequence[str] | None = None) -> list[str]:
         """Delete ``user`` and its policies on each group."""
-        return await self._write(DeleteUserRequest(user=user), groups)
+        return await self._write(acl.DeleteUserRequest(user=user), groups)
 
-    async def users(self, group: str | None = None) -> list[UserRow]:
+    async def users(self, group: str | None = None) -> list[acl.UserRow]:
         chosen = await self._admin._groups([group] if group else None)
-        reply = await self._admin.core.read_request(chosen[0], ListUsersRequest(), read_from="any")
-        return list(UsersResponse.from_frame(reply).users)
+        reply = await self._admin.core.read_request(chosen[0], acl.ListUsersRequest(), read_from="any")
+        return list(acl.UsersResponse.from_frame(reply).users)
 
     async def grant(self, user: str, resource: str, actions: Sequence[str], *, deny: bool = False,
                     source: str = "", groups: Sequence[str] | None = None) -> list[str]:
         """Allow (or deny) ``user`` the ``actions`` on ``resource`` (from ``source``)."""
-        return await self._write(GrantRequest(user=user, resource=resource,
-                                              actions=tuple(Action(a) for a in actions),
-                                              decision=Decision.DENY if deny else Decision.ALLOW,
-                                              source=source), groups)
+        return await self._write(acl.GrantRequest(user=user, resource=resource,
+                                                  actions=tuple(acl.Action(a) for a in actions),
+                                                  decision=acl.Decision.DENY if deny else acl.Decision.ALLOW,
+                                                  source=source), groups)
 
     async def revoke(self, user: str, resource: str, actions: Sequence[str] = (), *, deny: bool = False,
                      source: str = "", groups: Sequence[str] | None = None) -> list[str]:
         """Take ``actions`` (none: all) from the statement of ``user`` on ``resource``."""
-        return await self._write(RevokeRequest(user=user, resource=resource,
-                                               actions=tuple(Action(a) for a in actions),
-                                               decision=Decision.DENY if deny else Decision.ALLOW,
-                                               source=source), groups)
+        return await self._write(acl.RevokeRequest(user=user, resource=resource,
+                                                   actions=tuple(acl.Action(a) for a in actions),
+                                                   decision=acl.Decision.DENY if deny else acl.Decision.ALLOW,
+                                                   source=source), groups)
 
-    async def policies(self, user: str | None = None, group: str | None = None) -> list[PolicyRow]:
+    async def policies(self, user: str | None = None, group: str | None = None) -> list[acl.PolicyRow]:
         chosen = await self._admin._groups([group] if group else None)
-        reply = await self._admin.core.read_request(chosen[0], ListPoliciesRequest(user=user),
+        reply = await self._admin.core.read_request(chosen[0], acl.ListPoliciesRequest(user=user),
                                                     read_from="any")
-        return list(PoliciesResponse.from_frame(reply).policies)
+        return list(acl.PoliciesResponse.from_frame(reply).policies)

@@ -31,30 +31,10 @@ from pathlib import Path
 
 import msgpack
 
-from broker.commands import (
-    CheckHalf,
-    CommitOffset,
-    CreateTopic,
-    DeleteTopic,
-    DeleteUser,
-    Grant,
-    LockQueue,
-    Perm,
-    PutUser,
-    RecordKind,
-    Revoke,
-    RollbackHalf,
-    encode_admin,
-)
+from broker import commands as cmd
+from broker.commands import encode_admin
 from broker.deferred import (
-    PROP_DELAY,
-    PROP_DELIVER_AT,
-    PROP_PGROUP,
-    PROP_RETRY_TOPIC,
-    PROP_SCHEDULED_FROM,
-    PROP_SENT_BACK,
-    PROP_TRAN,
-    PROP_TRANSACTION_OF,
+    Prop,
 )
 from broker.entry_batch import pack_entries, read_records
 from broker.fragments import chain_payloads, encode_fragments
@@ -146,8 +126,8 @@ def history() -> History:
     """One story, told in order."""
     h, msg = History(), Messages()
     h.noop()
-    h.add(encode_admin(CreateTopic("orders", 4)), encode_admin(CreateTopic("audit", 2)),
-          encode_admin(CreateTopic("ro", 1, Perm.READ)), encode_admin(CreateTopic("gone", 2)))
+    h.add(encode_admin(cmd.CreateTopic("orders", 4)), encode_admin(cmd.CreateTopic("audit", 2)),
+          encode_admin(cmd.CreateTopic("ro", 1, cmd.Perm.READ)), encode_admin(cmd.CreateTopic("gone", 2)))
     # plain and idempotent sends, resends and gaps
     for n in range(12):
         h.add(*[msg("orders", q, tags=f"t{n % 3}", producer="p1", seq=n) for q in range(4)],
@@ -161,16 +141,16 @@ def history() -> History:
           msg.many("orders", 1, 2, producer="pb", base=5), msg.many("orders", 1, 2, producer="pb", base=9))
     old = msgpack.packb([1, bytes(16), "orders", 0, 0, None, [], {}, T0, "h", None, None, 0, b"format 1"])
     h.add(msg("missing"), msg("ro"), msg("orders", 9), b"\x92\x7f\x01", old,
-          msgpack.packb([RecordKind.CREATE_TOPIC, "t", 0, 6]), encode_admin(DeleteTopic("missing")))
+          msgpack.packb([cmd.RecordKind.CREATE_TOPIC, "t", 0, 6]), encode_admin(cmd.DeleteTopic("missing")))
     # offsets and locks
-    h.add(encode_admin(CommitOffset("billing", "orders", 1, 7)),
-          encode_admin(CommitOffset("billing", "gone", 0, 3)),
-          encode_admin(CommitOffset("audit-g", "audit", 1, 2)),
-          encode_admin(CommitOffset("billing", "missing", 0, 1)))
-    h.add(encode_admin(LockQueue("billing", "A", "orders", 0, True)),
-          encode_admin(LockQueue("billing", "B", "orders", 0, True)),
-          encode_admin(LockQueue("billing", "B", "orders", 1, True)),
-          encode_admin(LockQueue("billing", "A", "gone", 1, True)))
+    h.add(encode_admin(cmd.CommitOffset("billing", "orders", 1, 7)),
+          encode_admin(cmd.CommitOffset("billing", "gone", 0, 3)),
+          encode_admin(cmd.CommitOffset("audit-g", "audit", 1, 2)),
+          encode_admin(cmd.CommitOffset("billing", "missing", 0, 1)))
+    h.add(encode_admin(cmd.LockQueue("billing", "A", "orders", 0, True)),
+          encode_admin(cmd.LockQueue("billing", "B", "orders", 0, True)),
+          encode_admin(cmd.LockQueue("billing", "B", "orders", 1, True)),
+          encode_admin(cmd.LockQueue("billing", "A", "gone", 1, True)))
     # large messages: whole, cut short by a no-op then resent, a stray fragment, a shared entry
     h.chain(msg("orders", 2, size=400, keys=("big-1",), producer="p1", seq=12))
     cut = msg("audit", 1, size=300, keys=("big-2",), producer="p2", seq=0)
@@ -181,41 +161,41 @@ def history() -> History:
     h.add(encode_fragments(cut, b"s" * 16, 90)[2])  # continues nothing
     h.add(encode_fragments(cut, b"x" * 16, 90)[0], msg("audit", 0))
     # delayed messages: held, released once, released again (not stored twice)
-    later = h.add(msg("orders", 1, props={PROP_DELIVER_AT: str(h.stamp + 5_000), PROP_DELAY: "2"}),
-                  msg("orders", 2, props={PROP_DELIVER_AT: str(h.stamp + 9_000)}),
-                  msg("gone", 0, props={PROP_DELIVER_AT: str(h.stamp + 9_000), PROP_DELAY: "3"}),
-                  msg("orders", 3, props={PROP_DELIVER_AT: str(h.stamp - 1)}))  # due: stored at once
+    later = h.add(msg("orders", 1, props={Prop.DELIVER_AT: str(h.stamp + 5_000), Prop.DELAY: "2"}),
+                  msg("orders", 2, props={Prop.DELIVER_AT: str(h.stamp + 9_000)}),
+                  msg("gone", 0, props={Prop.DELIVER_AT: str(h.stamp + 9_000), Prop.DELAY: "3"}),
+                  msg("orders", 3, props={Prop.DELIVER_AT: str(h.stamp - 1)}))  # due: stored at once
     held = positions(later)
-    h.add(msg("orders", 1, props={PROP_SCHEDULED_FROM: str(held[0])}), after_ms=5_000)
-    h.add(msg("orders", 1, props={PROP_SCHEDULED_FROM: str(held[0])}),
-          msg("orders", 1, props={PROP_SCHEDULED_FROM: "not-a-position"}))
+    h.add(msg("orders", 1, props={Prop.SCHEDULED_FROM: str(held[0])}), after_ms=5_000)
+    h.add(msg("orders", 1, props={Prop.SCHEDULED_FROM: str(held[0])}),
+          msg("orders", 1, props={Prop.SCHEDULED_FROM: "not-a-position"}))
     # transactions: committed, rolled back, checked, left open
-    halves = positions(h.add(*[msg("orders", q, props={PROP_TRAN: "true", PROP_PGROUP: "tx"})
+    halves = positions(h.add(*[msg("orders", q, props={Prop.TRAN: "true", Prop.PGROUP: "tx"})
                                for q in range(3)]))
-    h.add(msg("orders", 0, props={PROP_TRANSACTION_OF: str(halves[0])}),
-          encode_admin(RollbackHalf(halves[1])), encode_admin(CheckHalf(halves[2], h.stamp)))
-    h.add(msg("orders", 0, props={PROP_TRANSACTION_OF: str(halves[0])}),
-          encode_admin(RollbackHalf(halves[1])), encode_admin(CheckHalf(halves[1], h.stamp)),
-          encode_admin(CheckHalf(halves[2], h.stamp + 1)))
+    h.add(msg("orders", 0, props={Prop.TRANSACTION_OF: str(halves[0])}),
+          encode_admin(cmd.RollbackHalf(halves[1])), encode_admin(cmd.CheckHalf(halves[2], h.stamp)))
+    h.add(msg("orders", 0, props={Prop.TRANSACTION_OF: str(halves[0])}),
+          encode_admin(cmd.RollbackHalf(halves[1])), encode_admin(cmd.CheckHalf(halves[1], h.stamp)),
+          encode_admin(cmd.CheckHalf(halves[2], h.stamp + 1)))
     # retry and dead-letter copies (their topics made on first use), send-backs retried
     for origin, topic in (("g:100", "%RETRY%g"), ("g:100", "%RETRY%g"), ("g:200", "%DLQ%g"),
                           ("h:100", "%RETRY%h")):
-        h.add(msg(topic, props={PROP_SENT_BACK: origin, PROP_RETRY_TOPIC: "orders",
-                                PROP_DELIVER_AT: str(h.stamp + 10_000)}, reconsume=1), after_ms=1_000)
+        h.add(msg(topic, props={Prop.SENT_BACK: origin, Prop.RETRY_TOPIC: "orders",
+                                Prop.DELIVER_AT: str(h.stamp + 10_000)}, reconsume=1), after_ms=1_000)
     for n in range(20):  # filler: more segments, snapshots and digests
         h.add(*[msg("orders", (n + k) % 4, keys=(f"k{n}-{k}",)) for k in range(3)],
-              encode_admin(CommitOffset("billing", "orders", n % 4, n)), after_ms=2_000)
+              encode_admin(cmd.CommitOffset("billing", "orders", n % 4, n)), after_ms=2_000)
     # deleted means deleted: offsets, producer windows and locks go; recreated, it starts empty
-    h.add(encode_admin(DeleteTopic("gone")))
-    h.add(msg("gone", 0, props={PROP_SCHEDULED_FROM: str(held[2])}))  # its held copy: topic gone
-    h.add(encode_admin(CreateTopic("gone", 1)), msg("gone", 0, producer="pg", seq=0),
-          encode_admin(LockQueue("billing", "B", "gone", 0, True)))
+    h.add(encode_admin(cmd.DeleteTopic("gone")))
+    h.add(msg("gone", 0, props={Prop.SCHEDULED_FROM: str(held[2])}))  # its held copy: topic gone
+    h.add(encode_admin(cmd.CreateTopic("gone", 1)), msg("gone", 0, producer="pg", seq=0),
+          encode_admin(cmd.LockQueue("billing", "B", "gone", 0, True)))
     # a minute later: locks expired, send-backs out of their window
-    h.add(encode_admin(LockQueue("billing", "B", "orders", 0, True)),
-          encode_admin(LockQueue("billing", "A", "orders", 0, True)),
-          encode_admin(LockQueue("billing", "B", "orders", 1, False)),
-          msg("%RETRY%g", props={PROP_SENT_BACK: "g:100"}), after_ms=61_000)
-    h.add(encode_admin(LockQueue("billing", "A", "orders", 1, True)))
+    h.add(encode_admin(cmd.LockQueue("billing", "B", "orders", 0, True)),
+          encode_admin(cmd.LockQueue("billing", "A", "orders", 0, True)),
+          encode_admin(cmd.LockQueue("billing", "B", "orders", 1, False)),
+          msg("%RETRY%g", props={Prop.SENT_BACK: "g:100"}), after_ms=61_000)
+    h.add(encode_admin(cmd.LockQueue("billing", "A", "orders", 1, True)))
     # a day later: idempotent producers forgotten, a sequence must start again at 0
     h.add(msg("orders", 0, producer="p1", seq=12), after_ms=DAY + 1)
     h.add(msg("orders", 0, producer="p1", seq=0), msg("orders", 2, producer="p1", seq=0))
@@ -223,14 +203,14 @@ def history() -> History:
         h.add(*[msg("audit", q, producer="p2", seq=n) for q in range(2)], after_ms=3_000)
     # users and policy statements (broker.state.access): in the checkpoint and the snapshots
     # from here on, beside records of many; refusals: no such user, a grant of no actions
-    h.add(encode_admin(PutUser("app", False, b"s" * 16, 4096, b"k" * 32, b"v" * 32)),
-          encode_admin(PutUser("ops", True, b"t" * 16, 4096, b"K" * 32, b"V" * 32)),
-          encode_admin(Grant("app", "topic:orders", "allow", "", ("pub", "sub"))),
-          encode_admin(Grant("app", "group:bill*", "allow", "10.0.0.0/8", ("sub",))),
-          encode_admin(Grant("nobody", "topic:orders", "allow", "", ("pub",))),
-          encode_admin(Grant("app", "topic:audit", "deny", "", ())))
-    h.add(encode_admin(Revoke("app", "topic:orders", "allow", "", ("sub",))),
-          encode_admin(DeleteUser("ops")), encode_admin(DeleteUser("ops")))
+    h.add(encode_admin(cmd.PutUser("app", False, b"s" * 16, 4096, b"k" * 32, b"v" * 32)),
+          encode_admin(cmd.PutUser("ops", True, b"t" * 16, 4096, b"K" * 32, b"V" * 32)),
+          encode_admin(cmd.Grant("app", "topic:orders", "allow", "", ("pub", "sub"))),
+          encode_admin(cmd.Grant("app", "group:bill*", "allow", "10.0.0.0/8", ("sub",))),
+          encode_admin(cmd.Grant("nobody", "topic:orders", "allow", "", ("pub",))),
+          encode_admin(cmd.Grant("app", "topic:audit", "deny", "", ())))
+    h.add(encode_admin(cmd.Revoke("app", "topic:orders", "allow", "", ("sub",))),
+          encode_admin(cmd.DeleteUser("ops")), encode_admin(cmd.DeleteUser("ops")))
     for n in range(8):  # a segment or two further: a snapshot holding them
         h.add(msg.many("orders", n % 4, 6, producer="p3", base=6 * (n // 4)), after_ms=1_000)
     return h

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from broker.commands import CommitOffset, CreateTopic, encode_admin
-from broker.deferred import PROP_DELIVER_AT
+from broker.deferred import Prop
 from broker.overdue import OverdueRetries, OverdueWatch, overdue_delays, overdue_retries
 from broker.state_machine import BrokerStateMachine
 from protocol.message_format import Message, encode_message
@@ -55,7 +55,7 @@ def test_held_messages_past_their_time_are_overdue(machine) -> None:  # type: ig
     log.add([encode_admin(CreateTopic("jobs", 1))], stamp=T0)
     for i, due in enumerate((T0 + 1_000, T0 + 60_000)):
         log.add([encode_message(Message("jobs", b"x", 0, msg_id=i.to_bytes(16, "big"),
-                                        properties={PROP_DELIVER_AT: str(due)}))], stamp=T0)
+                                        properties={Prop.DELIVER_AT: str(due)}))], stamp=T0)
     machine.apply(log.entries)
     assert len(machine.timers) == 2
     assert overdue_delays(machine, T0 + 10_000, 15_000) == 0

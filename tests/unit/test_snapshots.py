@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from broker.commands import CommitOffset, CreateTopic, DeleteTopic, LockQueue, encode_admin
-from broker.deferred import PROP_DELIVER_AT
+from broker.deferred import Prop
 from broker.entry_batch import pack_entries
 from broker.snapshot import Snapshot, SnapshotError
 from broker.state_machine import BrokerStateMachine
@@ -59,7 +59,7 @@ def workload() -> SegmentedLog:
         records = [message("orders", n * 4 + k, queue=k, producer_id="p1", sequence=n) for k in range(4)]
         if n % 10 == 3:
             records.append(message("orders", 10_000 + n, queue=1,
-                                   properties={PROP_DELIVER_AT: str(stamp + 3_600_000)}))
+                                   properties={Prop.DELIVER_AT: str(stamp + 3_600_000)}))
         if n % 7 == 0:
             records.append(encode_admin(CommitOffset("billing", "orders", n % 4, n)))
         if n == 20:

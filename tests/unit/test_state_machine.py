@@ -549,13 +549,13 @@ def test_queue_locks_are_decided_by_the_log_and_expire_by_store_time(tmp_path: P
 def test_a_retried_send_back_is_stored_once_within_its_window(tmp_path: Path) -> None:
     """Retry copies carry where they came from; a consumer that retried its send-back after an
     unknown outcome does not get the message twice (within SENT_BACK_WINDOW_MS of store time)."""
-    from broker.deferred import PROP_SENT_BACK
+    from broker.deferred import Prop
     from broker.state_machine import SENT_BACK_WINDOW_MS
 
     t0 = 1_700_000_000_000
 
     def copy(i: int, origin: str) -> bytes:
-        return msg("%RETRY%g", i, properties={PROP_SENT_BACK: origin})
+        return msg("%RETRY%g", i, properties={Prop.SENT_BACK: origin})
 
     log = Log()
     first = log.add([copy(1, "g:100")], stamp=t0)

@@ -51,13 +51,16 @@ def validate_user(name: str) -> str:
     return name
 
 
+#: the answer to AUTH_START/AUTH_FINISH over plain HTTP (a SCRAM exchange binds a connection)
+NOT_ON_A_WEBSOCKET = "authenticate on a WebSocket"
+
+
 class AclProcessor(Processor):
 
     async def auth_start(self, frame: Frame) -> Frame:
         req = AuthStartRequest.from_frame(frame)
-        conn = CONNECTION_AUTH.get()
-        if conn is None or conn.exchange is None:
-            return frame.response(ResponseCode.AUTH_FAILED, remark="authenticate on a WebSocket")
+        if (conn := CONNECTION_AUTH.get()) is None or conn.exchange is None:
+            return frame.response(ResponseCode.AUTH_FAILED, remark=NOT_ON_A_WEBSOCKET)
         try:
             return AuthResponse(message=conn.exchange.start(req.mechanism, req.message)).reply(frame)
         except AuthFailed as e:
@@ -65,9 +68,8 @@ class AclProcessor(Processor):
 
     async def auth_finish(self, frame: Frame) -> Frame:
         req = AuthFinishRequest.from_frame(frame)
-        conn = CONNECTION_AUTH.get()
-        if conn is None or conn.exchange is None:
-            return frame.response(ResponseCode.AUTH_FAILED, remark="authenticate on a WebSocket")
+        if (conn := CONNECTION_AUTH.get()) is None or conn.exchange is None:
+            return frame.response(ResponseCode.AUTH_FAILED, remark=NOT_ON_A_WEBSOCKET)
         try:
             final = conn.exchange.finish(req.message)
         except AuthFailed as e:

@@ -172,15 +172,13 @@ class ConsumeQueue:
         ``flush``). Raises OffsetOutOfRange unless ``offset`` is a unit's base or the end."""
         with self._lock:
             self._check_open()
-            low, high = self._files[0].start, self._files[-1].end
-            if not low <= offset <= high:
-                raise OffsetOutOfRange("truncate_from", offset, low, high)
-            if offset == high:
+            if self._check_upto(offset, "truncate_from"):
                 return
             k, i = self._locate(offset)
             f = self._files[k]
             if unit_at(f, i).base != offset:
-                raise OffsetOutOfRange("truncate_from (inside a record)", offset, low, high)
+                raise OffsetOutOfRange("truncate_from (inside a record)", offset, self._files[0].start,
+                                       self._files[-1].end)
             for g in self._files[k + 1:]:
                 self._delete(g)
             del self._files[k + 1:]
@@ -228,14 +226,11 @@ class ConsumeQueue:
             raise ValueError(f"max_units must be >= 1, not {max_units}")
         with self._lock:
             self._check_open()
-            low, high = self._files[0].start, self._files[-1].end
-            if not low <= offset <= high:
-                raise OffsetOutOfRange("read", offset, low, high)
-            if offset == high:
+            if self._check_upto(offset, "read"):
                 return CqRead([], offset)
             k, i = self._locate(offset)
             units: list[CqUnit] = []
-            wanted = high - offset if max_messages is None else max_messages
+            wanted = self._files[-1].end - offset if max_messages is None else max_messages
             chunk = 8 if max_messages is not None else max_units  # records hold many messages
             while k < len(self._files) and len(units) < max_units and units_end(units, offset) < wanted:
                 f = self._files[k]
@@ -330,6 +325,13 @@ class ConsumeQueue:
         low, high = self._files[0].start, self._files[-1].end
         if not low <= offset < high:
             raise OffsetOutOfRange(what, offset, low, high)
+
+    def _check_upto(self, offset: int, what: str) -> bool:
+        """Whether ``offset`` is the end (max_offset); OffsetOutOfRange unless min <= offset <= max."""
+        low, high = self._files[0].start, self._files[-1].end
+        if not low <= offset <= high:
+            raise OffsetOutOfRange(what, offset, low, high)
+        return offset == high
 
     def _locate(self, offset: int) -> tuple[int, int]:
         """(file index, unit index) of the unit holding ``offset`` (min <= offset < max)."""

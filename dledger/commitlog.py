@@ -36,6 +36,7 @@ import logging
 import threading
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -299,20 +300,21 @@ class CommitLog:
             return self._read_run(i, i + 1)[0]
 
     def term_at(self, index: int) -> int:
-        with self._lock:
-            return self._terms[self._slot(index)]
+        return self._column_at(self._terms, index)
 
     def kind_at(self, index: int) -> EntryKind:
-        with self._lock:
-            return EntryKind(self._kinds[self._slot(index)])
+        return EntryKind(self._column_at(self._kinds, index))
 
     def position_of(self, index: int) -> int:
-        with self._lock:
-            return self._positions[self._slot(index)]
+        return self._column_at(self._positions, index)
 
     def record_size_of(self, index: int) -> int:
+        return record_size(self._column_at(self._lens, index))
+
+    def _column_at(self, column: Sequence[int], index: int) -> int:
+        """Entry ``index``'s value in one of the per-entry columns (IndexError if not held)."""
         with self._lock:
-            return record_size(self._lens[self._slot(index)])
+            return column[self._slot(index)]
 
     def entries(self, from_index: int, max_bytes: int,
                 upto_index: int | None = None) -> list[Entry]:

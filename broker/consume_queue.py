@@ -39,7 +39,6 @@ from broker.consume_queue_files import (
     ConsumeQueueCorrupt,
     QueueFile,
     adopt_files,
-    delete_file,
     read_units,
     unit_at,
 )
@@ -52,7 +51,14 @@ from broker.consume_queue_layout import (
     encode_units,
     topic_directory,
 )
-from dledger.numbered_files import PendingSync, close_quietly, pwrite_all
+from dledger.numbered_files import (
+    PendingSync,
+    close_quietly,
+    delete_files_before,
+    own_descriptor,
+    pwrite_all,
+    unlink_file,
+)
 
 __all__ = ["ConsumeQueue", "ConsumeQueueCorrupt", "CqRead", "CqUnit", "OffsetOutOfRange", "topic_directory"]
 
@@ -201,12 +207,7 @@ class ConsumeQueue:
         Returns the deleted files' first offsets, oldest first."""
         with self._lock:
             self._check_open()
-            deleted = []
-            while len(self._files) > 1 and self._files[0].end <= offset:
-                f = self._files.pop(0)
-                self._delete(f)
-                deleted.append(f.start)
-            return deleted
+            return delete_files_before(self._files, offset, self._pending)
 
     # -- reading ---------------------------------------------------------------------
     def get(self, offset: int) -> CqUnit:
@@ -296,14 +297,8 @@ class ConsumeQueue:
                 self._check_open()
                 if not self._pending:
                     return False
-                batch = self._pending.take(
-                    lambda f: os.dup(f.fd) if f.fd >= 0 else os.open(f.path, os.O_RDONLY))
-            try:
-                batch.sync()
-            except BaseException:
-                with self._lock:
-                    self._pending.put_back(batch, self._files)
-                raise
+                batch = self._pending.take(own_descriptor)
+            self._pending.sync(batch, self._lock, self._files)
             return True
 
     def close(self) -> None:
@@ -370,4 +365,4 @@ class ConsumeQueue:
         return self._create(start)
 
     def _delete(self, f: QueueFile) -> None:
-        delete_file(f, self._pending)
+        unlink_file(f, self._pending)

@@ -16,9 +16,9 @@ import os
 from pathlib import Path
 
 from broker.consume_queue_layout import UNIT, UNIT_SIZE, CqUnit, used_units
-from dledger.numbered_files import PendingSync, close_quietly, numbered_files, pread_full
+from dledger.numbered_files import PendingSync, close_quietly, numbered_files, pread_full, unlink_file
 
-__all__ = ["ConsumeQueueCorrupt", "QueueFile", "adopt_files", "delete_file", "read_units", "unit_at"]
+__all__ = ["ConsumeQueueCorrupt", "QueueFile", "adopt_files", "read_units", "unit_at"]
 
 
 class ConsumeQueueCorrupt(Exception):
@@ -98,7 +98,7 @@ def adopt_files(directory: Path, units_per_file: int, pending: PendingSync[Queue
                                           f"{files[-2].path.name} ends at {files[-2].end}, "
                                           f"the next is {path.name}")
         if len(files) > 1 and files[-1].units == 0:
-            delete_file(files.pop(), pending)
+            unlink_file(files.pop(), pending)
             prev = files[-1]
             prev.fd = os.open(prev.path, os.O_RDWR)
     except BaseException:
@@ -107,10 +107,3 @@ def adopt_files(directory: Path, units_per_file: int, pending: PendingSync[Queue
     return files
 
 
-def delete_file(f: QueueFile, pending: PendingSync[QueueFile]) -> None:
-    """Close and delete ``f``; the directory is synced at the next flush (``pending``)."""
-    pending.deleted(f)
-    if f.fd >= 0:
-        os.close(f.fd)
-        f.fd = -1
-    f.path.unlink(missing_ok=True)

@@ -37,10 +37,13 @@ from pathlib import Path
 from dledger.numbered_files import (
     PendingSync,
     close_quietly,
+    delete_files_before,
     number_name,
     numbered_files,
+    own_descriptor,
     pread_full,
     pwrite_all,
+    unlink_file,
 )
 
 __all__ = ["FileRun", "FileRunStore", "RunFile"]
@@ -180,11 +183,7 @@ class FileRun:
 
     def delete(self, f: RunFile) -> None:
         """Close and unlink ``f`` (the caller takes it out of ``files``)."""
-        self.pending.deleted(f)
-        if f.fd >= 0:
-            os.close(f.fd)
-            f.fd = -1
-        f.path.unlink(missing_ok=True)
+        unlink_file(f, self.pending)
 
     def delete_from(self, index: int) -> None:
         """Delete ``files[index:]``."""
@@ -195,12 +194,7 @@ class FileRun:
     def delete_before(self, number: int) -> list[int]:
         """Delete the files whose numbers all lie before ``number``, never the last one;
         returns their starts, oldest first."""
-        deleted = []
-        while len(self.files) > 1 and self.files[0].end <= number:
-            f = self.files.pop(0)
-            self.delete(f)
-            deleted.append(f.start)
-        return deleted
+        return delete_files_before(self.files, number, self.pending)
 
     def delete_every_file(self) -> None:
         """Close the files and unlink every numbered file of the directory, listed or not."""
@@ -248,14 +242,10 @@ class FileRun:
             self.check_open()
             if not self.pending:
                 return False
-            batch = self.pending.take(lambda f: os.dup(f.fd) if f.fd >= 0 else os.open(f.path, os.O_RDONLY))
+            batch = self.pending.take(own_descriptor)
             self._flushing = True
         try:
-            batch.sync()
-        except BaseException:
-            with self.lock:
-                self.pending.put_back(batch, self.files)
-            raise
+            self.pending.sync(batch, self.lock, self.files)
         finally:
             with self.lock:
                 self._flushing = False

@@ -11,6 +11,8 @@ share::
 
 * ``numbered_files`` lists them in order; ``pread_full`` / ``pwrite_all`` read or write
   all the bytes asked for at an offset, looping over short reads and writes.
+* ``unlink_file`` closes and deletes one; ``delete_files_before`` the oldest of a run whose
+  numbers all lie before a number (never the last file).
 * ``PendingSync``: which files were written or truncated, and whether the directory's
   entries changed (a file created or deleted), since the last fsync. The owner marks
   changes under its own lock; ``take`` collects them with descriptors of their own, so
@@ -24,14 +26,15 @@ import contextlib
 import os
 import re
 from collections.abc import Callable, Collection, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from dledger.durable_file import fsync_directory
 
-__all__ = ["PendingSync", "SyncBatch", "close_quietly", "number_name", "numbered_files",
-           "pread_full", "pwrite_all"]
+__all__ = ["NumberedFile", "PendingSync", "SyncBatch", "close_quietly", "delete_files_before",
+           "number_name", "numbered_files", "own_descriptor", "pread_full", "pwrite_all", "unlink_file"]
 
 _NUMBERED = re.compile(r"^\d{20}$")
 
@@ -90,6 +93,45 @@ def close_quietly(fds: Iterable[int]) -> None:
     for fd in fds:
         with contextlib.suppress(OSError):
             os.close(fd)
+
+
+class NumberedFile(Protocol):
+    """What ``unlink_file`` and ``delete_files_before`` need of a file of a run: its
+    descriptor (-1 when closed), its path, and the numbers it spans, [start, end)."""
+
+    fd: int
+    path: Path
+    start: int
+    end: int
+
+
+NF = TypeVar("NF", bound=NumberedFile)
+
+
+def own_descriptor(f: NumberedFile) -> int:
+    """A descriptor of ``f``'s file of its own (for ``PendingSync.take``): a dup of ``f``'s
+    open one, else the file opened read-only. Raises OSError."""
+    return os.dup(f.fd) if f.fd >= 0 else os.open(f.path, os.O_RDONLY)
+
+
+def unlink_file(f: NF, pending: PendingSync[NF]) -> None:
+    """Close and delete ``f``; the directory is synced at the next flush (``pending``)."""
+    pending.deleted(f)
+    if f.fd >= 0:
+        os.close(f.fd)
+        f.fd = -1
+    f.path.unlink(missing_ok=True)
+
+
+def delete_files_before(files: list[NF], number: int, pending: PendingSync[NF]) -> list[int]:
+    """Delete the files of the run ``files`` (oldest first) whose numbers all lie before
+    ``number``, never the last one; they leave ``files``. Returns their starts, oldest first."""
+    deleted = []
+    while len(files) > 1 and files[0].end <= number:
+        f = files.pop(0)
+        unlink_file(f, pending)
+        deleted.append(f.start)
+    return deleted
 
 
 @dataclass(slots=True)
@@ -160,6 +202,17 @@ class PendingSync(Generic[F]):
         batch = SyncBatch(self._dir, files, fds, self._entries_changed)
         self.clear()
         return batch
+
+    def sync(self, batch: SyncBatch[F], lock: AbstractContextManager[object],
+             still_held: Collection[F]) -> None:
+        """``batch.sync()`` outside the owner's ``lock``; if it fails, the files of the batch
+        still in ``still_held`` are pending again (under ``lock``) and the error is raised."""
+        try:
+            batch.sync()
+        except BaseException:
+            with lock:
+                self.put_back(batch, still_held)
+            raise
 
     def put_back(self, batch: SyncBatch[F], still_held: Collection[F]) -> None:
         """After ``batch.sync`` failed: its files that still exist are pending again."""

@@ -300,3 +300,22 @@ def test_a_read_for_some_messages_stops_at_the_record_that_brings_them(cq: Consu
     assert [u.base for u in cq.read(4, 2, max_messages=10).units] == [3, 6]
     assert len(cq.read(0, 100).units) == 40
     assert cq.read(117, 5, max_messages=50).next_offset == 120
+
+
+def test_a_failed_fsync_leaves_what_it_covered_pending(cq: ConsumeQueue,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    cq.flush()
+    fill(cq, [3, 1])
+
+    def boom(fd: int) -> None:
+        raise OSError(5, "EIO")
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "fsync", boom)
+        with pytest.raises(OSError, match="EIO"):
+            cq.flush()
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    assert cq.flush() is True and synced, "the failed flush's files were forgotten"
+    assert cq.flush() is False

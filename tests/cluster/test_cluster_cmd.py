@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.cluster_dir import cluster_pids, kill_alive, pid_alive, read_until_ready
 
 pytestmark = [pytest.mark.cluster]
 
@@ -18,14 +19,6 @@ def raftmq(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=120)
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-
-
 def test_up_status_down(tmp_path: Path) -> None:
     d = str(tmp_path / "c")
     pids: list[int] = []
@@ -33,9 +26,8 @@ def test_up_status_down(tmp_path: Path) -> None:
         up = raftmq("cluster", "up", "--dir", d, "--groups", "2")
         assert up.returncode == 0, up.stderr
         assert "g1: leader" in up.stdout and "g2: leader" in up.stdout
-        state = json.loads((tmp_path / "c" / "cluster.json").read_text())
-        pids = [state["namesrv"]["pid"]] + [n["pid"] for g in state["groups"].values() for n in g.values()]
-        assert len(pids) == 7 and all(alive(p) for p in pids)
+        pids = cluster_pids(tmp_path / "c")
+        assert len(pids) == 7 and all(pid_alive(p) for p in pids)
         again = raftmq("cluster", "up", "--dir", d)
         assert again.returncode == 1 and "already running" in again.stderr
         status = raftmq("cluster", "status", "--dir", d)
@@ -44,7 +36,7 @@ def test_up_status_down(tmp_path: Path) -> None:
     finally:
         down = raftmq("cluster", "down", "--dir", d)
     assert down.returncode == 0, down.stderr
-    assert not any(alive(p) for p in pids)
+    assert not any(pid_alive(p) for p in pids)
 
 
 def client_commands(d: str) -> None:
@@ -76,30 +68,21 @@ def client_commands(d: str) -> None:
 def test_up_in_the_foreground_prints_how_to_use_it_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     """What `scripts/run` runs: the cluster in the foreground until SIGINT."""
     import signal
-    import time
 
     d = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "raftmq", "up", "--dir", str(d)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     pids: list[int] = []
     try:
-        lines: list[str] = []
-        deadline = time.monotonic() + 90
-        while not any("Ctrl-C stops" in line for line in lines):
-            assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
-            lines.append(proc.stdout.readline())  # type: ignore[union-attr]
-        text = "".join(lines)
+        text = read_until_ready(proc, timeout=90)
         assert "raftmq send orders" in text and "raftmq consume orders" in text
-        state = json.loads((d / "cluster.json").read_text())
-        pids = [state["namesrv"]["pid"]] + [n["pid"] for g in state["groups"].values() for n in g.values()]
-        assert all(alive(p) for p in pids)
+        pids = cluster_pids(d)
+        assert all(pid_alive(p) for p in pids)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
-        assert not any(alive(p) for p in pids)
+        assert not any(pid_alive(p) for p in pids)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        for p in pids:
-            if alive(p):
-                os.kill(p, signal.SIGKILL)
+        kill_alive(pids)

@@ -17,10 +17,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.support.cluster_dir import cluster_pids, kill_alive, pid_alive, read_until_ready
 
 pytestmark = [pytest.mark.cluster]
 
@@ -70,14 +71,6 @@ def _python(code: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str
                           env={**clean, "PYTHONPATH": str(ROOT), **env})
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-
-
 def test_scripts_run_serves_rocketmq_defaults(tmp_path: Path) -> None:
     taken = _port_9876_free()
     assert taken is None, taken
@@ -87,15 +80,11 @@ def test_scripts_run_serves_rocketmq_defaults(tmp_path: Path) -> None:
                            stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
     pids: list[int] = []
     try:
-        lines: list[str] = []
-        deadline = time.monotonic() + 120
-        while not any("Ctrl-C stops" in line for line in lines):
-            assert time.monotonic() < deadline and run.poll() is None, "".join(lines)
-            lines.append(run.stdout.readline())  # type: ignore[union-attr]
+        printed = read_until_ready(run, timeout=120)
+        pids = cluster_pids(clone / "run")
         state = json.loads((clone / "run" / "cluster.json").read_text())
-        pids = [state["namesrv"]["pid"]] + [n["pid"] for g in state["groups"].values() for n in g.values()]
         assert state["namesrv"]["address"] == "127.0.0.1:9876"
-        assert 'Producer(namesrv="127.0.0.1:9876")' in "".join(lines)
+        assert 'Producer(namesrv="127.0.0.1:9876")' in printed
 
         made = subprocess.run([str(clone / ".venv" / "bin" / "raftmq"), "topic", "create", "orders"],
                               cwd=tmp_path, capture_output=True, text=True, timeout=60,
@@ -118,11 +107,9 @@ def test_scripts_run_serves_rocketmq_defaults(tmp_path: Path) -> None:
 
         os.killpg(run.pid, signal.SIGINT)
         assert run.wait(timeout=30) == 0
-        assert not any(_alive(p) for p in pids)
+        assert not any(pid_alive(p) for p in pids)
     finally:
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
             run.wait()
-        for p in pids:
-            if _alive(p):
-                os.kill(p, signal.SIGKILL)
+        kill_alive(pids)

@@ -3,25 +3,25 @@ leader kill: the replicated hold state lets the new leader continue where the ol
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from client import (
-    Admin,
     ConsumeStatus,
     LocalTransactionState,
     Message,
     Producer,
-    PullConsumer,
     PushConsumer,
+    ReceivedMessage,
     TransactionProducer,
 )
 from raftmq.local_group import LocalGroup
-from tests.support.broker_group import running_brokers, servers
+from tests.support.broker_group import create_topic, running_brokers, servers
+from tests.support.client_calls import Listener, collecting_consumer, dead_letters
 from tests.support.ledger import Ledger
 from tests.support.procs import wait_until
 
@@ -34,20 +34,12 @@ def brokers(tmp_path: Path) -> Iterator[LocalGroup]:
         yield group
 
 
-def create(group: LocalGroup, topic: str) -> None:
-    admin = Admin(servers=servers(group))
-    try:
-        admin.create_topic(topic, queues=2)
-    finally:
-        admin.close()
-
-
-def consumer(group: LocalGroup, topic: str, name: str, listener, **options) -> PushConsumer:  # type: ignore[no-untyped-def]
-    c = PushConsumer(servers=servers(group), group=name, topic=topic, from_where="first",
-                     read_from="any", long_poll_s=1.0, rebalance_interval=2.0, commit_interval=0.3,
-                     **options)
-    c.register(listener)
-    return c.start()
+def consumer(group: LocalGroup, topic: str, name: str, listener: Listener | None = None,
+             **options: Any) -> tuple[PushConsumer, list[ReceivedMessage]]:
+    """``collecting_consumer`` on ``group``, reading from any replica, with polls and intervals
+    that ride out an election."""
+    return collecting_consumer(servers(group), topic, name, listener, read_from="any", long_poll_s=1.0,
+                               rebalance_interval=2.0, commit_interval=0.3, **options)
 
 
 def kill_leader(group: LocalGroup) -> tuple[str, float]:
@@ -59,16 +51,8 @@ def kill_leader(group: LocalGroup) -> tuple[str, float]:
 
 
 def test_a_delayed_message_is_delivered_once_and_on_time_after_a_failover(brokers: LocalGroup) -> None:
-    create(brokers, "later")
-    got: list[tuple[bytes, float]] = []
-    lock = threading.Lock()
-
-    def listener(msgs, ctx):  # type: ignore[no-untyped-def]
-        with lock:
-            got.extend((m.body, m.store_timestamp / 1000) for m in msgs)  # when it was released
-        return ConsumeStatus.SUCCESS
-
-    c = consumer(brokers, "later", "g", listener)
+    create_topic(brokers, "later", 2)
+    c, got = consumer(brokers, "later", "g")
     try:
         with Producer(servers=servers(brokers), send_timeout=20) as p:
             sent_at = time.time()
@@ -76,8 +60,8 @@ def test_a_delayed_message_is_delivered_once_and_on_time_after_a_failover(broker
         kill_leader(brokers)  # held by the old leader's state; released by the new one
         wait_until(lambda: len(got) >= 1, 30, what="the delayed message")
         time.sleep(1.5)  # a second copy would arrive now
-        assert [b for b, _ in got] == [b"in-3s"]
-        late = got[0][1] - sent_at
+        assert [m.body for m in got] == [b"in-3s"]
+        late = got[0].store_timestamp / 1000 - sent_at  # when it was released
         print(f"released {late:.2f} s after sending (3 s delay, a failover in between)")
         assert 2.0 <= late <= 4.0, f"released {late:.2f} s after sending: not within 3 s +- 1 s"
     finally:
@@ -85,14 +69,14 @@ def test_a_delayed_message_is_delivered_once_and_on_time_after_a_failover(broker
 
 
 def test_retries_continue_after_a_failover_and_end_in_the_dead_letter_queue(brokers: LocalGroup) -> None:
-    create(brokers, "jobs")
+    create_topic(brokers, "jobs", 2)
     attempts: list[int] = []
 
     def failing(msgs, ctx):  # type: ignore[no-untyped-def]
         attempts.extend(m.reconsume_times for m in msgs)
         return ConsumeStatus.RECONSUME_LATER
 
-    c = consumer(brokers, "jobs", "workers", failing, max_reconsume_times=3, suspend_s=0.2)
+    c, _ = consumer(brokers, "jobs", "workers", failing, max_reconsume_times=3, suspend_s=0.2)
     try:
         with Producer(servers=servers(brokers), send_timeout=20) as p:
             r = p.send(Message("jobs", b"poison"))
@@ -100,18 +84,8 @@ def test_retries_continue_after_a_failover_and_end_in_the_dead_letter_queue(brok
         kill_leader(brokers)
         wait_until(lambda: len(attempts) >= 4, 60, what="every retry")
         assert attempts[:4] == [0, 1, 2, 3], attempts
-        pc = PullConsumer(servers=servers(brokers), read_from="any")
-        try:
-            def dead() -> list:  # type: ignore[type-arg]
-                try:
-                    return pc.pull(pc.queues("%DLQ%workers")[0], 0).messages
-                except Exception:
-                    return []
-            wait_until(lambda: dead(), 30, what="the message in %DLQ%workers")
-            (m,) = dead()
-            assert m.msg_id == r.msg_id and m.body == b"poison"
-        finally:
-            pc.shutdown()
+        (m,) = dead_letters(servers(brokers), "workers", timeout=30)
+        assert m.msg_id == r.msg_id and m.body == b"poison"
         time.sleep(1.0)
         assert len(attempts) == 4, attempts  # the dead letter ends the retries
     finally:
@@ -120,10 +94,8 @@ def test_retries_continue_after_a_failover_and_end_in_the_dead_letter_queue(brok
 
 def test_an_open_transaction_is_checked_back_by_the_new_leader_through_another_producer(
         brokers: LocalGroup) -> None:
-    create(brokers, "pay")
-    got: list[bytes] = []
-    c = consumer(brokers, "pay", "billing", lambda msgs, ctx: got.extend(m.body for m in msgs)
-                 or ConsumeStatus.SUCCESS)
+    create_topic(brokers, "pay", 2)
+    c, got = consumer(brokers, "pay", "billing")
     survivor_ledger = Ledger(LocalTransactionState.COMMIT)
     survivor = TransactionProducer(servers=servers(brokers), group="pay-tx", listener=survivor_ledger)
     survivor.start()
@@ -134,10 +106,11 @@ def test_an_open_transaction_is_checked_back_by_the_new_leader_through_another_p
         doomed.send_in_transaction(Message("pay", b"open"), None)
         doomed.shutdown()  # the producer that opened the transaction is gone
         kill_leader(brokers)
-        wait_until(lambda: got == [b"open"], 40, what="the transaction committed by a check-back")
+        wait_until(lambda: [m.body for m in got] == [b"open"], 40,
+                   what="the transaction committed by a check-back")
         assert survivor_ledger.checked[:1] == [b"open"]
         time.sleep(1.0)
-        assert got == [b"open"]
+        assert [m.body for m in got] == [b"open"]
     finally:
         survivor.shutdown()
         c.shutdown()

@@ -91,32 +91,59 @@ def run(tmp_path: Path, scenario: Callable[[str], Awaitable[None]]) -> None:
     asyncio.run(main())
 
 
+def run_on_ws(tmp_path: Path, scenario: Callable[[aiohttp.ClientWebSocketResponse], Awaitable[None]]) -> None:
+    """``run`` with a WebSocket open to the broker: the ``scenario`` gets it."""
+    async def on_ws(address: str) -> None:
+        async with aiohttp.ClientSession() as http, http.ws_connect(f"http://{address}/ws") as ws:
+            await scenario(ws)
+
+    run(tmp_path, on_ws)
+
+
+async def answer_to(ws: aiohttp.ClientWebSocketResponse, data: bytes, what: str) -> Frame:
+    """The frame the broker answered ``data`` with; fails naming ``what`` if it closed the
+    connection or said nothing instead."""
+    kind, frame, _ = await answer_or_close(ws, data)
+    assert kind == "answer", f"{what}: {kind} {frame}"
+    return frame
+
+
+async def close_after(ws: aiohttp.ClientWebSocketResponse, data: bytes, what: str) -> tuple[int, str]:
+    """The close code and reason the broker closed the connection with after ``data``; fails
+    naming ``what`` if it answered or said nothing instead."""
+    kind, code, reason = await answer_or_close(ws, data)
+    assert kind == "closed", f"{what}: {kind} {code}"
+    return code, reason
+
+
+async def assert_still_answered(ws: aiohttp.ClientWebSocketResponse, opaque: int) -> None:
+    """The connection stayed: a HEARTBEAT on ``opaque`` is answered SUCCESS on it."""
+    heartbeat = Frame.request(RequestCode.HEARTBEAT, opaque).encode()
+    frame = await answer_to(ws, heartbeat, "the connection should stay")
+    assert frame.code == ResponseCode.SUCCESS and frame.opaque == opaque, frame
+
+
 @pytest.mark.parametrize(("what", "data"), ANSWERABLE, ids=[w for w, _ in ANSWERABLE])
 def test_a_malformed_frame_with_a_readable_opaque_is_answered(tmp_path: Path, what: str,
                                                               data: bytes) -> None:
-    async def scenario(address: str) -> None:
-        async with aiohttp.ClientSession() as http, http.ws_connect(f"http://{address}/ws") as ws:
-            kind, frame, _ = await answer_or_close(ws, data)
-            assert kind == "answer", f"{what}: {kind} {frame}"
-            assert frame.code == ResponseCode.MALFORMED_FRAME and frame.opaque == 41, (what, frame)
-            assert frame.remark.startswith("malformed frame"), frame.remark
-            kind, frame, _ = await answer_or_close(ws, Frame.request(RequestCode.HEARTBEAT, 42).encode())
-            assert kind == "answer" and frame.code == ResponseCode.SUCCESS, "the connection should stay"
+    async def scenario(ws: aiohttp.ClientWebSocketResponse) -> None:
+        frame = await answer_to(ws, data, what)
+        assert frame.code == ResponseCode.MALFORMED_FRAME and frame.opaque == 41, (what, frame)
+        assert frame.remark.startswith("malformed frame"), frame.remark
+        await assert_still_answered(ws, 42)
 
-    run(tmp_path, scenario)
+    run_on_ws(tmp_path, scenario)
 
 
 @pytest.mark.parametrize(("what", "data"), UNANSWERABLE, ids=[w for w, _ in UNANSWERABLE])
 def test_an_unreadable_frame_closes_the_connection_with_a_reason(tmp_path: Path, what: str,
                                                                 data: bytes) -> None:
-    async def scenario(address: str) -> None:
-        async with aiohttp.ClientSession() as http, http.ws_connect(f"http://{address}/ws") as ws:
-            kind, code, reason = await answer_or_close(ws, data)
-            assert kind == "closed", f"{what}: {kind} {code}"
-            assert code == aiohttp.WSCloseCode.INVALID_TEXT, (what, code, reason)
-            assert reason and "malformed frame" in reason, (what, reason)
+    async def scenario(ws: aiohttp.ClientWebSocketResponse) -> None:
+        code, reason = await close_after(ws, data, what)
+        assert code == aiohttp.WSCloseCode.INVALID_TEXT, (what, code, reason)
+        assert reason and "malformed frame" in reason, (what, reason)
 
-    run(tmp_path, scenario)
+    run_on_ws(tmp_path, scenario)
 
 
 # -- HTTP ---------------------------------------------------------------------------
@@ -231,15 +258,13 @@ def test_a_failing_oneway_request_is_dropped_quietly(tmp_path: Path,
                                                      caplog: pytest.LogCaptureFixture) -> None:
     """A oneway request whose handler refuses it has nobody to answer: found by the fuzzing,
     building the error answer raised in a task nobody awaited (a traceback in the log)."""
-    async def scenario(address: str) -> None:
-        async with aiohttp.ClientSession() as http, http.ws_connect(f"http://{address}/ws") as ws:
-            bad = Frame.request(RequestCode.SEND_MESSAGE, 43, body=b"\x00garbage", oneway=True).encode()
-            kind, frame, _ = await answer_or_close(ws, bad)
-            assert kind == "silence", (kind, frame)
-            kind, frame, _ = await answer_or_close(ws, Frame.request(RequestCode.HEARTBEAT, 44).encode())
-            assert kind == "answer" and frame.code == ResponseCode.SUCCESS and frame.opaque == 44
+    async def scenario(ws: aiohttp.ClientWebSocketResponse) -> None:
+        bad = Frame.request(RequestCode.SEND_MESSAGE, 43, body=b"\x00garbage", oneway=True).encode()
+        kind, frame, _ = await answer_or_close(ws, bad)
+        assert kind == "silence", (kind, frame)
+        await assert_still_answered(ws, 44)
 
     with caplog.at_level(logging.ERROR):
-        run(tmp_path, scenario)
+        run_on_ws(tmp_path, scenario)
         gc.collect()  # an unawaited task's exception is reported when it is collected
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text

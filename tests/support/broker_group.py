@@ -46,10 +46,7 @@ def servers(group: LocalGroup) -> list[str]:
 
 
 def create_topic(group: LocalGroup, topic: str, queues: int) -> None:
-    from client import Admin  # the client only where a test needs it
+    """``topic`` created on ``group`` with ``queues`` queues (over TLS when it serves TLS)."""
+    from tests.support.client_calls import create_topic_at  # the client only where a test needs it
 
-    admin = Admin(servers=servers(group), tls=group.client_tls or False)
-    try:
-        admin.create_topic(topic, queues=queues)
-    finally:
-        admin.close()
+    create_topic_at(servers(group), topic, queues, tls=group.client_tls or False)

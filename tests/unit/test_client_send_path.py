@@ -8,21 +8,22 @@ import asyncio
 import os
 import random
 import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-import msgpack
 import pytest
 
 from client.aio.producer import AsyncProducer
 from client.aio.routes import GroupRoute, TopicRoute
 from client.backoff import Deadline
 from client.errors import TopicNotExistError
-from client.message import _HOST, Message, encode_batch
+from client.message import _HOST, Message, SendResult, encode_batch
 from protocol.message_format import Message as StoredMessage
-from protocol.message_format import encode_message
+from protocol.message_format import message_of
 from protocol.record_batch import decode_messages, read_header
 from protocol.remoting import Frame, ResponseCode
 from protocol.send import SendBatchRequest
+from tests.support.scripted_core import FakeCore, until
 
 # -- encode_batch: what the client means to send ---------------------------------------
 
@@ -59,9 +60,7 @@ def test_encode_batch_holds_what_the_client_means_to_send(producer_id: str | Non
     ids = [os.urandom(16) for _ in MESSAGES]
     for queue_id, born_ms in ((0, 0), (7, 1_700_000_000_000), (1023, 2**40)):
         record = encode_batch(MESSAGES, queue_id, ids, born_ms, producer_id, base)
-        got = [StoredMessage(r.topic, r.body, r.queue_id, r.tags, r.keys, r.properties, r.msg_id, r.flag,
-                             r.born_ts_ms, r.born_host, r.producer_id, r.sequence, r.reconsume)
-               for r in decode_messages(record)]
+        got = [message_of(r) for r in decode_messages(record)]
         assert got == [_meant(m, queue_id, ids[i], born_ms, producer_id, None if base < 0 else base + i)
                        for i, m in enumerate(MESSAGES)]
         assert read_header(record).special  # a delay in the batch: the leader splits it
@@ -91,61 +90,28 @@ def test_an_unpackable_message_leaves_the_packer_usable() -> None:
 # -- send_batch against a scripted broker ---------------------------------------------
 
 
-class _Routes:
-    def __init__(self, queues: int) -> None:
-        self._route = TopicRoute("t", [GroupRoute("g1", queues, 6, "a:1", {"n1": "a:1"})])
+def run_producer(scenario: Callable[[FakeCore, AsyncProducer], Awaitable[None]], core: FakeCore | None = None,
+                 **options: Any) -> None:
+    """Run ``scenario`` on a new loop with an ``AsyncProducer(**options)`` over ``core`` (a
+    ``FakeCore()`` when not given); the producer is shut down after, also when it fails."""
+    scripted = FakeCore() if core is None else core
 
-    async def route(self, topic: str, refresh: bool = False) -> TopicRoute:
-        return self._route
+    async def main() -> None:
+        p = AsyncProducer(core=scripted, **options)  # type: ignore[arg-type]
+        try:
+            await scenario(scripted, p)
+        finally:
+            await p.shutdown()
 
-    def fresh(self, topic: str) -> TopicRoute:
-        return self._route
-
-
-class FakeCore:
-    """Answers SEND_BATCH as the broker does (a row per message: code, queue id, offset, reason,
-    position), with codes (per message) from ``script`` when given; ``gate`` holds answers back.
-    ``bodies``: each request's messages as records of one."""
-
-    def __init__(self, queues: int = 1) -> None:
-        self.routes = _Routes(queues)
-        self.script: list[list[int]] = []
-        self.bodies: list[list[bytes]] = []
-        self.deadlines: list[Deadline] = []
-        self.gate: asyncio.Event | None = None
-        self.offsets: dict[int, int] = {}
-
-    async def leader_request(self, group: str, request: SendBatchRequest, *, deadline: Deadline,
-                             topic: str | None = None) -> Frame:
-        records = [encode_message(StoredMessage(r.topic, r.body, r.queue_id, r.tags, r.keys, r.properties,
-                                                r.msg_id, r.flag, r.born_ts_ms, r.born_host, r.producer_id,
-                                                r.sequence, r.reconsume))
-                   for rec in request.records for r in decode_messages(rec)]
-        self.bodies.append(records)
-        self.deadlines.append(deadline)
-        if self.gate is not None:
-            await self.gate.wait()
-        codes = self.script.pop(0) if self.script else [0] * len(records)
-        rows = []
-        for record, c in zip(records, codes, strict=True):
-            q = decode_messages(record)[0].queue_id
-            offset = self.offsets.get(q, 0)
-            if c == 0:
-                self.offsets[q] = offset + 1
-            rows.append([c, q, offset if c == 0 else -1, "" if c == 0 else "refused", 1000 + offset])
-        return Frame(0, 1, 1, "", {}, msgpack.packb(rows))
-
-    async def close(self) -> None:
-        pass
+    asyncio.run(main())
 
 
-async def _until(condition: Any, timeout: float = 5.0) -> None:
-    """Poll ``condition`` on the loop until it holds; fail after ``timeout`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.001)
+async def held_in_flight(core: FakeCore, p: AsyncProducer, body: bytes = b"a") -> asyncio.Task[SendResult]:
+    """A send of ``body`` to key "k" whose request ``core`` has taken and holds (made ``gated``):
+    with ``max_in_flight=1`` the sends after it wait in the queue."""
+    task = asyncio.create_task(p.send(Message("t", body), shard_key="k"))
+    await until(lambda: len(core.bodies) == 1)
+    return task
 
 
 def _queued(p: AsyncProducer) -> int:
@@ -158,9 +124,7 @@ def _seqs(records: list[bytes]) -> list[tuple[str | None, int | None, bytes]]:
 
 
 def test_send_batch_results_are_in_order_with_distinct_ids_and_positions() -> None:
-    async def main() -> None:
-        core = FakeCore(queues=1)
-        p = AsyncProducer(core=core, send_timeout=5)  # type: ignore[arg-type]
+    async def scenario(core: FakeCore, p: AsyncProducer) -> None:
         first = await p.send_batch([Message("t", b"m%d" % i) for i in range(300)], shard_key="k")
         second = await p.send_batch([Message("t", b"n%d" % i) for i in range(5)])
         assert [r.queue_offset for r in first + second] == list(range(305))
@@ -175,40 +139,34 @@ def test_send_batch_results_are_in_order_with_distinct_ids_and_positions() -> No
         assert [s[2] for s in sent[:300]] == [b"m%d" % i for i in range(300)]
         (stored,) = decode_messages(core.bodies[0][0])
         assert stored.msg_id.hex() == first[0].msg_id
-        await p.shutdown()
 
-    asyncio.run(main())
+    run_producer(scenario, send_timeout=5)
 
 
 def test_a_message_changed_after_send_batch_is_sent_as_it_was() -> None:
-    async def main() -> None:
-        core = FakeCore()
-        core.gate = asyncio.Event()
-        p = AsyncProducer(core=core, max_in_flight=1)  # type: ignore[arg-type]
-        blocker = asyncio.create_task(p.send(Message("t", b"first"), shard_key="k"))
-        await _until(lambda: len(core.bodies) == 1)  # in flight, held: the next send waits in the queue
+    async def scenario(core: FakeCore, p: AsyncProducer) -> None:
+        blocker = await held_in_flight(core, p, b"first")  # the next send waits in the queue
         m = Message("t", b"before", keys=["k1"], properties={"a": "1"})
         task = asyncio.create_task(p.send(m, shard_key="k"))
-        await _until(lambda: _queued(p) == 1)
+        await until(lambda: _queued(p) == 1)
         m.body, m.tags = b"after", "changed"
         m.properties["a"] = "2"  # type: ignore[index]
         m.keys.append("k2")  # type: ignore[attr-defined]
-        core.gate.set()
+        core.gate.set()  # type: ignore[union-attr]
         await asyncio.gather(blocker, task)
         (stored,) = decode_messages(core.bodies[1][0])
         assert (stored.body, stored.tags, stored.keys, stored.properties) == (b"before", None, ("k1",),
                                                                              {"a": "1"})
-        await p.shutdown()
 
-    asyncio.run(main())
+    run_producer(scenario, FakeCore(gated=True), max_in_flight=1)
 
 
 def test_a_refused_message_fails_its_call_after_the_rest_of_it_is_stored() -> None:
-    async def main() -> None:
-        gap = ResponseCode.SEQUENCE_GAP
-        core = FakeCore()
-        core.script = [[0, ResponseCode.TOPIC_NOT_EXIST, gap, gap]]
-        p = AsyncProducer(core=core)  # type: ignore[arg-type]
+    gap = ResponseCode.SEQUENCE_GAP
+    core = FakeCore()
+    core.script = [[0, ResponseCode.TOPIC_NOT_EXIST, gap, gap]]
+
+    async def scenario(core: FakeCore, p: AsyncProducer) -> None:
         with pytest.raises(TopicNotExistError):
             await p.send_batch([Message("t", b"m%d" % i) for i in range(4)], shard_key="k")
         # the two refused only as gaps were resent in a new epoch before the call ended
@@ -217,54 +175,43 @@ def test_a_refused_message_fails_its_call_after_the_rest_of_it_is_stored() -> No
             [(p._base + ".1", 0, b"m2"), (p._base + ".1", 1, b"m3")]]
         assert core.offsets == {0: 3}
         assert [r.queue_offset for r in await p.send_batch([Message("t", b"x")], shard_key="k")] == [3]
-        await p.shutdown()
 
-    asyncio.run(main())
+    run_producer(scenario, core)
 
 
 def test_a_batch_uses_the_earliest_deadline_of_the_calls_in_it() -> None:
-    async def main() -> None:
-        core = FakeCore()
-        core.gate = asyncio.Event()
-        p = AsyncProducer(core=core, send_timeout=30, max_in_flight=1)  # type: ignore[arg-type]
-        first = asyncio.create_task(p.send(Message("t", b"a"), shard_key="k"))
-        await _until(lambda: len(core.bodies) == 1)
+    async def scenario(core: FakeCore, p: AsyncProducer) -> None:
+        first = await held_in_flight(core, p)
         late = asyncio.create_task(p.send_batch([Message("t", b"b")] * 3, shard_key="k"))
-        await _until(lambda: _queued(p) == 3)
+        await until(lambda: _queued(p) == 3)
         p.send_timeout = 2
         soon = asyncio.create_task(p.send_batch([Message("t", b"c")] * 2, shard_key="k"))
-        await _until(lambda: _queued(p) == 5)
-        core.gate.set()
+        await until(lambda: _queued(p) == 5)
+        core.gate.set()  # type: ignore[union-attr]
         await asyncio.gather(first, late, soon)
         assert [len(b) for b in core.bodies] == [1, 5]
         assert 25 < core.deadlines[0].remaining() <= 30
         assert 0 < core.deadlines[1].remaining() <= 2
-        await p.shutdown()
 
-    asyncio.run(main())
+    run_producer(scenario, FakeCore(gated=True), send_timeout=30, max_in_flight=1)
 
 
 def test_a_cancelled_call_drops_its_unsent_messages_without_a_gap() -> None:
-    async def main() -> None:
-        core = FakeCore()
-        core.gate = asyncio.Event()
-        p = AsyncProducer(core=core, max_in_flight=1)  # type: ignore[arg-type]
-        first = asyncio.create_task(p.send(Message("t", b"a"), shard_key="k"))
-        await _until(lambda: len(core.bodies) == 1)
+    async def scenario(core: FakeCore, p: AsyncProducer) -> None:
+        first = await held_in_flight(core, p)
         dropped = asyncio.create_task(p.send_batch([Message("t", b"gone")] * 3, shard_key="k"))
-        await _until(lambda: _queued(p) == 3)
+        await until(lambda: _queued(p) == 3)
         dropped.cancel()
         kept = asyncio.create_task(p.send_batch([Message("t", b"kept")] * 2, shard_key="k"))
-        await _until(lambda: _queued(p) == 5)
-        core.gate.set()
+        await until(lambda: _queued(p) == 5)
+        core.gate.set()  # type: ignore[union-attr]
         assert (await first).queue_offset == 0
         assert [r.queue_offset for r in await kept] == [1, 2]
         with pytest.raises(asyncio.CancelledError):
             await dropped
         assert _seqs(core.bodies[1]) == [(p._base + ".0", 1, b"kept"), (p._base + ".0", 2, b"kept")]
-        await p.shutdown()
 
-    asyncio.run(main())
+    run_producer(scenario, FakeCore(gated=True), max_in_flight=1)
 
 
 def test_route_queues_are_a_fresh_list_each_time() -> None:
@@ -280,9 +227,7 @@ def test_route_queues_are_a_fresh_list_each_time() -> None:
 
 
 def test_a_message_that_cannot_be_encoded_is_refused_and_its_queue_keeps_sending() -> None:
-    async def main() -> None:
-        core = FakeCore()
-        p = AsyncProducer(core=core)  # type: ignore[arg-type]
+    async def scenario(core: FakeCore, p: AsyncProducer) -> None:
         for bad in (Message("t", b"x", properties={"a": {1}}),  # type: ignore[dict-item]
                     Message("t", b"x", keys="order-1"), Message("t", b"x", tags=7)):  # type: ignore[arg-type]
             with pytest.raises(TypeError):
@@ -290,9 +235,8 @@ def test_a_message_that_cannot_be_encoded_is_refused_and_its_queue_keeps_sending
         sent = await p.send_batch([Message("t", b"ok")] * 2, shard_key="k")
         assert [r.queue_offset for r in sent] == [0, 1]
         assert [s[1] for b in core.bodies for s in _seqs(b)] == [0, 1]  # nothing was taken: no gap
-        await p.shutdown()
 
-    asyncio.run(main())
+    run_producer(scenario)
 
 
 def test_an_unordered_send_with_retries_ends_within_its_send_timeout() -> None:
@@ -307,15 +251,12 @@ def test_an_unordered_send_with_retries_ends_within_its_send_timeout() -> None:
             await asyncio.sleep(deadline.remaining())  # no answer: the request runs out its deadline
             raise RequestTimeoutError("no answer in time")
 
-    async def main() -> None:
-        core = HungCore()
-        p = AsyncProducer(core=core, send_timeout=0.6, retries=2)  # type: ignore[arg-type]
+    async def scenario(core: FakeCore, p: AsyncProducer) -> None:
         loop = asyncio.get_running_loop()
         started = loop.time()
         with pytest.raises(RequestTimeoutError):
             await p.send(Message("t", b"x"))
         assert loop.time() - started < 0.9
         assert len(core.deadlines) == 3  # every attempt was made
-        await p.shutdown()
 
-    asyncio.run(main())
+    run_producer(scenario, HungCore(), send_timeout=0.6, retries=2)

@@ -4,8 +4,8 @@ against a one-node broker in process (short delay levels so the tests are fast).
 from __future__ import annotations
 
 import itertools
-import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -17,41 +17,28 @@ from client import (
     Producer,
     PullConsumer,
     PushConsumer,
+    ReceivedMessage,
     TransactionProducer,
 )
 from client.tag_filter import SubscriptionError
+from tests.support.client_calls import Listener, collecting_consumer, create_topic_at, dead_letters
 from tests.support.ledger import Ledger
 from tests.support.procs import wait_until
 
 BROKER_OPTIONS = {"delay_levels": "300ms 600ms 1s", "retry_delays": "200ms 300ms"}
 
-
-def create_topic(broker: str, topic: str) -> None:
-    admin = Admin(servers=[broker])
-    try:
-        admin.create_topic(topic, queues=1)
-    finally:
-        admin.close()
+#: short polls and intervals: the one broker answers at once
+QUICK_CONSUMER = {"long_poll_s": 0.5, "rebalance_interval": 1.0, "commit_interval": 0.2, "suspend_s": 0.1}
 
 
-def collect(broker: str, topic: str, group: str, listener=None, **options):  # type: ignore[no-untyped-def]
-    got: list = []
-    lock = threading.Lock()
-
-    def default(msgs, ctx):  # type: ignore[no-untyped-def]
-        with lock:
-            got.extend(msgs)
-        return ConsumeStatus.SUCCESS
-
-    c = PushConsumer(servers=[broker], group=group, topic=topic, from_where="first", long_poll_s=0.5,
-                     rebalance_interval=1.0, commit_interval=0.2, suspend_s=0.1, **options)
-    c.register(listener or default)
-    c.start()
-    return c, got
+def collect(broker: str, topic: str, group: str, listener: Listener | None = None,
+            **options: Any) -> tuple[PushConsumer, list[ReceivedMessage]]:
+    """``collecting_consumer`` on ``broker``, QUICK_CONSUMER unless ``options`` say otherwise."""
+    return collecting_consumer([broker], topic, group, listener, **{**QUICK_CONSUMER, **options})
 
 
 def test_a_delayed_message_is_held_until_its_level_then_delivered_once(broker: str) -> None:
-    create_topic(broker, "t")
+    create_topic_at([broker], "t", 1)
     c, got = collect(broker, "t", "g")
     try:
         with Producer(servers=[broker]) as p:
@@ -73,7 +60,7 @@ def test_a_delayed_message_is_held_until_its_level_then_delivered_once(broker: s
 
 
 def test_bad_delays_and_reserved_properties_are_refused(broker: str) -> None:
-    create_topic(broker, "t2")
+    create_topic_at([broker], "t2", 1)
     from client.errors import InvalidArgumentError
     with Producer(servers=[broker]) as p:
         with pytest.raises(InvalidArgumentError, match=r"DELAY must be a level 1\.\.3"):
@@ -88,7 +75,7 @@ def test_bad_delays_and_reserved_properties_are_refused(broker: str) -> None:
 def test_a_clustering_consumer_s_retry_topic_exists_once_it_has_started(broker: str, group: str) -> None:
     """The broker creates %RETRY%group at the group's first heartbeat (RocketMQ does too), so the
     consumer pulls its retry queue before anything fails; broadcasting consumers have none."""
-    create_topic(broker, "subscribed")
+    create_topic_at([broker], "subscribed", 1)
     c, _ = collect(broker, "subscribed", group)
     b, _ = collect(broker, "subscribed", f"{group}-bc", model="broadcasting")
     admin = Admin(servers=[broker])
@@ -104,7 +91,7 @@ def test_a_clustering_consumer_s_retry_topic_exists_once_it_has_started(broker: 
 
 
 def test_failed_messages_are_retried_on_schedule_then_dead_lettered(broker: str) -> None:
-    create_topic(broker, "jobs")
+    create_topic_at([broker], "jobs", 1)
     attempts: list[tuple[int, float]] = []
 
     def failing(msgs, ctx):  # type: ignore[no-untyped-def]
@@ -120,16 +107,8 @@ def test_failed_messages_are_retried_on_schedule_then_dead_lettered(broker: str)
         assert [a[0] for a in attempts[:4]] == [0, 1, 2, 3]
         gaps = [b[1] - a[1] for a, b in itertools.pairwise(attempts[:4])]
         assert all(g >= 0.15 for g in gaps), gaps  # the retry schedule, not a hot loop
-        dlq = PullConsumer(servers=[broker], group="inspect", read_from="any")
-        try:
-            def dead() -> list:  # type: ignore[type-arg]
-                qs = dlq.queues("%DLQ%workers")
-                return dlq.pull(qs[0], 0).messages
-            wait_until(timeout=15, predicate=dead, what="the message in %DLQ%workers")
-            (m,) = dead()
-            assert m.msg_id == r.msg_id and m.body == b"poison" and m.reconsume_times == 4
-        finally:
-            dlq.shutdown()
+        (m,) = dead_letters([broker], "workers", timeout=15)
+        assert m.msg_id == r.msg_id and m.body == b"poison" and m.reconsume_times == 4
         time.sleep(0.5)
         assert len(attempts) == 4  # nothing after the dead letter
     finally:
@@ -158,7 +137,7 @@ def test_transactions_commit_rollback_and_check_back(broker: str, monkeypatch) -
     import broker.deferred as deferred
 
     monkeypatch.setattr(deferred, "TRANSACTION_TIMEOUT_MS", 300)
-    create_topic(broker, "pay")
+    create_topic_at([broker], "pay", 1)
     c, got = collect(broker, "pay", "billing")
     ledger = Ledger(LocalTransactionState.COMMIT)
     tp = TransactionProducer(servers=[broker], group="pay-tx", listener=ledger)
@@ -181,7 +160,7 @@ def test_an_open_transaction_is_rolled_back_after_15_checks(broker: str, monkeyp
     import broker.deferred as deferred
 
     monkeypatch.setattr(deferred, "TRANSACTION_TIMEOUT_MS", 20)
-    create_topic(broker, "pay2")
+    create_topic_at([broker], "pay2", 1)
     ledger = Ledger(LocalTransactionState.UNKNOWN)
     tp = TransactionProducer(servers=[broker], group="pay2-tx", listener=ledger)
     tp.start()
@@ -201,7 +180,7 @@ def test_an_open_transaction_is_rolled_back_after_15_checks(broker: str, monkeyp
 
 
 def test_sql92_subscriptions_select_on_properties(broker: str) -> None:
-    create_topic(broker, "ev")
+    create_topic_at([broker], "ev", 1)
     with pytest.raises(SubscriptionError, match="position"):
         PushConsumer(servers=[broker], group="s", topic="ev", sql="region = 'eu' AND")
     c, got = collect(broker, "ev", "sql", sql="region = 'eu' AND (amount > 100 OR vip IS NOT NULL)")
@@ -221,7 +200,7 @@ def test_sql92_subscriptions_select_on_properties(broker: str) -> None:
 
 def test_a_held_message_s_send_result_names_its_queue_and_no_internal_offset(broker: str) -> None:
     """Issue 13 row 8: a delayed send reported its offset in SCHEDULE_TOPIC_XXXX's queue."""
-    create_topic(broker, "held")
+    create_topic_at([broker], "held", 1)
     with Producer(servers=[broker]) as p:
         first = p.send(Message("held", b"now"), shard_key="k")
         later = p.send(Message("held", b"later", deliver_at_ms=int(time.time() * 1000) + 600), shard_key="k")
@@ -241,7 +220,7 @@ def test_consume_max_with_commit_commits_exactly_what_it_printed(broker: str) ->
     import subprocess
     import sys
 
-    create_topic(broker, "counted")
+    create_topic_at([broker], "counted", 1)
     with Producer(servers=[broker]) as p:
         p.send_batch([Message("counted", f"m{i}".encode()) for i in range(50)], shard_key="k")
     out = subprocess.run([sys.executable, "-m", "raftmq", "consume", "counted", "--group", "cli-g",

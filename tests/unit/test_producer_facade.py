@@ -20,7 +20,7 @@ from client.sync import Producer
 from protocol.record_batch import decode_messages
 from protocol.remoting import Frame, ResponseCode
 from protocol.send import SendBatchRequest
-from tests.unit.test_client_send_path import FakeCore, _until
+from tests.support.scripted_core import FakeCore, until
 
 
 def test_blocking_sends_from_many_threads_share_records_in_each_keys_order(
@@ -190,7 +190,7 @@ def test_one_keys_messages_keep_their_order_across_a_route_refresh() -> None:
             loop.call_soon(lambda: p.enqueue(Message("t", b"m2"), "K", lambda r, e: outcomes.append((r, e))))
 
         loop.call_soon(answer_then_send)
-        await _until(lambda: len(outcomes) == 3)
+        await until(lambda: len(outcomes) == 3)
         await p.shutdown()
         assert all(e is None for _, e in outcomes), outcomes
         stored = [decode_messages(r)[0].body for b in core.bodies for r in b]

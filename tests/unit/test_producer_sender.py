@@ -6,6 +6,7 @@ first is answered, and gaps from overtaking retries are resent in order."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgpack
@@ -15,12 +16,11 @@ from client.backoff import Deadline
 from client.errors import OutcomeUnknownError, TopicNotExistError
 from client.message import Message, SendResult
 from client.queues import MessageQueue
-from protocol.message_format import Message as Stored
-from protocol.message_format import decode_message, encode_message
+from protocol.message_format import decode_message, encode_message, message_of
 from protocol.record_batch import decode_messages
 from protocol.remoting import Frame, ResponseCode
 from protocol.send import SendBatchRequest
-from tests.unit.test_client_send_path import _until
+from tests.support.scripted_core import until
 
 Q = MessageQueue("t", "g1", 0)
 GAP = ResponseCode.SEQUENCE_GAP
@@ -47,16 +47,17 @@ class Sink:
 
 class ScriptedCore:
     """``leader_request`` answers from a script: an exception to raise, or a row code per message
-    (``bodies``: each request's messages as records of one, re-encoded)."""
+    (``bodies``: each request's messages as records of one, re-encoded); ``gate`` (set when made
+    ``gated``) holds answers back until it is set."""
 
-    def __init__(self, script: list[Any]) -> None:
+    def __init__(self, script: list[Any], *, gated: bool = False) -> None:
         self.script = script
         self.bodies: list[list[bytes]] = []
-        self.gate: asyncio.Event | None = None
+        self.gate: asyncio.Event | None = asyncio.Event() if gated else None
 
     async def leader_request(self, group: str, request: SendBatchRequest, *, deadline: Deadline,
                              topic: str | None = None) -> Frame:
-        records = [encode_message(m) for r in request.records for m in _messages(r)]
+        records = [encode_message(message_of(m)) for r in request.records for m in decode_messages(r)]
         self.bodies.append(records)
         if self.gate is not None:
             await self.gate.wait()
@@ -74,6 +75,14 @@ def items(n: int, prefix: str = "m") -> list[_Item]:
             for i in range(n)]
 
 
+def submitted_singly(sender: QueueSender, n: int) -> list[_Item]:
+    """``items(n)`` submitted to ``sender`` one at a time, as single sends are."""
+    batch = items(n)
+    for item in batch:
+        sender.submit([item])
+    return batch
+
+
 def futures(batch: list[_Item]) -> list[asyncio.Future[SendResult]]:
     return [i.sink.future for i in batch]  # type: ignore[attr-defined]
 
@@ -82,11 +91,22 @@ def seqs(records: list[bytes]) -> list[tuple[str | None, int | None]]:
     return [(decode_message(r).producer_id, decode_message(r).sequence) for r in records]
 
 
-def test_a_retried_batch_is_resent_unchanged() -> None:
+def run_sender(scenario: Callable[[ScriptedCore, QueueSender], Awaitable[None]], core: ScriptedCore,
+               **options: Any) -> None:
+    """Run ``scenario`` on a new loop with a ``QueueSender(core, Q, "p", **options)``; the
+    sender is closed after, also when the scenario fails."""
     async def main() -> None:
-        core = ScriptedCore([OutcomeUnknownError(ResponseCode.OUTCOME_UNKNOWN, "lost")])
-        # the core's own retry loop is what resends; here one failure reaches the sender
-        sender = QueueSender(core, Q, "p")  # type: ignore[arg-type]
+        sender = QueueSender(core, Q, "p", **options)  # type: ignore[arg-type]
+        try:
+            await scenario(core, sender)
+        finally:
+            await sender.close(1)
+
+    asyncio.run(main())
+
+
+def test_a_retried_batch_is_resent_unchanged() -> None:
+    async def scenario(core: ScriptedCore, sender: QueueSender) -> None:
         batch = items(3)
         sender.submit(batch)
         results = await asyncio.gather(*futures(batch), return_exceptions=True)
@@ -97,36 +117,28 @@ def test_a_retried_batch_is_resent_unchanged() -> None:
         await asyncio.gather(*futures(more))
         assert seqs(core.bodies[0]) == [("p.0", 0), ("p.0", 1), ("p.0", 2)]
         assert seqs(core.bodies[1]) == [("p.1", 0), ("p.1", 1)]
-        await sender.close(1)
 
-    asyncio.run(main())
+    # the core's own retry loop is what resends; here one failure reaches the sender
+    run_sender(scenario, ScriptedCore([OutcomeUnknownError(ResponseCode.OUTCOME_UNKNOWN, "lost")]))
 
 
 def test_messages_queued_while_a_batch_is_in_flight_ride_in_the_next_one() -> None:
-    async def main() -> None:
-        core = ScriptedCore([])
-        core.gate = asyncio.Event()
-        sender = QueueSender(core, Q, "p")  # type: ignore[arg-type]
+    async def scenario(core: ScriptedCore, sender: QueueSender) -> None:
         first = items(1)
         sender.submit(first)
         assert len(core.bodies) == 0 and len(sender._in_flight) == 1  # sent at once: nothing in flight
-        rest = items(5)
-        for item in rest:
-            sender.submit([item])
-        core.gate.set()
+        rest = submitted_singly(sender, 5)
+        core.gate.set()  # type: ignore[union-attr]
         done = await asyncio.gather(*futures(first + rest))
         assert [len(b) for b in core.bodies] == [1, 5]  # one request for the five queued meanwhile
         assert [r.queue_offset for r in done] == [0, 0, 1, 2, 3, 4]
         assert seqs(core.bodies[1]) == [("p.0", s) for s in range(1, 6)]
-        await sender.close(1)
 
-    asyncio.run(main())
+    run_sender(scenario, ScriptedCore([], gated=True))
 
 
 def test_a_refused_message_fails_alone_and_the_rest_are_resent_in_a_new_epoch() -> None:
-    async def main() -> None:
-        core = ScriptedCore([[0, ResponseCode.TOPIC_NOT_EXIST, GAP, GAP]])
-        sender = QueueSender(core, Q, "p")  # type: ignore[arg-type]
+    async def scenario(core: ScriptedCore, sender: QueueSender) -> None:
         batch = items(4)
         sender.submit(batch)
         results = await asyncio.gather(*futures(batch), return_exceptions=True)
@@ -134,15 +146,12 @@ def test_a_refused_message_fails_alone_and_the_rest_are_resent_in_a_new_epoch() 
         assert isinstance(results[1], TopicNotExistError)
         assert not isinstance(results[2], BaseException) and not isinstance(results[3], BaseException)
         assert seqs(core.bodies[1]) == [("p.1", 0), ("p.1", 1)]  # resent: new id, from 0
-        await sender.close(1)
 
-    asyncio.run(main())
+    run_sender(scenario, ScriptedCore([[0, ResponseCode.TOPIC_NOT_EXIST, GAP, GAP]]))
 
 
 def test_a_broker_that_forgot_the_producer_gets_the_batch_again_in_a_new_epoch() -> None:
-    async def main() -> None:
-        core = ScriptedCore([[GAP, GAP]])  # the broker expired this producer (silent a day)
-        sender = QueueSender(core, Q, "p")  # type: ignore[arg-type]
+    async def scenario(core: ScriptedCore, sender: QueueSender) -> None:
         sender._next_seq = 7  # it had sent 7 messages long ago
         batch = items(2)
         sender.submit(batch)
@@ -150,73 +159,50 @@ def test_a_broker_that_forgot_the_producer_gets_the_batch_again_in_a_new_epoch()
         assert [r.queue_offset for r in results] == [0, 1]
         assert seqs(core.bodies[0]) == [("p.0", 7), ("p.0", 8)]
         assert seqs(core.bodies[1]) == [("p.1", 0), ("p.1", 1)]
-        await sender.close(1)
 
-    asyncio.run(main())
+    run_sender(scenario, ScriptedCore([[GAP, GAP]]))  # the broker expired this producer (silent a day)
 
 
 def test_single_messages_go_at_once_when_idle_else_linger_and_share_a_record() -> None:
-    async def main() -> None:
-        core = ScriptedCore([])
-        core.gate = asyncio.Event()  # no answers yet
-        sender = QueueSender(core, Q, "p", linger_ms=30, max_in_flight=4)  # type: ignore[arg-type]
-        batch = items(5)
-        for item in batch:
-            sender.submit([item])
+    async def scenario(core: ScriptedCore, sender: QueueSender) -> None:
+        batch = submitted_singly(sender, 5)
         await asyncio.sleep(0.005)
         assert [len(b) for b in core.bodies] == [1]  # the first at once; the others linger
-        await _until(lambda: len(core.bodies) == 2)  # then go together, the first unanswered
+        await until(lambda: len(core.bodies) == 2)  # then go together, the first unanswered
         assert [len(b) for b in core.bodies] == [1, 4]
-        core.gate.set()
+        core.gate.set()  # type: ignore[union-attr]
         await asyncio.gather(*futures(batch))
-        await sender.close(1)
 
-    asyncio.run(main())
+    run_sender(scenario, ScriptedCore([], gated=True), linger_ms=30, max_in_flight=4)  # no answers yet
 
 
 def test_with_linger_0_waiting_messages_go_when_the_request_in_flight_is_answered() -> None:
-    async def main() -> None:
-        core = ScriptedCore([])
-        core.gate = asyncio.Event()
-        sender = QueueSender(core, Q, "p", linger_ms=0, max_in_flight=4)  # type: ignore[arg-type]
-        batch = items(5)
-        for item in batch:
-            sender.submit([item])
+    async def scenario(core: ScriptedCore, sender: QueueSender) -> None:
+        batch = submitted_singly(sender, 5)
         await asyncio.sleep(0.02)
         assert [len(b) for b in core.bodies] == [1]
         assert sender._timer is None  # no timer to wake up for: it waits for the answer
-        core.gate.set()
+        core.gate.set()  # type: ignore[union-attr]
         await asyncio.gather(*futures(batch))
         assert [len(b) for b in core.bodies] == [1, 4]
-        await sender.close(1)
 
-    asyncio.run(main())
+    run_sender(scenario, ScriptedCore([], gated=True), linger_ms=0, max_in_flight=4)
 
 
 def test_a_full_batch_goes_without_lingering_and_several_go_before_the_first_is_answered() -> None:
-    async def main() -> None:
-        core = ScriptedCore([])
-        core.gate = asyncio.Event()
-        sender = QueueSender(core, Q, "p", linger_ms=10_000, batch_bytes=200,  # type: ignore[arg-type]
-                             max_in_flight=3)
+    async def scenario(core: ScriptedCore, sender: QueueSender) -> None:
         batch = items(18)  # 50 bytes each: 4 per request
         sender.submit(batch)
         await asyncio.sleep(0)
         assert [len(b) for b in core.bodies] == [4, 4, 4]  # three in flight, none answered
-        core.gate.set()
+        core.gate.set()  # type: ignore[union-attr]
         done = await asyncio.wait_for(asyncio.gather(*futures(batch)), 5)
         # the last two went once nothing was in flight (not full, and the linger is long)
         assert [len(b) for b in core.bodies] == [4, 4, 4, 4, 2]
         assert [s for b in core.bodies for _, s in seqs(b)] == list(range(18))
         assert done[-1].queue_offset == 1
-        await sender.close(1)
 
-    asyncio.run(main())
-
-
-def _messages(record: bytes) -> list[Stored]:
-    return [Stored(r.topic, r.body, r.queue_id, r.tags, r.keys, r.properties, r.msg_id, r.flag, r.born_ts_ms,
-                   r.born_host, r.producer_id, r.sequence, r.reconsume) for r in decode_messages(record)]
+    run_sender(scenario, ScriptedCore([], gated=True), linger_ms=10_000, batch_bytes=200, max_in_flight=3)
 
 
 def test_records_are_compressed_as_the_producer_asks() -> None:

@@ -22,117 +22,75 @@ from protocol.sql_filter import (
 
 # ---------------------------------------------------------------- operator table
 
-CASES: list[tuple[str, dict[str, str], bool]] = [
+ABSENT = None
+"""Among the values of ``a`` below: no property ``a`` at all."""
+
+#: (expression, the values of property ``a`` alone it matches, those it does not match)
+ON_A: list[tuple[str, list[str | None], list[str | None]]] = [
     # ordering: numbers only; the property is read as a number
-    ("a > 1", {"a": "2"}, True),
-    ("a > 1", {"a": "1"}, False),
-    ("a > 1", {"a": "1.0001"}, True),
-    ("a >= 1", {"a": "1"}, True),
-    ("a >= 1", {"a": "0.999"}, False),
-    ("a < 1", {"a": "0.5"}, True),
-    ("a < 1", {"a": "1"}, False),
-    ("a <= 1", {"a": "1.0"}, True),
-    ("a <= 1", {"a": "1.5"}, False),
-    ("a <= -1", {"a": "-1"}, True),
-    ("a > -1.5", {"a": "-1"}, True),
-    ("a < -1.5", {"a": "-2"}, True),
-    ("a > 1", {"a": "+2"}, True),
-    ("a > 100", {"a": "1e3"}, True),
-    ("a > 100", {"a": "1E-3"}, False),
-    ("a > 1e2", {"a": "101"}, True),
-    ("a > 9007199254740992", {"a": "9007199254740993"}, True),  # integers compare exactly
-    ("a > 1", {}, False),
-    ("a > 1", {"b": "2"}, False),
-    ("a > 1", {"a": "abc"}, False),
-    ("a > 1", {"a": ""}, False),
-    ("a > 1", {"a": " 2"}, False),
-    ("a > 1", {"a": "2 "}, False),
-    ("a > 1", {"a": "NaN"}, False),
-    ("a > 1", {"a": "Infinity"}, False),
-    ("a > 1", {"a": "1_000"}, False),
-    ("a > 1", {"a": "0x10"}, False),
-    ("a > 1", {"a": ".5"}, False),
-    ("a > 1", {"a": "5."}, False),
-    ("a > 1", {"a": "\u0662"}, False),  # a non-ASCII digit is not a number here
-    ("a > 1", {"a": "9" * 5000}, True),  # more digits than int() converts
+    ("a > 1", ["2", "1.0001", "+2", "9" * 5000],  # more digits than int() converts
+     [ABSENT, "1", "abc", "", " 2", "2 ", "NaN", "Infinity", "1_000", "0x10", ".5", "5.",
+      "\u0662"]),  # a non-ASCII digit is not a number here
+    ("a >= 1", ["1"], ["0.999"]),
+    ("a < 1", ["0.5"], ["1"]),
+    ("a <= 1", ["1.0"], ["1.5"]),
+    ("a <= -1", ["-1"], []),
+    ("a > -1.5", ["-1"], []),
+    ("a < -1.5", ["-2"], []),
+    ("a > 100", ["1e3"], ["1E-3"]),
+    ("a > 1e2", ["101"], []),
+    ("a > 9007199254740992", ["9007199254740993"], []),  # integers compare exactly
     # = and <> with a number literal: numeric
-    ("a = 10", {"a": "10"}, True),
-    ("a = 10", {"a": "10.0"}, True),
-    ("a = 10", {"a": "1e1"}, True),
-    ("a = 10", {"a": "010"}, True),
-    ("a = 10", {"a": "ten"}, False),
-    ("a = 10", {}, False),
-    ("a = 0.1", {"a": "0.1"}, True),
-    ("a = -0", {"a": "0"}, True),
-    ("a <> 10", {"a": "11"}, True),
-    ("a <> 10", {"a": "10"}, False),
-    ("a <> 10", {"a": "ten"}, False),
-    ("a <> 10", {}, False),
+    ("a = 10", ["10", "10.0", "1e1", "010"], ["ten", ABSENT]),
+    ("a = 0.1", ["0.1"], []),
+    ("a = -0", ["0"], []),
+    ("a <> 10", ["11"], ["10", "ten", ABSENT]),
     # = and <> with a string literal: exact text
-    ("a = 'abc'", {"a": "abc"}, True),
-    ("a = 'abc'", {"a": "ABC"}, False),
-    ("a = 'abc'", {"a": "abc "}, False),
-    ("a = 'abc'", {}, False),
-    ("a = ''", {"a": ""}, True),
-    ("a = 'it''s'", {"a": "it's"}, True),
-    ("a = ''''", {"a": "'"}, True),
-    ("a = '1'", {"a": "1"}, True),
-    ("a = '1'", {"a": "1.0"}, False),
-    ("a = ' x '", {"a": " x "}, True),
-    ("a = 'caf\u00e9 AND b'", {"a": "caf\u00e9 AND b"}, True),
-    ("a <> 'abc'", {"a": "abd"}, True),
-    ("a <> 'abc'", {"a": "abc"}, False),
-    ("a <> 'abc'", {}, False),
+    ("a = 'abc'", ["abc"], ["ABC", "abc ", ABSENT]),
+    ("a = ''", [""], []),
+    ("a = 'it''s'", ["it's"], []),
+    ("a = ''''", ["'"], []),
+    ("a = '1'", ["1"], ["1.0"]),
+    ("a = ' x '", [" x "], []),
+    ("a = 'caf\u00e9 AND b'", ["caf\u00e9 AND b"], []),
+    ("a <> 'abc'", ["abd"], ["abc", ABSENT]),
     # booleans
-    ("a = TRUE", {"a": "true"}, True),
-    ("a = true", {"a": "TRUE"}, True),
-    ("a = TRUE", {"a": "false"}, False),
-    ("a = FALSE", {"a": "False"}, True),
-    ("a = TRUE", {"a": "1"}, False),
-    ("a = TRUE", {"a": "yes"}, False),
-    ("a = TRUE", {}, False),
-    ("a <> TRUE", {"a": "false"}, True),
-    ("a <> TRUE", {"a": "true"}, False),
-    ("a <> TRUE", {"a": "maybe"}, False),
+    ("a = TRUE", ["true"], ["false", "1", "yes", ABSENT]),
+    ("a = true", ["TRUE"], []),
+    ("a = FALSE", ["False"], []),
+    ("a <> TRUE", ["false"], ["true", "maybe"]),
     # BETWEEN / NOT BETWEEN: inclusive bounds, numbers only
-    ("a BETWEEN 10 AND 100", {"a": "10"}, True),
-    ("a BETWEEN 10 AND 100", {"a": "100"}, True),
-    ("a BETWEEN 10 AND 100", {"a": "50"}, True),
-    ("a BETWEEN 10 AND 100", {"a": "9.99"}, False),
-    ("a BETWEEN 10 AND 100", {"a": "100.01"}, False),
-    ("a BETWEEN 10 AND 100", {"a": "x"}, False),
-    ("a BETWEEN 10 AND 100", {}, False),
-    ("a BETWEEN 5 AND 1", {"a": "3"}, False),
-    ("a BETWEEN -5 AND -1", {"a": "-3"}, True),
-    ("a BETWEEN 0.5 AND 1.5", {"a": "1.5"}, True),
-    ("a NOT BETWEEN 10 AND 100", {"a": "9"}, True),
-    ("a NOT BETWEEN 10 AND 100", {"a": "10"}, False),
-    ("a NOT BETWEEN 10 AND 100", {"a": "100"}, False),
-    ("a NOT BETWEEN 10 AND 100", {"a": "101"}, True),
-    ("a NOT BETWEEN 10 AND 100", {"a": "x"}, False),
-    ("a NOT BETWEEN 10 AND 100", {}, False),
+    ("a BETWEEN 10 AND 100", ["10", "100", "50"], ["9.99", "100.01", "x", ABSENT]),
+    ("a BETWEEN 5 AND 1", [], ["3"]),
+    ("a BETWEEN -5 AND -1", ["-3"], []),
+    ("a BETWEEN 0.5 AND 1.5", ["1.5"], []),
+    ("a NOT BETWEEN 10 AND 100", ["9", "101"], ["10", "100", "x", ABSENT]),
     # IN / NOT IN: strings only
-    ("a IN ('abc', 'def')", {"a": "abc"}, True),
-    ("a IN ('abc', 'def')", {"a": "def"}, True),
-    ("a IN ('abc', 'def')", {"a": "ab"}, False),
-    ("a IN ('abc', 'def')", {}, False),
-    ("a IN ('1')", {"a": "1.0"}, False),
-    ("a IN('x')", {"a": "x"}, True),
-    ("a NOT IN ('abc', 'def')", {"a": "x"}, True),
-    ("a NOT IN ('abc', 'def')", {"a": "abc"}, False),
-    ("a NOT IN ('abc', 'def')", {}, False),
+    ("a IN ('abc', 'def')", ["abc", "def"], ["ab", ABSENT]),
+    ("a IN ('1')", [], ["1.0"]),
+    ("a IN('x')", ["x"], []),
+    ("a NOT IN ('abc', 'def')", ["x"], ["abc", ABSENT]),
     # IS NULL / IS NOT NULL: presence
-    ("a IS NULL", {}, True),
-    ("a IS NULL", {"b": "1"}, True),
-    ("a IS NULL", {"a": ""}, False),
-    ("a IS NOT NULL", {"a": ""}, True),
-    ("a IS NOT NULL", {}, False),
+    ("a IS NULL", [ABSENT], [""]),
+    ("a IS NOT NULL", [""], [ABSENT]),
     # NOT is plain negation, even over a missing property
-    ("NOT a > 1", {}, True),
-    ("NOT (a > 1)", {"a": "2"}, False),
-    ("NOT a IN ('x')", {}, True),
-    ("NOT a = TRUE", {"a": "junk"}, True),
-    ("NOT NOT a = 1", {"a": "1"}, True),
+    ("NOT a > 1", [ABSENT], []),
+    ("NOT (a > 1)", [], ["2"]),
+    ("NOT a IN ('x')", [ABSENT], []),
+    ("NOT a = TRUE", ["junk"], []),
+    ("NOT NOT a = 1", ["1"], []),
+    # identifiers are case-sensitive; spacing is free
+    ("A = 1", [], ["1"]),
+    ("a>1", ["2"], []),
+    ("a<>-1", ["1"], []),
+    ("\ta\n>\r\n1 ", ["2"], []),
+    ("((a=1))", ["1"], []),
+]
+
+#: (expression, properties, whether it matches them): other properties than ``a`` alone
+ON_PROPERTIES: list[tuple[str, dict[str, str], bool]] = [
+    ("a > 1", {"b": "2"}, False),
+    ("a IS NULL", {"b": "1"}, True),
     # precedence: NOT > AND > OR; BETWEEN owns its AND
     ("a = 1 OR b = 1 AND c = 1", {"a": "1"}, True),
     ("(a = 1 OR b = 1) AND c = 1", {"a": "1"}, False),
@@ -154,13 +112,8 @@ CASES: list[tuple[str, dict[str, str], bool]] = [
      {"TAGS": "TagB", "a": "3"}, True),
     ("(TAGS is not null and TAGS in ('TagA', 'TagB')) and (a is not null and a between 0 and 3)",
      {"TAGS": "TagC", "a": "3"}, False),
-    # keywords are case-insensitive, identifiers are not; spacing is free
+    # keywords are case-insensitive; identifiers take '.', '$' and '_'
     ("a between 1 And 3 oR b iS nOt NuLl", {"b": ""}, True),
-    ("A = 1", {"a": "1"}, False),
-    ("a>1", {"a": "2"}, True),
-    ("a<>-1", {"a": "1"}, True),
-    ("\ta\n>\r\n1 ", {"a": "2"}, True),
-    ("((a=1))", {"a": "1"}, True),
     ("my.prop_$1 = 'x'", {"my.prop_$1": "x"}, True),
     ("$a = 1", {"$a": "1"}, True),
     ("_x IS NOT NULL", {"_x": ""}, True),
@@ -168,7 +121,24 @@ CASES: list[tuple[str, dict[str, str], bool]] = [
 ]
 
 
-@pytest.mark.parametrize(("expression", "properties", "expected"), CASES)
+def _shown(properties: dict[str, str]) -> str:
+    """``properties`` in a test id: ``a='2'``, a long value cut, ``no properties`` for none."""
+    shown = [f"{k}={v[:12]!r}" + ("..." if len(v) > 12 else "") for k, v in properties.items()]
+    return ",".join(shown) or "no properties"
+
+
+def operator_cases() -> list[Any]:
+    """ON_A and ON_PROPERTIES as (expression, properties, expected), each with an id saying
+    all three."""
+    cases = [(expression, {} if value is ABSENT else {"a": value}, expected)
+             for expression, matching, missing in ON_A
+             for expected, values in ((True, matching), (False, missing)) for value in values]
+    cases += ON_PROPERTIES
+    return [pytest.param(*case, id=f"{case[0]} | {_shown(case[1])} | {'match' if case[2] else 'no match'}")
+            for case in cases]
+
+
+@pytest.mark.parametrize(("expression", "properties", "expected"), operator_cases())
 def test_operator_semantics(expression: str, properties: dict[str, str], expected: bool) -> None:
     compiled = compile_filter(expression)
     assert isinstance(compiled, SqlFilter)

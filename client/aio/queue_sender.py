@@ -330,21 +330,29 @@ class QueueSender:
 
     # -- closing ---------------------------------------------------------------------------------
     async def close(self, timeout: float) -> None:
-        """Send what is queued (without lingering), up to ``timeout``; then give up on the rest."""
+        """Send what is queued (without lingering), up to ``timeout``; then give up on the rest:
+        what was answered is settled from its answer, what was sent and not answered fails
+        saying it may be stored, what was never sent (or refused unstored) that it was not."""
         self._closing = True
         self._pump()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), timeout)
         if self._timer is not None:
             self._timer.cancel()
-        error = ClientClosedError("the producer shut down before sending")
-        for request in self._in_flight:
-            if request.task is not None:
-                request.task.cancel()
-            for item in request.items:
-                item.settle(error)
+        unsent = ClientClosedError("the producer shut down before sending")
+        unanswered = ClientClosedError("the producer shut down before the broker answered: the message "
+                                       "may or may not be stored")
+        for request in self._in_flight:  # in order; an answer behind an unanswered one is used
+            if request.outcome is None:
+                if request.task is not None:
+                    request.task.cancel()
+                for item in request.items:
+                    item.settle(unanswered)
+            elif self._handle(request):  # to be sent again (it overtook one): nothing was stored
+                for item in request.items:
+                    item.settle(unsent)
         for item in [*self._requeued, *self._pending]:
-            item.settle(error)
+            item.settle(unsent)
         self._in_flight.clear()
         self._pending.clear()
         self._requeued = []

@@ -13,7 +13,7 @@ import msgpack
 
 from client.aio.queue_sender import QueueSender, _Item
 from client.backoff import Deadline
-from client.errors import OutcomeUnknownError, TopicNotExistError
+from client.errors import ClientClosedError, OutcomeUnknownError, TopicNotExistError
 from client.message import Message, SendResult
 from client.queues import MessageQueue
 from protocol.message_format import decode_message, encode_message, message_of
@@ -235,5 +235,31 @@ def test_records_are_compressed_as_the_producer_asks() -> None:
             assert "zstd" in str(e)
         else:
             raise AssertionError("an unknown codec was taken")
+
+    asyncio.run(main())
+
+
+def test_closing_behind_an_unanswered_request_settles_the_answered_ones_and_says_the_rest_may_be_stored(
+        ) -> None:
+    class HeadNeverAnswered(ScriptedCore):
+        async def leader_request(self, group: str, request: SendBatchRequest, *, deadline: Deadline,
+                                 topic: str | None = None) -> Frame:
+            first = not self.bodies
+            answer = await super().leader_request(group, request, deadline=deadline, topic=topic)
+            if first:
+                await asyncio.Event().wait()  # sent, and no answer comes
+            return answer
+
+    async def main() -> None:
+        core = HeadNeverAnswered([])
+        sender = QueueSender(core, Q, "p", batch_bytes=200, max_in_flight=2, linger_ms=10_000)  # type: ignore[arg-type]
+        batch = items(8)  # 50 bytes each: 4 per request, both in flight
+        sender.submit(batch)
+        await until(lambda: len(sender._in_flight) == 2 and sender._in_flight[1].outcome is not None)
+        await sender.close(0.05)
+        results = await asyncio.gather(*futures(batch), return_exceptions=True)
+        assert [r.queue_offset for r in results[4:]] == [0, 1, 2, 3], results[4:]  # answered SEND_OK
+        for r in results[:4]:
+            assert isinstance(r, ClientClosedError) and "may or may not be stored" in str(r), r
 
     asyncio.run(main())

@@ -111,7 +111,8 @@ class Producer:
         return self._loop.run(self._p.send_batch(messages, shard_key))
 
     def send_async(self, message: Message, callback: SendCallback, shard_key: str | None = None) -> None:
-        """Returns at once; ``callback`` runs on the producer's loop thread when the send ends."""
+        """Returns at once; ``callback`` runs on the producer's loop thread when the send ends
+        (on the calling thread, with ClientClosedError, for a send racing ``shutdown``)."""
         self._post(message, shard_key, callback)
 
     def send_oneway(self, message: Message, shard_key: str | None = None) -> None:
@@ -126,7 +127,17 @@ class Producer:
         # before a thread saw the flag set is always drained (CPython: each step is atomic).
         if not self._drain_due:
             self._drain_due = True
-            self._loop.loop.call_soon_threadsafe(self._drain)
+            with contextlib.suppress(RuntimeError):  # the loop closed: a shutdown raced this send
+                self._loop.loop.call_soon_threadsafe(self._drain)
+        if self._shut:  # shut down meanwhile: what the shutdown's last drain missed fails now
+            self._fail_inbox()
+
+    def _fail_inbox(self) -> None:
+        """What no drain took fails as not sent (each message once: deque pops are atomic)."""
+        error = ClientClosedError("the producer was shut down before sending")
+        with contextlib.suppress(IndexError):
+            while True:
+                self._inbox.popleft()[2](None, error)
 
     def _drain(self) -> None:
         """Loop thread: everything in the inbox to the accumulator."""
@@ -144,6 +155,7 @@ class Producer:
             self._loop.run(self._shutdown(timeout), timeout + 5)
         finally:
             self._loop.stop()
+            self._fail_inbox()
 
     async def _shutdown(self, timeout: float) -> None:
         self._drain()

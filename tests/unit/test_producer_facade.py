@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -197,3 +198,21 @@ def test_one_keys_messages_keep_their_order_across_a_route_refresh() -> None:
         assert stored == [b"m0", b"m1", b"m2"]
 
     asyncio.run(main())
+
+
+def test_a_blocking_send_racing_shutdown_fails_as_closed_at_once() -> None:
+    from collections import deque
+
+    p = Producer(core=FakeCore(queues=4))  # type: ignore[arg-type]
+
+    class ShutDownFirst(deque):  # type: ignore[type-arg]
+        def append(self, item: Any) -> None:  # the shutdown ends between the send's check and this
+            p.shutdown()
+            super().append(item)
+
+    p._inbox = ShutDownFirst()
+    started = time.monotonic()
+    with pytest.raises(ClientClosedError, match="shut down"):
+        p.send(Message("t", b"late"))
+    assert time.monotonic() - started < 5, "the send waited for its timeout"
+    assert not p._inbox

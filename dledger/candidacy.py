@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from dledger.refusal_log import Throttle
+
 __all__ = ["DISK_FULL", "HANDOVER_AFTER_TIMEOUTS", "NOT_A_MEMBER", "Candidacy"]
 
 log = logging.getLogger("dledger.replicated_log")
@@ -55,7 +57,7 @@ class Candidacy:
         self._started = clock()
         self._led_at = 0.0  # when this replica last led (for the hand-over rule)
         self._handing_over = False  # standing only to hand over
-        self._transfer_refused_at = -1e9
+        self._refusals_logged = Throttle(_REFUSAL_LOG_S, clock)
 
     @property
     def reasons(self) -> frozenset[str]:
@@ -112,9 +114,7 @@ class Candidacy:
         would only hand the leadership on again, an extra election. Returns whether it was."""
         if message.get("type") != "timeout_now" or not self._reasons:
             return False
-        now = self._clock()
-        if now - self._transfer_refused_at > _REFUSAL_LOG_S:  # since it was last logged
+        if self._refusals_logged.take("transfer") is not None:
             log.info("refused a leadership transfer: this replica must not lead (%s)",
                      "; ".join(sorted(self._reasons)))
-            self._transfer_refused_at = now
         return True

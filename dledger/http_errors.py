@@ -13,13 +13,13 @@ most once a minute per route with a count of the others.
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import msgspec
 from aiohttp import web
+
+from dledger.refusal_log import Throttle
 
 __all__ = ["json_error", "json_errors", "read_json"]
 
@@ -50,25 +50,7 @@ def _bad_request(message: str) -> web.HTTPBadRequest:
                               content_type="application/json")
 
 
-class _OncePerMinute:
-    """Whether to log a failure of ``route`` now (thread-safe), and how many went unlogged."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._last: dict[str, float] = {}
-        self._skipped: dict[str, int] = {}
-
-    def take(self, route: str) -> int | None:
-        now = time.monotonic()
-        with self._lock:
-            if now - self._last.get(route, -LOG_EVERY_S) < LOG_EVERY_S:
-                self._skipped[route] = self._skipped.get(route, 0) + 1
-                return None
-            self._last[route] = now
-            return self._skipped.pop(route, 0)
-
-
-_failures = _OncePerMinute()
+_failures = Throttle(LOG_EVERY_S)  # one traceback a minute per route
 
 
 @web.middleware

@@ -1,4 +1,5 @@
-"""``RefusalLog``: warnings about refused peers or requests, at most once a minute per reason.
+"""``RefusalLog``: warnings about refused peers or requests, at most once a minute per reason;
+``Throttle``: the once-per-interval-per-key decision under it, for other logs that repeat.
 
 A port under attack refuses many times a second; each reason is logged the first time and
 then once a minute, with how many were refused meanwhile::
@@ -14,9 +15,30 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["RefusalLog"]
+__all__ = ["RefusalLog", "Throttle"]
 
 LOG_EVERY_S = 60.0
+
+
+class Throttle:
+    """Once per ``every_s`` per key (thread-safe): ``take(key)`` is None while the key had its
+    turn less than ``every_s`` ago, else how many takes of it were skipped since that turn."""
+
+    def __init__(self, every_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._every = every_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last: dict[str, float] = {}
+        self._skipped: dict[str, int] = {}
+
+    def take(self, key: str) -> int | None:
+        now = self._clock()
+        with self._lock:
+            if now - self._last.get(key, now - self._every) < self._every:
+                self._skipped[key] = self._skipped.get(key, 0) + 1
+                return None
+            self._last[key] = now
+            return self._skipped.pop(key, 0)
 
 
 class RefusalLog:
@@ -26,21 +48,13 @@ class RefusalLog:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._logger = logger
         self._prefix = prefix
-        self._every = every_s
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._last: dict[str, float] = {}
-        self._count: dict[str, int] = {}
+        self._turns = Throttle(every_s, clock)
 
     def note(self, reason: str, peer: object, detail: str) -> None:
         """One refusal for ``reason`` from ``peer``; logged if ``reason`` was not logged in the
         last minute."""
-        now = self._clock()
-        with self._lock:
-            self._count[reason] = self._count.get(reason, 0) + 1
-            if now - self._last.get(reason, -self._every) < self._every:
-                return
-            count, self._count[reason] = self._count[reason], 0
-            self._last[reason] = now
-        more = f" ({count - 1} more like it in the last minute)" if count > 1 else ""
+        skipped = self._turns.take(reason)
+        if skipped is None:
+            return
+        more = f" ({skipped} more like it in the last minute)" if skipped else ""
         self._logger.warning("%s %s: %s%s", self._prefix, peer, detail, more)

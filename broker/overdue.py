@@ -43,11 +43,11 @@ class OverdueRetries:
     oldest_s: float     # how long past its due time the oldest of them is
 
 
-def overdue_retries(machine: BrokerStateMachine, groups: Iterable[str], store_time: Callable[[int], int],
-                    now_ms: int, threshold_ms: int) -> list[OverdueRetries]:
+def overdue_retries(machine: BrokerStateMachine, groups: Iterable[str], now_ms: int,
+                    threshold_ms: int) -> list[OverdueRetries]:
     """The groups in ``groups`` (those with a live consumer) whose retry queue holds
-    messages due more than ``threshold_ms`` ago and not committed; ``store_time`` maps a
-    CommitLog position to its store time (ms)."""
+    messages due more than ``threshold_ms`` ago (their ConsumeQueue units' store times) and
+    not committed."""
     out = []
     for group in sorted(set(groups)):
         topic = retry_topic(group)
@@ -59,10 +59,10 @@ def overdue_retries(machine: BrokerStateMachine, groups: Iterable[str], store_ti
         if start >= cq.max_offset:
             continue
         horizon = now_ms - threshold_ms
-        late_end = cq.bisect(lambda u: store_time(u.position), horizon)  # first not yet late
+        late_end = cq.bisect(lambda u: u.store_ms, horizon)  # first not yet late
         if late_end <= start:
             continue
-        oldest = store_time(cq.get(start).position)
+        oldest = cq.get(start).store_ms
         out.append(OverdueRetries(group, late_end - start, max(0.0, (now_ms - oldest) / 1000)))
     return out
 
@@ -76,11 +76,11 @@ class OverdueWatch:
     """Logs overdue groups on the leader; ``check()`` is called every few seconds."""
 
     def __init__(self, machine: BrokerStateMachine, live_groups: Callable[[], Iterable[str]],
-                 store_time: Callable[[int], int], is_leader: Callable[[], bool],
+                 is_leader: Callable[[], bool],
                  threshold_s: float = DEFAULT_THRESHOLD_S,
                  clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
                  monotonic: Callable[[], float] = time.monotonic) -> None:
-        self.machine, self.live_groups, self.store_time = machine, live_groups, store_time
+        self.machine, self.live_groups = machine, live_groups
         self.is_leader, self.threshold_s = is_leader, threshold_s
         self.clock_ms, self.monotonic = clock_ms, monotonic
         self._warned: dict[str, float] = {}  # group (or "" for delays) -> when last warned
@@ -90,7 +90,7 @@ class OverdueWatch:
     def measure(self) -> tuple[list[OverdueRetries], int]:
         now = self.clock_ms()
         threshold_ms = int(self.threshold_s * 1000)
-        return (overdue_retries(self.machine, self.live_groups(), self.store_time, now, threshold_ms),
+        return (overdue_retries(self.machine, self.live_groups(), now, threshold_ms),
                 overdue_delays(self.machine, now, threshold_ms))
 
     def check(self) -> None:

@@ -15,7 +15,7 @@ Keys come from the IndexFile, which may hold hash collisions and whole-second ti
 row is checked against the message. A row is the message found as a record of one (its
 position is its record's plus its index there). Time searches bisect the ConsumeQueue
 units' store times. ``store_time`` (the store time of the entry holding a
-position, cached: committed entries never change) also serves pulls and the overdue watch.
+position, cached: committed entries never change) dates the rows found by key or id.
 """
 
 from __future__ import annotations

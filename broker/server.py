@@ -140,8 +140,8 @@ class BrokerServer:
         self.offset_requests = OffsetProcessor(self)
         self.client_requests = ConsumerProcessor(self)
         self.deferred_requests = DeferredProcessor(self)
-        self.overdue = OverdueWatch(machine, lambda: self.consumers.groups().keys(), self.queries.store_time,
-                                    lambda: rlog.is_leader, threshold_s=retry_overdue_s)
+        self.overdue = OverdueWatch(machine, lambda: self.consumers.groups().keys(), lambda: rlog.is_leader,
+                                    threshold_s=retry_overdue_s)
         self._session: aiohttp.ClientSession | None = None  # to peers (divergence check)
         self._peer_tls = peer_tls
         self._sockets: set[web.WebSocketResponse] = set()

@@ -36,18 +36,17 @@ def test_retried_messages_past_the_threshold_and_not_committed_are_overdue(machi
     machine.apply(log.entries)
     cq = machine.queue("%RETRY%acc-g", 0)
     assert cq is not None and cq.max_offset == 5
-    stamps = {cq.get(i).position: T0 + i * 10_000 for i in range(5)}
     now = T0 + 45_000  # 45, 35, 25, 15, 5 s past due
 
-    (late,) = overdue_retries(machine, ["acc-g", "other"], stamps.__getitem__, now, 15_000)
+    (late,) = overdue_retries(machine, ["acc-g", "other"], now, 15_000)
     assert late == OverdueRetries("acc-g", 3, 45.0)  # 45, 35, 25 s: more than 15 s
-    assert overdue_retries(machine, [], stamps.__getitem__, now, 15_000) == []  # no live consumer
+    assert overdue_retries(machine, [], now, 15_000) == []  # no live consumer
 
     machine.apply([log.add([encode_admin(CommitOffset("acc-g", "%RETRY%acc-g", 0, 2))])])
-    (late,) = overdue_retries(machine, ["acc-g"], stamps.__getitem__, now, 15_000)
+    (late,) = overdue_retries(machine, ["acc-g"], now, 15_000)
     assert late == OverdueRetries("acc-g", 1, 25.0)
     machine.apply([log.add([encode_admin(CommitOffset("acc-g", "%RETRY%acc-g", 0, 3))])])
-    assert overdue_retries(machine, ["acc-g"], stamps.__getitem__, now, 15_000) == []
+    assert overdue_retries(machine, ["acc-g"], now, 15_000) == []
 
 
 def test_held_messages_past_their_time_are_overdue(machine) -> None:  # type: ignore[no-untyped-def]
@@ -73,7 +72,7 @@ def test_the_leader_warns_once_a_minute_per_group_and_says_when_it_recovers(
     assert cq is not None
     clock = {"ms": T0 + 20_000, "mono": 100.0}
     leader = {"is": True}
-    watch = OverdueWatch(machine, lambda: ["acc-g"], lambda _p: T0, lambda: leader["is"],
+    watch = OverdueWatch(machine, lambda: ["acc-g"], lambda: leader["is"],
                          threshold_s=15, clock_ms=lambda: clock["ms"], monotonic=lambda: clock["mono"])
     with caplog.at_level(logging.INFO, logger="broker.overdue"):
         watch.check()

@@ -18,9 +18,10 @@ _PER_MESSAGE = 40  # a message's bytes in a record besides body, tags, keys and 
 _BODY_TYPES = (bytes, bytearray, memoryview)
 
 
-def check_message(m: Message, max_message_bytes: int) -> None:
-    """Raises TypeError for a field of the wrong type, MessageTooLargeError for a message
-    whose encoding would exceed ``max_message_bytes`` (the topic is checked elsewhere)."""
+def check_message(m: Message, max_message_bytes: int) -> int:
+    """``record_size(m)``, computed on the way; raises TypeError for a field of the wrong
+    type, MessageTooLargeError for a message whose encoding would exceed
+    ``max_message_bytes`` (the topic is checked elsewhere)."""
     if not isinstance(m.body, _BODY_TYPES):
         raise TypeError(f"a message body must be bytes, not {type(m.body).__name__}")
     if not (m.tags is None or isinstance(m.tags, str)):
@@ -40,6 +41,7 @@ def check_message(m: Message, max_message_bytes: int) -> None:
             ResponseCode.MESSAGE_TOO_LARGE,
             f"message of about {size} bytes (encoded) exceeds max_message_bytes="
             f"{max_message_bytes}; split it or store the payload elsewhere")
+    return size - _ENVELOPE - len(m.topic) + _PER_MESSAGE
 
 
 def frozen(m: Message) -> Message:

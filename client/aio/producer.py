@@ -192,9 +192,10 @@ class AsyncProducer:
         for i, (m, key, sink) in enumerate(sends):
             try:
                 if m.topic in self._valid_topics and not self._closed:
-                    check_message(m, self.max_message_bytes)
+                    size = check_message(m, self.max_message_bytes)
                 else:
                     self._check((m,))
+                    size = record_size(m)
                 waiting = self._awaiting_route.get(m.topic)
                 queues = None if waiting is not None else self._cached_writable(m.topic)
                 if queues is None:
@@ -212,7 +213,7 @@ class AsyncProducer:
                 else:
                     queue = queues[shard_index(key, len(queues))]
                     deadline = ordered = ordered or Deadline(self.send_timeout)
-                item = _Item(frozen(m), sink, deadline, ids[i], born_ms, record_size(m))
+                item = _Item(frozen(m), sink, deadline, ids[i], born_ms, size)
             except Exception as e:
                 sink.settle(0, e)
                 continue

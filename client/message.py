@@ -130,16 +130,20 @@ def received(s: MessageRecord, queue: MessageQueue, queue_offset: int, position:
 
 
 def received_all(record: bytes, queue: MessageQueue, base_offset: int, position: int, store_ms: int,
-                 from_offset: int = 0, selected: Sequence[int] | None = None) -> list[ReceivedMessage]:
+                 from_offset: int = 0, selected: Sequence[int] | None = None,
+                 limit: int | None = None) -> list[ReceivedMessage]:
     """The messages of a pulled ``record`` (its first at queue offset ``base_offset`` and
     CommitLog ``position``) from queue offset ``from_offset`` on, only those ``selected``
-    (indexes) if given. MessageFormatError if the bytes are not a record."""
+    (indexes) if given, the first ``limit`` of them if given. MessageFormatError if the bytes
+    are not a record."""
     h = read_header(record)
     c = record_columns(record, h)
     if queue.queue_id != h.queue_id:
         queue = MessageQueue(queue.topic, queue.group, h.queue_id)
     indexes = range(max(0, from_offset - base_offset), h.count) if selected is None else \
         [i for i in selected if base_offset + i >= from_offset]
+    if limit is not None:
+        indexes = indexes[:limit]
     topic, host, props = h.topic, h.born_host, c.properties
     ids, born = c.msg_ids_hex, c.born_ms  # properties that build their column: once, not per message
     return [ReceivedMessage(props[i].get("RETRY_TOPIC", topic) if props[i] else topic, c.bodies[i], c.tags[i],

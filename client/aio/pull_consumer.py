@@ -73,10 +73,11 @@ async def fetch(core: ClientCore, queue: MessageQueue, offset: int, *, max_msgs:
     if reply.code != ResponseCode.SUCCESS:
         return PullResult([], max(next_offset, offset), max_offset)
     messages: list[ReceivedMessage] = []
+    counted = not whole_records and selector is None  # only the first max_msgs are made
     for row in pulled.rows or ():  # records as stored: split here
         try:
             got = received_all(row.record, queue, row.offset, row.position, row.store_ms, offset,
-                               row.selected)
+                               row.selected, max_msgs - len(messages) if counted else None)
         except MessageFormatError as e:  # stored before leaders checked records: skip, say so
             _report_malformed(queue, row, offset, e)
             continue

@@ -127,3 +127,12 @@ def test_a_stripe_ships_only_the_records_that_start_in_it(one_node_broker) -> No
         assert (await rows(c, 3, 4, stripe=True, tagHashes=[tag_hash("a")]))[0] == [0, 5]
 
     run(one_node_broker, scenario)
+
+
+def test_a_record_split_for_a_small_page_makes_only_the_messages_asked_for() -> None:
+    rec = record(0, 10, tags=("a", "b"))
+    first_two = received_all(rec, Q, 100, 5_000, 7, 103, None, 2)
+    assert [(m.queue_offset, m.body) for m in first_two] == [(103, b"m3"), (104, b"m4")]
+    chosen = received_all(rec, Q, 100, 5_000, 7, 103, [1, 4, 6, 8], 2)
+    assert [m.queue_offset for m in chosen] == [104, 106]
+    assert len(received_all(rec, Q, 100, 5_000, 7, 0)) == 10  # no limit: all

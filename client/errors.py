@@ -14,6 +14,8 @@
     ├── RouteNotFoundError   (retriable) no name server or node knows the topic yet
     ├── TlsError             the server's certificate was refused (wrong or missing CA, a name
     │                        the certificate does not cover): the same on every attempt
+    ├── BufferFullError      (retriable) the producer holds ``buffer_bytes`` of sends not yet
+    │                        answered: the brokers take messages slower than they are sent
     └── ClientClosedError    the producer/consumer was shut down
 """
 
@@ -24,6 +26,7 @@ from protocol.remoting import ResponseCode
 __all__ = [
     "AuthFailedError",
     "BrokerError",
+    "BufferFullError",
     "ClientClosedError",
     "ClientError",
     "ConnectionLostError",
@@ -131,6 +134,10 @@ class RouteNotFoundError(ClientError):
 
 class TlsError(ClientError):
     """The server's certificate did not verify against the client's CA (``tls=``)."""
+
+
+class BufferFullError(ClientError):
+    retriable = True
 
 
 class ClientClosedError(ClientError):

@@ -19,13 +19,16 @@ from client.aio.producer import AsyncProducer
 from client.aio.pull_consumer import AsyncPullConsumer, PullResult
 from client.aio.push_consumer import AsyncPushConsumer, Listener
 from client.aio.send_sinks import SendCallback, log_failure
-from client.errors import ClientClosedError, RequestTimeoutError
+from client.errors import BufferFullError, ClientClosedError, RequestTimeoutError
 from client.message import Message, ReceivedMessage, SendResult
 from client.queues import MessageQueue
 
 __all__ = ["Admin", "Producer", "PullConsumer", "PushConsumer", "TransactionProducer"]
 
 T = TypeVar("T")
+
+#: How long a blocking send waits for room in a full send buffer (``max_block_s``).
+MAX_BLOCK_S = 60.0
 
 
 class _Loop:
@@ -81,11 +84,17 @@ class Producer:
     Any thread may call it. Single messages (``send``, ``send_async``, ``send_oneway``) go
     through an inbox (a deque) that the producer's loop drains once per wake-up into its
     accumulator: no coroutine, task or cross-thread future per message, and the messages of
-    many threads share records.
+    many threads share records. A send waits for room while ``buffer_bytes`` of sends are
+    not answered yet (what was posted since the loop's last turn is counted at its next:
+    a thread posting in a tight loop may overshoot by one turn's worth).
     """
 
     def __init__(self, namesrv: str | Sequence[str] | None = None, group: str = "DEFAULT_PRODUCER",
                  **options: Any) -> None:
+        """``options``: AsyncProducer's, and ``max_block_s`` (default 60): how long a send
+        waits for room while ``buffer_bytes`` of sends are not answered yet, before it fails
+        with BufferFullError (Kafka's max.block.ms)."""
+        self._max_block_s = float(options.pop("max_block_s", MAX_BLOCK_S))
         self._setup(f"producer-{group}", lambda: AsyncProducer(namesrv, group, **options))
 
     def _setup(self, name: str, factory: Callable[[], AsyncProducer]) -> None:
@@ -122,6 +131,11 @@ class Producer:
     def _post(self, message: Message, shard_key: str | None, callback: SendCallback) -> None:
         if self._shut:
             raise ClientClosedError("the producer was shut down")
+        buffer = self._p.buffer
+        if buffer.full and not buffer.wait_for_room(self._max_block_s):
+            raise BufferFullError(f"no room in the producer's buffer for {self._max_block_s:g} s: "
+                                  f"{buffer.held} bytes of sends not answered yet (buffer_bytes="
+                                  f"{buffer.max_bytes}); the brokers take messages slower than they are sent")
         self._inbox.append((message, shard_key, callback))
         # The drain clears the flag before it empties the inbox, so a message appended
         # before a thread saw the flag set is always drained (CPython: each step is atomic).
@@ -305,6 +319,7 @@ class TransactionProducer(Producer):
                  **options: Any) -> None:
         from client.aio.transaction import AsyncTransactionProducer
 
+        self._max_block_s = float(options.pop("max_block_s", MAX_BLOCK_S))
         self._setup(f"tx-producer-{group}", lambda: AsyncTransactionProducer(namesrv, group, **options))
 
     def send_in_transaction(self, message: Message, arg: Any = None,

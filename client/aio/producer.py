@@ -40,10 +40,19 @@ from client.aio.core import ClientCore
 from client.aio.outgoing import check_message, frozen, record_size
 from client.aio.queue_sender import BATCH_MAX_BYTES, QueueSender, _Item
 from client.aio.routes import PERM_WRITE
-from client.aio.send_sinks import CallSink, MessageSink, SendCallback, call_back, log_failure, settler
+from client.aio.send_sinks import (
+    CallSink,
+    MessageSink,
+    SendBuffer,
+    SendCallback,
+    call_back,
+    log_failure,
+    settler,
+)
 from client.backoff import Deadline
 from client.credentials import Credentials
 from client.errors import (
+    BufferFullError,
     ClientClosedError,
     ClientError,
     InvalidNameError,
@@ -65,6 +74,10 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # the broker's default limit of an encoded 
 LINGER_MS = 2.0
 BATCH_BYTES = 256 * 1024
 MAX_IN_FLIGHT = 5
+#: Sends with a callback not answered yet hold at most this many bytes (``buffer_bytes``).
+BUFFER_BYTES = 64 * 1024 * 1024
+#: What a message counts in the buffer besides its body.
+_BUFFERED_OVERHEAD = 64
 
 
 
@@ -75,13 +88,16 @@ class AsyncProducer:
                  core: ClientCore | None = None, tls: ClientTls | bool | None = None,
                  credentials: Credentials | None = None, linger_ms: float = LINGER_MS,
                  batch_bytes: int = BATCH_BYTES, max_in_flight: int = MAX_IN_FLIGHT,
-                 compression: str | None = None) -> None:
+                 compression: str | None = None, buffer_bytes: int = BUFFER_BYTES) -> None:
         """``tls``: wss:// to the brokers and https:// to the name servers (``ClientCore``);
         ``credentials``: the user it authenticates as (ACLs on). The accumulator: a single
         message goes at once when nothing of its queue is in flight, else waits for company
         up to an answer, ``batch_bytes`` (at most 1 MiB) or ``linger_ms`` (0: an answer or
         ``batch_bytes`` only); ``max_in_flight`` requests per queue; ``compression``: None, "zstd" or
-        "lz4" (each record's messages as one block)."""
+        "lz4" (each record's messages as one block); ``buffer_bytes``: sends with a callback
+        (``send_async``, ``send_oneway``, the blocking client's) not answered yet hold at most
+        about this many bytes (Kafka's buffer.memory): then they fail with BufferFullError
+        (asyncio) or wait for room (blocking client)."""
         if compression not in (None, "zstd", "lz4"):
             raise ValueError(f"compression must be None, 'zstd' or 'lz4', not {compression!r}")
         if linger_ms < 0 or not 1 <= batch_bytes <= BATCH_MAX_BYTES or max_in_flight < 1:
@@ -108,6 +124,7 @@ class AsyncProducer:
         self._id_prefix = os.urandom(8)
         self._id_next = int.from_bytes(os.urandom(4), "big") << 16
         self._closed = False
+        self.buffer = SendBuffer(buffer_bytes)
 
     async def start(self) -> AsyncProducer:
         return self
@@ -161,12 +178,19 @@ class AsyncProducer:
     def enqueue(self, message: Message, shard_key: str | None, callback: SendCallback) -> None:
         """Event loop only: send ``message`` in the background, ``callback`` gets its outcome
         (also an invalid message's error). No task or future is made while the topic's
-        route is known. (``send_async``/``send_oneway``, and the blocking client's sends.)"""
+        route is known. (``send_async``/``send_oneway``.) BufferFullError, at once, while
+        ``buffer_bytes`` of such sends are not answered yet."""
+        if self.buffer.full:
+            raise BufferFullError(f"the producer holds {self.buffer.held} bytes of sends not answered yet "
+                                  f"(buffer_bytes={self.buffer.max_bytes}): await some (their futures) "
+                                  "before sending more")
         self.enqueue_many([(message, shard_key, callback)])
 
     def enqueue_many(self, sends: Sequence[tuple[Message, str | None, SendCallback]]) -> None:
-        """``enqueue`` for several messages (one clock reading and one draw of ids)."""
-        self._enqueue([(m, key, MessageSink(cb)) for m, key, cb in sends])
+        """``enqueue`` for several messages (one clock reading and one draw of ids), whether
+        the buffer is full or not (the blocking client waits for room before it posts)."""
+        buffer = self.buffer
+        self._enqueue([(m, key, MessageSink(cb, None, buffer, _buffered_size(m))) for m, key, cb in sends])
 
     async def shutdown(self, timeout: float = 10.0) -> None:
         """Send what is queued (up to ``timeout``), then close the connections."""
@@ -371,3 +395,9 @@ class AsyncProducer:
             if isinstance(outcome, BaseException):
                 raise outcome
         return cast("list[SendResult]", call.outcomes)
+
+
+def _buffered_size(m: Message) -> int:
+    """What ``m`` counts in the send buffer (a body of a wrong type is refused later)."""
+    body = m.body
+    return _BUFFERED_OVERHEAD + (len(body) if isinstance(body, (bytes, bytearray, memoryview, str)) else 0)

@@ -1,15 +1,19 @@
 """Where a send's outcome goes (``QueueSender`` settles each message through one): a
 whole ``send_batch`` call's future (``CallSink``), or a callback per message (``MessageSink``:
 ``send_async``, ``send_oneway``, the blocking client's sends -- no task, and a future only
-when a caller awaits one).
+when a caller awaits one). The bytes of the messages with a callback not yet settled are
+held in a ``SendBuffer`` of bounded size (Kafka's ``buffer.memory``): those sends fail
+(asyncio) or wait (blocking client) while it is full.
 
-Event loop only.
+Event loop only, but for ``SendBuffer.wait_for_room`` (other threads).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
@@ -20,7 +24,7 @@ from client.message import Message, SendResult
 if TYPE_CHECKING:
     from client.aio.producer import AsyncProducer
 
-__all__ = ["CallSink", "MessageSink", "SendCallback", "call_back", "log_failure", "settler"]
+__all__ = ["CallSink", "MessageSink", "SendBuffer", "SendCallback", "call_back", "log_failure", "settler"]
 
 log = logging.getLogger("client.producer")
 
@@ -53,15 +57,63 @@ class CallSink:
                 self.future.set_result(None)
 
 
+class SendBuffer:
+    """The bytes of sends not yet settled (``held``), against ``max_bytes``. ``take`` and
+    ``give_back`` on the event loop; ``wait_for_room`` on another thread (the blocking client)."""
+
+    __slots__ = ("_room", "_waiters", "held", "max_bytes")
+
+    def __init__(self, max_bytes: int) -> None:
+        if max_bytes < 1:
+            raise ValueError(f"buffer_bytes must be positive, not {max_bytes}")
+        self.max_bytes, self.held = max_bytes, 0
+        self._room = threading.Condition()
+        self._waiters = 0
+
+    @property
+    def full(self) -> bool:
+        return self.held >= self.max_bytes
+
+    def take(self, size: int) -> None:
+        self.held += size
+
+    def give_back(self, size: int) -> None:
+        was_full = self.held >= self.max_bytes
+        self.held -= size
+        if was_full and self._waiters and self.held < self.max_bytes:
+            with self._room:
+                self._room.notify_all()
+
+    def wait_for_room(self, timeout: float) -> bool:
+        """Another thread: wait until the buffer is not full; False after ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        with self._room:
+            self._waiters += 1
+            try:
+                while self.held >= self.max_bytes:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._room.wait(left)
+                return True
+            finally:
+                self._waiters -= 1
+
+
 class MessageSink:
     """One message sent with a callback (no task; a future only if its caller awaits one,
     and cancelling that future abandons the message if not yet sent). ``retry``: for an
-    unordered send, what to do with a retriable failure instead of reporting it."""
+    unordered send, what to do with a retriable failure instead of reporting it. Its ``size``
+    is held in ``buffer`` until it is settled."""
 
-    __slots__ = ("callback", "done", "future", "retry")
+    __slots__ = ("buffer", "callback", "done", "future", "retry", "size")
 
-    def __init__(self, callback: SendCallback, future: asyncio.Future[SendResult] | None = None) -> None:
+    def __init__(self, callback: SendCallback, future: asyncio.Future[SendResult] | None = None,
+                 buffer: SendBuffer | None = None, size: int = 0) -> None:
         self.callback, self.future, self.done = callback, future, False
+        self.buffer, self.size = buffer, size
+        if buffer is not None:
+            buffer.take(size)
         # an unordered send's retry: (producer, message, group tried, deadline of the whole send)
         self.retry: tuple[AsyncProducer, Message, str, Deadline] | None = None
 
@@ -73,6 +125,8 @@ class MessageSink:
         if self.done:
             return
         self.done = True
+        if self.buffer is not None:
+            self.buffer.give_back(self.size)
         if isinstance(outcome, BaseException):
             if self.retry is not None and isinstance(outcome, ClientError) and outcome.retriable:
                 producer, message, group, whole = self.retry

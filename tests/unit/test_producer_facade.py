@@ -216,3 +216,49 @@ def test_a_blocking_send_racing_shutdown_fails_as_closed_at_once() -> None:
         p.send(Message("t", b"late"))
     assert time.monotonic() - started < 5, "the send waited for its timeout"
     assert not p._inbox
+
+
+def test_sends_not_answered_hold_at_most_buffer_bytes_then_asyncio_fails_and_blocking_waits() -> None:
+    from client.errors import BufferFullError
+
+    async def asyncio_api() -> None:
+        core = FakeCore(gated=True)
+        p = AsyncProducer(core=core, buffer_bytes=1000)  # type: ignore[arg-type]
+        futures = [p.send_async(Message("t", b"x" * 136), lambda r, e: None) for _ in range(5)]  # 200 each
+        assert p.buffer.held == 1000
+        with pytest.raises(BufferFullError, match="buffer_bytes=1000"):
+            p.send_async(Message("t", b"one more"), lambda r, e: None)
+        core.gate.set()  # type: ignore[union-attr]
+        await asyncio.wait_for(asyncio.gather(*futures), 5)
+        assert p.buffer.held == 0
+        await asyncio.wait_for(p.send_async(Message("t", b"room again"), lambda r, e: None), 5)
+        await p.shutdown(1)
+
+    asyncio.run(asyncio_api())
+
+    core = FakeCore(gated=True)
+    p = Producer(core=core, buffer_bytes=1000, max_block_s=0.3)  # type: ignore[arg-type]
+    try:
+        for _ in range(5):
+            p.send_oneway(Message("t", b"x" * 136))
+        deadline = time.monotonic() + 5  # posted: the loop takes them into the buffer at its next turn
+        while p._p.buffer.held < 1000:
+            assert time.monotonic() < deadline, "the posted sends never reached the buffer"
+            time.sleep(0.001)
+        started = time.monotonic()
+        with pytest.raises(BufferFullError, match=r"no room in the producer's buffer for 0\.3 s"):
+            p.send_oneway(Message("t", b"blocked"))
+        assert time.monotonic() - started >= 0.3
+        unblocked = threading.Event()
+
+        def late_sender() -> None:
+            p.send_oneway(Message("t", b"waits for room"))
+            unblocked.set()
+
+        threading.Thread(target=late_sender, daemon=True).start()
+        assert not unblocked.wait(0.1), "a send went on while the buffer was full"
+        p._loop.loop.call_soon_threadsafe(core.gate.set)  # type: ignore[union-attr]
+        assert unblocked.wait(5), "the waiting send did not go on once answers freed room"
+    finally:
+        p._loop.loop.call_soon_threadsafe(core.gate.set)  # type: ignore[union-attr]
+        p.shutdown()

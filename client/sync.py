@@ -47,6 +47,9 @@ class _Loop:
             return factory()
         return self.run(build())
 
+    def on_loop_thread(self) -> bool:
+        return threading.get_ident() == self._thread.ident
+
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
@@ -132,10 +135,13 @@ class Producer:
         if self._shut:
             raise ClientClosedError("the producer was shut down")
         buffer = self._p.buffer
-        if buffer.full and not buffer.wait_for_room(self._max_block_s):
-            raise BufferFullError(f"no room in the producer's buffer for {self._max_block_s:g} s: "
-                                  f"{buffer.held} bytes of sends not answered yet (buffer_bytes="
-                                  f"{buffer.max_bytes}); the brokers take messages slower than they are sent")
+        if buffer.full:
+            # a send from a callback (on the producer's loop) cannot wait: only the loop makes room
+            wait_s = 0.0 if self._loop.on_loop_thread() else self._max_block_s
+            if not buffer.wait_for_room(wait_s):
+                raise BufferFullError(f"no room in the producer's buffer for {wait_s:g} s: {buffer.held} "
+                                      f"bytes of sends not answered yet (buffer_bytes={buffer.max_bytes}); "
+                                      "the brokers take messages slower than they are sent")
         self._inbox.append((message, shard_key, callback))
         # The drain clears the flag before it empties the inbox, so a message appended
         # before a thread saw the flag set is always drained (CPython: each step is atomic).

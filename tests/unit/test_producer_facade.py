@@ -262,3 +262,32 @@ def test_sends_not_answered_hold_at_most_buffer_bytes_then_asyncio_fails_and_blo
     finally:
         p._loop.loop.call_soon_threadsafe(core.gate.set)  # type: ignore[union-attr]
         p.shutdown()
+
+
+def test_a_send_from_a_callback_into_a_full_buffer_fails_at_once_instead_of_blocking_the_loop() -> None:
+    from client.errors import BufferFullError
+
+    core = FakeCore(gated=True)
+    p = Producer(core=core, buffer_bytes=200, max_block_s=30)  # type: ignore[arg-type]
+    outcome: list[BaseException | None] = []
+    done = threading.Event()
+    try:
+        def chained(result: SendResult | None, error: BaseException | None) -> None:
+            try:  # on the producer's loop; the first send still holds the buffer
+                p.send_oneway(Message("t", b"from a callback"))
+                outcome.append(None)
+            except BaseException as e:
+                outcome.append(e)
+            done.set()
+
+        p.send_oneway(Message("t", b"x" * 136))  # fills it (200 with its overhead)
+        deadline = time.monotonic() + 5
+        while not p._p.buffer.full:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        p._loop.loop.call_soon_threadsafe(chained, None, None)
+        assert done.wait(5), "a send from the loop waited for room only the loop can make"
+        assert isinstance(outcome[0], BufferFullError), outcome
+    finally:
+        p._loop.loop.call_soon_threadsafe(core.gate.set)  # type: ignore[union-attr]
+        p.shutdown()

@@ -19,7 +19,7 @@ from client.aio.producer import AsyncProducer
 from client.aio.pull_consumer import AsyncPullConsumer, PullResult
 from client.aio.push_consumer import AsyncPushConsumer, Listener
 from client.aio.send_sinks import SendCallback, log_failure
-from client.errors import BufferFullError, ClientClosedError, RequestTimeoutError
+from client.errors import BufferFullError, ClientClosedError, ClientError, RequestTimeoutError
 from client.message import Message, ReceivedMessage, SendResult
 from client.queues import MessageQueue
 
@@ -114,7 +114,11 @@ class Producer:
         return self
 
     def send(self, message: Message, shard_key: str | None = None) -> SendResult:
-        """Block until a majority stored it (SEND_OK), or raise its error."""
+        """Block until a majority stored it (SEND_OK), or raise its error. Not from a send
+        callback (the producer's loop thread, which the answer needs): use ``send_async`` there."""
+        if self._loop.on_loop_thread():
+            raise ClientError("Producer.send from a send callback would wait for its own thread "
+                              "(the producer's loop): use send_async or send_oneway there")
         waiter = _Waiter()
         self._post(message, shard_key, waiter)
         return waiter.wait(self._wait_s)

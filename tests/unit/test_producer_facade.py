@@ -291,3 +291,26 @@ def test_a_send_from_a_callback_into_a_full_buffer_fails_at_once_instead_of_bloc
     finally:
         p._loop.loop.call_soon_threadsafe(core.gate.set)  # type: ignore[union-attr]
         p.shutdown()
+
+
+def test_a_blocking_send_from_a_callback_says_why_it_cannot_wait_instead_of_timing_out() -> None:
+    from client.errors import ClientError
+
+    p = Producer(core=FakeCore())  # type: ignore[arg-type]
+    outcome: list[BaseException | None] = []
+    done = threading.Event()
+
+    def on_loop() -> None:
+        try:
+            p.send(Message("t", b"from the loop"))
+            outcome.append(None)
+        except BaseException as e:
+            outcome.append(e)
+        done.set()
+
+    try:
+        p._loop.loop.call_soon_threadsafe(on_loop)
+        assert done.wait(5), "the send waited for its own loop"
+        assert isinstance(outcome[0], ClientError) and "use send_async" in str(outcome[0]), outcome
+    finally:
+        p.shutdown()

@@ -49,7 +49,7 @@ from protocol.remoting import Frame, FrameError, RequestCode, ResponseCode
 if TYPE_CHECKING:
     from broker.server import BrokerServer
 
-__all__ = ["AUDIT", "AccessControl", "ConnectionAuth", "SuperUserRecord", "read_bootstrap"]
+__all__ = ["AUDIT", "AccessControl", "ConnectionAuth", "SuperUserRecord", "current_user", "read_bootstrap"]
 
 AUDIT = logging.getLogger("raftmq.audit")
 log = logging.getLogger("broker.access")
@@ -103,6 +103,13 @@ class ConnectionAuth:
 #: The connection of the frame being handled (set per WebSocket and per admin request).
 CONNECTION_AUTH: contextvars.ContextVar[ConnectionAuth | None] = contextvars.ContextVar(
     "connection_auth", default=None)
+
+
+def current_user() -> str | None:
+    """The user the connection of the frame being handled authenticated as (None: none, or
+    ACLs off)."""
+    conn = CONNECTION_AUTH.get()
+    return None if conn is None else conn.user
 
 
 class AccessControl:

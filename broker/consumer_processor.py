@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from broker.access_control import current_user
 from broker.commands import CreateTopic, Perm, encode_admin
+from broker.consumer_registry import ClientIdTaken
 from broker.processor import Processor
 from dledger.errors import ProposeError
 from protocol.consumer import (
@@ -57,12 +59,17 @@ class ConsumerProcessor(Processor):
                 raise FrameError(ResponseCode.INVALID_ARGUMENT, "a consumer heartbeat needs clientId")
             subscriptions = {validate_group(g): list(t) for g, t in req.subscriptions.items()}
         ws = CONNECTION.get()
+        user = current_user()
         producer_group = req.producer_group
-        if producer_group and ws is not None:
-            self._server.producers.heartbeat(ws, client_id or str(id(ws)),
-                                             {validate_group(producer_group): []})
-        if subscriptions and ws is not None:
-            await self.members_changed(self._server.consumers.heartbeat(ws, client_id, subscriptions))
+        try:
+            if producer_group and ws is not None:
+                self._server.producers.heartbeat(ws, client_id or str(id(ws)),
+                                                 {validate_group(producer_group): []}, user)
+            if subscriptions and ws is not None:
+                await self.members_changed(self._server.consumers.heartbeat(ws, client_id, subscriptions,
+                                                                            user))
+        except ClientIdTaken as e:  # (ACLs on) another user's live client: not to be taken over
+            raise FrameError(ResponseCode.NO_PERMISSION, f"{e}; use a client id of your own") from None
         await self._create_retry_topics(subscriptions)
         return EmptyResponse().reply(frame)
 

@@ -9,7 +9,9 @@ unregisters, or when it missed heartbeats for ``expiry_s``.
 Each registration remembers its connection, so the server can tell the other
 members of a group at once when the membership changes
 (``NOTIFY_CONSUMER_IDS_CHANGED``) instead of leaving them to find out at their
-next periodic rebalance.
+next periodic rebalance, and the user that connection authenticated as (ACLs on): a
+client id registered in a group is that user's while it lives -- another user can
+neither register it (``ClientIdTaken``) nor take its orderly locks (``user_of``).
 """
 
 from __future__ import annotations
@@ -18,10 +20,22 @@ import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["EXPIRY_S", "ConsumerRegistry", "Member"]
+__all__ = ["EXPIRY_S", "NOT_A_MEMBER", "ClientIdTaken", "ConsumerRegistry", "Member"]
 
 #: A member that sent no heartbeat for this long is dropped (clients beat every 10 s).
 EXPIRY_S = 30.0
+
+
+#: ``user_of``'s answer for a client id that is not a live member of the group.
+NOT_A_MEMBER = object()
+
+
+class ClientIdTaken(Exception):
+    """A live member of ``group`` has this client id and registered as another user."""
+
+    def __init__(self, group: str, client_id: str) -> None:
+        super().__init__(f"client id {client_id!r} of group {group!r} is registered by another user")
+        self.group, self.client_id = group, client_id
 
 
 @dataclass(slots=True)
@@ -30,6 +44,7 @@ class Member:
     topics: tuple[str, ...]
     connection: Hashable
     last_seen: float
+    user: str | None = None  # the user its connection authenticated as (ACLs on)
 
 
 class ConsumerRegistry:
@@ -39,18 +54,30 @@ class ConsumerRegistry:
         self._groups: dict[str, dict[str, Member]] = {}
 
     def heartbeat(self, connection: Hashable, client_id: str,
-                  subscriptions: Mapping[str, Sequence[str]]) -> set[str]:
+                  subscriptions: Mapping[str, Sequence[str]], user: str | None = None) -> set[str]:
         """Record ``client_id`` as a member of each group in ``subscriptions`` (group ->
-        topics). Returns the groups whose member set changed."""
+        topics), registered by ``user``. Returns the groups whose member set changed.
+        ClientIdTaken (nothing recorded) if a live member of one of them has that client id
+        and another user."""
         now = self._clock()
         changed = self.expire()
+        for group in subscriptions:
+            known = self._groups.get(group, {}).get(client_id)
+            if known is not None and known.user != user:
+                raise ClientIdTaken(group, client_id)
         for group, topics in subscriptions.items():
             members = self._groups.setdefault(group, {})
-            known = members.get(client_id)
-            if known is None:
+            if client_id not in members:
                 changed.add(group)
-            members[client_id] = Member(client_id, tuple(sorted(topics)), connection, now)
+            members[client_id] = Member(client_id, tuple(sorted(topics)), connection, now, user)
         return changed
+
+    def user_of(self, group: str, client_id: str) -> object:
+        """The user that registered ``client_id`` in ``group`` (None: no ACLs), or NOT_A_MEMBER."""
+        member = self._groups.get(group, {}).get(client_id)
+        if member is None or member.last_seen < self._clock() - self._expiry:
+            return NOT_A_MEMBER
+        return member.user
 
     def unregister(self, client_id: str, group: str | None = None, connection: Hashable | None = None,
                    ) -> set[str]:

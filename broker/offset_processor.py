@@ -6,7 +6,9 @@ new leader knows every offset and lock; QUERY_OFFSET from any replica (the layou
 
 from __future__ import annotations
 
+from broker.access_control import current_user
 from broker.commands import CommitOffset, LockQueue, encode_admin
+from broker.consumer_registry import NOT_A_MEMBER
 from broker.processor import Processor
 from broker.state_machine import Outcome
 from protocol.names import validate_group, validate_topic
@@ -18,7 +20,7 @@ from protocol.offset import (
     QueryOffsetResponse,
     UnlockQueuesRequest,
 )
-from protocol.remoting import Frame, RequestCode
+from protocol.remoting import Frame, FrameError, RequestCode, ResponseCode
 
 __all__ = ["OffsetProcessor"]
 
@@ -42,6 +44,10 @@ class OffsetProcessor(Processor):
         req = (LockQueuesRequest if lock else UnlockQueuesRequest).from_frame(frame)
         group = validate_group(req.group)
         topic = validate_topic(req.topic, system=True)
+        owner = self._server.consumers.user_of(group, req.client_id)
+        if owner is not NOT_A_MEMBER and owner != current_user():  # (ACLs on) another user's client
+            raise FrameError(ResponseCode.NO_PERMISSION, f"client id {req.client_id!r} of group {group!r} is "
+                                                         "registered by another user: its locks are its own")
         outcomes = await self._server.write.send([
             encode_admin(LockQueue(group, req.client_id, topic, q, lock)) for q in dict.fromkeys(req.queues)])
         held = tuple(a.queue_id for a in outcomes if a.outcome == Outcome.DONE)

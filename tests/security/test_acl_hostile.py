@@ -24,6 +24,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -208,3 +209,52 @@ def test_operator_commands_authenticate_from_the_environment(group: tuple[LocalG
     done = subprocess.run([sys.executable, "-m", "raftmq", "leader", "transfer", *where], env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "leader is now" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_live_client_id_is_its_users_another_user_of_the_group_can_neither_take_it_nor_its_locks(
+        group: tuple[LocalGroup, int]) -> None:
+    """Left open at the trust boundary's first landing: bob, with sub on group g1 as alice has,
+    could heartbeat as alice's live client id (taking over its membership) and take or give
+    back its orderly locks. The client id is now the registering user's while it lives."""
+    from protocol.consumer import HeartbeatRequest
+    from protocol.offset import LockQueuesRequest
+
+    g, _ = group
+    bob = Credentials("bob", "bob-password")
+    admin = Admin(servers=servers(g), credentials=ROOT, tls=g.client_tls)
+    try:
+        admin.put_user(bob.user, bob.password)
+        for resource, actions in (("topic:orders", "pub,sub,get"), ("group:g1", "sub,update")):
+            admin.grant(bob.user, resource, actions.split(","))
+    finally:
+        admin.close()
+    address = leader_address(g)
+
+    def beat(client_id: str) -> bytes:
+        return HeartbeatRequest(client_id=client_id, subscriptions={"g1": ("orders",)}).to_frame(1).encode()
+
+    def lock(client_id: str) -> bytes:
+        request = LockQueuesRequest(group="g1", client_id=client_id, topic="orders", queues=(0,))
+        return request.to_frame(2).encode()
+
+    async def scenario() -> list[Any]:
+        async with client_session(g.client_tls) as session:
+            a = await FrameClient.connect(session, address, tls=True)
+            b = await FrameClient.connect(session, address, tls=True)
+            try:
+                for conn, who in ((a, ALICE), (b, bob)):
+                    _, _, answer = await login(conn, who)
+                    assert answer.code == ResponseCode.SUCCESS, answer.remark
+                assert (await a.raw(beat("c-alice"))).code == ResponseCode.SUCCESS
+                return [await b.raw(beat("c-alice")), await b.raw(lock("c-alice")),
+                        await b.raw(beat("c-bob")), await b.raw(lock("c-bob")), await a.raw(lock("c-alice"))]
+            finally:
+                await a.close()
+                await b.close()
+
+    taken, locked, own_beat, own_lock, alices_lock = run(scenario())
+    assert taken.code == ResponseCode.NO_PERMISSION, taken.remark
+    assert "client id 'c-alice' of group 'g1' is registered by another user" in taken.remark
+    assert locked.code == ResponseCode.NO_PERMISSION and "its locks are its own" in locked.remark
+    for answer in (own_beat, own_lock, alices_lock):  # each user's own client id works
+        assert answer.code == ResponseCode.SUCCESS, answer.remark

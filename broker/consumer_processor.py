@@ -61,15 +61,18 @@ class ConsumerProcessor(Processor):
         ws = CONNECTION.get()
         user = current_user()
         producer_group = req.producer_group
-        try:
-            if producer_group and ws is not None:
-                self._server.producers.heartbeat(ws, client_id or str(id(ws)),
-                                                 {validate_group(producer_group): []}, user)
-            if subscriptions and ws is not None:
-                await self.members_changed(self._server.consumers.heartbeat(ws, client_id, subscriptions,
-                                                                            user))
-        except ClientIdTaken as e:  # (ACLs on) another user's live client: not to be taken over
+        producer_id = client_id or str(id(ws))
+        try:  # (ACLs on) another user's live client is not to be taken over: checked before either
+            if producer_group:
+                self._server.producers.require_owner(validate_group(producer_group), producer_id, user)
+            for group in subscriptions:
+                self._server.consumers.require_owner(group, client_id, user)
+        except ClientIdTaken as e:
             raise FrameError(ResponseCode.NO_PERMISSION, f"{e}; use a client id of your own") from None
+        if producer_group and ws is not None:
+            self._server.producers.heartbeat(ws, producer_id, {validate_group(producer_group): []}, user)
+        if subscriptions and ws is not None:
+            await self.members_changed(self._server.consumers.heartbeat(ws, client_id, subscriptions, user))
         await self._create_retry_topics(subscriptions)
         return EmptyResponse().reply(frame)
 

@@ -11,7 +11,7 @@ members of a group at once when the membership changes
 (``NOTIFY_CONSUMER_IDS_CHANGED``) instead of leaving them to find out at their
 next periodic rebalance, and the user that connection authenticated as (ACLs on): a
 client id registered in a group is that user's while it lives -- another user can
-neither register it (``ClientIdTaken``) nor take its orderly locks (``user_of``).
+neither register it nor take its orderly locks (``require_owner``: ``ClientIdTaken``).
 """
 
 from __future__ import annotations
@@ -20,14 +20,10 @@ import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["EXPIRY_S", "NOT_A_MEMBER", "ClientIdTaken", "ConsumerRegistry", "Member"]
+__all__ = ["EXPIRY_S", "ClientIdTaken", "ConsumerRegistry", "Member"]
 
 #: A member that sent no heartbeat for this long is dropped (clients beat every 10 s).
 EXPIRY_S = 30.0
-
-
-#: ``user_of``'s answer for a client id that is not a live member of the group.
-NOT_A_MEMBER = object()
 
 
 class ClientIdTaken(Exception):
@@ -57,14 +53,12 @@ class ConsumerRegistry:
                   subscriptions: Mapping[str, Sequence[str]], user: str | None = None) -> set[str]:
         """Record ``client_id`` as a member of each group in ``subscriptions`` (group ->
         topics), registered by ``user``. Returns the groups whose member set changed.
-        ClientIdTaken (nothing recorded) if a live member of one of them has that client id
-        and another user."""
+        ClientIdTaken, before anything changes, if a live member of one of them has that
+        client id and another user."""
+        for group in subscriptions:
+            self.require_owner(group, client_id, user)
         now = self._clock()
         changed = self.expire()
-        for group in subscriptions:
-            known = self._groups.get(group, {}).get(client_id)
-            if known is not None and known.user != user:
-                raise ClientIdTaken(group, client_id)
         for group, topics in subscriptions.items():
             members = self._groups.setdefault(group, {})
             if client_id not in members:
@@ -72,12 +66,12 @@ class ConsumerRegistry:
             members[client_id] = Member(client_id, tuple(sorted(topics)), connection, now, user)
         return changed
 
-    def user_of(self, group: str, client_id: str) -> object:
-        """The user that registered ``client_id`` in ``group`` (None: no ACLs), or NOT_A_MEMBER."""
+    def require_owner(self, group: str, client_id: str, user: str | None) -> None:
+        """ClientIdTaken if a live member of ``group`` has ``client_id`` and a user other than
+        ``user`` (without ACLs every user is None: never)."""
         member = self._groups.get(group, {}).get(client_id)
-        if member is None or member.last_seen < self._clock() - self._expiry:
-            return NOT_A_MEMBER
-        return member.user
+        if member is not None and member.user != user and member.last_seen >= self._clock() - self._expiry:
+            raise ClientIdTaken(group, client_id)
 
     def unregister(self, client_id: str, group: str | None = None, connection: Hashable | None = None,
                    ) -> set[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from broker.access_control import current_user
 from broker.commands import CommitOffset, LockQueue, encode_admin
-from broker.consumer_registry import NOT_A_MEMBER
+from broker.consumer_registry import ClientIdTaken
 from broker.processor import Processor
 from broker.state_machine import Outcome
 from protocol.names import validate_group, validate_topic
@@ -44,10 +44,10 @@ class OffsetProcessor(Processor):
         req = (LockQueuesRequest if lock else UnlockQueuesRequest).from_frame(frame)
         group = validate_group(req.group)
         topic = validate_topic(req.topic, system=True)
-        owner = self._server.consumers.user_of(group, req.client_id)
-        if owner is not NOT_A_MEMBER and owner != current_user():  # (ACLs on) another user's client
-            raise FrameError(ResponseCode.NO_PERMISSION, f"client id {req.client_id!r} of group {group!r} is "
-                                                         "registered by another user: its locks are its own")
+        try:  # (ACLs on) another user's live client: its locks are its own
+            self._server.consumers.require_owner(group, req.client_id, current_user())
+        except ClientIdTaken as e:
+            raise FrameError(ResponseCode.NO_PERMISSION, f"{e}: its locks are its own") from None
         outcomes = await self._server.write.send([
             encode_admin(LockQueue(group, req.client_id, topic, q, lock)) for q in dict.fromkeys(req.queues)])
         held = tuple(a.queue_id for a in outcomes if a.outcome == Outcome.DONE)

@@ -76,9 +76,6 @@ BATCH_BYTES = 256 * 1024
 MAX_IN_FLIGHT = 5
 #: Sends with a callback not answered yet hold at most this many bytes (``buffer_bytes``).
 BUFFER_BYTES = 64 * 1024 * 1024
-#: What a message counts in the buffer besides its body.
-_BUFFERED_OVERHEAD = 64
-
 
 
 class AsyncProducer:
@@ -190,7 +187,7 @@ class AsyncProducer:
         """``enqueue`` for several messages (one clock reading and one draw of ids), whether
         the buffer is full or not (the blocking client waits for room before it posts)."""
         buffer = self.buffer
-        self._enqueue([(m, key, MessageSink(cb, None, buffer, _buffered_size(m))) for m, key, cb in sends])
+        self._enqueue([(m, key, MessageSink(cb, None, buffer)) for m, key, cb in sends])
 
     async def shutdown(self, timeout: float = 10.0) -> None:
         """Send what is queued (up to ``timeout``), then close the connections."""
@@ -220,6 +217,9 @@ class AsyncProducer:
                 else:
                     self._check((m,))
                     size = record_size(m)
+                if sink.buffer is not None and not sink.size:  # held until the send ends
+                    sink.size = size
+                    sink.buffer.held += size
                 waiting = self._awaiting_route.get(m.topic)
                 queues = None if waiting is not None else self._cached_writable(m.topic)
                 if queues is None:
@@ -396,8 +396,3 @@ class AsyncProducer:
                 raise outcome
         return cast("list[SendResult]", call.outcomes)
 
-
-def _buffered_size(m: Message) -> int:
-    """What ``m`` counts in the send buffer (a body of a wrong type is refused later)."""
-    body = m.body
-    return _BUFFERED_OVERHEAD + (len(body) if isinstance(body, (bytes, bytearray, memoryview, str)) else 0)

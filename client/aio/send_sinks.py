@@ -5,7 +5,7 @@ when a caller awaits one). The bytes of the messages with a callback not yet set
 held in a ``SendBuffer`` of bounded size (Kafka's ``buffer.memory``): those sends fail
 (asyncio) or wait (blocking client) while it is full.
 
-Event loop only, but for ``SendBuffer.wait_for_room`` (other threads).
+Event loop only, but for ``SendBuffer.full`` and ``wait_for_room`` (other threads).
 """
 
 from __future__ import annotations
@@ -58,8 +58,9 @@ class CallSink:
 
 
 class SendBuffer:
-    """The bytes of sends not yet settled (``held``), against ``max_bytes``. ``take`` and
-    ``give_back`` on the event loop; ``wait_for_room`` on another thread (the blocking client)."""
+    """The bytes of sends not yet settled (``held``), against ``max_bytes``. ``held`` grows
+    and ``give_back`` runs on the event loop; ``full`` is read and ``wait_for_room`` runs on
+    other threads too (the blocking client)."""
 
     __slots__ = ("_room", "_waiters", "held", "max_bytes")
 
@@ -73,9 +74,6 @@ class SendBuffer:
     @property
     def full(self) -> bool:
         return self.held >= self.max_bytes
-
-    def take(self, size: int) -> None:
-        self.held += size
 
     def give_back(self, size: int) -> None:
         was_full = self.held >= self.max_bytes
@@ -104,16 +102,15 @@ class MessageSink:
     """One message sent with a callback (no task; a future only if its caller awaits one,
     and cancelling that future abandons the message if not yet sent). ``retry``: for an
     unordered send, what to do with a retriable failure instead of reporting it. Its ``size``
-    is held in ``buffer`` until it is settled."""
+    (set by the producer once it has sized the message) is held in ``buffer`` until the send
+    ends, retries on other groups included."""
 
     __slots__ = ("buffer", "callback", "done", "future", "retry", "size")
 
     def __init__(self, callback: SendCallback, future: asyncio.Future[SendResult] | None = None,
-                 buffer: SendBuffer | None = None, size: int = 0) -> None:
+                 buffer: SendBuffer | None = None) -> None:
         self.callback, self.future, self.done = callback, future, False
-        self.buffer, self.size = buffer, size
-        if buffer is not None:
-            buffer.take(size)
+        self.buffer, self.size = buffer, 0
         # an unordered send's retry: (producer, message, group tried, deadline of the whole send)
         self.retry: tuple[AsyncProducer, Message, str, Deadline] | None = None
 
@@ -125,16 +122,20 @@ class MessageSink:
         if self.done:
             return
         self.done = True
-        if self.buffer is not None:
-            self.buffer.give_back(self.size)
         if isinstance(outcome, BaseException):
             if self.retry is not None and isinstance(outcome, ClientError) and outcome.retriable:
                 producer, message, group, whole = self.retry
-                producer.retry_elsewhere(message, group, whole, self.callback, outcome)
+                producer.retry_elsewhere(message, group, whole, self.finish, outcome)  # still held
                 return
-            call_back(self.callback, None, outcome)
+            self.finish(None, outcome)
         else:
-            call_back(self.callback, outcome, None)
+            self.finish(outcome, None)
+
+    def finish(self, result: SendResult | None, error: BaseException | None) -> None:
+        """The send's end: its bytes back to the buffer, its outcome to the callback."""
+        if self.buffer is not None:
+            self.buffer.give_back(self.size)
+        call_back(self.callback, result, error)
 
 
 def call_back(callback: SendCallback, result: SendResult | None, error: BaseException | None) -> None:

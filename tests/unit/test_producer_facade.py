@@ -224,7 +224,8 @@ def test_sends_not_answered_hold_at_most_buffer_bytes_then_asyncio_fails_and_blo
     async def asyncio_api() -> None:
         core = FakeCore(gated=True)
         p = AsyncProducer(core=core, buffer_bytes=1000)  # type: ignore[arg-type]
-        futures = [p.send_async(Message("t", b"x" * 136), lambda r, e: None) for _ in range(5)]  # 200 each
+        futures = [p.send_async(Message("t", b"x" * 160), lambda r, e: None)  # 200 each as counted
+                   for _ in range(5)]
         assert p.buffer.held == 1000
         with pytest.raises(BufferFullError, match="buffer_bytes=1000"):
             p.send_async(Message("t", b"one more"), lambda r, e: None)
@@ -240,7 +241,7 @@ def test_sends_not_answered_hold_at_most_buffer_bytes_then_asyncio_fails_and_blo
     p = Producer(core=core, buffer_bytes=1000, max_block_s=0.3)  # type: ignore[arg-type]
     try:
         for _ in range(5):
-            p.send_oneway(Message("t", b"x" * 136))
+            p.send_oneway(Message("t", b"x" * 160))
         deadline = time.monotonic() + 5  # posted: the loop takes them into the buffer at its next turn
         while p._p.buffer.held < 1000:
             assert time.monotonic() < deadline, "the posted sends never reached the buffer"
@@ -280,7 +281,7 @@ def test_a_send_from_a_callback_into_a_full_buffer_fails_at_once_instead_of_bloc
                 outcome.append(e)
             done.set()
 
-        p.send_oneway(Message("t", b"x" * 136))  # fills it (200 with its overhead)
+        p.send_oneway(Message("t", b"x" * 160))  # fills it (200 as the queue counts it)
         deadline = time.monotonic() + 5
         while not p._p.buffer.full:
             assert time.monotonic() < deadline
@@ -314,3 +315,36 @@ def test_a_blocking_send_from_a_callback_says_why_it_cannot_wait_instead_of_timi
         assert isinstance(outcome[0], ClientError) and "use send_async" in str(outcome[0]), outcome
     finally:
         p.shutdown()
+
+
+def test_the_buffer_holds_a_send_through_its_retries_and_a_bad_item_fails_alone() -> None:
+    from client.errors import NoLeaderError as _NoLeader
+
+    async def main() -> None:
+        core = FakeCore()
+        core.script = [[ResponseCode.NO_LEADER]]  # the first attempt fails retriably
+        p = AsyncProducer(core=core, buffer_bytes=1 << 20)  # type: ignore[arg-type]
+        held_at_retry: list[int] = []
+        retry = p.retry_elsewhere
+
+        def watching(*args: Any) -> None:
+            held_at_retry.append(p.buffer.held)
+            retry(*args)
+
+        p.retry_elsewhere = watching  # type: ignore[method-assign]
+        got: list[Any] = []
+        done = asyncio.Event()
+
+        def callback(result: SendResult | None, error: BaseException | None) -> None:
+            got.append(result or error)
+            if len(got) == 2:
+                done.set()
+
+        p.enqueue_many([("not a message", None, callback), (Message("t", b"x" * 160), None, callback)])  # type: ignore[list-item]
+        await asyncio.wait_for(done.wait(), 5)
+        assert isinstance(got[0], AttributeError) and isinstance(got[1], SendResult), got
+        assert held_at_retry == [200], "a send being retried was not held in the buffer"
+        assert p.buffer.held == 0 and not isinstance(got[1], _NoLeader)
+        await p.shutdown(1)
+
+    asyncio.run(main())

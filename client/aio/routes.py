@@ -50,6 +50,9 @@ __all__ = ["DEFAULT_NAMESRV", "GroupRoute", "RouteBook", "TopicRoute", "default_
 PERM_WRITE = int(Perm.WRITE)
 PERM_READ = int(Perm.READ)
 DEFAULT_NAMESRV = "127.0.0.1:9876"  # RocketMQ's
+#: A stale route kept because no name server answered is used as fresh for this long, then
+#: asked for again (sends go on meanwhile instead of waiting for a route that will not come).
+STALE_RETRY_S = 1.0
 
 
 def default_namesrv() -> list[str]:
@@ -147,7 +150,8 @@ class RouteBook:
             try:
                 fresh = await (self._from_namesrv(topic) if self._namesrv else self._from_servers(topic))
             except RouteNotFoundError:
-                if cached is not None and not refresh:
+                if cached is not None and not refresh:  # the last one known, used until a retry
+                    cached.fetched_at = time.monotonic() - self._refresh_s + STALE_RETRY_S
                     return cached
                 raise
             for g in fresh.groups:

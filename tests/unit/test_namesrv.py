@@ -236,3 +236,36 @@ def test_the_client_looks_up_exactly_the_topic_it_names(topic: str) -> None:
             await pool.close()
 
     run_async(main)
+
+
+def test_a_stale_route_kept_when_no_name_server_answers_counts_as_fresh_until_a_retry() -> None:
+    """Review finding: ``route`` gave back the stale route without marking it, so ``fresh``
+    stayed None and the producer's messages waiting for the topic's route were handed back
+    to wait again for ever (their send_timeout never ran)."""
+    import time as _time
+
+    from client.aio.connection import ConnectionPool
+    from client.aio.routes import STALE_RETRY_S, GroupRoute, TopicRoute
+    from client.errors import RouteNotFoundError
+
+    async def main() -> None:
+        pool = ConnectionPool()
+        book = RouteBook(pool, namesrv=["127.0.0.1:1"], refresh_s=30)
+        stale = TopicRoute("t", [GroupRoute("g1", 1, 6, "a:1", {"n1": "a:1"})],
+                           fetched_at=_time.monotonic() - 60)
+        book._routes["t"] = stale
+        asked: list[str] = []
+
+        async def down(topic: str) -> TopicRoute:
+            asked.append(topic)
+            raise RouteNotFoundError("no name server answered")
+
+        book._from_namesrv = down  # type: ignore[method-assign]
+        assert book.fresh("t") is None
+        assert await book.route("t") is stale and book.fresh("t") is stale
+        assert await book.route("t") is stale and asked == ["t"]  # no storm of asks meanwhile
+        stale.fetched_at -= STALE_RETRY_S
+        assert book.fresh("t") is None  # then asked again
+        await pool.close()
+
+    asyncio.run(main())

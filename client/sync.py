@@ -97,10 +97,11 @@ class Producer:
         """``options``: AsyncProducer's, and ``max_block_s`` (default 60): how long a send
         waits for room while ``buffer_bytes`` of sends are not answered yet, before it fails
         with BufferFullError (Kafka's max.block.ms)."""
-        self._max_block_s = float(options.pop("max_block_s", MAX_BLOCK_S))
-        self._setup(f"producer-{group}", lambda: AsyncProducer(namesrv, group, **options))
+        self._setup(f"producer-{group}", lambda: AsyncProducer(namesrv, group, **options), options)
 
-    def _setup(self, name: str, factory: Callable[[], AsyncProducer]) -> None:
+    def _setup(self, name: str, factory: Callable[[], AsyncProducer], options: dict[str, Any]) -> None:
+        """``options``: the factory's, less ``max_block_s`` (taken here, before it runs)."""
+        self._max_block_s = float(options.pop("max_block_s", MAX_BLOCK_S))
         self._loop = _Loop(name)
         self._p = self._loop.make(factory)
         self._inbox: deque[tuple[Message, str | None, SendCallback]] = deque()
@@ -140,12 +141,17 @@ class Producer:
             raise ClientClosedError("the producer was shut down")
         buffer = self._p.buffer
         if buffer.full:
-            # a send from a callback (on the producer's loop) cannot wait: only the loop makes room
-            wait_s = 0.0 if self._loop.on_loop_thread() else self._max_block_s
-            if not buffer.wait_for_room(wait_s):
-                raise BufferFullError(f"no room in the producer's buffer for {wait_s:g} s: {buffer.held} "
-                                      f"bytes of sends not answered yet (buffer_bytes={buffer.max_bytes}); "
-                                      "the brokers take messages slower than they are sent")
+            if self._loop.on_loop_thread():  # a send callback: only this loop makes room
+                raise BufferFullError(f"the producer's buffer is full ({buffer.held} bytes of sends not "
+                                      "answered yet) and a send callback cannot wait for room: send "
+                                      "from another thread, or fewer at once")
+            if not buffer.wait_for_room(self._max_block_s):
+                raise BufferFullError(f"no room in the producer's buffer for {self._max_block_s:g} s: "
+                                      f"{buffer.held} bytes of sends not answered yet (buffer_bytes="
+                                      f"{buffer.max_bytes}); the brokers take messages slower than they "
+                                      "are sent")
+            if self._shut:
+                raise ClientClosedError("the producer was shut down")
         self._inbox.append((message, shard_key, callback))
         # The drain clears the flag before it empties the inbox, so a message appended
         # before a thread saw the flag set is always drained (CPython: each step is atomic).
@@ -329,8 +335,8 @@ class TransactionProducer(Producer):
                  **options: Any) -> None:
         from client.aio.transaction import AsyncTransactionProducer
 
-        self._max_block_s = float(options.pop("max_block_s", MAX_BLOCK_S))
-        self._setup(f"tx-producer-{group}", lambda: AsyncTransactionProducer(namesrv, group, **options))
+        self._setup(f"tx-producer-{group}", lambda: AsyncTransactionProducer(namesrv, group, **options),
+                    options)
 
     def send_in_transaction(self, message: Message, arg: Any = None,
                             shard_key: str | None = None) -> Any:

@@ -196,6 +196,12 @@ class AsyncProducer:
             await asyncio.wait(list(self._background), timeout=timeout)
         for sender in self._senders.values():
             await sender.close(timeout)
+        unrouted = ClientClosedError("the producer shut down before the topic's route was known")
+        for waiting in self._awaiting_route.values():
+            for _, _, sink in waiting:
+                sink.settle(0, unrouted)
+        self._awaiting_route.clear()
+        self.buffer.close()
         if self._own_core:
             await self.core.close()
 

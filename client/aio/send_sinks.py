@@ -62,7 +62,7 @@ class SendBuffer:
     and ``give_back`` runs on the event loop; ``full`` is read and ``wait_for_room`` runs on
     other threads too (the blocking client)."""
 
-    __slots__ = ("_room", "_waiters", "held", "max_bytes")
+    __slots__ = ("_room", "_waiters", "closed", "held", "max_bytes")
 
     def __init__(self, max_bytes: int) -> None:
         if max_bytes < 1:
@@ -70,6 +70,7 @@ class SendBuffer:
         self.max_bytes, self.held = max_bytes, 0
         self._room = threading.Condition()
         self._waiters = 0
+        self.closed = False
 
     @property
     def full(self) -> bool:
@@ -82,13 +83,20 @@ class SendBuffer:
             with self._room:
                 self._room.notify_all()
 
+    def close(self) -> None:
+        """The producer shut down: waiters go on at once (their send then fails as closed)."""
+        with self._room:
+            self.closed = True
+            self._room.notify_all()
+
     def wait_for_room(self, timeout: float) -> bool:
-        """Another thread: wait until the buffer is not full; False after ``timeout`` s."""
+        """Another thread: wait until the buffer is not full or is closed; False after
+        ``timeout`` s."""
         deadline = time.monotonic() + timeout
         with self._room:
             self._waiters += 1
             try:
-                while self.held >= self.max_bytes:
+                while self.held >= self.max_bytes and not self.closed:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         return False

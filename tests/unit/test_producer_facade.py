@@ -348,3 +348,32 @@ def test_the_buffer_holds_a_send_through_its_retries_and_a_bad_item_fails_alone(
         await p.shutdown(1)
 
     asyncio.run(main())
+
+
+def test_shutdown_fails_sends_still_waiting_for_a_route_and_frees_their_buffer() -> None:
+    class NoRouteYet(FakeCore):
+        def __init__(self) -> None:
+            super().__init__()
+            never = asyncio.Event()
+
+            class Routes:
+                def fresh(self, topic: str) -> None:
+                    return None
+
+                async def route(self, topic: str, refresh: bool = False) -> TopicRoute:
+                    await never.wait()
+                    raise AssertionError("unreachable")
+
+            self.routes = Routes()  # type: ignore[assignment]
+
+    async def main() -> None:
+        p = AsyncProducer(core=NoRouteYet())  # type: ignore[arg-type]
+        got: list[BaseException | None] = []
+        p.send_async(Message("t", b"waits for its route"), lambda r, e: got.append(e))
+        await asyncio.sleep(0)
+        assert p.buffer.held > 0 and not got
+        await p.shutdown(0.1)
+        assert isinstance(got[0], ClientClosedError) and "route" in str(got[0]), got
+        assert p.buffer.held == 0 and p.buffer.closed
+
+    asyncio.run(main())

@@ -105,5 +105,3 @@ def adopt_files(directory: Path, units_per_file: int, pending: PendingSync[Queue
         close_quietly(f.fd for f in files if f.fd >= 0)
         raise
     return files
-
-

@@ -33,6 +33,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from dledger.candidacy import OUT_OF_REACH_S
+
 __all__ = ["PreVote"]
 
 log = logging.getLogger(__name__)
@@ -94,7 +96,7 @@ class PreVote:
             self._set("raftElectionDeadline", _FAR)
             self._due = deadline if deadline < _FAR else None
         now = self._clock()
-        if lo >= 1e9:  # not standing (a learner, a replica waiting for a snapshot)
+        if lo >= OUT_OF_REACH_S:  # not standing (a learner, a replica waiting for a snapshot)
             self._due, self._asking = None, None
             return
         if self._due is None:  # just stepped down, or stands again

@@ -24,6 +24,7 @@ from typing import Any
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj import syncobj as _syncobj_module
 
+from dledger.candidacy import OUT_OF_REACH_S
 from dledger.config import APPEND_BATCH_BYTES, ConfigError, GroupConfig
 from dledger.journal import EntryNotStored, RaftJournal
 from dledger.membership import Member
@@ -113,7 +114,7 @@ def group_conf(config: GroupConfig, journal_key: str, dump_path: str,
     )
     conf.standing_timeouts = (lo, hi)
     if not standing:
-        conf.raftMinTimeout = conf.raftMaxTimeout = 1e9
+        conf.raftMinTimeout = conf.raftMaxTimeout = OUT_OF_REACH_S
     return conf
 
 

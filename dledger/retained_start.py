@@ -142,6 +142,7 @@ class RetainedStart:
         """The state machine installed it (and keeps its own copy)."""
         self.received_path.unlink(missing_ok=True)
 
+
 def dump_path(data_dir: Path) -> Path:
     return data_dir / "log-start.dump"
 

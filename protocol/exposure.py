@@ -65,7 +65,7 @@ def check_exposure(what: str, listen: str, *, tls: bool, acl: bool | None, insec
     lacking = " and ".join(missing)
     if not insecure:
         raise ExposureRefused(f"{what} listens on {listen}, which other hosts can reach, without {lacking}: "
-                          f"configure {how}, listen on 127.0.0.1, or pass --insecure to serve "
-                          "anyone who reaches it anyway")
+                              f"configure {how}, listen on 127.0.0.1, or pass --insecure to serve "
+                              "anyone who reaches it anyway")
     log.warning("INSECURE (--insecure): %s listens on %s without %s: anyone who reaches it is "
                 "trusted (configure %s)", what, listen, lacking, how)

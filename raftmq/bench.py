@@ -157,8 +157,8 @@ def _produce_blocking(args: argparse.Namespace, where: dict[str, Any], progress:
                 top_up = args.inflight - in_flight[0]
                 with lock:
                     in_flight[0] += top_up
-                t0 = time.monotonic()
-                for _ in range(top_up):
+                for _ in range(top_up):  # each send timed from its own call
+                    t0 = time.monotonic()
                     p.send_async(Message(args.topic, body),
                                  lambda r, e, t0=t0: sent(t0, r, e), shard_key=keys[n % len(keys)])
                     n += 1

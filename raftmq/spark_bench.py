@@ -310,5 +310,6 @@ def main(argv: list[str] | None = None) -> int:
         if tmp is not None:
             tmp.cleanup()
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -25,7 +25,7 @@ deleted): those get the error, the epoch ends, and nothing of the new epoch is s
 every request of the old one is answered (the old one's gaps go first in the new epoch).
 
 Event loop only. Items are settled through their sink (``_Sink``): a future of a whole
-call, or a callback per message (``client.aio.producer``).
+call, or a callback per message (``client.aio.send_sinks``).
 """
 
 from __future__ import annotations

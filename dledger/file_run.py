@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from dledger.disk_guard import OUT_OF_SPACE
 from dledger.numbered_files import (
     PendingSync,
     close_quietly,
@@ -88,6 +89,7 @@ class FileRun:
         self._closed_error = closed_error
         self._flush_done = threading.Condition(self.lock)
         self._flushing = False
+        self._fsync_failed: OSError | None = None  # not for want of space: sticky (``flush``)
         self.directory.mkdir(parents=True, exist_ok=True)
 
     # -- numbers -----------------------------------------------------------------------
@@ -233,19 +235,30 @@ class FileRun:
     def flush(self) -> bool:
         """fsync what changed since the last flush; True if anything was synced.
 
-        Raises ValueError after ``close``; OSError if an fsync fails: what it covered
-        stays pending, but the caller should treat the data as possibly lost (a later
-        fsync may not report the same error again).
+        Raises ValueError after ``close``; OSError if an fsync fails. For want of space
+        (ENOSPC, EDQUOT: the disk guard's case) what it covered stays pending and a later
+        flush tries again. Any other failure (EIO) is sticky: Linux reports a failed
+        writeback once and may drop its pages, so a later fsync could succeed for data that
+        never reached the disk -- every later flush raises until the node restarts and
+        recovery re-checks each record.
         """
         with self.lock:
             self.wait_flushes()
             self.check_open()
+            if self._fsync_failed is not None:
+                raise OSError(self._fsync_failed.errno,
+                              f"an fsync of a {self._what} failed earlier ({self._fsync_failed}): nothing "
+                              "since is taken as durable; restart the node (recovery re-checks every record)")
             if not self.pending:
                 return False
             batch = self.pending.take(own_descriptor)
             self._flushing = True
         try:
             self.pending.sync(batch, self.lock, self.files)
+        except OSError as e:
+            if e.errno not in OUT_OF_SPACE:
+                self._fsync_failed = e
+            raise
         finally:
             with self.lock:
                 self._flushing = False
@@ -284,9 +297,8 @@ class FileRunStore:
     def flush(self) -> bool:
         """fsync what changed since the last flush; True if anything was synced.
 
-        Raises ValueError after ``close``; OSError if an fsync fails: what it covered
-        stays pending, but the caller should treat the data as possibly lost (a later
-        fsync may not report the same error again).
+        Raises ValueError after ``close``; OSError if an fsync fails (``FileRun.flush``:
+        for want of space it is tried again, any other failure is sticky).
         """
         return self._run.flush()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -157,6 +158,33 @@ def test_failed_fsync_keeps_files_dirty(files: SegmentedFile,
     with pytest.raises(OSError):
         files.flush()
     assert files.dirty
+
+
+@pytest.mark.parametrize(("code", "sticky"), [(errno.EIO, True), (errno.ENOSPC, False)])
+def test_a_failed_fsync_is_tried_again_only_when_it_was_for_want_of_space(
+        files: SegmentedFile, monkeypatch: pytest.MonkeyPatch, code: int, sticky: bool) -> None:
+    """Review finding: after EIO the kernel may have dropped the pages and reports the error
+    once, so a retried fsync could succeed for data never on disk; the log must not take it
+    as durable. Disk full (ENOSPC, EDQUOT) keeps the pages: trying again is right."""
+    files.append(rec(8))
+    real_fsync = os.fsync
+
+    def fails(fd: int) -> None:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(os, "fsync", fails)
+    with pytest.raises(OSError):
+        files.flush()
+    monkeypatch.setattr(os, "fsync", real_fsync)  # the next fsync would report success
+    if sticky:
+        with pytest.raises(OSError, match=r"failed earlier.*restart the node") as raised:
+            files.flush()
+        assert raised.value.errno == errno.EIO
+        files.append(rec(8))  # still written; never taken as durable
+        with pytest.raises(OSError, match="failed earlier"):
+            files.flush()
+    else:
+        assert files.flush() is True and not files.dirty
 
 
 def test_delete_segments_before_never_deletes_the_last(files: SegmentedFile) -> None:

@@ -39,7 +39,6 @@ __all__ = ["TRANSFER_NOT_TAKEN_S", "LeadershipTransfer"]
 log = logging.getLogger("dledger.replicated_log")
 
 TRANSFER_NOT_TAKEN_S = 30.0  # a member that did not take a transfer is passed over this long
-_PAUSE_AFTER_DEADLINE_S = 1.0  # proposals stay paused this long after a transfer's deadline
 _POLL_S = 0.001  # how often a transfer looks at the outcome
 _HAND_OVER_RETRY_S = 0.2
 _HAND_OVER_TIMEOUT_S = 5.0
@@ -61,7 +60,7 @@ class LeadershipTransfer:
         self._follower_disks = follower_disks
         self._must_not_lead = must_not_lead
         self._not_leader = not_leader
-        self._paused_until = 0.0  # proposals refused while the leadership moves
+        self._transferring = threading.Lock()  # one transfer at a time; proposals refused meanwhile
         self._target: PeerNode | None = None  # handed to pysyncobj on the tick thread
         self._not_taken: dict[str, float] = {}  # member -> when a transfer to it timed out
         self._hand_over_thread: threading.Thread | None = None
@@ -70,12 +69,14 @@ class LeadershipTransfer:
     @property
     def paused(self) -> bool:
         """Whether proposals are refused now: the leadership is moving."""
-        return time.monotonic() < self._paused_until
+        return self._transferring.locked()
 
     def transfer(self, target: str | None = None, timeout: float = 3.0) -> str | None:
         """Leader: hand the leadership to ``target`` (default: module docstring). Returns the
-        new leader, or None if it did not move within ``timeout``. Raises NotLeader/NoLeader
-        on a replica that does not lead, ValueError when ``target`` is no other member."""
+        new leader, or None if it did not move within ``timeout`` (or another transfer is under
+        way: one at a time, so neither reopens proposals while the other runs). Raises
+        NotLeader/NoLeader on a replica that does not lead, ValueError when ``target`` is no
+        other member."""
         if not self._view.is_leader:
             raise self._not_leader()
         if target is None:
@@ -85,8 +86,9 @@ class LeadershipTransfer:
         others = {n: m for n, m in self._members().items() if m.raft != self._own_address}
         if target not in others:
             raise ValueError(f"{target!r} is not another member of this group ({sorted(others)})")
+        if not self._transferring.acquire(blocking=False):
+            return None
         deadline = time.monotonic() + timeout
-        self._paused_until = deadline + _PAUSE_AFTER_DEADLINE_S
         try:
             self._target = self._peer_node(others[target])
             wake(self._wakeup)
@@ -101,7 +103,7 @@ class LeadershipTransfer:
             return self._view.leader
         finally:
             self._target = None
-            self._paused_until = 0.0
+            self._transferring.release()
 
     def _default_target(self) -> str | None:
         matches = self._view.connected_matches()
@@ -138,16 +140,15 @@ class LeadershipTransfer:
     def _hand_over(self) -> None:
         """Pass the leadership on as soon as a member has every entry (``transfer`` waits for
         that), while this replica leads and must not."""
-        pause = threading.Event()
         try:
             while self._view.is_leader and self._must_not_lead():
                 roomy = [n for n, up in self._view.connected().items()
                          if up and not self._follower_disks.is_full(n)]
                 if self._must_not_lead() == {DISK_FULL} and not roomy:
-                    pause.wait(_HAND_OVER_RETRY_S)  # every other member's disk is full too
+                    time.sleep(_HAND_OVER_RETRY_S)  # every other member's disk is full too
                     continue
                 if self.transfer(timeout=_HAND_OVER_TIMEOUT_S) is not None:
                     return
-                pause.wait(_HAND_OVER_RETRY_S)  # no member connected, or none caught up in time
+                time.sleep(_HAND_OVER_RETRY_S)  # no member connected, or none caught up in time
         except ProposeError:
             pass  # deposed meanwhile

@@ -216,7 +216,7 @@ class _Page:
                     return None
         except MessageFormatError as e:  # left out, and said so: its consumer never sees it
             where = f"topic {self.topic!r} queue {self.queue_id}"
-            _UNREADABLE.note(f"{where} {unit.base}", where,
+            _UNREADABLE.note(where, where,  # once a minute a queue (a key a record would grow without end)
                              f"the record at queue offsets {unit.base}..{unit.end - 1} (CommitLog position "
                              f"{unit.position}): {e}")
             return None

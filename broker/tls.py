@@ -25,7 +25,7 @@ from pathlib import Path
 import msgspec
 
 from dledger.config import ConfigError
-from protocol.tls import MIN_VERSION, ClientTls
+from protocol.tls import ClientTls, listening_context
 
 __all__ = ["TlsSection", "peer_tls", "server_context"]
 
@@ -49,10 +49,8 @@ def server_context(tls: TlsSection, where: str) -> ssl.SSLContext:
     if tls.client_auth and not tls.ca_file:
         raise ConfigError(f"{where}.client_auth = true needs {where}.ca_file: the CA that signs the "
                           "clients' certificates")
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # trusts no CA but ca_file (not the system's)
-    ctx.minimum_version = MIN_VERSION
     try:
-        ctx.load_cert_chain(tls.cert_file, tls.key_file)
+        ctx = listening_context(tls.cert_file, tls.key_file)  # trusts no CA but ca_file, below
     except (OSError, ssl.SSLError) as e:
         raise ConfigError(f"{where}: cannot use cert_file {tls.cert_file} with key_file {tls.key_file}: "
                           f"{e}") from None

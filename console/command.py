@@ -30,7 +30,7 @@ from client.aio.routes import default_namesrv
 from client.cli import add_tls_arguments, cli_tls
 from console.web import Console
 from protocol.exposure import check_exposure
-from protocol.tls import ClientTls
+from protocol.tls import ClientTls, listening_context
 
 __all__ = ["DESCRIPTION", "configure", "main", "run", "serving_context"]
 
@@ -57,20 +57,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def serving_context(cert_file: str | None, key_file: str | None) -> ssl.SSLContext | None:
-    """The page's TLS (TLS 1.2+), or None without a certificate; ValueError when only one of
-    the two files is given or they cannot be used."""
+    """The page's TLS (``protocol.tls.listening_context``), or None without a certificate;
+    ValueError when only one of the two files is given or they cannot be used."""
     if not cert_file and not key_file:
         return None
     if not (cert_file and key_file):
         raise ValueError("--listen-cert-file and --listen-key-file go together")
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
-        context.load_cert_chain(cert_file, key_file)
+        return listening_context(cert_file, key_file)
     except (OSError, ssl.SSLError) as e:
         raise ValueError(f"cannot use --listen-cert-file {cert_file} with --listen-key-file {key_file}: "
                          f"{e}") from e
-    return context
 
 
 def where_of(args: argparse.Namespace) -> tuple[list[str], ClientTls | bool | None]:

@@ -28,7 +28,7 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["MIN_VERSION", "ClientTls", "http_url", "resolve_tls", "ws_url"]
+__all__ = ["MIN_VERSION", "ClientTls", "http_url", "listening_context", "resolve_tls", "ws_url"]
 
 #: The lowest protocol version either side accepts.
 MIN_VERSION = ssl.TLSVersion.TLSv1_2
@@ -60,6 +60,17 @@ class ClientTls:
         if ca or cert or env.get("RAFTMQ_TLS", "").strip().lower() in _TRUE:
             return cls(ca, cert, key)
         return None
+
+
+def listening_context(cert_file: str, key_file: str) -> ssl.SSLContext:
+    """A listening side's context (the broker's ports, the console's page): its certificate
+    chain, TLS ``MIN_VERSION`` or later, trusting no CA (not the system's: a caller that asks
+    clients for certificates loads its own). OSError or ssl.SSLError when the files cannot be
+    used."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = MIN_VERSION
+    ctx.load_cert_chain(cert_file, key_file)
+    return ctx
 
 
 def resolve_tls(tls: ClientTls | bool | None) -> ClientTls | None:

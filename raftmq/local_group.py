@@ -271,6 +271,23 @@ class LocalGroup:
         tails = "\n".join(f"--- {n}\n{self.log_tail(n, 10)}" for n in names)
         raise TimeoutError(f"no leader among {names} within {timeout}s\n{tails}")
 
+    def wait_following(self, leader: str, timeout: float = 20.0,
+                       among: list[str] | None = None) -> int:
+        """Wait until every live node of ``among`` (default: all) names ``leader`` in the
+        leader's term -- each has heard an append of that term -- and return the term.
+        A test that cuts, isolates or kills a node to compare its term or log with the
+        leader's waits for this first: ``wait_leader`` returns as soon as the leader won,
+        before its first append reached anyone."""
+        status = self.status(leader, timeout=1.0)
+        if status is None or status["role"] != "leader":
+            raise TimeoutError(f"{leader} is not the leader: {status}")
+        term = int(status["term"])
+        for name in among or list(self.nodes):
+            if name != leader and self.nodes[name].alive:
+                self.wait_status(name, lambda s: s["leader"] == leader and s["term"] == term,
+                                 timeout, f"following {leader} in term {term}")
+        return term
+
     def wait_status(self, name: str, predicate: Any, timeout: float, what: str) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         last: dict[str, Any] | None = None

@@ -131,26 +131,40 @@ def test_isolated_leader_never_serves_its_uncommitted_tail(proxied: ProxiedGroup
         assert b"stranded-on-the-old-leader" not in [row[4] for row in group.all_entries(name)]
 
 
+@pytest.mark.parametrize("cut", ["after-following", "before-the-first-append"])
 def test_a_follower_cut_off_with_its_connections_up_forces_no_election_when_healed(
-        proxied: ProxiedGroup, toxi: Toxi) -> None:
+        proxied: ProxiedGroup, toxi: Toxi, cut: str) -> None:
     """Pre-vote (issue 13, row 7): a follower whose links swallow bytes while the TCP
     connections stay up -- so pysyncobj's "connected to no one" guard does not hold it
-    back -- asks before it stands; it raises no term, and the leader keeps leading when
-    the links heal."""
+    back -- asks before it stands; it raises no term above the leader's, and the leader
+    keeps leading when the links heal.
+
+    ``after-following``: cut once the follower has joined the leader's term (the
+    premise the assertion compares against, issue 32: ``wait_leader`` returns before
+    the leader's first append reached anyone). ``before-the-first-append``: the race of
+    issue 32 made deterministic -- the follower is cut before the group starts, so it
+    never hears the leader and stays at term 0; it must still raise nothing."""
     group = proxied.group
+    follower = "n3"
+    if cut == "before-the-first-append":
+        proxied.isolate(follower)
     group.start()
-    leader = group.wait_leader(timeout=30)
-    follower = next(n for n in group.nodes if n != leader)
-    term = group.status(leader)["term"]  # type: ignore[index]
-    proxied.isolate(follower)
+    leader = group.wait_leader(timeout=30, among=[n for n in group.nodes if n != follower])
+    if cut == "after-following":
+        term = group.wait_following(leader, timeout=20)
+        proxied.isolate(follower)
+    else:
+        term = group.status(leader)["term"]  # type: ignore[index]
     # three of its election timeouts (0.4-1.2 s) pass: it asks (pre-vote) or stands
     group.wait_status(follower, lambda s: s.get("pre_vote_rounds", 0) >= 3 or s["term"] > term, 15,
                       "the cut-off follower noticing the leader is gone")
     cut_off = group.status(follower)
+    assert cut_off is not None and cut_off["term"] <= term, \
+        f"the cut-off follower raised its term above the leader's {term}: {cut_off}"
+    assert cut_off["pre_vote_won"] == 0, f"the cut-off follower won a pre-vote: {cut_off}"
     toxi.reset()
     group.wait_status(follower, lambda s: s["leader"] == leader and s["role"] == "follower", 20,
                       "the healed follower following the leader")
     after = {n: group.status(n) for n in group.nodes}
-    assert cut_off is not None and cut_off["term"] == term, f"the cut-off follower raised its term: {cut_off}"
     assert {s["term"] for s in after.values() if s} == {term}, f"an election happened: {after}"
     assert group.wait_leader() == leader

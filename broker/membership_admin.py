@@ -53,21 +53,24 @@ def _members_doc(server: BrokerServer) -> dict[str, Any]:
             "changed_at": rlog.status()["members_changed_at"]}
 
 
-async def _learner_lag(server: BrokerServer, member: Member) -> tuple[int | None, str]:
-    """(entries behind the leader, why unknown) of the replica about to be added."""
+async def _learner_lag(server: BrokerServer, member: Member) -> tuple[int | None, str, str]:
+    """(entries behind the leader, why unknown, its storage token) of the replica about to be
+    added: the add records that storage (dledger.storage_rule: it counts once committed)."""
     try:
         async with server.http_session().get(server.peer_url(member.client, "/status"),
                                       timeout=aiohttp.ClientTimeout(total=3)) as resp:
             doc = await resp.json()
     except (aiohttp.ClientError, TimeoutError, ValueError) as e:
-        return None, f"{member.name}'s broker at {member.client} does not answer ({e or type(e).__name__})"
+        why = f"{member.name}'s broker at {member.client} does not answer ({e or type(e).__name__})"
+        return None, why, ""
     if doc.get("group") != server.rlog.config.group or doc.get("node") != member.name:
         return None, (f"{member.client} is replica {doc.get('node')!r} of group {doc.get('group')!r}, "
-                      f"not {member.name} of {server.rlog.config.group}")
+                      f"not {member.name} of {server.rlog.config.group}"), ""
     if doc.get("apply_stalled"):
-        return None, f"{member.name} is still catching up: {doc['apply_stalled']}"
+        return None, f"{member.name} is still catching up: {doc['apply_stalled']}", ""
     held = min(int(doc.get("commit_index", 0)), int(doc.get("applied_index", 0)))
-    return max(0, server.rlog.committed_index - held), ""
+    storage = doc.get("storage")
+    return max(0, server.rlog.committed_index - held), "", storage if isinstance(storage, str) else ""
 
 
 def member_routes(server: BrokerServer) -> list[web.RouteDef]:
@@ -98,13 +101,14 @@ def member_routes(server: BrokerServer) -> list[web.RouteDef]:
             return web.json_response({"error": "not the leader", "leader": leader,
                                       "leader_address": server.addresses.get(leader or "")}, status=421)
         if op == "add":
-            behind, why = await _learner_lag(server, member)
+            behind, why, storage = await _learner_lag(server, member)
             if behind is None:
                 return web.json_response({"error": why}, status=409)
             if behind > CATCH_UP_SLACK:
                 return web.json_response({"error": f"{member.name} is {behind} entries behind the leader; "
                                           "it keeps catching up as a learner: retry",
                                           "behind": behind}, status=409)
+            member = Member(member.name, member.raft, member.client, storage)
         if op == "remove" and member.raft == rlog.config.address:
             return web.json_response({"error": f"{member.name} is the leader: transfer the leadership "
                                       "first (raftmq leader transfer)", "leads": True}, status=409)

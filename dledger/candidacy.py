@@ -3,6 +3,8 @@
 A replica always votes. It stands for election only while no reason holds it back:
 
     NOT_A_MEMBER   a learner, or a replica removed from the group (never stands)
+    STORAGE_NOT_RECORDED  a member whose storage is new or replaced, until the leader has
+                   recorded it (never stands; it does not vote either: dledger.storage_rule)
     DISK_FULL      its disk cannot take an entry (``dledger.disk_guard``)
     others         given by the broker: its state is known wrong, a snapshot is awaited
 
@@ -30,11 +32,14 @@ from typing import Any
 
 from dledger.refusal_log import Throttle
 
-__all__ = ["DISK_FULL", "HANDOVER_AFTER_TIMEOUTS", "NOT_A_MEMBER", "Candidacy"]
+__all__ = ["DISK_FULL", "HANDOVER_AFTER_TIMEOUTS", "NOT_A_MEMBER", "STORAGE_NOT_RECORDED", "Candidacy"]
 
 log = logging.getLogger("dledger.replicated_log")
 
 NOT_A_MEMBER = "this replica is not a voting member of the group"
+#: A member whose storage is not the one the group recorded for it (``dledger.storage_rule``):
+#: it may have forgotten what it acknowledged, so it never stands, not even to hand over.
+STORAGE_NOT_RECORDED = "its storage is not (yet) the one the group recorded for it"
 #: Why a replica whose disk is full does not stand (``stand_for_election``'s reason).
 DISK_FULL = "its disk is full"
 #: A member that does not stand stands after this many maximum election timeouts
@@ -74,7 +79,7 @@ class Candidacy:
         if reason in self._reasons:
             return False
         self._reasons = self._reasons | {reason}
-        log.log(logging.INFO if reason == NOT_A_MEMBER else logging.ERROR,
+        log.log(logging.INFO if reason in (NOT_A_MEMBER, STORAGE_NOT_RECORDED) else logging.ERROR,
                 "this node no longer stands for election: %s", reason)
         return True
 
@@ -89,7 +94,7 @@ class Candidacy:
         return lo, hi
 
     def _may_stand_to_hand_over(self, is_leader: bool, leader_heard_at: float) -> bool:
-        if NOT_A_MEMBER in self._reasons:
+        if NOT_A_MEMBER in self._reasons or STORAGE_NOT_RECORDED in self._reasons:
             return False
         now = self._clock()
         if is_leader:

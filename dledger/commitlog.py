@@ -93,6 +93,8 @@ class RecoveryReport:
     cut_at: int | None
     cut_bytes: int
     finished_reset: bool = False
+    #: the cut was a repair's (valid records followed the bad one: entries once fsynced are gone)
+    repaired: bool = False
 
 
 class LogGap(LookupError):
@@ -139,7 +141,7 @@ class CommitLog:
             self._files.close()
             raise
         self.recovery: RecoveryReport = (
-            RecoveryReport(report.entries, report.cut_at, report.cut_bytes, True)
+            RecoveryReport(report.entries, report.cut_at, report.cut_bytes, True, report.repaired)
             if finished else report)
 
     # -- properties ----------------------------------------------------------------
@@ -486,7 +488,8 @@ class CommitLog:
         what = "repair: cut corrupt log" if follower is not None else "cut torn log tail"
         log.warning("%s in %s: %s; %d bytes removed, last index now %d",
                     what, where, bad.reason, end - bad.position, self._last())
-        return RecoveryReport(len(self._positions), bad.position, end - bad.position)
+        return RecoveryReport(len(self._positions), bad.position, end - bad.position,
+                              repaired=follower is not None)
 
     def _next_expected(self) -> int | None:
         """The index the next record recovered must have (None: any, an empty log)."""

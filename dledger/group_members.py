@@ -32,7 +32,7 @@ from pysyncobj.pipe_notifier import PipeNotifier
 from dledger.candidacy import NOT_A_MEMBER
 from dledger.config import GroupConfig
 from dledger.errors import NoLeader, NotLeader, OutcomeUnknown, ProposalRejected
-from dledger.membership import MEMBERSHIP_PREFIX, Change, Member, MemberHistory, decode_change, encode_change
+from dledger.membership import MEMBERSHIP_PREFIX, Change, Member, MemberHistory, decode_changes, encode_change
 from dledger.proposals import propose_error, wake
 from dledger.raft_node import RaftNode, RaftView
 from dledger.transport import PeerNode
@@ -102,14 +102,19 @@ class GroupMembers:
     # -- the log's changes ---------------------------------------------------------------
     def on_raft_entry(self, index: int, command: bytes) -> None:
         """Journal hook (tick thread): a change entry was appended -- it applies now."""
-        change = decode_change(command)
-        if change is None:
+        changes = decode_changes(command)
+        if not changes:
             return
-        self.history.record(index, change)
+        self.history.record(index, changes)
         self._dirty = True
-        log.info("membership: %s %s (raft %s) at index %d; members now %s",
-                 "added" if change.op == "add" else "removed", change.member.name,
-                 change.member.raft, index, ", ".join(sorted(self.members())))
+        for change in changes:
+            if change.op == "bind":
+                log.info("membership: storage %s recorded for %s at index %d", change.member.storage,
+                         change.member.name, index)
+            else:
+                log.info("membership: %s %s (raft %s) at index %d; members now %s",
+                         "added" if change.op == "add" else "removed", change.member.name,
+                         change.member.raft, index, ", ".join(sorted(self.members())))
         self._changed()
 
     def on_truncate(self, index: int) -> None:

@@ -41,7 +41,7 @@ from dledger.durable_file import atomic_write, read_or_none
 from dledger.numbered_files import pwrite_all
 
 __all__ = ["FILE_SIZE", "MAX_VOTE_BYTES", "SLOT_SIZE", "HardState", "HardStateCorrupt", "HardStateFile",
-           "decode_slot", "encode_slot"]
+           "decode_slot", "encode_slot", "probe"]
 
 MAGIC = b"RMHS"
 SLOT_SIZE = 512
@@ -85,6 +85,23 @@ def decode_slot(data: bytes) -> tuple[int, HardState] | None:
         return None
     vote = body[_HEAD.size:_HEAD.size + vote_len].decode(errors="replace") if vote_len else None
     return seq, HardState(term, vote, commit)
+
+
+def probe(path: Path) -> tuple[str, HardState | None]:
+    """Whether the hard state at ``path`` is ``"ok"`` (with it), ``"absent"`` or ``"corrupt"``,
+    without creating or changing anything."""
+    data = read_or_none(Path(path))
+    if data is None:
+        return "absent", None
+    if len(data) != FILE_SIZE:
+        try:
+            legacy = msgpack.unpackb(data) if data else {}
+            return "ok", HardState(int(legacy.get("term", 0)), legacy.get("voted_for"),
+                                   int(legacy.get("commit", 0)))
+        except Exception:
+            return "corrupt", None
+    slots = [s for s in (decode_slot(data[:SLOT_SIZE]), decode_slot(data[PAGE:PAGE + SLOT_SIZE])) if s]
+    return ("ok", max(slots, key=lambda s: s[0])[1]) if slots else ("corrupt", None)
 
 
 class HardStateFile:

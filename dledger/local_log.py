@@ -136,9 +136,11 @@ class LocalLog:
             "write_position": self.commitlog.write_position, "follower_match_index": {},
             "peers_connected": {}, "last_fsync_time": None, "flush": self.config.flush.value,
             "conflict_truncations": 0, "followers_behind_retained_start": [], "log_resets": [],
-            "members": {me.name: {"raft": me.raft, "client": me.client}}, "member": True,
+            "members": {me.name: {"raft": me.raft, "client": me.client, "storage": ""}}, "member": True,
             "members_changed_at": 0, "pre_vote_rounds": 0, "pre_vote_won": 0, "snapshot_fetch": None,
             "disk": self.disk.status(), "disk_full_members": self.disk_full_nodes(),
+            # one replica, no Raft: nothing to forget or record (dledger.storage_rule)
+            "storage": "", "voter": True, "vote_refusal": None, "storages_catching_up": {}, "forgot": None,
         }
 
     # -- hooks the broker sets (snapshots, retention): nothing is ever cut here -----------

@@ -9,10 +9,20 @@ group's initial set (the TOML ``peers``) before any change.
 The entry is pysyncobj's MEMBERSHIP command, with a member id string instead of
 a pickled node object, so that the log holds plain data::
 
-    command = b"\\x02" + pickle(["add" | "rem", "<name> <raft host:port> <client host:port>"])
+    command = b"\\x02" + pickle(["add" | "rem", "<name> <raft host:port> <client host:port>[ <storage>]"])
 
-(``client`` is the broker's listen address, ``-`` when unknown.) pysyncobj turns
-the id into a node through the ``nodeClass`` factory ``ReplicatedLog`` hands it.
+(``client`` is the broker's listen address, ``-`` when unknown; ``storage`` the token of
+the storage identity recorded for the member, ``dledger.storage_identity``, absent while
+none is.) pysyncobj turns the id into a node through the ``nodeClass`` factory
+``ReplicatedLog`` hands it; its identity is the Raft address alone.
+
+Recording a member's storage identity (issue 24) is its own entry, which pysyncobj's
+membership path would refuse (it knows no such change): a regular command of the node's
+second replicated method, whose apply does nothing (``RaftNode._bind_storage``)::
+
+    command = b"\\x00" + pickle((BIND_FUNC_ID, (msgpack([[name, storage token], ...]),)))
+
+``decode_change`` reads both kinds; a bind entry sets the storage of the named members.
 
 ``MemberHistory`` records, durably, the member set after each change entry a
 replica holds (file ``members``, msgpack ``[[index, [member id, ...]], ...]``),
@@ -31,32 +41,38 @@ import msgpack
 
 from dledger.durable_file import atomic_write, read_or_none
 
-__all__ = ["MEMBERSHIP_PREFIX", "Change", "Member", "MemberHistory", "apply_change",
-           "decode_change", "encode_change"]
+__all__ = ["BIND_FUNC_ID", "MEMBERSHIP_PREFIX", "Change", "Member", "MemberHistory", "apply_change",
+           "decode_change", "decode_changes", "encode_bindings", "encode_change"]
 
 MEMBERSHIP_PREFIX = b"\x02"  # pysyncobj's _COMMAND_TYPE.MEMBERSHIP
+_REGULAR_PREFIX = b"\x00"  # pysyncobj's _COMMAND_TYPE.REGULAR
+#: pysyncobj's id of ``RaftNode._bind_storage`` (methods are numbered by name: ``_append`` is 0)
+BIND_FUNC_ID = 1
 _OPS = {"add", "rem"}
 
 
 @dataclass(frozen=True, slots=True)
 class Member:
-    """One replica: its name, Raft address (its identity) and broker address."""
+    """One replica: its name, Raft address (pysyncobj's identity), broker address and the
+    token of the storage identity recorded for it ("" while none is)."""
 
     name: str
     raft: str
     client: str = ""
+    storage: str = ""
 
     @property
     def member_id(self) -> str:
-        return f"{self.name} {self.raft} {self.client or '-'}"
+        base = f"{self.name} {self.raft} {self.client or '-'}"
+        return f"{base} {self.storage}" if self.storage else base
 
     @classmethod
     def parse(cls, member_id: str) -> Member:
         parts = member_id.split(" ")
-        if len(parts) != 3 or not all(parts):
+        if len(parts) not in (3, 4) or not all(parts):
             raise ValueError(f"not a member id: {member_id!r}")
-        name, raft, client = parts
-        return cls(name, raft, "" if client == "-" else client)
+        name, raft, client = parts[:3]
+        return cls(name, raft, "" if client == "-" else client, parts[3] if len(parts) == 4 else "")
 
     def check(self) -> None:
         """Raise ValueError unless the name and addresses are usable."""
@@ -73,7 +89,7 @@ class Member:
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    op: str  # "add" or "rem"
+    op: str  # "add", "rem" or "bind" (the member's storage: ``member.storage``)
     member: Member
 
 
@@ -82,6 +98,33 @@ def encode_change(change: Change) -> bytes:
     if change.op not in _OPS:
         raise ValueError(f"membership change op {change.op!r}")
     return pickle.dumps([change.op, change.member.member_id], protocol=5)
+
+
+def encode_bindings(bindings: dict[str, str]) -> bytes:
+    """The payload of a bind entry: member name -> storage token."""
+    return msgpack.packb(sorted([name, token] for name, token in bindings.items()))
+
+
+def decode_bindings(command: bytes) -> list[Change] | None:
+    """The bind changes of a full regular command, or None if it is not a bind entry."""
+    if command[:1] != _REGULAR_PREFIX:
+        return None
+    try:
+        func, args = pickle.loads(command[1:])
+        if func != BIND_FUNC_ID or len(args) != 1:
+            return None
+        return [Change("bind", Member(str(name), "-", "", str(token)))
+                for name, token in msgpack.unpackb(args[0])]
+    except Exception:  # another regular command: not a bind entry
+        return None
+
+
+def decode_changes(command: bytes) -> list[Change]:
+    """Every change a RAFT-kind entry makes (a membership change, or a bind entry's)."""
+    change = decode_change(command)
+    if change is not None:
+        return [change]
+    return decode_bindings(command) or []
 
 
 def decode_change(command: bytes) -> Change | None:
@@ -103,6 +146,11 @@ def apply_change(members: dict[str, Member], change: Change) -> dict[str, Member
     out = dict(members)
     if change.op == "add":
         out[change.member.name] = change.member
+    elif change.op == "bind":
+        current = out.get(change.member.name)
+        if current is not None:
+            out[change.member.name] = Member(current.name, current.raft, current.client,
+                                             change.member.storage)
     else:
         out.pop(change.member.name, None)
     return out
@@ -143,10 +191,27 @@ class MemberHistory:
         """The index of the newest change entry held (0: the initial set)."""
         return self._records[-1][0]
 
-    def record(self, index: int, change: Change) -> None:
-        """Change entry ``index`` was appended."""
+    def storage_recorded_at(self, name: str) -> int:
+        """The index of the entry that recorded ``name``'s current storage (0: the initial
+        set, or the oldest record kept). -1 when ``name`` is not a member."""
+        current = self._current.get(name)
+        if current is None:
+            return -1
+        at = 0
+        for index, members in reversed(self._records):
+            member = members.get(name)
+            if member is None or member.storage != current.storage:
+                break
+            at = index
+        return at
+
+    def record(self, index: int, change: Change | list[Change]) -> None:
+        """Change entry ``index`` was appended (a bind entry may make several changes)."""
         self.truncate_from(index)
-        self._records.append((index, apply_change(self._records[-1][1], change)))
+        members = self._records[-1][1]
+        for one in change if isinstance(change, list) else [change]:
+            members = apply_change(members, one)
+        self._records.append((index, members))
         self._current = self._records[-1][1]
         self._save()
 

@@ -11,9 +11,9 @@ healthy leader. With pre-vote it first asks every member::
                                          <--pre_vote_response{round, granted}--------
       granted by a majority (itself counted): let pysyncobj stand now
 
-A member grants when it is not the leader, has not heard from a leader for the
-minimum election timeout, the proposed term is above its own, and the candidate's log
-is at least as up to date as its own (the vote rule, §5.4.1). Nothing changes state on
+A member grants when it may vote (``dledger.storage_rule``), is not the leader, has not
+heard from a leader for the minimum election timeout, the proposed term is above its own,
+and the candidate's log is at least as up to date as its own (the vote rule, §5.4.1). Nothing changes state on
 either side: no term is raised and no vote is cast by a pre-vote.
 
 How it is attached (pysyncobj 0.3.17, pinned; see docs/ARCHITECTURE.md): on every tick
@@ -48,7 +48,7 @@ class PreVote:
 
     def __init__(self, node: Any, min_timeout: Callable[[], float],
                  timeouts: Callable[[], tuple[float, float]], clock: Callable[[], float] = time.monotonic,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, may_vote: Callable[[], bool] = lambda: True) -> None:
         """``node``: the SyncObj; ``min_timeout``: the configured minimum election timeout
         (s); ``timeouts``: the (min, max) election timeouts in force (1e9 while the replica
         does not stand)."""
@@ -56,6 +56,7 @@ class PreVote:
         self._min_timeout = min_timeout
         self._timeouts = timeouts
         self._clock = clock
+        self._may_vote = may_vote
         self._rng = rng or random.Random()
         self._due: float | None = None  # when this replica would stand, had it not asked
         self._round = 0
@@ -164,8 +165,8 @@ class PreVote:
                      "not standing for election")
 
     def _grants(self, node: Any, message: dict[str, Any]) -> bool:
-        if self._get("raftState") == _LEADER or node not in self._members():
-            return False
+        if self._get("raftState") == _LEADER or node not in self._members() or not self._may_vote():
+            return False  # a leader, a stranger asking, or a storage that may not vote
         if self._clock() - self._heard_at < self._min_timeout():
             return False  # a leader was heard from within the minimum election timeout
         try:

@@ -123,12 +123,19 @@ def _refuse_serialize(filename: str, data: Any) -> None:
 
 
 class RaftNode(SyncObj):
-    """The pysyncobj object; its only replicated method marks DATA entries."""
+    """The pysyncobj object; its replicated methods mark DATA entries (``_append``) and
+    bind entries (``_bind_storage``, numbered after it: pysyncobj numbers them by name)."""
 
     @replicated
     def _append(self, payload: bytes) -> int:
         # pysyncobj applies entry i with raftLastApplied == i - 1 and increments
         # it afterwards; the return value reaches the proposer's callback.
+        return self.raftLastApplied + 1
+
+    @replicated
+    def _bind_storage(self, bindings: bytes) -> int:
+        # a bind entry (dledger.membership): its effect is taken when it is appended and
+        # committed (dledger.storage_rule); applying it changes nothing here
         return self.raftLastApplied + 1
 
     def _checkCommandsToApply(self) -> None:

@@ -46,7 +46,7 @@ from typing import Any
 
 from pysyncobj.pipe_notifier import PipeNotifier
 
-from dledger.candidacy import DISK_FULL, NOT_A_MEMBER, Candidacy
+from dledger.candidacy import DISK_FULL, NOT_A_MEMBER, STORAGE_NOT_RECORDED, Candidacy
 from dledger.commitlog import CommitLog
 from dledger.config import MAX_ENTRY_BYTES, FlushPolicy, GroupConfig
 from dledger.disk_guard import DiskGuard
@@ -54,11 +54,12 @@ from dledger.entry_format import Entry
 from dledger.errors import EntryTooLarge, NoLeader, NotLeader
 from dledger.full_disks import FollowerDisks, own_disk_full, refusal
 from dledger.group_members import GroupMembers
+from dledger.hard_state import probe as probe_hard_state
 from dledger.journal import RaftJournal, silence_false_truncation_alarm
 from dledger.latency import LatencyHistogram
 from dledger.leadership_transfer import LeadershipTransfer
 from dledger.log_retention import LogRetention
-from dledger.membership import Change, Member, MemberHistory
+from dledger.membership import BIND_FUNC_ID, Change, Member, MemberHistory
 from dledger.peer_crypto import install_peer_crypto
 from dledger.prevote import PreVote
 from dledger.proposals import Appended, Proposals
@@ -75,6 +76,8 @@ from dledger.raft_node import (
 from dledger.retained_start import RetainedStart, SnapshotSource, finish_interrupted_reset
 from dledger.retention import RetentionPlan
 from dledger.snapshot_fetch import SnapshotFetch
+from dledger.storage_binding import StorageBinding
+from dledger.storage_identity import StorageIdentity, open_identity
 from dledger.transport import PeerNode, make_transport_class
 
 __all__ = ["NOT_A_MEMBER", "Appended", "LeaderChange", "ReplicatedLog", "Role", "SnapshotSource"]
@@ -126,23 +129,56 @@ class ReplicatedLog:
         self.commitlog_dir = config.data_dir / "commitlog"
         self.commitlog = CommitLog(self.commitlog_dir, config.segment_bytes, repair=config.repair_log)
         finish_interrupted_reset(self.commitlog, config.data_dir)
+        self.identity, self.forgot = self._open_identity()
         initial = {name: Member(name, addr) for name, addr in config.peers.items()
                    if not (config.join and name == config.node)}
         self._history = MemberHistory(config.data_dir / "members", initial, self.commitlog.last_index)
         self._members = GroupMembers(config, self._history, self.stand_for_election)
-        # a learner holds its reason before pysyncobj draws its first election deadline
-        self.candidacy = Candidacy(config.election_timeout_ms,
-                                   {NOT_A_MEMBER} if self._members.learner else None)
         self.disk = DiskGuard(config.data_dir, config.disk_resume_free_bytes)
         self._follower_disks = FollowerDisks()  # on a leader: what each follower last said
         self._next_disk_check = 0.0
         self.journal = RaftJournal(self.commitlog, config.data_dir / "raft-state", self.disk)
+        self._binding = StorageBinding(
+            config.node, self.identity, self._history, committed_index=lambda: self.journal.committed_index,
+            is_leader=lambda: self._view.is_leader, names=lambda: self._view.address_names(),
+            propose=self._propose_bindings,
+            stand=lambda allowed: self.stand_for_election(allowed, STORAGE_NOT_RECORDED))
+        # held before pysyncobj draws its first election deadline
+        held = {NOT_A_MEMBER} if self._members.learner else set()
+        if self._binding.refusal() is not None:
+            held.add(STORAGE_NOT_RECORDED)
+            log.warning("%s neither votes nor stands: %s", config.node, self._binding.refusal())
+        self.candidacy = Candidacy(config.election_timeout_ms, held)
         self.journal.on_raft_entry = self._members.on_raft_entry
         self.journal.on_truncate = self._members.on_truncate
         self.journal.on_kept_tail = self._members.mark_dirty
         self.journal.on_not_stored = self._on_not_stored
         self._commit_cond = threading.Condition()
         self.journal.add_commit_listener(self._on_commit)
+
+    def _open_identity(self) -> tuple[StorageIdentity, str | None]:
+        """This replica's storage identity (``dledger.storage_identity``): a new one when it may
+        have forgotten what it acknowledged -- a lost or unreadable hard state (moved aside
+        as ``raft-state.corrupt``), or a CommitLog cut by repair or below the commit index
+        it had learned."""
+        state_path = self.config.data_dir / "raft-state"
+        hard, state = probe_hard_state(state_path)
+        if hard == "corrupt":
+            state_path.rename(state_path.with_name("raft-state.corrupt"))
+        recovery = self.commitlog.recovery
+        forgot = None
+        if recovery.cut_at is not None and recovery.repaired:
+            forgot = (f"--repair-log cut its CommitLog ({recovery.cut_bytes} bytes from position "
+                      f"{recovery.cut_at}): entries it had stored and acknowledged are gone")
+        elif recovery.cut_at is not None and state is not None and self.commitlog.last_index < state.commit:
+            forgot = (f"its CommitLog's tail failed its checks and was cut to index "
+                      f"{self.commitlog.last_index}, below the commit index {state.commit} it had learned")
+        return open_identity(self.config.data_dir, hard_state=hard,
+                             log_holds_entries=self.commitlog.last_index > 0, forgot=forgot)
+
+    def _propose_bindings(self, payload: bytes, callback: Any) -> None:
+        """Append a bind entry (``dledger.storage_binding``); tick thread."""
+        self._node._bind_storage(payload, callback=callback)
 
     def _start_raft(self, sync: bool) -> None:
         """The retained start's dump rewritten, pysyncobj's node over our journal and
@@ -167,8 +203,9 @@ class ReplicatedLog:
                                 standing=not self.candidacy.reasons)
         self._node = RaftNode(PeerNode(config.address, name=config.node), others, self._conf,
                               nodeClass=self._members.node_of_member_id, transportClass=transport)
-        if self._node._methodToID.get("_append_v0", APPEND_FUNC_ID) != APPEND_FUNC_ID:
-            raise RuntimeError("pysyncobj numbered the append method unexpectedly")
+        if (self._node._methodToID.get("_append_v0", APPEND_FUNC_ID) != APPEND_FUNC_ID
+                or self._node._methodToID.get("_bind_storage_v0", BIND_FUNC_ID) != BIND_FUNC_ID):
+            raise RuntimeError("pysyncobj numbered the replicated methods unexpectedly")
         self._wakeup = PipeNotifier(self._node._poller)
         self._view = RaftView(self._node, config.address, config.node, self.members)
         self._proposals = Proposals(self._node, self._conf, self._wakeup, self.journal, self.commitlog,
@@ -186,7 +223,8 @@ class ReplicatedLog:
         """What runs on pysyncobj's tick thread besides Raft: leadership events, pre-vote,
         snapshot transfers (both on pysyncobj's peer connections), membership, retention."""
         self._prevote = PreVote(self._node, lambda: self.config.election_timeout_ms[0] / 1000,
-                                lambda: (self._conf.raftMinTimeout, self._conf.raftMaxTimeout))
+                                lambda: (self._conf.raftMinTimeout, self._conf.raftMaxTimeout),
+                                may_vote=lambda: self._binding.refusal() is None)
         snapshots = self._start
         self._fetch = SnapshotFetch(
             self.config.data_dir, members=lambda: list(self._node._SyncObj__otherNodes),
@@ -194,11 +232,12 @@ class ReplicatedLog:
             snapshot_bytes=lambda i: snapshots.snapshots.snapshot_bytes(i) if snapshots.snapshots else None,
             done=snapshots.keep_received)
         self._transport.intercept = (
-            lambda node, m: self._follower_disks.note_answer(node, m, self._view.address_names)
+            lambda node, m: self._binding.on_message(node, m)
+            or self._follower_disks.note_answer(node, m, self._view.address_names)
             or self.candidacy.refuse_transfer(m)
             or self._prevote.on_message(node, m) or self._fetch.on_message(node, m))
-        for tick in (self._watch_disk, self._watch_leadership, self._prevote.tick, self._fetch.tick,
-                     self._watch_membership, self._retention.tick):
+        for tick in (self._binding.tick, self._watch_disk, self._watch_leadership, self._prevote.tick,
+                     self._fetch.tick, self._watch_membership, self._retention.tick):
             self._node.addOnTickCallback(tick)
 
     # -- writing ---------------------------------------------------------------
@@ -357,7 +396,10 @@ class ReplicatedLog:
             "conflict_truncations": self.journal.conflict_truncations,
             "followers_behind_retained_start": self.followers_behind_retained_start(),
             "log_resets": [list(r) for r in self.journal.log_resets],
-            "members": {n: {"raft": m.raft, "client": m.client} for n, m in sorted(self.members().items())},
+            "members": {n: {"raft": m.raft, "client": m.client, "storage": m.storage}
+                        for n, m in sorted(self.members().items())},
+            **self._binding.status(),
+            "forgot": self.forgot,
             "member": self.is_member,
             "members_changed_at": self._history.changed_at(),
             "pre_vote_rounds": self._prevote.rounds, "pre_vote_won": self._prevote.won,
@@ -397,7 +439,10 @@ class ReplicatedLog:
         return self._members.client_addresses()
 
     def _set_transport(self, transport: Any) -> None:
+        """pysyncobj made its transport: the storage rule holds from its first message on."""
         self._transport = transport
+        transport.stamp = self._binding.stamp
+        transport.intercept = self._binding.on_message  # until _attach_to_ticks chains the rest
 
     def _watch_membership(self) -> None:
         self._start.at_startup = False

@@ -36,6 +36,10 @@
      budget). Sending a follower fewer entries is always safe (Raft §5.3); once its
      answers say it has room, the entries flow again from where it stands.
 
+  4. **the storage token** (``dledger.storage_binding``): every answer -- ``next_node_idx``,
+     ``response_vote``, ``pre_vote_response`` -- says which storage identity sent it, so
+     the leader and candidates count only the storages the membership records.
+
 On the receive path, ``intercept`` (``dledger.prevote``, the leader's note of full disks)
 sees every message first and consumes pre-vote's own two message types. An append whose
 entries the disk cannot take (the journal raises ``EntryNotStored`` out of pysyncobj's
@@ -100,6 +104,8 @@ class GroupTransport(TCPTransport):
     disk_full: Callable[[], bool] | None = None
     #: on a leader: whether a follower's last answer said its disk is full
     follower_full: Callable[[Any], bool] | None = None
+    #: every outgoing message passes through it (the storage token on answers)
+    stamp: Callable[[Any], Any] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._handshakes = PendingHandshakes()
@@ -167,6 +173,8 @@ class GroupTransport(TCPTransport):
                     message = {**message, "next_node_idx": hint}
             if self.disk_full is not None and self.disk_full():
                 message = {**message, "disk_full": True}
+        if self.stamp is not None:
+            message = self.stamp(message)
         return super().send(node, message)
 
 

@@ -14,6 +14,7 @@ Node configs, the generated cluster secret, data and logs live under ``base``::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -32,6 +33,7 @@ from typing import Any
 import msgpack
 import msgspec
 
+from dledger.storage_identity import StorageIdentityError, format_founder
 from raftmq.cluster_http import ClusterHttp
 from raftmq.local_tls import LocalCA
 
@@ -130,6 +132,16 @@ class LocalGroup:
             secret_path.chmod(0o600)
         for name in names:
             self.write_config(name, (dial or {}).get(name, {}))
+        if not known:  # a new group: its replicas are formed as founders (raftmq replica init)
+            for name in names:
+                self.init_storage(name)
+
+    def init_storage(self, name: str) -> None:
+        """Format ``name``'s data directory as a founding storage of a new group unless it is
+        formatted already (``raftmq replica init``). A wiped replica restarted without it
+        comes back as a new storage of the existing group, as a replaced host does."""
+        with contextlib.suppress(StorageIdentityError):  # formatted already, or holding state
+            format_founder(self.base / name)
 
     # -- configuration ---------------------------------------------------------
     def add_node(self, name: str, members: list[str]) -> NodeProc:

@@ -1,5 +1,7 @@
-"""``raftmq replica list|add|remove|replace``: change a group's members, one at a time.
+"""``raftmq replica init|list|add|remove|replace``: form a group; change its members, one at a time.
 
+    raftmq replica init --config node.toml       format an empty data directory as a founding
+                                                 member of a NEW group (once, before its first start)
     raftmq replica list                          the members and who leads
     raftmq replica add n4 --raft H:P --client H:P
     raftmq replica remove n1
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from client.cli import add_tls_arguments
@@ -164,9 +167,13 @@ def _remove(group: Group, name: str, deadline: float) -> None:
           "and remove its data directory once you no longer need it")
 
 
-DESCRIPTION = ("List or change a group's members, one replica at a time (Raft's single-server "
-               "change): add, remove, or replace a host with a new address.")
-EPILOG = "See docs/DEPLOY.md (grow, shrink, replace a host)."
+DESCRIPTION = ("Form a new group (init, on each founding replica before its first start), or list "
+               "or change a group's members, one replica at a time (Raft's single-server change): add, "
+               "remove, or replace a host with a new address.")
+EPILOG = ("init is for a NEW group only: a replica started on an empty data directory without it "
+          "joins its group as a new storage, catching up before it votes -- which is how a replaced "
+          "host (same name, empty disk) comes back. See docs/DEPLOY.md (form a group, grow, shrink, "
+          "replace a host).")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``raftmq replica``."""
-    parser.add_argument("action", choices=["list", "add", "remove", "replace"])
+    parser.add_argument("action", choices=["init", "list", "add", "remove", "replace"])
+    parser.add_argument("--config", action="append", default=[], metavar="NODE_TOML",
+                        help="init: the replica's TOML (repeat for several replicas on this host)")
     parser.add_argument("name", nargs="?", help="add: the new replica's name; remove/replace: the "
                                                 "member to remove")
     parser.add_argument("--name", dest="new_name", help="replace: the new replica's name")
@@ -192,7 +201,32 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_tls_arguments(parser)
 
 
+def _init(configs: list[str]) -> int:
+    """Format each replica's empty data directory as a founding storage of a new group."""
+    from broker.config import SECTIONS
+    from dledger.config import ConfigError, load_group_config
+    from dledger.storage_identity import StorageIdentityError, format_founder
+
+    if not configs:
+        raise SystemExit("raftmq replica: error: init needs --config NODE_TOML")
+    failed = 0
+    for path in configs:
+        try:
+            extra = [s for s in SECTIONS if s not in ("node", "group", "raft")]
+            config = load_group_config(Path(path), insecure=True, other_sections=extra)
+            identity = format_founder(config.data_dir)
+        except (ConfigError, StorageIdentityError, OSError, ValueError) as e:
+            print(f"error: {path}: {e}", file=sys.stderr)
+            failed += 1
+            continue
+        print(f"{config.node} of group {config.group}: {config.data_dir} formatted as founding storage "
+              f"{identity.token}; start the replica now")
+    return 1 if failed else 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.action == "init":
+        return _init(args.config)
     problem = None
     if args.action != "list" and not args.name:
         problem = f"{args.action} needs the replica's name"

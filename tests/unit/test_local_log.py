@@ -15,6 +15,7 @@ from dledger.log import Log
 from dledger.membership import Change, Member
 from dledger.replicated_log import ReplicatedLog
 from raftmq.local_group import free_port
+from tests.support.founding import founding
 
 #: the surface the broker is written against (dledger/log.py)
 LOG_SURFACE = sorted(set(Log.__annotations__) | {n for n in vars(Log) if not n.startswith("_")})
@@ -48,8 +49,8 @@ def test_proposals_commit_at_once_and_read_back_in_order(tmp_path: Path) -> None
 
 def test_it_offers_what_the_broker_uses_with_the_same_status_shape(tmp_path: Path) -> None:
     local = LocalLog(GroupConfig(node="n1", peers={"n1": "127.0.0.1:1"}, data_dir=tmp_path / "a"))
-    real = ReplicatedLog(GroupConfig(node="n1", peers={"n1": f"127.0.0.1:{free_port()}"},
-                                     data_dir=tmp_path / "b"))
+    real = ReplicatedLog(founding(GroupConfig(node="n1", peers={"n1": f"127.0.0.1:{free_port()}"},
+                                     data_dir=tmp_path / "b")))
     try:
         assert len(LOG_SURFACE) > 15
         for name in LOG_SURFACE:

@@ -15,6 +15,7 @@ from dledger.log_start import DumpEntry, decode_log_start, encode_log_start
 from dledger.membership import Change, Member, MemberHistory, decode_change, encode_change
 from dledger.replicated_log import ReplicatedLog
 from raftmq.local_group import free_port
+from tests.support.founding import founding
 from tests.support.procs import wait_until
 
 N1, N2, N3 = Member("n1", "h:1", "c:1"), Member("n2", "h:2"), Member("n3", "h:3", "c:3")
@@ -72,9 +73,9 @@ def open_logs(tmp_path: Path) -> Iterator[Callable[..., ReplicatedLog]]:
     opened: list[ReplicatedLog] = []
 
     def open_log(name: str, peers: dict[str, str], join: bool = False) -> ReplicatedLog:
-        rlog = ReplicatedLog(GroupConfig(node=name, peers=peers, data_dir=tmp_path / name,
+        rlog = ReplicatedLog(founding(GroupConfig(node=name, peers=peers, data_dir=tmp_path / name,
                                          secret="test-secret", segment_bytes=1 << 20,
-                                         flush=FlushPolicy.SYNC, join=join))
+                                         flush=FlushPolicy.SYNC, join=join)))
         opened.append(rlog)
         return rlog
 
@@ -95,9 +96,12 @@ def test_a_learner_catches_up_without_a_vote_then_counts_and_a_removed_member_st
     assert not learner.is_member and learner.status()["member"] is False
     wait_until(lambda: learner.committed_index >= leader.committed_index, 15, what="the learner caught up")
     assert sorted(leader.members()) == ["n1", "n2"]  # it does not count yet
-    members = leader.change_membership(Change("add", Member("n3", learner.config.address, "c:3")))
+    # added with the storage it joined with (as `raftmq replica add` does): it counts once committed
+    members = leader.change_membership(Change("add", Member("n3", learner.config.address, "c:3",
+                                                            learner.status()["storage"])))
     assert sorted(members) == ["n1", "n2", "n3"]
     wait_until(lambda: learner.is_member and not learner.is_learner, 10, what="n3 a member")
+    wait_until(lambda: learner.status()["voter"], 10, what="n3 a voter")
     assert learner.client_addresses()["n3"] == "c:3"
     # with n3 a member, the group of three commits with either old node down: stop the follower
     follower = next(r for r in logs.values() if not r.is_leader)

@@ -22,6 +22,7 @@ from dledger.errors import DiskFull, EntryTooLarge, NotLeader
 from dledger.raft_codec import encode_payload_command
 from dledger.replicated_log import ReplicatedLog
 from raftmq.local_group import free_port
+from tests.support.founding import founding
 
 
 def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> None:
@@ -44,7 +45,7 @@ def make_group(tmp_path: Path) -> Iterator[Callable[..., dict[str, ReplicatedLog
             cfg = GroupConfig(node=name, peers=peers, data_dir=tmp_path / name,
                               secret=(secrets or {}).get(name, "test-secret"),
                               segment_bytes=1 << 20, flush=FlushPolicy(flush))
-            logs[name] = ReplicatedLog(cfg)
+            logs[name] = ReplicatedLog(founding(cfg))
             opened.append(logs[name])
         return logs
 

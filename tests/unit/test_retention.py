@@ -13,6 +13,7 @@ from dledger.replicated_log import ReplicatedLog
 from dledger.retention import plan_retention
 from dledger.segments import SegmentInfo
 from raftmq.local_group import free_port
+from tests.support.founding import founding
 
 SEG = 1000
 
@@ -61,7 +62,7 @@ def single(tmp_path: Path) -> Iterator[ReplicatedLog]:
     cfg = GroupConfig(node="n1", peers={"n1": f"127.0.0.1:{free_port()}"}, data_dir=tmp_path,
                       segment_bytes=4 * MAX_ENTRY_BYTES, retention_hours=0.0,
                       retention_check_s=0.05)
-    rlog = ReplicatedLog(cfg)
+    rlog = ReplicatedLog(founding(cfg))
     yield rlog
     rlog.close()
 
@@ -87,9 +88,9 @@ def test_leader_keeps_what_a_lagging_follower_needs(tmp_path: Path) -> None:
     peers = {f"n{i}": f"127.0.0.1:{free_port()}" for i in (1, 2, 3)}
 
     def open_node(name: str) -> ReplicatedLog:
-        return ReplicatedLog(GroupConfig(
+        return ReplicatedLog(founding(GroupConfig(
             node=name, peers=peers, data_dir=tmp_path / name, secret="t",
-            segment_bytes=4 * MAX_ENTRY_BYTES, retention_hours=0.0, retention_check_s=0.05))
+            segment_bytes=4 * MAX_ENTRY_BYTES, retention_hours=0.0, retention_check_s=0.05)))
 
     nodes = {name: open_node(name) for name in peers}
     try:
@@ -126,9 +127,9 @@ def test_follower_behind_the_retained_start_restarts_its_log_there(tmp_path: Pat
     opened: list[tuple[ReplicatedLog, Applier, RecordingMachine]] = []
 
     def open_node(name: str) -> ReplicatedLog:
-        rlog = ReplicatedLog(GroupConfig(
+        rlog = ReplicatedLog(founding(GroupConfig(
             node=name, peers=peers, data_dir=tmp_path / name, secret="t", segment_bytes=seg,
-            retention_hours=1000.0, retention_bytes=3 * seg, retention_check_s=0.05))
+            retention_hours=1000.0, retention_bytes=3 * seg, retention_check_s=0.05)))
         machine = RecordingMachine(tmp_path / name / "applied.log")
         applier = Applier(rlog, machine).start()
         rlog.set_applied_floor(machine.applied_index)
@@ -178,9 +179,11 @@ def test_a_crash_inside_a_log_restart_is_finished_from_the_received_dump(tmp_pat
     from dledger.entry_format import EntryKind, record_size
     from dledger.log_start import DumpEntry, encode_log_start
     from dledger.raft_codec import encode_payload_command
+    from dledger.storage_identity import format_founder
 
     seg = 4 * MAX_ENTRY_BYTES
     start = 3 * seg + 4096  # a position inside the fourth segment
+    format_founder(tmp_path)  # a founder's storage, before the crash staged below
     log = CommitLog(tmp_path / "commitlog", seg)
     log.reset(40, start)  # ... and the process dies before appending 40 and 41
     log.close()
@@ -188,8 +191,8 @@ def test_a_crash_inside_a_log_restart_is_finished_from_the_received_dump(tmp_pat
     second = DumpEntry(encode_payload_command(b"forty-one"), 41, 2,
                        start + record_size(len(b"forty")))
     (tmp_path / "log-start.dump").write_bytes(encode_log_start(first, second))
-    rlog = ReplicatedLog(GroupConfig(node="n1", peers={"n1": f"127.0.0.1:{free_port()}"},
-                                     data_dir=tmp_path, segment_bytes=seg))
+    rlog = ReplicatedLog(founding(GroupConfig(node="n1", peers={"n1": f"127.0.0.1:{free_port()}"},
+                                     data_dir=tmp_path, segment_bytes=seg)))
     try:
         assert (rlog.commitlog.first_index, rlog.commitlog.position_of(41)) == (40, second.position)
         assert rlog.commitlog.entry(40).kind == EntryKind.DATA

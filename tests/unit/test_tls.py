@@ -260,7 +260,7 @@ def test_the_broker_calls_its_peers_over_https_with_its_certificate(
             caller = BrokerServer(rlog, machine, applier, signal, lambda _n: None, peer_tls=peer_tls)
             try:
                 assert (await caller._peer_digests(broker) is not None) is answers
-                behind, why = await _learner_lag(caller, Member("n1", "127.0.0.1:1", broker))
+                behind, why, _storage = await _learner_lag(caller, Member("n1", "127.0.0.1:1", broker))
                 assert (behind is not None) is answers, why
             finally:
                 await caller.http_session().close()

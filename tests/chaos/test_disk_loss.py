@@ -1,0 +1,110 @@
+"""A replica that forgot what it acknowledged must not vote acknowledged messages away
+(issue 24, guarantee 1).
+
+The sequence that lost 60 and 299 of 300 acknowledged messages before storage identities:
+
+    1  leader L, followers F1 and F2; F1 stalls (SIGSTOP, or its links cut by Toxiproxy)
+    2  sends acknowledged: stored on L and F2 only
+    3  F2 forgets: its data directory wiped (a replaced host), or its log cut by
+       --repair-log, or its hard state (term and vote) deleted
+    4  L crashes (kill -9)
+    5  F2 started again as docs/DEPLOY.md says; F1 resumes
+    6  F1, which lacks the messages, asks for votes: F2 must not grant one -- no leader
+       among {F1, F2} while L is down
+    7  L restarts: it leads (only it holds the messages), F2 catches up and is recorded
+
+``Scenario.finish`` then checks every acknowledged message is stored and delivered once,
+in order, on every replica.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.scenario import Scenario
+
+pytestmark = [pytest.mark.chaos, pytest.mark.cluster, pytest.mark.timeout(240)]
+
+MakeScenario = Callable[..., Scenario]
+NO_LEADER_WINDOW_S = 6.0  # F1's election timeouts are 0.4-1.2 s: it asks many times in this window
+
+
+def _flip_a_byte_mid_log(commitlog: Path, position: int) -> None:
+    """Corrupt the record at ``position`` of a stopped replica's CommitLog (valid records
+    follow it: repair, not a torn tail)."""
+    segments = sorted((int(p.name), p) for p in commitlog.iterdir() if p.name.isdigit())
+    start, path = max((s, p) for s, p in segments if s <= position)
+    with open(path, "r+b") as f:
+        f.seek(position - start)
+        byte = f.read(1)
+        f.seek(position - start)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def _never_a_leader(s: Scenario, among: list[str], window: float) -> None:
+    deadline = time.monotonic() + window
+    while time.monotonic() < deadline:
+        for name in among:
+            st = s.brokers.status(name)
+            assert not (st and st["role"] == "leader"), \
+                f"{name} was elected while the only holder of the acknowledged messages was down: {st}"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("forget", ["wiped", "repaired", "hard-state-lost"])
+@pytest.mark.parametrize("stall", ["sigstop", "toxic"])
+def test_a_replica_that_forgot_never_votes_acknowledged_messages_away(
+        make_scenario: MakeScenario, forget: str, stall: str) -> None:
+    s = make_scenario().start()
+    leader = s.leader()
+    f1, f2 = [n for n in s.brokers.names if n != leader]
+    s.brokers.group.wait_following(leader, timeout=20)
+    if stall == "sigstop":
+        os.kill(s.brokers.nodes[f1].proc.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+    else:
+        s.brokers.isolate(f1, clients=False)
+    s.event(f"{f1} stalled ({stall})")
+    try:
+        s.workload.wait_more_acked(300, 60, "sends acknowledged by the leader and one follower")
+        behind = s.brokers.status(f1)
+        ahead = s.brokers.status(leader)
+        if behind is not None:  # the toxic: F1 answers its status, and is behind
+            assert ahead is not None and behind["commit_index"] < ahead["commit_index"], (behind, ahead)
+        position = (s.brokers.status(f2) or {}).get("write_position", 0)
+        s.brokers.kill(f2)
+        if forget == "wiped":
+            s.brokers.wipe(f2)
+        elif forget == "repaired":
+            _flip_a_byte_mid_log(s.brokers.base / f2 / "commitlog", position // 2)
+        else:
+            (s.brokers.base / f2 / "raft-state").unlink()
+        s.event(f"kill -9 {f2}; {forget}")
+        s.brokers.kill(leader)
+        s.event(f"kill -9 {leader} (the leader)")
+        s.brokers.incarnation[f2] += 1
+        s.brokers.group.start_node(f2, *(["--repair-log"] if forget == "repaired" else []))
+        s.brokers.wait_status(f2, lambda st: st["voter"] is False, 30, f"{f2} up, not a voter")
+    finally:
+        if stall == "sigstop":
+            os.kill(s.brokers.nodes[f1].proc.pid, signal.SIGCONT)  # type: ignore[union-attr]
+        else:
+            s.brokers.heal()
+    s.event(f"{f2} started again ({'--repair-log' if forget == 'repaired' else 'as documented'}); "
+            f"{f1} resumed")
+    forgotten = s.brokers.status(f2)
+    assert forgotten is not None and forgotten["storage"].startswith("j-"), forgotten
+    _never_a_leader(s, [f1, f2], NO_LEADER_WINDOW_S)
+    s.event(f"no leader among {f1}, {f2} for {NO_LEADER_WINDOW_S:g} s")
+    s.brokers.start([leader])
+    assert s.leader() == leader, "only the old leader holds every acknowledged message"
+    s.event(f"{leader} back and leading")
+    s.brokers.wait_status(f2, lambda st: st["voter"] is True, 60, f"{f2} recorded and voting again")
+    s.event(f"{f2} caught up and was recorded: it votes again")
+    s.workload.wait_more_acked(100, 60)
+    s.finish()

@@ -30,7 +30,8 @@ a code or serves an admin route that has no row here.
     HTTP GET /admin/topics, /admin/cluster, /admin/members   get on the cluster
     HTTP GET /admin/groups           list on the cluster
     HTTP GET /admin/groups/{g}/offsets  get on the group
-    HTTP POST /admin/leader/transfer, /admin/members   update on the cluster
+    HTTP GET /admin/verify/{index}   get on the cluster
+    HTTP POST /admin/leader/transfer, /admin/members, /admin/verify   update on the cluster
     HTTP POST /admin/topics, GET /admin/messages   as CREATE_TOPIC, QUERY/VIEW (through the
                                      frame handlers: their rows above)
     HTTP /healthz, /status, /metrics, /auth/...    open (no message data; see docs/SECURITY.md)
@@ -175,6 +176,8 @@ HTTP_ACCESS: Mapping[tuple[str, str], Callable[[Mapping[str, str]], Sequence[Nee
     ("POST", "/admin/leader/transfer"): lambda _m: [Need(CLUSTER, "", UPDATE)],
     ("GET", "/admin/members"): lambda _m: [Need(CLUSTER, "", GET)],
     ("POST", "/admin/members"): lambda _m: [Need(CLUSTER, "", UPDATE)],
+    ("POST", "/admin/verify"): lambda _m: [Need(CLUSTER, "", UPDATE)],  # proposes a marker
+    ("GET", "/admin/verify/{index}"): lambda _m: [Need(CLUSTER, "", GET)],
 })
 
 

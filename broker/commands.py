@@ -24,6 +24,12 @@ state command::
      141  [141, user]                                                delete a user and its policies
      142  [142, user, resource, decision, source, [actions]]         grant: add actions to a statement
      143  [143, user, resource, decision, source, [actions]]         revoke them ([]: the statement)
+     150  [150, marker_id, from_position]                            a verify marker: every replica
+                                                                     digests its state and its
+                                                                     ConsumeQueue units from
+                                                                     CommitLog position
+                                                                     from_position here
+                                                                     (broker.marker_digest)
 
 Kinds 1..19 are kept for message format versions (1, a msgpack message of one, is no
 longer read: a store of that format is refused at start). A fragment is always the only
@@ -57,6 +63,7 @@ __all__ = [
     "RecordKind",
     "Revoke",
     "RollbackHalf",
+    "VerifyMarker",
     "decode_admin",
     "encode_admin",
     "record_kind",
@@ -76,6 +83,7 @@ class RecordKind(enum.IntEnum):
     DELETE_USER = 141
     GRANT = 142
     REVOKE = 143
+    VERIFY_MARKER = 150
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,8 +162,19 @@ class Revoke(Grant):
     """Take ``actions`` from the statement; none: the whole statement."""
 
 
+@dataclass(frozen=True, slots=True)
+class VerifyMarker:
+    """``raftmq cluster verify`` (``broker.verify_admin``): where every replica digests its
+    derived state and reads back its ConsumeQueue units at CommitLog positions from
+    ``from_position`` on (``broker.marker_digest``). ``marker_id``: the proposer's name
+    for it (1..64 characters), by which it finds the entry's index."""
+
+    marker_id: str
+    from_position: int
+
+
 AdminRecord = (CreateTopic | DeleteTopic | CommitOffset | RollbackHalf | CheckHalf | LockQueue
-               | PutUser | DeleteUser | Grant | Revoke)
+               | PutUser | DeleteUser | Grant | Revoke | VerifyMarker)
 
 
 def record_kind(record: bytes) -> int | None:
@@ -193,6 +212,8 @@ def encode_admin(record: AdminRecord) -> bytes:
                record.stored_key, record.server_key]
     elif isinstance(record, DeleteUser):
         row = [RecordKind.DELETE_USER, record.user]
+    elif isinstance(record, VerifyMarker):
+        row = [RecordKind.VERIFY_MARKER, record.marker_id, record.from_position]
     elif isinstance(record, Grant):  # Revoke too
         kind = RecordKind.REVOKE if isinstance(record, Revoke) else RecordKind.GRANT
         row = [kind, record.user, record.resource, record.decision, record.source, list(record.actions)]
@@ -246,6 +267,12 @@ def decode_admin(record: bytes) -> AdminRecord:
                     and isinstance(lock, bool)):
                 raise ValueError("bad lock-queue record")
             return LockQueue(group, client_id, topic, queue_id, lock)
+        if kind == RecordKind.VERIFY_MARKER:
+            marker_id, from_position = args
+            if not (isinstance(marker_id, str) and 0 < len(marker_id) <= 64
+                    and type(from_position) is int and from_position >= 0):
+                raise ValueError("bad verify-marker record")
+            return VerifyMarker(marker_id, from_position)
         if kind in _ACCESS_KINDS:
             return _decode_access(kind, args)
     except (TypeError, ValueError) as e:

@@ -250,6 +250,29 @@ class ConsumeQueue:
                 self._hint = (end, self._files[k].start, i)
             return CqRead(units, end)
 
+    def read_stored(self, offset: int, max_units: int) -> bytes:
+        """The bytes of up to ``max_units`` units as the files hold them (``UNIT_SIZE`` each,
+        nothing decoded or checked), from the unit holding ``offset`` on, across files; empty
+        at ``max_offset``. What a verify marker hashes (``broker.marker_digest``). Raises as
+        ``read``, and ConsumeQueueCorrupt or OSError when a file cannot be read."""
+        if max_units < 1:
+            raise ValueError(f"max_units must be >= 1, not {max_units}")
+        with self._lock:
+            self._check_open()
+            if self._check_upto(offset, "read_stored"):
+                return b""
+            k, i = self._locate(offset)
+            parts: list[bytes] = []
+            left = max_units
+            while k < len(self._files) and left:
+                f = self._files[k]
+                n = min(f.units - i, left)
+                if n > 0:
+                    parts.append(read_units(f, i, n))
+                    left -= n
+                k, i = k + 1, 0
+            return b"".join(parts)
+
     def bisect(self, key: Callable[[CqUnit], int], target: int) -> int:
         """The first queue offset of the first unit whose ``key(unit) >= target``
         (``max_offset`` if none). ``key`` must be non-decreasing over the units (a store

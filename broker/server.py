@@ -3,8 +3,9 @@
     GET  /ws        binary WebSocket; every message is one ``protocol.remoting`` frame
     GET  /healthz   "ok" (the process serves)
     GET  /status    JSON: Raft status, applied index, disk, version and start time of this replica
-    GET  /metrics, /admin/...               the admin API (``broker.admin_api``) and the
-                                            members (``broker.membership_admin``)
+    GET  /metrics, /admin/...               the admin API (``broker.admin_api``), the
+                                            members (``broker.membership_admin``) and
+                                            ``raftmq cluster verify``'s (``broker.verify_admin``)
 
 Requests are dispatched by code (``_handlers``) to one processor per family, as
 RocketMQ's remoting server does: sends (``broker.send_processor``), pulls
@@ -69,6 +70,7 @@ from broker.replica_tasks import run_background
 from broker.send_processor import SendProcessor
 from broker.state_machine import BrokerStateMachine
 from broker.topic_processor import TopicProcessor
+from broker.verify_admin import Verifier
 from broker.write_path import WritePath
 from dledger.applier import Applier
 from dledger.errors import DiskFull, NoLeader, NotLeader, OutcomeUnknown, ProposeError
@@ -157,6 +159,7 @@ class BrokerServer:
         self.access = AccessControl(self, enabled=acl, bootstrap=acl_bootstrap,  # every request checked
                                     token_ttl_s=acl_token_ttl_s)
         self.acl_requests = AclProcessor(self)
+        self.verifier = Verifier(self)  # raftmq cluster verify's routes, the last comparison
         self._handlers = self._dispatch_table()
 
     def _dispatch_table(self) -> dict[int, Callable[[Frame], Awaitable[Frame]]]:
@@ -199,7 +202,7 @@ class BrokerServer:
                               handler_args={"keepalive_timeout": self.connections.limits.idle_timeout_s})
         app.add_routes([web.get("/ws", self._ws), web.get("/healthz", self._healthz),
                         web.get("/status", self._status), *admin_routes(self), *member_routes(self),
-                        *self.access.routes()])
+                        *self.verifier.routes(), *self.access.routes()])
         app.cleanup_ctx.append(functools.partial(run_background, self))
         app.cleanup_ctx.append(self.connections.background)
         return app
@@ -264,6 +267,8 @@ class BrokerServer:
         cl = self.rlog.commitlog
         status["disk"] = {"commitlog_bytes": cl.write_position - cl.start_position,
                           **self.rlog.disk.status()}
+        status["log_start_position"] = cl.start_position
+        status.update(self.verifier.status())  # last_verify, last_marker
         status["version"] = VERSION
         status["started_at"] = self.started_at
         return web.json_response(status)

@@ -17,6 +17,10 @@ typed tables of ``broker.state``, the ConsumeQueues, the IndexFiles). Files
                                     retained log start is sent; its digest is what
                                     replicas compare
 
+Digests of the state are taken at every snapshot, after every ``digest_every``-th entry,
+and after every entry holding a verify marker (``raftmq cluster verify``), where the
+ConsumeQueue units are also read back from their files (``broker.marker_digest``).
+
 At most every CHECKPOINT_EVERY_S (and when idle) the apply thread takes the state
 and a checkpoint thread fsyncs the ConsumeQueues and IndexFiles -- which then hold
 at least what the state describes -- and writes it atomically, so the applied index
@@ -50,6 +54,7 @@ from broker.consume_queue import ConsumeQueue
 from broker.deferred import Halves, Timers
 from broker.index_layout import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
 from broker.index_service import IndexService
+from broker.marker_digest import MarkerDigests
 from broker.snapshot import Snapshot, SnapshotError, SnapshotStore
 from broker.state.access import AccessTables
 from broker.state.checkpoint import CheckpointWriter, read_checkpoint
@@ -121,6 +126,8 @@ class BrokerStateMachine:
                     self._digests[index] = snap.digest
         self._state = DerivedState(store, checkpoint, cq_units_per_file, index_slots, index_entries,
                                    disk.wait_for_space if disk is not None else None)
+        #: the digests taken at verify markers (broker.marker_digest; read by any thread)
+        self.markers = MarkerDigests(self._state.queue_files)
 
     # -- the state, for readers (see each table's thread contract) -------------------
     @property
@@ -184,6 +191,8 @@ class BrokerStateMachine:
                 self._take_snapshot(entry.index - 1)  # the first entry of a segment
             if entry.kind == EntryKind.DATA:
                 done.append((entry.index, state.apply_entry(entry)))
+                if state.markers:
+                    self._take_markers(entry.index)
             else:
                 state.chains.abandon()  # e.g. a new leader's no-op between two fragments
                 done.append((entry.index, []))
@@ -194,6 +203,7 @@ class BrokerStateMachine:
         except OSError as e:
             grown = state.written_once_there_is_room(e, "writing ConsumeQueue units",
                                                      state.queue_files.write_appends)
+        self.markers.written()  # their units are in the files: they can be read back
         with self._lock:
             for index, results in done:
                 self._applied = index
@@ -258,6 +268,7 @@ class BrokerStateMachine:
         return self._state.index.query(key, begin_ms, end_ms, max_results)
 
     def close(self) -> None:
+        self.markers.close()
         self._checkpoint()
         self._checkpoints.close()
         self._state.close()
@@ -308,6 +319,15 @@ class BrokerStateMachine:
             return
         self._record(snap)
         log.info("snapshot at index %d, state digest %s", index, snap.digest[:16])
+
+    def _take_markers(self, index: int) -> None:
+        """Apply thread, after entry ``index``, which held verify markers: the state's digest
+        there (kept with the others), and the ConsumeQueues' ends for the read-back."""
+        snap = Snapshot.of(index, self._canonical_state())
+        self._record(snap)
+        for marker in self._state.take_markers():
+            self.markers.taken(index, marker, snap.digest, self._state.last_store_ms)
+        log.info("verify marker at index %d: state digest %s", index, snap.digest[:16])
 
     def _canonical_state(self) -> dict[str, Any]:
         """The replicated state now, its tables in the one form every replica has at this

@@ -2,7 +2,8 @@
 (shipped in the package; no CDN), and the JSON API the page calls::
 
     GET  /api/overview                         sampled series (rates, send p99) and leader history
-    GET  /api/cluster                          every replica's status, by broker group
+    GET  /api/cluster                          every replica's status, by broker group, and the
+                                               group's last comparison (`raftmq cluster verify`)
     GET  /api/topics                           topics with queues, offsets and produce rate
     POST /api/topics         {topic, queues, perm}      create or update
     POST /api/topics/delete  {topic}
@@ -151,7 +152,8 @@ class Console:
                 for r in replicas:
                     r["lag"] = leader["lag_of"].get(r["node"], 0 if r is leader else None)
             out.append({"group": group, "leader": leader and leader["node"], "replicas": replicas,
-                        "leader_history": self.sampler.leaders.get(group, [])})
+                        "leader_history": self.sampler.leaders.get(group, []),
+                        "last_verify": last_verify([s for _, s in nodes.values()])})
         return web.json_response({"groups": out, "now": now})
 
     async def topics(self, request: web.Request) -> web.Response:
@@ -240,6 +242,13 @@ def _replica_row(node: str, address: str, s: dict[str, Any] | None, now: float) 
             "disk_full": bool(disk.get("full")),
             "version": s.get("version"), "healthy": s.get("healthy", True),
             "uptime_s": now - s["started_at"] if s.get("started_at") else None}
+
+
+def last_verify(statuses: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The group's last comparison of its replicas (``raftmq cluster verify``): the newest
+    ``last_verify`` its replicas' ``/status`` show (the replica that led then made it)."""
+    made = [s["last_verify"] for s in statuses if s is not None and isinstance(s.get("last_verify"), dict)]
+    return max(made, key=lambda v: (v.get("at_ms", 0), v.get("index", 0)), default=None)
 
 
 def _query(request: web.Request, name: str) -> str:

@@ -7,7 +7,8 @@
     raftmq namesrv --config F             a name server (topic routes) for the groups in F
     raftmq namesrv-key --config REPLICA   a group's registration key for the name servers
     raftmq cluster up|down|status|verify  a local cluster of background processes; verify
-                                          compares every replica's state digests
+                                          compares every replica at a marker entry the
+                                          leader proposes (exit 1 differ, 2 not compared)
     raftmq leader transfer [--to NODE]    move a group's leadership before maintenance
     raftmq log-node --config F --http A   one CommitLog replica (same as python -m dledger)
     raftmq log-status --http A            a replica's status as JSON

@@ -12,8 +12,10 @@ the client certificate made there too), and cluster.json names the CA and that
 certificate, so commands given ``--dir`` (or run where ``./run`` is the cluster) use them.
 ``down`` stops them by PID (SIGTERM, then SIGKILL after 10 s). ``status`` prints each
 replica's role, term, indexes, retained log start, newest snapshot, disk use and health.
-``verify`` compares the state digests of every replica of every group at the indexes
-they share (``broker.divergence``) and exits 1 on a difference or an unhealthy replica.
+``verify`` has each group's leader propose a marker entry at which every replica digests
+its derived state and reads back its ConsumeQueue units, compares them, and says what it
+compared (``raftmq.cluster_verify``): exit 0 equal, 1 a difference (replica and queue
+named) or an unhealthy replica, 2 something not compared (a replica down or behind).
 ``status`` and ``verify`` find the replicas in ``--dir``'s cluster.json or ask a name
 server (``--namesrv``), over https when the cluster serves TLS (``raftmq.cluster_http``).
 """
@@ -34,6 +36,7 @@ from typing import Any
 from client.cli import add_tls_arguments
 from client.errors import AuthFailedError
 from raftmq.cluster_http import ClusterHttp
+from raftmq.cluster_verify import EXIT_INCOMPLETE, verify_groups
 from raftmq.local_acl import acl_broker_options, wait_for_super_user
 from raftmq.local_group import LocalGroup, free_port
 from raftmq.local_namesrv import configure_namesrv, namesrv_argv
@@ -242,33 +245,8 @@ def _status(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     groups = find_replicas(args)
     if groups is None:
-        return 1
-    problems = 0
-    http = ClusterHttp.of(args)
-    for group, nodes in groups.items():
-        statuses = {n: _replica_status(http, a) for n, a in nodes.items()}
-        for node, s in statuses.items():
-            if s is None:
-                print(f"{group}/{node}: does not answer (not compared)")
-            elif not s.get("healthy", True):
-                problems += 1
-                why = s.get("apply_stalled") or "its state differs from its peers'"
-                print(f"{group}/{node}: UNHEALTHY: {why}")
-        digests = {n: s.get("state_digests", {}) for n, s in statuses.items() if s is not None}
-        indexes = sorted({int(i) for d in digests.values() for i in d})
-        compared = 0
-        for index in indexes:
-            held = {n: d[str(index)] for n, d in digests.items() if str(index) in d}
-            if len(held) < 2:
-                continue
-            compared += 1
-            if len(set(held.values())) > 1:
-                problems += 1
-                shown = ", ".join(f"{n} {d[:12]}" for n, d in sorted(held.items()))
-                print(f"{group}: state digests DIFFER at index {index}: {shown}")
-        print(f"{group}: {len(digests)} replicas compared at {compared} indexes")
-    print("verify: " + ("OK" if not problems else f"{problems} problem(s)"))
-    return 1 if problems else 0
+        return EXIT_INCOMPLETE
+    return verify_groups(groups, ClusterHttp.of(args), args.timeout)
 
 
 DESCRIPTION = "Run a local RaftMQ cluster in the background, or inspect and verify a cluster."
@@ -288,14 +266,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``raftmq cluster``."""
     parser.add_argument("action", choices=["up", "down", "status", "verify"],
                         help="up/down: a local cluster in --dir; status: each replica's role, indexes, "
-                             "retained log, snapshot, disk, health; verify: compare every replica's "
-                             "state digests (exit 1 on a difference)")
+                             "retained log, snapshot, disk, health; verify: the leader of each group "
+                             "proposes a marker entry, every replica digests its state and reads back "
+                             "its ConsumeQueue units there, and they are compared (exit 0: compared "
+                             "and equal; 1: a difference, replica and queue named; 2: something could "
+                             "not be compared, e.g. a replica down or behind)")
     parser.add_argument("--dir", help="where configs, data, logs and cluster.json go (up, down; "
                                       "status and verify read its cluster.json)")
     parser.add_argument("--namesrv", help="status, verify: find the replicas through this name server")
     parser.add_argument("--nodes", type=int, default=3, help="replicas per group (default 3)")
     parser.add_argument("--groups", type=int, default=1, help="broker groups (default 1)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for leaders")
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="up: seconds to wait for leaders; verify: seconds each replica has to apply "
+                             "the marker and digest at it (default 60)")
     parser.add_argument("--acl", action="store_true",
                         help="up: users and ACLs on, a super user 'admin' in DIR/admin.credentials")
     parser.add_argument("--namesrv-port", type=int, default=default_namesrv_port(), metavar="PORT",

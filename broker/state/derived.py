@@ -12,6 +12,8 @@ operations and its checkpoint form -- with the files derived alongside::
     queue_files   QueueFiles         the ConsumeQueues and their running hash
     index         IndexService       IndexFiles: message keys and ids -> positions
     chains        ChainCollector     a large message's fragments so far (not replicated)
+    markers       [VerifyMarker]     the verify markers of the entry applied last, for the
+                                     machine to digest after it (``take_markers``)
     last_store_ms                    the latest store time applied: the apply step's clock,
                                      by which producers, locks and send-backs expire
 
@@ -42,6 +44,7 @@ from broker.commands import (
     PutUser,
     RecordKind,
     RollbackHalf,
+    VerifyMarker,
     decode_admin,
     record_kind,
 )
@@ -89,6 +92,7 @@ class DerivedState:
         self._wait_for_space = wait_for_space
         self._index_geometry = (index_slots, index_entries)
         self.chains = ChainCollector()
+        self.markers: list[VerifyMarker] = []
         self._load_tables(checkpoint)
         mark = checkpoint.get("index_mark")
         index_mark = None if mark is None else (mark[0], IndexHeader(*mark[1]))
@@ -226,7 +230,15 @@ class DerivedState:
                 why = self.access.apply(cmd)
                 if why is not None:
                     return kept(Outcome.INVALID, reason=why)
+            case VerifyMarker():
+                self.markers.append(cmd)  # changes nothing: digested after its entry
         return (DONE, -1, -1, -1, "")
+
+    def take_markers(self) -> list[VerifyMarker]:
+        """The verify markers applied since the last call (the machine digests the state
+        after their entry: ``broker.marker_digest``)."""
+        taken, self.markers = self.markers, []
+        return taken
 
     def written_once_there_is_room(self, error: OSError, what: str, write: Callable[[], T]) -> T:
         """``write`` failed with ``error``: if for want of space, wait until it succeeds (the

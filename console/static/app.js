@@ -148,9 +148,23 @@ function groupCard(g) {
       h("span", { id: `leader-${g.group}`, "data-leader": g.leader || "" },
         leader ? `${leader.node} (term ${leader.term})` : "none")),
     table(headers, rows, (i) => ({ class: g.replicas[i].role === "leader" ? "leader" : "" })),
+    verifyLine(g),
     h("h3", {}, "Leader changes"),
     history.length ? table([["since"], ["term", "num"], ["leader"]], history)
                    : h("p", { class: "muted" }, "none seen since the console started"));
+}
+
+// The group's last comparison of its replicas at a verify marker (`raftmq cluster verify`).
+function verifyLine(g) {
+  const v = g.last_verify;
+  if (!v) {
+    return h("p", { class: "muted", id: `verify-${g.group}` }, "Replicas never compared (raftmq cluster verify)");
+  }
+  const cls = v.outcome === "equal" ? "ok" : "bad";
+  const missing = v.not_compared.length ? `; not compared: ${v.not_compared.join(", ")}` : "";
+  return h("p", { id: `verify-${g.group}`, "data-index": v.index },
+    `Last compared at index ${v.index}, ${time(v.at_ms)}: `,
+    h("span", { class: cls }, v.outcome), ` (${v.compared.join(", ")}${missing})`);
 }
 
 // -- Topics ---------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 
 from client import ConsumeStatus, Message, Producer, PullConsumer, PushConsumer
-from tests.console.conftest import screenshot, wait_for
+from tests.console.conftest import raftmq, screenshot, wait_for
 
 pytestmark = [pytest.mark.console]
 
@@ -85,6 +85,11 @@ def test_cluster_page_shows_every_replica_and_live_charts(cluster: dict[str, Any
     header = " ".join(page_texts(browser, "#group-g1 thead th")).lower()
     for column in ("term", "commit", "applied", "replication lag", "disk free", "version", "uptime"):
         assert column in header
+    verified = raftmq("cluster", "verify", "--dir", str(cluster["dir"]))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    shown = wait_for("the last comparison on the page", lambda: (lambda t: "equal" in t and t)(
+        page_texts(browser, "#verify-g1")[0]), 10)
+    assert "Last compared at index" in shown and "n1, n2, n3" in shown
     def charted() -> dict[str, Any]:  # what the charts draw
         with urllib.request.urlopen(f"{console}/api/overview", timeout=5) as resp:
             return dict(json.loads(resp.read())["series"])

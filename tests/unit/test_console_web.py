@@ -7,7 +7,7 @@ import asyncio
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from console.web import Console, _replica_row
+from console.web import Console, _replica_row, last_verify
 
 
 def test_page_assets_session_and_bad_requests() -> None:
@@ -38,3 +38,13 @@ def test_a_replica_row_carries_the_disk_full_flag() -> None:
     assert row["disk_full"] is True and row["free_bytes"] == 0
     roomy = _replica_row("n2", "127.0.0.1:1", {**status, "disk": {"free_bytes": 1}}, 10.0)
     assert roomy["disk_full"] is False
+
+
+def test_a_groups_last_comparison_is_the_newest_its_replicas_show() -> None:
+    older = {"index": 40, "at_ms": 1_000, "outcome": "equal", "compared": ["n1", "n2", "n3"],
+             "not_compared": [], "mismatches": 0}
+    newer = {**older, "index": 57, "at_ms": 2_000, "outcome": "incomplete", "not_compared": ["n3"]}
+    statuses = [{"role": "follower", "last_verify": older}, None, {"role": "leader", "last_verify": newer},
+                {"role": "follower", "last_verify": None}]
+    assert last_verify(statuses) == newer
+    assert last_verify([None, {"role": "leader"}]) is None

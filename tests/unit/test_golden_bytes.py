@@ -25,6 +25,7 @@ from broker.commands import (
     LockQueue,
     Perm,
     RollbackHalf,
+    VerifyMarker,
     decode_admin,
     encode_admin,
 )
@@ -139,6 +140,7 @@ def test_message_and_entry_batch() -> None:
 @pytest.mark.parametrize("record", [
     CreateTopic("orders", 8, Perm.READ_WRITE), DeleteTopic("orders"), CommitOffset("g-1", "orders", 3, 99),
     RollbackHalf(4096), CheckHalf(4096, STORE_MS), LockQueue("g-1", "client-1", "orders", 3, True),
+    VerifyMarker("5f1e0c2a9b3d4e6f", 1 << 20),
 ], ids=lambda r: type(r).__name__)
 def test_admin_records(record: object) -> None:
     data = encode_admin(record)  # type: ignore[arg-type]
@@ -204,7 +206,7 @@ def test_every_sample_is_used() -> None:
                 "entry_batch", "cq_unit", "hashes", "index_file", "snapshot", "membership_change",
                 "log_start", "log_start_v2", "hard_state"}
     expected |= {f"admin_{n}" for n in ("CreateTopic", "DeleteTopic", "CommitOffset", "RollbackHalf",
-                                         "CheckHalf", "LockQueue")}
+                                         "CheckHalf", "LockQueue", "VerifyMarker")}
     if WRITE:
         return
     assert names == expected

@@ -124,8 +124,8 @@ class HardStateFile:
                      if s is not None]
             if not slots:
                 raise HardStateCorrupt(f"{self.path}: neither copy of the Raft term and vote is intact; "
-                                       "the node cannot know whom it voted for. Restore the file, or "
-                                       "remove the node's data directory so it is re-fetched from its peers")
+                                       "the node cannot know whom it voted for. A replica starting moves "
+                                       "it aside and catches up as a new storage before it votes")
             self._seq, self.state = max(slots, key=lambda s: s[0])
         self._fd = os.open(self.path, os.O_RDWR)
 

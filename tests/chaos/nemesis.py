@@ -30,14 +30,19 @@ class Nemesis:
             "isolate_leader": self.isolate_leader, "isolate_follower": self.isolate_follower,
             "leader_cut_from_peers": self.leader_cut_from_peers, "one_way_cut": self.one_way_cut,
             "latency": self.latency, "client_resets": self.client_resets, "flap": self.flap,
+            "lose_follower_disk": self.lose_follower_disk,
+            "lose_follower_disk_then_kill_leader": self.lose_follower_disk_then_kill_leader,
         }
+        self._forgetful: set[str] = set()  # replicas that lost their disk this round
 
-    def run(self, duration: float) -> list[str]:
-        """Inject faults for ``duration`` seconds; returns their names in order."""
+    def run(self, duration: float, first: tuple[str, ...] = ()) -> list[str]:
+        """Inject faults for ``duration`` seconds -- ``first`` in order, then random ones;
+        returns their names in order."""
         done: list[str] = []
         end = time.monotonic() + duration
-        while time.monotonic() < end:
-            name = self.rng.choice(sorted(self.faults))
+        queued = list(first)
+        while queued or time.monotonic() < end:
+            name = queued.pop(0) if queued else self.rng.choice(sorted(self.faults))
             hold_until = time.monotonic() + self.rng.uniform(1.5, 4.0)
             healed_later = self.faults[name]()
             unstarted = False
@@ -72,6 +77,10 @@ class Nemesis:
         self.s.event(f"nemesis: healed{f', restarted {down}' if down else ''}")
         for name in sorted(set(cut_off) | set(down)):
             self.s.catch_up(name, since=healed_at)
+        for name in sorted(self._forgetful):  # at most one forgetful replica at a time
+            b.wait_status(name, lambda st: st["voter"] is True, 30, f"{name}'s new storage recorded")
+            self.s.event(f"nemesis: {name}'s new storage recorded: it votes again")
+        self._forgetful.clear()
         self.s.workload.wait_more_acked(20, 30, "sends acknowledged again after healing")
 
     # -- faults: each injects one and returns the nodes to watch catch up after healing -----
@@ -124,6 +133,32 @@ class Nemesis:
             links[name].reset_peer(self.rng.choice([0.5, 1.0]), timeout_ms=self.rng.choice([0, 100]),
                                    stream=stream)
         self.s.event(f"nemesis: reset_peer {stream} on client links of {chosen}")
+        return []
+
+    def _lose_disk(self, name: str) -> None:
+        """kill -9 ``name``, then its data directory wiped (a replaced host) or its Raft hard
+        state deleted: it comes back as a new storage (issue 24)."""
+        self.s.brokers.kill(name)
+        how = self.rng.choice(["wiped", "hard state deleted"])
+        if how == "wiped":
+            self.s.brokers.wipe(name)
+        else:
+            (self.s.brokers.base / name / "raft-state").unlink()
+        self._forgetful.add(name)
+        self.s.event(f"nemesis: kill -9 follower {name}, its disk lost ({how})")
+
+    def lose_follower_disk(self) -> list[str]:
+        self._lose_disk(self._follower(self._leader()))
+        return []
+
+    def lose_follower_disk_then_kill_leader(self) -> list[str]:
+        """The sequence of issue 24: a follower's disk lost, then the leader crashes; the
+        two left (one of them forgetful) must not elect a leader -- the history verifier
+        would see the acknowledged messages lost -- until the old leader is back."""
+        leader = self._leader()
+        self._lose_disk(self._follower(leader))
+        self.s.brokers.kill(leader)
+        self.s.event(f"nemesis: kill -9 leader {leader}")
         return []
 
     def flap(self) -> list[str]:

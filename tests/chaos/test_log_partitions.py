@@ -145,16 +145,18 @@ def test_a_follower_cut_off_with_its_connections_up_forces_no_election_when_heal
     issue 32 made deterministic -- the follower is cut before the group starts, so it
     never hears the leader and stays at term 0; it must still raise nothing."""
     group = proxied.group
-    follower = "n3"
     if cut == "before-the-first-append":
+        follower = "n3"
         proxied.isolate(follower)
-    group.start()
-    leader = group.wait_leader(timeout=30, among=[n for n in group.nodes if n != follower])
-    if cut == "after-following":
+        group.start()
+        leader = group.wait_leader(timeout=30, among=[n for n in group.nodes if n != follower])
+        term = group.status(leader)["term"]  # type: ignore[index]
+    else:
+        group.start()
+        leader = group.wait_leader(timeout=30)
+        follower = next(n for n in group.nodes if n != leader)
         term = group.wait_following(leader, timeout=20)
         proxied.isolate(follower)
-    else:
-        term = group.status(leader)["term"]  # type: ignore[index]
     # three of its election timeouts (0.4-1.2 s) pass: it asks (pre-vote) or stands
     group.wait_status(follower, lambda s: s.get("pre_vote_rounds", 0) >= 3 or s["term"] > term, 15,
                       "the cut-off follower noticing the leader is gone")

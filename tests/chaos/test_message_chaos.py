@@ -205,9 +205,11 @@ def test_link_flapping_every_2s(make_scenario: MakeScenario) -> None:
 
 
 def test_randomized_nemesis(make_scenario: MakeScenario, chaos_duration: float) -> None:
-    """Random single faults (kill -9, isolation, one-way cuts, latency, resets, flaps) for
-    ``--chaos-duration`` seconds (20 in CI)."""
+    """Random single faults (kill -9, isolation, one-way cuts, latency, resets, flaps, a
+    follower's disk lost -- alone or with the leader crashing after it) for
+    ``--chaos-duration`` seconds (20 in CI), the first of them a disk loss."""
     s = make_scenario(read_from="any", send_timeout=5.0).start()
-    Nemesis(s).run(chaos_duration)
+    first = s.rng.choice(["lose_follower_disk", "lose_follower_disk_then_kill_leader"])
+    Nemesis(s).run(chaos_duration, first=(first,))
     s.workload.wait_more_acked(200, 30)
     s.finish(exactly_once=False)  # consumer restarts may redeliver what was not committed yet

@@ -95,6 +95,19 @@ class GroupConfig:
     def other_peers(self) -> dict[str, str]:
         return {name: addr for name, addr in self.peers.items() if name != self.node}
 
+    def require_secret(self) -> None:
+        """Refuse to open a Raft port without the cluster secret, whatever the group's size
+        and address: pysyncobj without a password unpickles whatever reaches the port (remote
+        code execution) and feeds a ``readonly`` connection the whole log. Only ``insecure``
+        (``--insecure``, a throw-away test) waives it; the Raft node warns then."""
+        if not self.secret and not self.insecure:
+            raise ConfigError(
+                f"group {self.group} has no cluster secret: every replica's Raft port needs one, "
+                "a single-node group's too (without it pysyncobj runs code sent to "
+                f"{self.address}); set group.secret_file (a file of at least 32 random characters, "
+                "mode 0600, the same on every node) or group.secret, or pass --insecure only for "
+                "a throw-away local test")
+
     def validate(self) -> None:
         if not self.peers:
             raise ConfigError("group.peers is empty: list every replica as name = \"host:port\"")
@@ -258,4 +271,6 @@ def load_group_config(path: Path, *, insecure: bool = False, repair_log: bool = 
         except ValueError:
             raise ConfigError(f"{path}: raft.flush = {raft.flush!r}: use \"sync\" or \"async\"") from None
     kwargs.update(overrides or {})
-    return GroupConfig(**kwargs)
+    config = GroupConfig(**kwargs)
+    config.require_secret()
+    return config

@@ -17,6 +17,7 @@ down after ``leader_lease_ms``, default 2 s).
 from __future__ import annotations
 
 import enum
+import logging
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +31,8 @@ from dledger.journal import EntryNotStored, RaftJournal
 from dledger.membership import Member
 
 __all__ = ["GroupConf", "RaftNode", "RaftView", "Role", "check_bindable", "group_conf", "hand_journal"]
+
+log = logging.getLogger("dledger.raft_node")
 
 _NEVER = 2**62  # log compaction thresholds: never compact
 SOCKET_BUFFER_BYTES = 4 << 20  # fewer, larger socket writes (the kernel may clamp it)
@@ -85,7 +88,13 @@ def group_conf(config: GroupConfig, journal_key: str, dump_path: str,
     """The conf of one replica's SyncObj. ``deserializer`` reads a leader's log-start dump
     (``dledger.retained_start``); serializing is refused (no log compaction). A replica
     that must not stand (``standing`` false) gets its election timeouts out of reach
-    before pysyncobj draws its first election deadline."""
+    before pysyncobj draws its first election deadline. ConfigError without the cluster
+    secret unless ``config.insecure`` (then a WARNING: the port runs whatever it is sent)."""
+    config.require_secret()
+    if not config.secret:
+        log.warning("INSECURE (--insecure): the Raft port of %s listens on %s without a cluster secret: "
+                    "anyone who reaches it can run code in this process and read the whole log "
+                    "(set group.secret_file)", config.node, config.address)
     lo, hi = (t / 1000 for t in config.election_timeout_ms)
     conf = GroupConf(
         journalFile=journal_key,

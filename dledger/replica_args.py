@@ -50,9 +50,9 @@ def configure_logging(level: str) -> None:
 def add_replica_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, required=True, help="node TOML file")
     parser.add_argument("--insecure", action="store_true",
-                        help="allow a multi-node group without a cluster secret, and a broker listening "
-                             "where other hosts reach it without TLS and ACLs (a WARNING at every start; "
-                             "tests only)")
+                        help="allow a group without a cluster secret (its Raft port then runs what it "
+                             "is sent), and a broker listening where other hosts reach it without TLS "
+                             "and ACLs (a WARNING at every start; tests only)")
     parser.add_argument("--repair-log", action="store_true",
                         help="cut the CommitLog at a corrupt record and re-fetch the rest")
     parser.add_argument("--log-level", default="INFO")

@@ -215,7 +215,9 @@ def test_a_broker_bound_to_all_interfaces_needs_tls_and_acls_or_insecure(tmp_pat
     raft, port = free_ports(2)
     config = tmp_path / "n1.toml"
     plain = (f'[node]\nname = "n1"\ndata_dir = "n1"\n[group]\nname = "g1"\n'
-             f'peers = {{ n1 = "127.0.0.1:{raft}" }}\n[broker]\nlisten = "0.0.0.0:{port}"\n')
+             f'peers = {{ n1 = "127.0.0.1:{raft}" }}\nsecret_file = "secret"\n'
+             f'[broker]\nlisten = "0.0.0.0:{port}"\n')
+    (tmp_path / "secret").write_text("a-cluster-secret-of-the-test")  # every Raft port needs one
     config.write_text(plain)
     argv = [sys.executable, "-m", "broker", "--config", str(config)]
     with ProcessGroup(tmp_path / "logs") as procs:

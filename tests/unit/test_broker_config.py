@@ -11,7 +11,7 @@ from broker.config import MAX_MESSAGE_BYTES_LIMIT, read_broker_section
 from dledger.config import ConfigError, load_group_config
 from protocol.message_format import MAX_MESSAGE_BYTES
 
-GROUP = '[node]\nname = "n1"\n[group]\npeers = { n1 = "127.0.0.1:7001" }\n'
+GROUP = '[node]\nname = "n1"\n[group]\npeers = { n1 = "127.0.0.1:7001" }\nsecret = "s"\n'
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from dledger.config import ConfigError, FlushPolicy, GroupConfig, load_group_config
+from dledger.raft_node import group_conf
 
 PEERS = {"n1": "127.0.0.1:7001", "n2": "127.0.0.1:7002", "n3": "127.0.0.1:7003"}
 
@@ -47,7 +48,21 @@ def test_multi_node_group_needs_a_secret() -> None:
     with pytest.raises(ConfigError, match="cluster secret"):
         make(secret=None)
     assert make(secret=None, insecure=True).insecure
-    assert make(secret=None, peers={"n1": "127.0.0.1:7001"}).secret is None
+    assert make(secret=None, peers={"n1": "127.0.0.1:7001"}).secret is None  # LocalLog: no Raft port
+
+
+def test_every_raft_port_needs_a_secret_a_single_nodes_too(tmp_path: Path) -> None:
+    """Issue 25, row 1: pysyncobj without a password runs what reaches its port."""
+    alone = make(secret=None, peers={"n1": "0.0.0.0:7001"})
+    with pytest.raises(ConfigError, match=r"group g1 has no cluster secret.*group\.secret_file"):
+        alone.require_secret()
+    with pytest.raises(ConfigError, match="no cluster secret"):
+        group_conf(alone, "k", str(tmp_path / "dump"), lambda _path: None, True)
+    f = tmp_path / "n1.toml"
+    f.write_text('[node]\nname = "n1"\n[group]\npeers = { n1 = "127.0.0.1:1" }\n')
+    with pytest.raises(ConfigError, match="no cluster secret"):
+        load_group_config(f)
+    assert load_group_config(f, insecure=True).secret is None
 
 
 def test_bad_address() -> None:

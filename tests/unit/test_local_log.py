@@ -50,7 +50,7 @@ def test_proposals_commit_at_once_and_read_back_in_order(tmp_path: Path) -> None
 def test_it_offers_what_the_broker_uses_with_the_same_status_shape(tmp_path: Path) -> None:
     local = LocalLog(GroupConfig(node="n1", peers={"n1": "127.0.0.1:1"}, data_dir=tmp_path / "a"))
     real = ReplicatedLog(founding(GroupConfig(node="n1", peers={"n1": f"127.0.0.1:{free_port()}"},
-                                     data_dir=tmp_path / "b")))
+                                     data_dir=tmp_path / "b", secret="t")))
     try:
         assert len(LOG_SURFACE) > 15
         for name in LOG_SURFACE:

@@ -144,7 +144,7 @@ def test_wrong_secret_peer_never_joins(make_group: Callable[..., dict[str, Repli
 def test_address_in_use_is_a_clear_error(tmp_path: Path,
                                          make_group: Callable[..., dict[str, ReplicatedLog]]) -> None:
     (rlog,) = make_group(1).values()
-    cfg = GroupConfig(node="n1", peers={"n1": rlog.config.address}, data_dir=tmp_path / "other")
+    cfg = GroupConfig(node="n1", peers={"n1": rlog.config.address}, data_dir=tmp_path / "other", secret="t")
     with pytest.raises(ConfigError, match="cannot listen on Raft address"):
         ReplicatedLog(cfg)
 

@@ -59,7 +59,7 @@ def wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-u
 
 @pytest.fixture
 def single(tmp_path: Path) -> Iterator[ReplicatedLog]:
-    cfg = GroupConfig(node="n1", peers={"n1": f"127.0.0.1:{free_port()}"}, data_dir=tmp_path,
+    cfg = GroupConfig(node="n1", peers={"n1": f"127.0.0.1:{free_port()}"}, data_dir=tmp_path, secret="t",
                       segment_bytes=4 * MAX_ENTRY_BYTES, retention_hours=0.0,
                       retention_check_s=0.05)
     rlog = ReplicatedLog(founding(cfg))
@@ -192,7 +192,7 @@ def test_a_crash_inside_a_log_restart_is_finished_from_the_received_dump(tmp_pat
                        start + record_size(len(b"forty")))
     (tmp_path / "log-start.dump").write_bytes(encode_log_start(first, second))
     rlog = ReplicatedLog(founding(GroupConfig(node="n1", peers={"n1": f"127.0.0.1:{free_port()}"},
-                                     data_dir=tmp_path, segment_bytes=seg)))
+                                     data_dir=tmp_path, segment_bytes=seg, secret="t")))
     try:
         assert (rlog.commitlog.first_index, rlog.commitlog.position_of(41)) == (40, second.position)
         assert rlog.commitlog.entry(40).kind == EntryKind.DATA

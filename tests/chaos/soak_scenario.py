@@ -62,6 +62,8 @@ def test_soak(make_scenario: Callable[..., Scenario], chaos_duration: float,
             s.brokers.wipe(victim)
             s.event(f"soak: {victim}'s host replaced (killed, data deleted)")
             s.restart(victim)
+            s.brokers.wait_status(victim, lambda st: st["voter"] is True, 30, f"{victim}'s storage recorded")
+            s.event(f"soak: {victim}'s new storage recorded: it votes again")
         use = disk_use(s)
         samples.append((round(time.monotonic() - s.started), use))
         s.event("soak: disk MiB " + ", ".join(

@@ -69,6 +69,8 @@ def test_disks_fill_up_mid_run_then_get_room(make_scenario: MakeScenario, which:
     s = make_scenario(pad=4000, rate=50.0)
     with contextlib.ExitStack() as stack:
         disks = {n: stack.enter_context(tmpfs(s.brokers.base / n, ROOMY)) for n in s.brokers.names}
+        for name in s.brokers.names:  # the mounts hide the directories formed for the new group
+            s.brokers.group.init_storage(name)
         stack.callback(s.brokers.stop)  # stopped before the unmounts (the stack unwinds backwards)
         s.start()
         leader = s.leader()

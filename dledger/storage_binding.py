@@ -83,6 +83,8 @@ class StorageBinding:
         self._propose = propose
         self._stand = stand
         self._clock = clock
+        self._names_for: object = None
+        self._names_cache: dict[str, str] = {}
         self._arrivals: dict[str, _Arrival] = {}
         self._founders_seen: dict[str, str] = {}
         self._in_flight = False
@@ -106,8 +108,16 @@ class StorageBinding:
         """Why this replica may not vote or stand now (None: it may)."""
         return self._refusal
 
+    def _name_of(self, node: Any) -> str | None:
+        """The member name of a peer node (by Raft address), cached per member set: this
+        runs for every answer a leader receives."""
+        members = self._history.current()
+        if self._names_for is not members:
+            self._names_for, self._names_cache = members, self._names()
+        return self._names_cache.get(getattr(node, "address", None) or "")
+
     def counts_answer(self, node: Any, message: dict[str, Any]) -> bool:
-        name = self._names().get(getattr(node, "address", None) or "")
+        name = self._name_of(node)
         if name is None:
             return False
         token = message.get("storage")
@@ -147,7 +157,7 @@ class StorageBinding:
             log.info("ignored a %s: %s", what, why)
 
     def _note_answer(self, node: Any, message: dict[str, Any]) -> None:
-        name = self._names().get(getattr(node, "address", None) or "")
+        name = self._name_of(node)
         if name is None:
             return
         token = message.get("storage") if isinstance(message.get("storage"), str) else ""

@@ -120,9 +120,10 @@ class StorageBinding:
         name = self._name_of(node)
         if name is None:
             return False
-        token = message.get("storage")
-        return counts(self._history.current().get(name), token if isinstance(token, str) else "",
-                      self._recorded_committed(name))
+        token = message.get("storage")  # None: a replica of a version before identities
+        if token is not None and not isinstance(token, str):
+            token = ""
+        return counts(self._history.current().get(name), token, self._recorded_committed(name))
 
     # -- messages --------------------------------------------------------------------------
     def stamp(self, message: Any) -> Any:

@@ -12,6 +12,9 @@ a replica's own candidacy (``dledger.storage_binding`` applies them to messages)
                                                         committed (a majority of the storages
                                                         counted before it agreed)
     S                         anything else, or none    no: another storage under that name
+    none recorded yet ("")    no token at all           yes: a replica of a version before
+                                                        storage identities (a rolling upgrade;
+                                                        once upgraded it answers as a founder)
 
 Why the record of a joiner counts only once committed: the storage it replaces may have
 voted in a term the new one never heard of; counted on append, the record would change
@@ -29,11 +32,16 @@ from dledger.storage_identity import is_founder_token
 __all__ = ["counts", "self_vote_refusal"]
 
 
-def counts(record: Member | None, token: str, record_committed: bool) -> bool:
+def counts(record: Member | None, token: str | None, record_committed: bool) -> bool:
     """Whether a replica answering with storage ``token`` counts as the member ``record``
-    (the table above); ``record_committed``: the entry that recorded its storage is
-    committed (or it is the initial set)."""
-    if record is None or not token:
+    (the table above); ``token`` None: the answer carried none (an older version);
+    ``record_committed``: the entry that recorded its storage is committed (or it is the
+    initial set)."""
+    if record is None:
+        return False
+    if token is None:
+        return not record.storage
+    if not token:
         return False
     if not record.storage:
         return is_founder_token(token)

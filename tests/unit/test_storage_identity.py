@@ -45,6 +45,11 @@ def test_who_counts(recorded: str, token: str, committed: bool, expected: bool) 
     assert (refusal is None) is expected, refusal
 
 
+def test_an_answer_without_a_token_is_an_older_version_counted_only_while_nothing_is_recorded() -> None:
+    assert counts(Member("n2", "h:1"), None, True) is True  # a rolling upgrade goes on committing
+    assert counts(Member("n2", "h:1", "", F), None, True) is False
+
+
 def test_a_stranger_counts_for_nothing_and_a_non_member_is_held_back_elsewhere() -> None:
     assert counts(None, F, True) is False
     assert self_vote_refusal(None, J, True) is None  # NOT_A_MEMBER holds it back

@@ -42,6 +42,7 @@ from broker.commands import PutUser, encode_admin
 from broker.fragments import MessageGone, read_message_at
 from broker.scram_auth import TOKEN_TTL_S, AdminTokens, AuthFailed, ScramExchange
 from dledger.errors import ProposeError
+from dledger.http_errors import require_json
 from protocol.acl import PutUserRequest
 from protocol.message_format import peek_topic
 from protocol.remoting import Frame, FrameError, RequestCode, ResponseCode
@@ -244,6 +245,7 @@ class AccessControl:
         """POST /auth/scram {"message": client-first} -> {"session", "message": server-first};
         then {"session", "message": client-final} -> {"message": server-final, "token",
         "expires_ms"}."""
+        require_json(request)
         try:
             doc = await request.json()
             message, session = doc["message"], doc.get("session")

@@ -74,6 +74,9 @@ class BrokerSection(msgspec.Struct, forbid_unknown_fields=True):
     acl_bootstrap_file: str | None = None
     acl_token_ttl_s: float = 600.0
     tls: TlsSection | None = None
+    #: web pages (``https://host:port``) that may open /ws and POST to the admin API, besides
+    #: the port's own origin (``dledger.http_errors.browser_guard``)
+    allowed_origins: list[str] = msgspec.field(default_factory=list)
     max_connections: int | msgspec.UnsetType = msgspec.UNSET
     max_connections_per_address: int | msgspec.UnsetType = msgspec.UNSET
     fd_reserve: int | msgspec.UnsetType = msgspec.UNSET
@@ -96,6 +99,8 @@ class BrokerSection(msgspec.Struct, forbid_unknown_fields=True):
         for key in ("delay_levels", "retry_delays", "retry_overdue_s"):
             if getattr(self, key) is not msgspec.UNSET:
                 options[key] = getattr(self, key)
+        if self.allowed_origins:
+            options["allowed_origins"] = tuple(self.allowed_origins)
         limits = self.client_limits()
         if limits != ClientLimits():
             options["limits"] = limits

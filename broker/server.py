@@ -74,7 +74,7 @@ from broker.verify_admin import Verifier
 from broker.write_path import WritePath
 from dledger.applier import Applier
 from dledger.errors import DiskFull, NoLeader, NotLeader, OutcomeUnknown, ProposeError
-from dledger.http_errors import json_errors
+from dledger.http_errors import browser_guard, json_errors
 from dledger.log import Log
 from protocol.message_format import MAX_MESSAGE_BYTES
 from protocol.names import InvalidName
@@ -114,8 +114,12 @@ class BrokerServer:
                  retry_delays: str = RETRY_DELAYS,
                  retry_overdue_s: float = DEFAULT_OVERDUE_S, acl: bool = False,
                  acl_bootstrap: PutUser | None = None, acl_token_ttl_s: float = 600.0,
-                 limits: ClientLimits | None = None, peer_tls: ClientTls | None = None) -> None:
-        """``peer_tls``: how to dial the peers' client ports (None: plain HTTP)."""
+                 limits: ClientLimits | None = None, peer_tls: ClientTls | None = None,
+                 allowed_origins: tuple[str, ...] = ()) -> None:
+        """``peer_tls``: how to dial the peers' client ports (None: plain HTTP);
+        ``allowed_origins``: web pages that may open ``/ws`` and change state over HTTP
+        besides the port's own origin (``dledger.http_errors.browser_guard``)."""
+        self.allowed_origins = allowed_origins
         if max_message_bytes < 1:
             raise ValueError("max_message_bytes must be positive")
         self.max_message_bytes = max_message_bytes
@@ -197,7 +201,8 @@ class BrokerServer:
         }
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[json_errors, self.connections.middleware,
+        app = web.Application(middlewares=[json_errors, browser_guard(self.allowed_origins),
+                                           self.connections.middleware,
                                            self.access.http_middleware],
                               handler_args={"keepalive_timeout": self.connections.limits.idle_timeout_s})
         app.add_routes([web.get("/ws", self._ws), web.get("/healthz", self._healthz),

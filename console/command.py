@@ -11,7 +11,13 @@ Two sides of TLS:
 - its own page: https with ``--listen-cert-file``/``--listen-key-file`` (TLS 1.2+). A
   password typed at sign-in crosses the network, so off loopback the console refuses to
   start without them (an ``error:`` line, exit 2) unless ``--insecure``, which logs a
-  WARNING at every start (``protocol.exposure``)."""
+  WARNING at every start (``protocol.exposure``).
+
+Off loopback it also refuses to front a cluster without ACLs (the replicas answer an
+anonymous admin read): anyone reaching the page would act as an anonymous admin. It asks
+the cluster at start (for up to 10 s); ``--insecure`` waives this too, with a WARNING. Off
+loopback without ``--insecure`` its API serves signed-in users only (whatever the cluster
+said at start: its ACLs could be switched off later)."""
 
 from __future__ import annotations
 
@@ -28,8 +34,9 @@ from aiohttp import web
 
 from client.aio.routes import default_namesrv
 from client.cli import add_tls_arguments, cli_tls
+from console.gateway import ClusterGateway
 from console.web import Console
-from protocol.exposure import check_exposure
+from protocol.exposure import check_exposure, is_loopback
 from protocol.tls import ClientTls, listening_context
 
 __all__ = ["DESCRIPTION", "configure", "main", "run", "serving_context"]
@@ -80,10 +87,10 @@ def where_of(args: argparse.Namespace) -> tuple[list[str], ClientTls | bool | No
     return default_namesrv(), cli_tls(args)
 
 
-async def serve(args: argparse.Namespace, context: ssl.SSLContext | None) -> None:
+async def serve(args: argparse.Namespace, context: ssl.SSLContext | None, sign_in_only: bool = False) -> None:
     host, _, port = args.listen.rpartition(":")
     namesrv, tls = where_of(args)
-    console = Console(namesrv, args.sample_interval, tls)
+    console = Console(namesrv, args.sample_interval, tls, sign_in_only=sign_in_only)
     runner = web.AppRunner(console.app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, int(port), ssl_context=context)
@@ -101,15 +108,55 @@ async def serve(args: argparse.Namespace, context: ssl.SSLContext | None) -> Non
         await runner.cleanup()
 
 
+async def cluster_acl(namesrv: list[str], tls: ClientTls | bool | None,
+                      within_s: float = 10.0) -> bool | None:
+    """Whether the cluster checks users (``ClusterGateway.acl_enforced``), asked for up to
+    ``within_s`` while nothing answers."""
+    gateway = ClusterGateway(namesrv, None, tls)
+    try:
+        deadline = asyncio.get_running_loop().time() + within_s
+        while True:
+            found = await gateway.acl_enforced()
+            if found is not None or asyncio.get_running_loop().time() > deadline:
+                return found
+            await asyncio.sleep(0.5)
+    finally:
+        await gateway.close()
+
+
+def check_cluster_acl(args: argparse.Namespace) -> bool:
+    """Whether the console must act only for signed-in users: it listens off loopback and
+    not ``--insecure``. ValueError when it would listen there in front of a cluster known
+    to have no ACLs (a WARNING with ``--insecure``)."""
+    if is_loopback(args.listen.rpartition(":")[0]):
+        return False
+    namesrv, tls = where_of(args)
+    acl = asyncio.run(cluster_acl(namesrv, tls))
+    if acl is None:
+        log.warning("cannot ask the cluster whether it checks users (no answer from %s): the console "
+                    "acts only for signed-in users", ", ".join(namesrv))
+    if acl is not False:
+        return not args.insecure
+    if not args.insecure:
+        raise ValueError(f"the console listens on {args.listen}, which other hosts can reach, in front of a "
+                         "cluster without ACLs: anyone reaching the page would act as an anonymous admin; "
+                         "turn on [broker] acl = true on the brokers (docs/SECURITY.md), listen on "
+                         "127.0.0.1, or pass --insecure")
+    log.warning("INSECURE (--insecure): the console listens on %s in front of a cluster without ACLs: "
+                "anyone who reaches it acts as an anonymous admin", args.listen)
+    return False
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         context = serving_context(args.listen_cert_file, args.listen_key_file)
         check_exposure("the console", args.listen, tls=context is not None, acl=None, insecure=args.insecure,
                        how="--listen-cert-file and --listen-key-file", log=log)
+        sign_in_only = check_cluster_acl(args)
     except ValueError as e:  # ExposureRefused too
         print(f"error: {e}", file=sys.stderr)
         return 2
-    asyncio.run(serve(args, context))
+    asyncio.run(serve(args, context, sign_in_only))
     return 0
 
 

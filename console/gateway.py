@@ -132,6 +132,23 @@ class ClusterGateway:
                         for g, nodes in sorted(doc.items())}
         raise ClientError(f"no name server answers ({', '.join(self.namesrv)})")
 
+    async def acl_enforced(self) -> bool | None:
+        """Whether the cluster refuses an anonymous admin read (its ACLs are on); None when
+        no name server or replica answers."""
+        try:
+            groups = await self.replicas()
+        except ClientError:
+            return None
+        for nodes in groups.values():
+            for address in nodes.values():
+                try:
+                    doc = await self.get_json(address, "/admin/topics")
+                except AuthFailedError:
+                    return True
+                if doc is not None:
+                    return False
+        return None
+
     async def statuses(self) -> dict[str, dict[str, tuple[str, dict[str, Any] | None]]]:
         """group -> node -> (address, its /status or None when down), asked at once."""
         groups = await self.replicas()

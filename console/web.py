@@ -19,16 +19,22 @@
     POST /api/logout
     GET  /api/whoami                           {"user": the signed-in user or null}
 
-Sessions: a cookie names the session; each session acts through the ``ClusterGateway`` of
-its ``Credentials`` (``session_credentials``: ``None`` until it signs in), so with ACLs on
-the brokers decide what the signed-in user sees and may do. Client errors are answered
+Sessions (``console.sessions``): a cookie names the session (a new id at sign-in; ended
+after 30 min idle or 12 h); each session acts through the ``ClusterGateway`` of its
+``Credentials`` (``session_credentials``: ``None`` until it signs in), so with ACLs on the
+brokers decide what the signed-in user sees and may do. Web pages of other sites cannot
+drive it: every POST needs the session's CSRF token in ``X-CSRF-Token`` (the page reads it
+from ``/api/whoami``; another origin cannot read that answer), a JSON body sent as
+``application/json`` (415) and no foreign ``Origin`` (403); over plain http the ``Host``
+must be an IP address or ``localhost`` (a DNS name could be rebound to this host). Client errors are answered
 ``400 {"error": ...}``; a refused authentication ``401`` (the page then asks to sign in), a
 refused right ``403`` -- the remark names the user, the action and the resource.
 """
 
 from __future__ import annotations
 
-import secrets
+import ipaddress
+import json
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -41,12 +47,20 @@ from client.errors import AuthFailedError, ClientError, NoPermissionError
 from client.queues import MessageQueue
 from console.gateway import ClusterGateway, message_json
 from console.sampler import Sampler
+from console.sessions import Session, Sessions
 from protocol.tls import ClientTls
 
 __all__ = ["STATIC", "Console"]
 
 STATIC = Path(__file__).parent / "static"
 _COOKIE = "raftmq_console"
+_SESSION = web.RequestKey("session", Session)
+#: what a console that serves signed-in users only (``sign_in_only``) answers anyone
+_ANONYMOUS = frozenset({"/", "/api/login", "/api/logout", "/api/whoami"})
+
+
+def _anonymous(path: str) -> bool:
+    return path in _ANONYMOUS or path.startswith("/static/")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -54,12 +68,14 @@ class Console:
     """The console of one cluster: sessions, their gateways, the sampler, the routes."""
 
     def __init__(self, namesrv: list[str], sample_interval_s: float = 1.0,
-                 tls: ClientTls | bool | None = None) -> None:
-        """``tls``: how to reach a cluster serving TLS (``ClusterGateway``)."""
+                 tls: ClientTls | bool | None = None, sign_in_only: bool = False) -> None:
+        """``tls``: how to reach a cluster serving TLS (``ClusterGateway``); ``sign_in_only``:
+        the API answers signed-in sessions only (a console reachable from other hosts)."""
+        self.sign_in_only = sign_in_only
         self.namesrv = namesrv
         self.tls = tls
         self._gateways: dict[Credentials | None, ClusterGateway] = {}
-        self._sessions: dict[str, Credentials | None] = {}
+        self.sessions = Sessions()
         self.sampler = Sampler(self.gateway_for(None), sample_interval_s)
 
     def gateway_for(self, credentials: Credentials | None) -> ClusterGateway:
@@ -70,13 +86,13 @@ class Console:
 
     def session_credentials(self, request: web.Request) -> Credentials | None:
         """The signed-in user of the request's session (None: no users in the cluster yet)."""
-        return self._sessions.get(request.cookies.get(_COOKIE, ""))
+        return request[_SESSION].credentials
 
     def gateway(self, request: web.Request) -> ClusterGateway:
         return self.gateway_for(self.session_credentials(request))
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._session_middleware, _errors_middleware])
+        app = web.Application(middlewares=[_browser_middleware, self._session_middleware, _errors_middleware])
         get, post = web.get, web.post
         app.add_routes([
             get("/", self.index), web.static("/static", STATIC),
@@ -104,10 +120,21 @@ class Console:
 
     @web.middleware
     async def _session_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        response = await handler(request)
-        if _COOKIE not in request.cookies and _COOKIE not in response.cookies:  # login sets its own
-            response.set_cookie(_COOKIE, secrets.token_urlsafe(24), httponly=True, samesite="Strict",
-                                secure=request.secure)
+        session = self.sessions.get(request.cookies.get(_COOKIE))
+        fresh = session is None
+        if session is None:
+            session = self.sessions.open()
+        request[_SESSION] = session
+        if request.method == "POST" and not session.csrf_ok(request.headers.get("X-CSRF-Token")):
+            response: web.StreamResponse = web.json_response(
+                {"error": "missing or wrong CSRF token (X-CSRF-Token): reload the page"}, status=403)
+        elif self.sign_in_only and session.credentials is None and not _anonymous(request.path):
+            response = web.json_response({"error": "sign in: this console is reachable from other hosts",
+                                          "login": True}, status=401)
+        else:
+            response = await handler(request)
+        if fresh and _COOKIE not in response.cookies:  # login sets its own
+            _set_cookie(response, request, session.id)
         return response
 
     # -- sign in -----------------------------------------------------------------------
@@ -121,19 +148,22 @@ class Console:
             self._gateways.pop(credentials, None)
             await gateway.close()
             raise
-        session = request.cookies.get(_COOKIE) or secrets.token_urlsafe(24)
-        self._sessions[session] = credentials
-        response = web.json_response({"user": credentials.user})
-        response.set_cookie(_COOKIE, session, httponly=True, samesite="Strict", secure=request.secure)
+        session = self.sessions.sign_in(request[_SESSION].id, credentials)  # a new id: no fixation
+        response = web.json_response({"user": credentials.user, "csrf": session.csrf})
+        _set_cookie(response, request, session.id)
         return response
 
     async def logout(self, request: web.Request) -> web.Response:
-        self._sessions.pop(request.cookies.get(_COOKIE, ""), None)
-        return web.json_response({"user": None})
+        self.sessions.close(request[_SESSION].id)
+        session = self.sessions.open()
+        response = web.json_response({"user": None, "csrf": session.csrf})
+        _set_cookie(response, request, session.id)
+        return response
 
     async def whoami(self, request: web.Request) -> web.Response:
-        credentials = self.session_credentials(request)
-        return web.json_response({"user": credentials.user if credentials else None})
+        session = request[_SESSION]
+        user = session.credentials.user if session.credentials else None
+        return web.json_response({"user": user, "csrf": session.csrf})
 
     # -- pages -------------------------------------------------------------------------
     async def index(self, request: web.Request) -> web.FileResponse:
@@ -258,7 +288,15 @@ def _query(request: web.Request, name: str) -> str:
     return value
 
 
+def _set_cookie(response: web.StreamResponse, request: web.Request, sid: str) -> None:
+    response.set_cookie(_COOKIE, sid, httponly=True, samesite="Strict", secure=request.secure)
+
+
 async def _body(request: web.Request, *required: str) -> dict[str, Any]:
+    if request.content_type != "application/json":
+        raise web.HTTPUnsupportedMediaType(text=json.dumps(
+            {"error": f"send the body as Content-Type: application/json, not {request.content_type}"}),
+            content_type="application/json")
     try:
         doc = await request.json()
     except ValueError:
@@ -267,6 +305,42 @@ async def _body(request: web.Request, *required: str) -> dict[str, Any]:
     if missing:
         raise ClientError(f"missing {', '.join(missing)}")
     return dict(doc)
+
+
+def _literal_host(host: str) -> bool:
+    """Whether ``host`` (a Host header) names an IP address or localhost, not a DNS name."""
+    name = host if host.endswith("]") else host.rsplit(":", 1)[0]
+    name = name.strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def foreign_request(request: web.Request) -> str | None:
+    """Why a request must be refused as a web page's of another site (None: it may go on):
+    a POST whose ``Origin`` is not the console's own, or a ``Host`` that is a DNS name on
+    plain http (the same rule as ``dledger.http_errors.browser_guard``, which the console
+    may not import)."""
+    if not request.secure and not _literal_host(request.host):
+        return (f"the console on plain http answers only at an IP address or localhost, not "
+                f"{request.host!r} (a DNS name could be rebound to this host)")
+    origin = request.headers.get("Origin")
+    changes = request.method not in ("GET", "HEAD", "OPTIONS")
+    if changes and origin is not None and origin.rstrip("/").lower() != f"{request.scheme}://{request.host}".lower():
+        return f"requests from the web page of {origin} are refused"
+    return None
+
+
+@web.middleware
+async def _browser_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    why = foreign_request(request)
+    if why is not None:
+        return web.json_response({"error": why}, status=403)
+    return await handler(request)
 
 
 @web.middleware

@@ -13,7 +13,7 @@ from typing import TypeVar
 from aiohttp import web
 
 from dledger.config import ConfigError, load_group_config
-from dledger.http_errors import json_errors
+from dledger.http_errors import browser_guard, json_errors
 from dledger.replicated_log import ReplicatedLog
 
 __all__ = ["add_replica_arguments", "configure_logging", "control_app", "open_replica", "run_alone"]
@@ -33,11 +33,12 @@ def run_alone(argv: list[str] | None, prog: str, description: str,
 
 def control_app(routes: list[web.RouteDef], max_body: int = 1 << 20) -> web.Application:
     """An HTTP control API: ``routes`` plus ``GET /healthz`` ("ok" while the process
-    serves); request bodies up to ``max_body`` bytes."""
+    serves); request bodies up to ``max_body`` bytes; web pages of other origins refused
+    (``dledger.http_errors.browser_guard``)."""
     async def healthz(request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
-    app = web.Application(client_max_size=max_body, middlewares=[json_errors])
+    app = web.Application(client_max_size=max_body, middlewares=[json_errors, browser_guard()])
     app.add_routes([*routes, web.get("/healthz", healthz)])
     return app
 

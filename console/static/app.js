@@ -17,11 +17,18 @@ function h(tag, attrs, ...children) {
   return el;
 }
 
+// The session's CSRF token: /api/whoami gives it (another site's page cannot read that
+// answer); every POST sends it as X-CSRF-Token. Sign-in and sign-out give a new one.
+let csrf = null;
+
 async function api(path, body) {
-  const init = body === undefined ? {} : { method: "POST", headers: { "Content-Type": "application/json" },
-                                           body: JSON.stringify(body) };
+  if (body !== undefined && csrf === null) await api("/api/whoami");
+  const init = body === undefined ? {} : { method: "POST",
+    headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf || "" }, body: JSON.stringify(body) };
   const resp = await fetch(path, init);
   const doc = await resp.json().catch(() => ({}));
+  if (typeof doc.csrf === "string") csrf = doc.csrf;
+  if (resp.status === 403 && /CSRF/.test(doc.error || "")) csrf = null;  // the session ended: a new one next
   if (resp.status === 401 && doc.login && location.hash !== "#/login") {
     sessionStorage.setItem("after-login", location.hash || "#/cluster");
     location.hash = "#/login";

@@ -19,10 +19,16 @@ def test_page_assets_session_and_bad_requests() -> None:
             assert "raftmq_console" in page.cookies
             for asset in ("app.js", "charts.js", "style.css"):
                 assert (await client.get(f"/static/{asset}")).status == 200
-            missing = await client.post("/api/topics", json={"queues": 4})
+            csrf = {"X-CSRF-Token": (await (await client.get("/api/whoami")).json())["csrf"]}
+            missing = await client.post("/api/topics", json={"queues": 4}, headers=csrf)
             assert missing.status == 400 and (await missing.json()) == {"error": "missing topic"}
-            not_json = await client.post("/api/group/reset", data=b"{")
+            not_json = await client.post("/api/group/reset", data=b"{",
+                                         headers={**csrf, "Content-Type": "application/json"})
             assert (await not_json.json()) == {"error": "the body must be JSON"}
+            plain = await client.post("/api/group/reset", data=b"{}", headers=csrf)
+            assert plain.status == 415
+            forged = await client.post("/api/topics", json={"topic": "t"})
+            assert forged.status == 403 and "CSRF" in (await forged.json())["error"]
             no_topic = await client.get("/api/messages")
             assert no_topic.status == 400 and "topic" in (await no_topic.json())["error"]
             down = await client.get("/api/cluster")

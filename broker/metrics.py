@@ -6,7 +6,8 @@ Every series carries ``group`` and ``node``. Two kinds of series:
   from the leader's receipt to its apply result) and ``raftmq_pull_serve_seconds`` (a
   pull from the end of its long-poll wait to its answer), and the counters
   ``raftmq_messages_sent_total`` / ``raftmq_messages_pulled_total`` /
-  ``raftmq_requests_total{code}``;
+  ``raftmq_requests_total{code}`` (a served code, or ``unknown`` for every code the
+  broker does not serve: a client inventing codes adds no series);
 * read from the replica at scrape time (``_ReplicaCollector``) -- role, term, commit and
   applied index, replication lag of each follower (on the leader, in entries), consumer lag
   per queue, divergence, apply stalls, overdue retries and delayed messages, free disk,
@@ -77,7 +78,7 @@ class BrokerMetrics:
                               names, registry=self.registry).labels(*values)
         self._requests = Counter("raftmq_requests", "Requests received, by request code",
                                  [*names, "code"], registry=self.registry)
-        self._request_children: dict[int, Counter] = {}
+        self._request_children: dict[int | None, Counter] = {}
         self._values = values
         self.leader_changes = Counter("raftmq_leader_changes", "Times this replica learned of a new leader",
                                       names, registry=self.registry).labels(*values)
@@ -91,10 +92,13 @@ class BrokerMetrics:
             self.leader_changes.inc()
             self._last_leader = change.leader
 
-    def request(self, code: int) -> None:
+    def request(self, code: int | None) -> None:
+        """Count a request of ``code`` (None: a code the broker does not serve, counted as
+        ``unknown``: the children stay as few as the served codes)."""
         child = self._request_children.get(code)
         if child is None:
-            child = self._request_children[code] = self._requests.labels(*self._values, str(code))
+            label = "unknown" if code is None else str(code)
+            child = self._request_children[code] = self._requests.labels(*self._values, label)
         child.inc()
 
     def exposition(self) -> bytes:

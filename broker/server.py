@@ -324,8 +324,8 @@ class BrokerServer:
             await ws.send_bytes(reply.encode())
 
     async def handle(self, frame: Frame) -> Frame:
-        self.metrics.request(frame.code)
         handler = self._handlers.get(frame.code)
+        self.metrics.request(frame.code if handler is not None else None)  # bounded labels
         if handler is None:
             return frame.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                   remark=f"request code {frame.code} is not supported")

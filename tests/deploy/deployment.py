@@ -210,10 +210,7 @@ class Deployment:
         host = self.client
         self.install(host, "sudo install -d -m 0755 /etc/raftmq/tls\n"
                            "sudo install -m 0644 ca.pem /etc/raftmq/tls/")
-        creds = host.path("/root/.raftmq-admin")
-        creds.parent.mkdir(parents=True, exist_ok=True)
-        creds.write_text(f"admin\n{ADMIN_PASSWORD}\n")
-        creds.chmod(0o600)
+        self.client_file("/root/.raftmq-admin", f"admin\n{ADMIN_PASSWORD}\n")
 
     def replica_init(self, name: str) -> str:
         """Step 7: ``sudo -u raftmq raftmq replica init --config /etc/raftmq/broker.toml``."""
@@ -276,6 +273,37 @@ class Deployment:
         """``curl -s --cacert /etc/raftmq/tls/ca.pem URL`` on the client host (step 9)."""
         ca = str(self.client.path("/etc/raftmq/tls/ca.pem"))
         return self.client.run(["curl", "-s", "--max-time", "5", "--cacert", ca, *args, url], timeout=timeout)
+
+    def client_file(self, path: str, text: str) -> Path:
+        """A 0600 file of the client host (a credentials file)."""
+        f = self.client.path(path)
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+        f.chmod(0o600)
+        return f
+
+    def start_load(self, tag: str, min_acked: int = 0) -> tuple[ManagedProcess, Path, Path]:
+        """``ordered_load.py`` started on the client host: shipper sends, billing consumes.
+        Returns (process, stop file, result file)."""
+        stop, out = self.client.path(f"/root/{tag}.stop"), self.client.path(f"/root/{tag}.json")
+        argv = [PYTHON, str(Path(__file__).parent / "ordered_load.py"),
+                str(self.client.path("/root/shipper.credentials")),
+                str(self.client.path("/root/billing.credentials")), str(stop), str(out),
+                "--min", str(min_acked)]
+        proc = self.client.start(f"load-{tag}", argv, env={**self.client_env(), "PYTHONPATH": str(REPO)},
+                                 cwd=REPO)
+        return proc, stop, out
+
+    def finish_load(self, load: tuple[ManagedProcess, Path, Path], timeout: float = 150) -> dict[str, Any]:
+        proc, stop, out = load
+        stop.touch()
+        code = proc.wait(timeout)
+        assert code == 0 and out.exists(), f"ordered load exited {code}:\n{proc.log_tail()}"
+        return dict(json.loads(out.read_text()))
+
+    def ordered_load(self, min_acked: int) -> dict[str, Any]:
+        load = self.start_load(f"load{len(self.client.procs)}", min_acked)
+        return self.finish_load(load)
 
     def status(self, name: str) -> dict[str, Any] | None:
         """A replica's ``/status`` over https from the client host (None: no answer)."""

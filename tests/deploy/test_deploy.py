@@ -89,3 +89,37 @@ def check_listeners(deployed: Deployment, all_up: bool = False) -> None:
             admin = deployed.curl(f"https://{ip}:{port}/admin/topics", "-o", "/dev/null",
                                   "-w", "%{http_code}")
             assert admin.stdout == "401", f"{name}: /admin/topics without a token -> {admin.stdout}"
+
+
+def test_the_super_user_adds_users_and_grants_and_a_normal_user_sends_and_consumes_in_order(
+        deployed: Deployment) -> None:
+    """docs/SECURITY.md "Setting up users on the 3-host deploy" from the client host: the
+    bootstrap super user (``RAFTMQ_CREDENTIALS_FILE``) creates the topic (docs/DEPLOY.md
+    "Create a topic"), users ``billing`` and ``shipper`` and the docs' grants; ``shipper``
+    sends ordered messages and ``billing`` consumes them (history verifier: none lost or
+    duplicated, order held per key)."""
+    t0 = time.monotonic()
+    subnet = deployed.net.subnet
+    deployed.cli("topic", "create", "orders", "--queues", "8", "--namesrv", f"{subnet}.21:9876")
+    for user in ("billing", "shipper"):
+        out = deployed.cli("user", "add", user, env={"RAFTMQ_NEW_PASSWORD": f"{user}-password"}).stdout
+        assert f"user {user} added" in out, out
+        deployed.client_file(f"/root/{user}.credentials", f"{user}\n{user}-password\n")
+    deployed.cli("acl", "grant", "billing", "topic:orders", "sub,get")
+    deployed.cli("acl", "grant", "billing", "group:billing", "sub")
+    # the docs' "--source 10.0.1.0/24" is the shippers' network: here the client's /24
+    deployed.cli("acl", "grant", "shipper", "topic:orders", "pub", "--source", f"{subnet}.0/24")
+    listed = deployed.cli("acl", "list").stdout
+    assert "billing" in listed and "shipper" in listed, listed
+    result = deployed.ordered_load(min_acked=300)
+    assert_history(result)
+    assert result["figures"]["acked"] >= 300 and result["send_errors"] == 0, result
+    print(f"users, grants, {result['figures']['acked']} ordered sends consumed in "
+          f"{time.monotonic() - t0:.1f}s")
+
+
+def assert_history(result: dict[str, object]) -> None:
+    figures = result["figures"]
+    assert isinstance(figures, dict)
+    assert not result["problems"], result
+    assert figures["lost"] == 0 and figures["duplicated"] == 0 and figures["out_of_order"] == 0, result

@@ -18,7 +18,8 @@ it starts before it, and may be empty: ``protocol.pull``). Records are never dec
 a tag filter keeps a record when its unit's tag summary and then its tag-hash array say a
 message may match (the client drops the messages that do not); an SQL92 filter decodes only properties and
 lists the messages that matched (a record it cannot read -- stored before leaders checked
-records -- is left out with a WARNING naming its queue and offsets). Records the
+records -- is left out with a WARNING naming its queue and offsets), on an inflating thread
+and answering once it decompressed ``MAX_INFLATED_PER_PULL`` (``broker.inflation``). Records the
 ConsumeQueue lists one after the other mostly share an entry, which is read once
 (``_EntryWindow``). A replica that knows no leader marks its answers ``leaderless`` and
 holds long polls at most ``LEADERLESS_SUSPEND_S``, so clients try another replica first.
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Protocol
 from broker.consume_queue_layout import TAG_BLOOM, CqUnit, bloom_bits, summary_may_match
 from broker.consumer_processor import CONNECTION
 from broker.fragments import MessageGone, read_message
+from broker.inflation import MAX_INFLATED_PER_PULL, inflate
 from broker.long_polls import ParkedPulls
 from broker.metrics import BrokerMetrics
 from broker.state_machine import BrokerStateMachine
@@ -110,7 +112,10 @@ class PullProcessor:
         filtered = wanted_set is not None or sql is not None
         read = cq.read(offset, MAX_FILTER_SCAN) if filtered else cq.read(offset, max_msgs, max_msgs)
         page = _Page(topic, queue_id, offset, max_msgs, wanted_set, sql, bool(req.stripe) and not filtered)
-        rows, next_offset, gone_at = self._rows(read.units, read.next_offset, page)
+        if sql is not None:  # properties of compressed records inflate: off the event loop
+            rows, next_offset, gone_at = await inflate(self._rows, read.units, read.next_offset, page)
+        else:
+            rows, next_offset, gone_at = self._rows(read.units, read.next_offset, page)
         if gone_at is not None:  # retention deleted the first message while this pull read the queue
             low = self._machine.retained_min_offset(cq, self._rlog.commitlog.start_position)
             return PullResponse(next_offset=max(low, gone_at), min_offset=low).reply(
@@ -160,6 +165,10 @@ class PullProcessor:
             except MessageGone:  # retention deleted it while this pull read the queue
                 return (rows, unit.base, None) if rows else (rows, unit.base, unit.end)
             row = page.row(unit, data)
+            if page.inflated >= MAX_INFLATED_PER_PULL:  # enough decompressed: the rest next pull
+                if row is not None:
+                    rows.append(row)
+                return rows, unit.end, None
             if row is None:
                 continue
             rows.append(row)
@@ -188,7 +197,8 @@ class _Page:
     filter (``wanted`` hashes) or an SQL92 filter keeps; only records that start at or after
     ``offset`` for a ``stripe``."""
 
-    __slots__ = ("got", "max_msgs", "offset", "queue_id", "sql", "stripe", "topic", "wanted", "wanted_bits")
+    __slots__ = ("got", "inflated", "max_msgs", "offset", "queue_id", "sql", "stripe", "topic", "wanted",
+                 "wanted_bits")
 
     def __init__(self, topic: str, queue_id: int, offset: int, max_msgs: int,
                  wanted: frozenset[int] | None, sql: SqlFilter | None, stripe: bool = False) -> None:
@@ -197,6 +207,7 @@ class _Page:
         self.stripe = stripe
         self.wanted_bits = [] if wanted is None else [bloom_bits(h) for h in wanted]
         self.got = 0
+        self.inflated = 0  # bytes decompressed to read properties (MAX_INFLATED_PER_PULL)
 
     def row(self, unit: CqUnit, data: bytes) -> PullRow | None:
         """The row of ``unit``'s record ``data``, or None when no message of it is wanted."""
@@ -209,6 +220,9 @@ class _Page:
                 if not any(h in self.wanted for h in hashes):
                     return None
             if self.sql is not None:
+                header = read_header(data)
+                if header.codec:
+                    self.inflated += header.raw_length
                 props = record_properties(data)
                 matches = self.sql.matches
                 selected = tuple(i for i in range(skip, unit.count) if matches(props[i]))

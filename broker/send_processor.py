@@ -3,8 +3,9 @@ record (``protocol.record_batch``: 1..N messages of one queue) is checked -- siz
 topic, and its messages read once as consumers will read them (``check_messages``: bodies
 not copied) -- before any record of the request is proposed; a malformed one refuses the
 request with INVALID_ARGUMENT naming the message and field (and one whose messages would
-inflate past ``max_message_bytes``, MESSAGE_TOO_LARGE from its header, before anything is
-decompressed). Replicas never decode them.
+inflate past ``max_message_bytes``, or records inflating past ``MAX_INFLATED_PER_REQUEST``
+in all, MESSAGE_TOO_LARGE from their headers, before anything is decompressed; compressed
+records are read on an inflating thread, ``broker.inflation``). Replicas never decode them.
 A SPECIAL record (a property the broker acts on: a delay, a transaction) is decoded and
 split into records of one, each prepared
 (``DeferredService.prepare``: a delay becomes a delivery time). The ``WritePath`` then packs
@@ -25,6 +26,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from broker.entry_batch import MessageTooLarge
+from broker.inflation import MAX_INFLATED_PER_REQUEST, inflate
 from broker.state_machine import Applied, Outcome
 from protocol.message_format import Message, encode_message, message_of
 from protocol.names import validate_topic
@@ -75,10 +77,10 @@ class SendProcessor:
     def __init__(self, server: BrokerServer) -> None:
         self._server = server
 
-    def _check_record(self, record: bytes, checked_topics: set[str]) -> list[tuple[bytes, int]]:
-        """The records to store for ``record``, each with its message count (itself, or a
-        SPECIAL record's messages as prepared records of one); raises for a bad one. Topics
-        in ``checked_topics`` (a request's, checked once) are not checked again."""
+    def _header(self, record: bytes, checked_topics: set[str]) -> RecordHeader:
+        """``record``'s header once its size, its inflated size and its topic are checked;
+        raises for a bad one. Topics in ``checked_topics`` (a request's, checked once) are
+        not checked again."""
         if len(record) > self._server.max_message_bytes:
             raise MessageTooLarge(f"record of {len(record)} bytes exceeds this broker's "
                                   f"{self._server.max_message_bytes}-byte limit (max_message_bytes)")
@@ -96,19 +98,33 @@ class SendProcessor:
                 raise FrameError(ResponseCode.TOPIC_NOT_EXIST,
                                  f"topic {h.topic!r} does not exist; create it first (auto-create is off)")
             checked_topics.add(h.topic)
-        try:  # the one decode of its messages anywhere on the broker: replicas trust the header
-            check_messages(record, h)
-        except MessageFormatError as e:
-            raise FrameError(ResponseCode.INVALID_ARGUMENT,
-                             f"a record for topic {h.topic!r} queue {h.queue_id} is malformed: {e}") from None
-        if not h.special:
-            return [(record, h.count)]
-        return [(encode_message(self._server.deferred.prepare(m)), 1) for m in _messages(record, h)]
+        return h
+
+    async def _check_records(self, records: tuple[bytes, ...] | list[bytes]) -> list[tuple[bytes, int]]:
+        """The records to store for ``records``, each with its message count (itself, or a
+        SPECIAL record's messages as prepared records of one); raises for a bad one, before
+        anything is proposed. Compressed records inflate to MAX_INFLATED_PER_REQUEST in all
+        (refused from their headers) and are read on an inflating thread."""
+        checked: set[str] = set()
+        headed = [(record, self._header(record, checked)) for record in records]
+        inflated = sum(h.raw_length for _, h in headed if h.codec)
+        if inflated > MAX_INFLATED_PER_REQUEST:
+            raise MessageTooLarge(
+                f"the request's compressed records inflate to {inflated} bytes in all, more than this "
+                f"broker reads for one request ({MAX_INFLATED_PER_REQUEST}): send them in several requests")
+        read = await inflate(_read_records, headed) if inflated else _read_records(headed)
+        out: list[tuple[bytes, int]] = []
+        for (record, h), messages in zip(headed, read, strict=True):
+            if messages is None:
+                out.append((record, h.count))
+            else:
+                out.extend((encode_message(self._server.deferred.prepare(m)), 1) for m in messages)
+        return out
 
     async def send(self, frame: Frame) -> Frame:
         """SEND_MESSAGE: one record of one message."""
         self._server.require_leader()
-        records = self._check_record(SendMessageRequest.from_frame(frame).message, set())
+        records = await self._check_records([SendMessageRequest.from_frame(frame).message])
         if len(records) != 1 or records[0][1] != 1:
             raise FrameError(ResponseCode.INVALID_ARGUMENT, "SEND_MESSAGE carries a record of one message; "
                                                             "send more with SEND_BATCH")
@@ -127,10 +143,7 @@ class SendProcessor:
     async def send_batch(self, frame: Frame) -> Frame:
         """SEND_BATCH: records, answered message by message."""
         self._server.require_leader()
-        checked: set[str] = set()
-        # all checked before anything is proposed
-        prepared = [r for record in SendBatchRequest.from_frame(frame).records
-                    for r in self._check_record(record, checked)]
+        prepared = await self._check_records(SendBatchRequest.from_frame(frame).records)
         counts = [n for _, n in prepared]
         outcomes = await self._timed_send([r for r, _ in prepared], counts)
         return SendBatchResponse(rows=rows(outcomes, counts)).reply(frame)
@@ -149,9 +162,17 @@ def rows(outcomes: list[Applied], counts: list[int]) -> list[SendRow]:
     return out
 
 
-def _messages(record: bytes, h: RecordHeader) -> list[Message]:
-    try:
-        decoded = decode_messages(record, h)
-    except MessageFormatError as e:
-        raise FrameError(ResponseCode.INVALID_ARGUMENT, str(e)) from None
-    return [message_of(r) for r in decoded]
+def _read_records(headed: list[tuple[bytes, RecordHeader]]) -> list[list[Message] | None]:
+    """Each record's messages read once as consumers will (``check_messages``: the one
+    decode of them anywhere on the broker; replicas trust the header), and a SPECIAL
+    record's decoded (None for the others). FrameError INVALID_ARGUMENT for a malformed
+    one. Any thread: it only reads its arguments."""
+    out: list[list[Message] | None] = []
+    for record, h in headed:
+        try:
+            check_messages(record, h)
+            out.append([message_of(r) for r in decode_messages(record, h)] if h.special else None)
+        except MessageFormatError as e:
+            raise FrameError(ResponseCode.INVALID_ARGUMENT,
+                             f"a record for topic {h.topic!r} queue {h.queue_id} is malformed: {e}") from None
+    return out

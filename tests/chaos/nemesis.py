@@ -12,6 +12,7 @@ with the same seed makes the same choices with slightly different interleavings.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -19,6 +20,8 @@ from client.errors import ClientError
 from tests.chaos.scenario import Scenario
 
 __all__ = ["Nemesis"]
+
+RESTART_JOIN_S = 90.0  # a consumer restart begun during a fault ends this long after healing
 
 
 class Nemesis:
@@ -45,25 +48,39 @@ class Nemesis:
             name = queued.pop(0) if queued else self.rng.choice(sorted(self.faults))
             hold_until = time.monotonic() + self.rng.uniform(1.5, 4.0)
             healed_later = self.faults[name]()
-            unstarted = False
+            restart: threading.Thread | None = None
+            unstarted: list[ClientError] = []
             if self.rng.random() < 0.25:  # a consumer restart while the fault holds
-                began = time.monotonic()
-                try:
-                    self.s.workload.restart_consumer(start_timeout=max(2.0, hold_until - began))
-                    self.s.event(f"nemesis: consumer restarted during the fault in "
-                                 f"{time.monotonic() - began:.1f}s")
-                except ClientError as e:  # every client link is cut: it starts after healing
-                    unstarted = True
-                    self.s.event(f"nemesis: the consumer could not start during the fault ({e})")
+                restart = threading.Thread(target=self._restart_consumer, args=(hold_until, unstarted),
+                                           name="nemesis-consumer-restart", daemon=True)
+                restart.start()
                 name += "+consumer_restart"
-            time.sleep(max(0.0, hold_until - time.monotonic()))  # the fault's duration
+            # the fault's duration: healed then, even while the consumer restart still runs
+            # (its shutdown commits offsets to brokers it cannot reach and waits out their
+            # deadlines; held for it, a fault that stops every acknowledgement stalled sends
+            # for 15 s in the hour-long soak)
+            time.sleep(max(0.0, hold_until - time.monotonic()))
             done.append(name)
             self.recover(healed_later)
+            if restart is not None:
+                restart.join(RESTART_JOIN_S)
+                if restart.is_alive():
+                    raise TimeoutError(f"the consumer restart did not end within {RESTART_JOIN_S} s "
+                                       "of healing")
             if unstarted:
                 self.s.workload.restart_consumer()
                 self.s.event("nemesis: consumer started after healing")
         self.s.notes.append("nemesis: " + ", ".join(done))
         return done
+
+    def _restart_consumer(self, hold_until: float, unstarted: list[ClientError]) -> None:
+        began = time.monotonic()
+        try:
+            self.s.workload.restart_consumer(start_timeout=max(2.0, hold_until - began))
+            self.s.event(f"nemesis: consumer restarted during the fault in {time.monotonic() - began:.1f}s")
+        except ClientError as e:  # every client link is cut: it starts after healing
+            unstarted.append(e)
+            self.s.event(f"nemesis: the consumer could not start during the fault ({e})")
 
     def recover(self, cut_off: list[str]) -> None:
         """Heal every link, restart what is down, measure the catch-up of the nodes that

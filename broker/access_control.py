@@ -58,6 +58,9 @@ log = logging.getLogger("broker.access")
 BOOTSTRAP_CHECK_S = 1.0
 #: HTTP SCRAM exchanges waiting for their second call: at most this many, this long.
 MAX_HTTP_EXCHANGES = 1024
+#: END_TRANSACTION's refusal, the same whether a position holds another group's half or none
+_END_REFUSED = ("user {!r} may not end this transaction: it needs pub on the pending half's producer "
+                "group and topic")
 HTTP_EXCHANGE_S = 10.0
 
 
@@ -160,20 +163,40 @@ class AccessControl:
                                 f"user {principal.user!r} may not {_name(frame.code)}: only super users "
                                 "manage users and policies")
         try:
-            wanted = needs(frame, self._topic_at)
+            wanted = needs(frame, self)
         except FrameError:
             return None  # unreadable: its handler refuses it the same way
         for need in wanted:
             if not principal.may(tables, need):
                 self.audit_denied(principal.user, conn.remote, frame.code, str(need))
-                return self._refuse(frame, ResponseCode.NO_PERMISSION, _denied(principal.user, need))
+                remark = (_END_REFUSED.format(principal.user) if frame.code == RequestCode.END_TRANSACTION
+                          else _denied(principal.user, need))  # END_TRANSACTION: no probing for halves
+                return self._refuse(frame, ResponseCode.NO_PERMISSION, remark)
         return None
 
-    def _topic_at(self, position: int) -> str | None:
+    def require(self, need: Need, code: int) -> None:
+        """Within a request: FrameError NO_PERMISSION (audited) unless its connection's user
+        may ``need`` -- for what only the request's decoded messages say (a half's producer
+        group). Nothing when ACLs are off."""
+        conn = CONNECTION_AUTH.get()
+        if not self.enabled or conn is None or conn.principal is None:
+            return
+        if not conn.principal.may(self._server.machine.access, need):
+            self.audit_denied(conn.principal.user, conn.remote, code, str(need))
+            raise FrameError(ResponseCode.NO_PERMISSION, _denied(conn.principal.user, need))
+
+    # -- positions (broker.access_map.Positions) -----------------------------------------
+    def topic_at(self, position: int) -> str | None:
         try:
             return peek_topic(read_message_at(self._server.rlog.commitlog, position)[0])
         except (MessageGone, ValueError, OSError):
             return None
+
+    def half_at(self, position: int) -> tuple[str, str] | None:
+        held = self._server.machine.halves.get(position)
+        if held is None:
+            return None
+        return held.topic or (self.topic_at(position) or ""), held.group
 
     def _refuse(self, frame: Frame, code: ResponseCode, remark: str) -> Frame:
         return frame.response(code, remark=remark)

@@ -20,7 +20,9 @@ a code or serves an admin route that has no row here.
     GET_CONSUMER_LIST                sub on the group
     CONSUMER_SEND_MSG_BACK           sub on the group, sub on the topic of the message sent
                                      back (read at its position)
-    END_TRANSACTION                  pub on the half message's topic (read at its position)
+    END_TRANSACTION                  pub on the pending half's topic and on its producer group
+                                     (no half pending there: update on the cluster); refused
+                                     with one remark whatever is at the position
     GET_ROUTE                        pub|sub|get on the topic
     CREATE_TOPIC / DELETE_TOPIC      create / delete on the topic
     GET_TOPICS                       list on the cluster
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
+from typing import Protocol
 
 from broker.authorizer import Need
 from protocol.acl import Action, ResourceType
@@ -55,11 +58,20 @@ from protocol.remoting import Frame, FrameError, RequestCode, ResponseCode
 from protocol.send import SendBatchRequest, SendMessageRequest
 from protocol.topic import CreateTopicRequest, DeleteTopicRequest, GetRouteRequest
 
-__all__ = ["ACCESS", "HTTP_ACCESS", "OPEN", "SUPER_ONLY", "PositionTopic", "needs"]
+__all__ = ["ACCESS", "HTTP_ACCESS", "OPEN", "SUPER_ONLY", "Positions", "needs"]
 
-#: The topic of the message stored at a CommitLog position (None: there is none).
-PositionTopic = Callable[[int], str | None]
-NeedsOf = Callable[[Frame, PositionTopic], Sequence[Need]]
+
+class Positions(Protocol):
+    """What a request naming a CommitLog position needs looked up."""
+
+    def topic_at(self, position: int) -> str | None:
+        """The topic of the message stored at ``position`` (None: there is none)."""
+
+    def half_at(self, position: int) -> tuple[str, str] | None:
+        """(topic, producer group) of the transaction half pending at ``position``."""
+
+
+NeedsOf = Callable[[Frame, Positions], Sequence[Need]]
 
 PUB, SUB, CREATE, UPDATE, DELETE, GET, LIST = (Action.PUB,), (Action.SUB,), (Action.CREATE,), \
     (Action.UPDATE,), (Action.DELETE,), (Action.GET,), (Action.LIST,)
@@ -80,7 +92,7 @@ def _topic(name: str, actions: tuple[Action, ...]) -> Need:
     return Need(TOPIC, name, actions)
 
 
-def _send(frame: Frame, _: PositionTopic) -> Sequence[Need]:
+def _send(frame: Frame, _: Positions) -> Sequence[Need]:
     if frame.code == RequestCode.SEND_MESSAGE:
         records: Sequence[bytes] = (SendMessageRequest.from_frame(frame).message,)
     else:
@@ -93,13 +105,13 @@ def _send(frame: Frame, _: PositionTopic) -> Sequence[Need]:
 
 def _group_and_topic(request: type[CommitOffsetRequest] | type[QueryOffsetRequest] | type[LockQueuesRequest],
                      ) -> NeedsOf:
-    def needs_of(frame: Frame, _: PositionTopic) -> Sequence[Need]:
+    def needs_of(frame: Frame, _: Positions) -> Sequence[Need]:
         req = request.from_frame(frame)
         return [Need(GROUP, req.group, SUB), _topic(req.topic, SUB)]
     return needs_of
 
 
-def _heartbeat(frame: Frame, _: PositionTopic) -> Sequence[Need]:
+def _heartbeat(frame: Frame, _: Positions) -> Sequence[Need]:
     req = HeartbeatRequest.from_frame(frame)
     out = [Need(GROUP, req.producer_group, PUB)] if req.producer_group else []
     for group, topics in sorted((req.subscriptions or {}).items()):
@@ -108,32 +120,35 @@ def _heartbeat(frame: Frame, _: PositionTopic) -> Sequence[Need]:
     return out
 
 
-def _reset(frame: Frame, _: PositionTopic) -> Sequence[Need]:
+def _reset(frame: Frame, _: Positions) -> Sequence[Need]:
     req = ResetOffsetRequest.from_frame(frame)
     return [Need(GROUP, req.group, UPDATE), _topic(req.topic, (Action.SUB, Action.GET))]
 
 
-def _unregister(frame: Frame, _: PositionTopic) -> Sequence[Need]:
+def _unregister(frame: Frame, _: Positions) -> Sequence[Need]:
     group = UnregisterRequest.from_frame(frame).group
     return [Need(GROUP, group, SUB)] if group else []
 
 
-def _send_back(frame: Frame, topic_at: PositionTopic) -> Sequence[Need]:
+def _send_back(frame: Frame, positions: Positions) -> Sequence[Need]:
     req = SendBackRequest.from_frame(frame)
-    topic = topic_at(req.position)
+    topic = positions.topic_at(req.position)
     return [Need(GROUP, req.group, SUB), *([_topic(topic, SUB)] if topic is not None else [])]
 
 
-def _end_transaction(frame: Frame, topic_at: PositionTopic) -> Sequence[Need]:
-    topic = topic_at(EndTransactionRequest.from_frame(frame).position)
-    return [_topic(topic, PUB)] if topic is not None else [Need(CLUSTER, "", UPDATE)]
+def _end_transaction(frame: Frame, positions: Positions) -> Sequence[Need]:
+    half = positions.half_at(EndTransactionRequest.from_frame(frame).position)
+    if half is None:  # resolved already, or never a half: only an operator learns which
+        return [Need(CLUSTER, "", UPDATE)]
+    topic, group = half
+    return [_topic(topic, PUB), Need(GROUP, group, PUB)]
 
 
 def _fixed(*needs: Need) -> NeedsOf:
     return lambda _frame, _topic_at: needs
 
 
-def _nothing(frame: Frame, _: PositionTopic) -> Sequence[Need]:
+def _nothing(frame: Frame, _: Positions) -> Sequence[Need]:
     return ()
 
 
@@ -181,7 +196,7 @@ HTTP_ACCESS: Mapping[tuple[str, str], Callable[[Mapping[str, str]], Sequence[Nee
 })
 
 
-def needs(frame: Frame, topic_at: PositionTopic) -> Sequence[Need]:
+def needs(frame: Frame, positions: Positions) -> Sequence[Need]:
     """What ``frame`` needs (KeyError for a code without a row; FrameError if its contents
     cannot be read -- the handler would refuse it the same way)."""
-    return ACCESS[frame.code](frame, topic_at)
+    return ACCESS[frame.code](frame, positions)

@@ -25,9 +25,12 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from broker.authorizer import Need
+from broker.deferred import Prop
 from broker.entry_batch import MessageTooLarge
 from broker.inflation import MAX_INFLATED_PER_REQUEST, inflate
 from broker.state_machine import Applied, Outcome
+from protocol.acl import Action, ResourceType
 from protocol.message_format import Message, encode_message, message_of
 from protocol.names import validate_topic
 from protocol.record_batch import (
@@ -100,7 +103,8 @@ class SendProcessor:
             checked_topics.add(h.topic)
         return h
 
-    async def _check_records(self, records: tuple[bytes, ...] | list[bytes]) -> list[tuple[bytes, int]]:
+    async def _check_records(self, records: tuple[bytes, ...] | list[bytes],
+                             code: int) -> list[tuple[bytes, int]]:
         """The records to store for ``records``, each with its message count (itself, or a
         SPECIAL record's messages as prepared records of one); raises for a bad one, before
         anything is proposed. Compressed records inflate to MAX_INFLATED_PER_REQUEST in all
@@ -117,14 +121,18 @@ class SendProcessor:
         for (record, h), messages in zip(headed, read, strict=True):
             if messages is None:
                 out.append((record, h.count))
-            else:
-                out.extend((encode_message(self._server.deferred.prepare(m)), 1) for m in messages)
+                continue
+            for m in messages:
+                group = m.properties.get(Prop.PGROUP)
+                if Prop.TRAN in m.properties and group:  # its check-backs go to that group's producers
+                    self._server.access.require(Need(ResourceType.GROUP, group, (Action.PUB,)), code)
+            out.extend((encode_message(self._server.deferred.prepare(m)), 1) for m in messages)
         return out
 
     async def send(self, frame: Frame) -> Frame:
         """SEND_MESSAGE: one record of one message."""
         self._server.require_leader()
-        records = await self._check_records([SendMessageRequest.from_frame(frame).message])
+        records = await self._check_records([SendMessageRequest.from_frame(frame).message], frame.code)
         if len(records) != 1 or records[0][1] != 1:
             raise FrameError(ResponseCode.INVALID_ARGUMENT, "SEND_MESSAGE carries a record of one message; "
                                                             "send more with SEND_BATCH")
@@ -143,7 +151,7 @@ class SendProcessor:
     async def send_batch(self, frame: Frame) -> Frame:
         """SEND_BATCH: records, answered message by message."""
         self._server.require_leader()
-        prepared = await self._check_records(SendBatchRequest.from_frame(frame).records)
+        prepared = await self._check_records(SendBatchRequest.from_frame(frame).records, frame.code)
         counts = [n for _, n in prepared]
         outcomes = await self._timed_send([r for r, _ in prepared], counts)
         return SendBatchResponse(rows=rows(outcomes, counts)).reply(frame)

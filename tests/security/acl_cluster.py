@@ -142,8 +142,9 @@ def samples(position: int) -> dict[RequestCode, Sample]:
         RequestCode.GET_CONSUMER_LIST: Sample(ConsumerListRequest(group="g1"), (g,), "sub on group:g1"),
         RequestCode.CONSUMER_SEND_MSG_BACK: Sample(SendBackRequest(group="g1", position=position), (o, g),
                                                    "sub on group:g1"),
-        RequestCode.END_TRANSACTION: Sample(EndTransactionRequest(position=position, commit=False), (o,),
-                                            "pub on topic:orders"),
+        RequestCode.END_TRANSACTION: Sample(EndTransactionRequest(position=position, commit=False),
+                                            (o, ("cluster", "update")),  # no half there: operators only
+                                            "pending half's producer group"),
         RequestCode.GET_ROUTE: Sample(GetRouteRequest(topic="orders"), (o,), "pub|sub|get on topic:orders"),
         RequestCode.CREATE_TOPIC: Sample(CreateTopicRequest(topic="made-by-user"),
                                          (("topic:made-by-user", "create"),), "create on topic:made-by-user"),

@@ -93,8 +93,8 @@ def test_checking_a_large_legal_batch_does_not_stall_the_loop(broker: str) -> No
             client = await FrameClient.connect(session, broker)
             try:
                 loop = asyncio.get_running_loop()
-                sending = asyncio.ensure_future(client.raw(SendBatchRequest(records=records).to_frame(1).encode(),
-                                                           timeout=120))
+                batch = SendBatchRequest(records=records).to_frame(1).encode()
+                sending = asyncio.ensure_future(client.raw(batch, timeout=120))
                 await asyncio.sleep(0.01)
                 worst = max([await loop.run_in_executor(None, healthz_ms, broker) for _ in range(5)])
                 answer = await sending
@@ -113,7 +113,8 @@ def test_an_sql_pull_inflates_a_bounded_amount(broker: str) -> None:
             client = await FrameClient.connect(session, broker)
             try:
                 for _ in range(3):  # 3 x 15 records of ~4 MiB inflated
-                    frame = SendBatchRequest(records=tuple(bomb(props={"k": "v"}) for _ in range(15))).to_frame(1)
+                    frame = SendBatchRequest(records=tuple(bomb(props={"k": "v"}) for _ in range(15))
+                                             ).to_frame(1)
                     assert (await client.raw(frame.encode(), timeout=120)).code == ResponseCode.SUCCESS
                 pull = PullRequest(topic="bombs", queue_id=0, offset=0, max_msgs=32, suspend_ms=0,
                                    sql="k = 'nothing'")

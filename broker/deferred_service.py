@@ -73,11 +73,13 @@ class DeferredService:
     # -- requests --------------------------------------------------------------------
     def prepare(self, m: Message) -> Message:
         """A producer's message as the leader stores it: delays become a delivery time.
-        Raises FrameError for reserved properties or a bad delay."""
-        bad = [k for k in m.properties if k.startswith("__")]
+        Raises FrameError for reserved properties (RETRY_TOPIC, ``__*``; a record carrying one
+        is SPECIAL, so every client message with one comes here) or a bad delay."""
+        bad = [k for k in m.properties if k.startswith("__") or k == Prop.RETRY_TOPIC]
         if bad:
             raise FrameError(ResponseCode.INVALID_ARGUMENT,
-                             f"properties starting with '__' are reserved for the broker: {bad}")
+                             f"properties {bad} are reserved for the broker (RETRY_TOPIC and those "
+                             "starting with '__'): remove them")
         level, timer = m.properties.get(Prop.DELAY), m.properties.get(Prop.TIMER)
         if level is None and timer is None:
             return m

@@ -81,8 +81,9 @@ FLAG_SPECIAL = 0x04
 _CODEC_MASK = 0x03
 CODECS = {None: 0, "zstd": 1, "lz4": 2}
 _CODEC_NAMES = {v: k for k, v in CODECS.items()}
-#: Properties the broker acts on (broker.deferred): a message carrying one is SPECIAL.
-SPECIAL_PROPERTIES = frozenset({"DELAY", "TIMER_DELIVER_MS", "TRAN_MSG"})
+#: Properties the broker acts on or sets itself (broker.deferred): a message carrying one is
+#: SPECIAL (RETRY_TOPIC: the broker's retry copies; a client may not set it).
+SPECIAL_PROPERTIES = frozenset({"DELAY", "TIMER_DELIVER_MS", "TRAN_MSG", "RETRY_TOPIC"})
 _MAX_COUNT = 0xFFFF
 _MAX_RAW = 256 * 1024 * 1024  # a section never inflates past this (decompression bombs)
 _TAGS = struct.Struct(">q")
@@ -328,8 +329,9 @@ def check_messages(record: bytes, header: RecordHeader | None = None) -> RecordH
     (the leader's check of a record before storing it; the apply step then trusts its header):
     the section decodes (decompressed first) to one row per message of the right types, born
     times in range (``MAX_BASE_BORN_MS``, ``MAX_BORN_DELTA_MS``), the key table decodes, and
-    each tag hash is that of its message's tags. Bodies are not copied. MessageFormatError
-    naming the message and field otherwise."""
+    each tag hash is that of its message's tags, and a record not marked SPECIAL has no
+    message with a special property. Bodies are not copied. MessageFormatError naming the
+    message and field otherwise."""
     h = header or read_header(record)
     if not -MAX_BASE_BORN_MS <= h.base_born_ms <= MAX_BASE_BORN_MS:
         raise MessageFormatError(f"born time {h.base_born_ms} ms is out of range "
@@ -342,6 +344,12 @@ def check_messages(record: bytes, header: RecordHeader | None = None) -> RecordH
         raise MessageFormatError(f"malformed message section: {e}") from None
     if len(rows) != h.count:
         raise MessageFormatError(f"the message section has {len(rows)} messages, the header {h.count}")
+    if not h.special:  # the flag routes a record through the broker's checks of such properties
+        for i, row in enumerate(rows):
+            if row[3] and is_special(row[3]):
+                name = next(k for k in row[3] if k in SPECIAL_PROPERTIES or k.startswith("__"))
+                raise MessageFormatError(f"message {i}: property {name!r} is one the broker acts on, but the "
+                                         "record is not marked SPECIAL (encode_record marks it)")
     h.keys(record)
     if record[h.tags_at:h.ids_at] != b"".join([_tag_bytes(r[2]) for r in rows]):
         i = next(i for i, (got,) in enumerate(_TAGS.iter_unpack(record[h.tags_at:h.ids_at]))

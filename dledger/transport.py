@@ -47,11 +47,16 @@ handler, which then sent nothing) is answered here: a rejection asking the leade
 resume after what this node holds -- it resends later -- which also keeps the leader's
 lease, so a full disk starts no elections. Accepted connections are bounded before they
 have proved they belong to the group (``dledger.peer_guard``): frame sizes, bytes, how many
-may be in their handshake at once and for how long.
+may be in their handshake at once and for how long. A peer that proves the secret but
+introduces itself under an address that is not one of this replica's members is refused
+(pysyncobj) with a WARNING naming it, once a minute per address: the mark of a
+``group.peers`` that differs between hosts (issue 34: it was refused in silence).
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -61,6 +66,9 @@ from pysyncobj.transport import TCPTransport
 
 from dledger.journal import EntryNotStored
 from dledger.peer_guard import PendingHandshakes, install
+
+log = logging.getLogger("dledger.transport")
+STRANGER_WARN_EVERY_S = 60.0
 
 install()
 
@@ -121,6 +129,21 @@ class GroupTransport(TCPTransport):
     def _onTick(self) -> None:
         super()._onTick()
         self._handshakes.sweep(self._unknownConnections)
+
+    def _onIncomingMessageReceived(self, conn: Any, message: Any) -> None:
+        # After the secret's handshake a peer says its address (or "readonly": a learner);
+        # pysyncobj drops one it does not know without a word.
+        if isinstance(message, str) and message != "readonly" and message not in self._nodeAddrToNode:
+            warned = self.__dict__.setdefault("_strangers_warned", {})
+            now = time.monotonic()
+            if now - warned.get(message, -STRANGER_WARN_EVERY_S) >= STRANGER_WARN_EVERY_S:
+                warned[message] = now
+                known = ", ".join(sorted(str(a) for a in self._nodeAddrToNode))
+                log.warning("refused a Raft peer introducing itself as %s: not a member this replica knows "
+                            "(%s). Its group.peers and this one's differ -- they must be identical on every "
+                            "host (docs/DEPLOY.md) -- or it was removed from the group "
+                            "(repeats are logged once a minute)", message, known)
+        super()._onIncomingMessageReceived(conn, message)
 
     # -- a learner dials everyone and introduces itself as read-only ---------------
     def _learning(self) -> bool:

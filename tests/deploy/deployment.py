@@ -17,6 +17,7 @@ import os
 import pty
 import re
 import shlex
+import shutil
 import subprocess
 import threading
 import time
@@ -157,7 +158,7 @@ class Deployment:
     def broker_toml(self, name: str, source: str | None = None) -> str:
         """``deploy/broker-nI.toml`` with the host's paths and addresses (n4, n5: n3's file
         with their name, address and certificate, as the docs' "grow" says)."""
-        host = self.net.hosts[name]
+        host = self.net.hosts.get(name) or self.net.add_host(name, BROKERS[name])
         text = host.localize((DEPLOY / (source or f"broker-{name}.toml")).read_text())
         if source:
             src = re.search(r'name = "(n\d)"', text)
@@ -311,6 +312,21 @@ class Deployment:
         if done.returncode != 0 or not done.stdout:
             return None
         return dict(json.loads(done.stdout))
+
+    def wait_registered(self, names: tuple[str, ...] = ("n1", "n2", "n3"), timeout: float = 40) -> None:
+        """Both name servers' ``/cluster`` (step 9) list every replica of ``names``."""
+        for ns in NAMESRVS.values():
+            def registered(ns: int = ns) -> bool:
+                done = self.curl(f"https://{self.net.subnet}.{ns}:9876/cluster")
+                text = done.stdout if done.returncode == 0 else ""
+                return all(f'"{n}"' in text for n in names)
+            wait_until(registered, timeout, 0.5, f"{names} registered with name server .{ns}")
+
+    def wipe(self, name: str) -> None:
+        """A host's disk lost: its ``/var/lib/raftmq`` empty again (as step 1 made it)."""
+        host = self.net.hosts[name]
+        shutil.rmtree(host.path("/var/lib/raftmq"))
+        self.install_base(host)
 
     def leader(self, names: list[str], timeout: float = 30) -> str:
         """The leader every replica of ``names`` answers with (each must answer)."""

@@ -15,13 +15,14 @@ The tests run in file order on one deployment (``conftest.deployed``).
 
 from __future__ import annotations
 
-import json
+import re
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.deploy.deployment import NAMESRVS, Deployment
+from tests.deploy.deployment import RAFTMQ, Deployment
 from tests.support.procs import wait_until
 
 pytestmark = [pytest.mark.deploy, pytest.mark.slow]
@@ -41,13 +42,7 @@ def test_the_group_forms_as_documented_and_serves_status_over_tls(deployed: Depl
         assert status["storage"].startswith("f-"), status
         assert status.get("voter", True), status
     assert statuses[leader]["role"] == "leader"
-    for ns in NAMESRVS.values():  # step 9's second check: every replica registered with each
-        def registered(ns: int = ns) -> dict[str, object] | None:
-            done = deployed.curl(f"https://{deployed.net.subnet}.{ns}:{NAMESRV_PORT}/cluster")
-            body = json.loads(done.stdout) if done.returncode == 0 and done.stdout else None
-            text = json.dumps(body)
-            return body if body and all(f'"{n}"' in text for n in ("n1", "n2", "n3")) else None
-        wait_until(registered, 40, 0.5, f"the three replicas registered with name server .{ns}")
+    deployed.wait_registered(timeout=40)  # step 9's second check: every replica with each name server
     print(f"formed in {time.monotonic() - t0:.1f}s, leader {leader}")
     check_listeners(deployed, all_up=True)
     for name, proc in deployed.services.items():  # the units' User=raftmq
@@ -123,3 +118,79 @@ def assert_history(result: dict[str, object]) -> None:
     assert isinstance(figures, dict)
     assert not result["problems"], result
     assert figures["lost"] == 0 and figures["duplicated"] == 0 and figures["out_of_order"] == 0, result
+
+
+def test_mistakes_in_copied_files_give_the_documented_error_quickly(deployed: Deployment) -> None:
+    """A wrong registration key on a name server, a missing CA file on a broker host, and a
+    ``group.peers`` that differs between two hosts each show a clear error within seconds."""
+    t0 = time.monotonic()
+    subnet = deployed.net.subnet
+    leader = deployed.leader(["n1", "n2", "n3"])
+    victim = next(n for n in ("n3", "n2", "n1") if n != leader)
+    ns2 = deployed.net.hosts["namesrv2"]
+
+    # 1. a registration key derived from another secret, installed on name server 2
+    _bash_op(deployed, "python3 -c 'import secrets; print(secrets.token_urlsafe(32))' > old.secret\n"
+                       f"{RAFTMQ} namesrv-key --group g1 --secret-file old.secret --out wrong.namesrv-key")
+    key_line = "sudo install -o raftmq -g raftmq -m 0600 {}.namesrv-key /etc/raftmq/g1.namesrv-key"
+    deployed.install(ns2, key_line.format("wrong"))
+    deployed.stop("namesrv2")
+    deployed.start("namesrv2")
+
+    # 2. the CA file missing on a broker host: the broker refuses to start, naming it
+    host = deployed.net.hosts[victim]
+    deployed.stop(victim)
+    host.path("/etc/raftmq/tls/ca.pem").unlink()
+    t_ca = time.monotonic()
+    proc = deployed.start(victim)
+    code = proc.wait(20)
+    assert code == 2, proc.log_tail()
+    assert f"error: broker.tls.ca_file {host.path('/etc/raftmq/tls/ca.pem')}: [Errno 2] No such file" \
+        in proc.log_tail(), proc.log_tail()
+    ca_s = time.monotonic() - t_ca
+    deployed.install_tls(host, f"broker{victim[1:]}")
+    proc = deployed.start(victim)  # a starting broker registers at once: with name server 2 too
+
+    # ... which refuses it, and both sides say why
+    wait_until(lambda: "refused a registration from" in deployed.services["namesrv2"].log_tail(200),
+               20, 0.3, "name server 2 logging the refused registration")
+    wait_until(lambda: f"name server {subnet}.22:9876 refused the registration: 401" in proc.log_tail(200),
+               20, 0.3, f"{victim} logging name server 2's refusal")
+    print(deployed.services["namesrv2"].log_tail(3))
+    key_s = time.monotonic() - t_ca
+    deployed.install(ns2, key_line.format("g1"))
+    deployed.stop("namesrv2")
+    deployed.start("namesrv2")
+
+    # 3. peers that differ: a new group g2 on two spare hosts, n4's file naming n5 at a wrong
+    # port. pysyncobj dials only peers of a lower address: n5 dials n4, which refuses it.
+    t_peers = time.monotonic()
+    spare = {}
+    for name in ("n4", "n5"):
+        text = deployed.broker_toml(name, source="broker-n3.toml")
+        peers = f'peers = {{ n4 = "{subnet}.14:20911", n5 = "{subnet}.15:20911" }}'
+        text = re.sub(r"peers = \{[^}]*\}", peers, text).replace('name = "g1"', 'name = "g2"')
+        text = text.replace("namesrv = [", "namesrv = [] # [")
+        if name == "n4":
+            text = text.replace(f'n5 = "{subnet}.15:20911"', f'n5 = "{subnet}.15:20912"')
+        deployed.install_broker(name, toml=text)
+        deployed.replica_init(name)
+        spare[name] = deployed.start(name)
+    said = f"refused a Raft peer introducing itself as {subnet}.15:20911"
+    wait_until(lambda: said in spare["n4"].log_tail(200), 20, 0.3,
+               "n4 naming the peer its group.peers does not list")
+    status = deployed.status("n5")
+    assert status is not None and status["peers_connected"] == {"n4": False}, status
+    peers_s = time.monotonic() - t_peers
+    for name in ("n4", "n5"):  # the spare hosts are made again when the group grows
+        deployed.stop(name)
+        deployed.wipe(name)
+    deployed.wait_registered(timeout=40)
+    print(f"missing CA: exit 2 after {ca_s:.1f}s; wrong key: refusals logged {key_s:.1f}s after the "
+          f"broker's start; differing peers: named after {peers_s:.1f}s; {time.monotonic() - t0:.1f}s in all")
+
+
+def _bash_op(deployed: Deployment, script: str) -> None:
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=deployed.op, capture_output=True,
+                          text=True, timeout=30)
+    assert done.returncode == 0, done.stdout + done.stderr

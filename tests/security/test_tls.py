@@ -14,6 +14,7 @@ environment, over TLS. Every process is stopped by PID.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 import urllib.request
@@ -226,6 +227,9 @@ def test_a_broker_bound_to_all_interfaces_needs_tls_and_acls_or_insecure(tmp_pat
         assert (f"error: the broker listens on 0.0.0.0:{port}, which other hosts can reach, without TLS and "
                 "ACLs") in refused.log_tail()
         assert not (tmp_path / "n1").exists(), "refused before the replica opened its log"
+        # a new group of one: formed as docs/DEPLOY.md says, before its first start
+        subprocess.run([sys.executable, "-m", "raftmq", "replica", "init", "--config", str(config)],
+                       check=True, capture_output=True, timeout=60)
         insecure = procs.start("insecure", [*argv, "--insecure"])
         wait_until(lambda: _healthz(f"http://127.0.0.1:{port}/healthz"), 60, what="the insecure broker")
         assert (f"WARNING broker.node: INSECURE (--insecure): the broker listens on 0.0.0.0:{port} without "

@@ -2,7 +2,7 @@
 
     python ordered_load.py PRODUCER_CREDENTIALS CONSUMER_CREDENTIALS STOP_FILE OUT_JSON [--keys K] [--min N]
 
-A normal user (its file: two lines, name and password) sends ``key:n`` messages on shard keys
+A normal user (its file: two lines, name and password) sends ``TAG:key:n`` messages on shard keys
 ``k0..kK-1`` to topic ``orders`` -- one blocking send at a time, each new payload after its
 answer, a failed send recorded as of unknown outcome -- until STOP_FILE exists and at least
 N were acknowledged; then an orderly push consumer of group ``billing`` (the other user) reads the topic from
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -35,6 +36,7 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=4)
     ap.add_argument("--min", type=int, default=0)
     ap.add_argument("--pause", type=float, default=0.01)
+    ap.add_argument("--tag", default=os.urandom(3).hex(), help="prefix of this run's payloads")
     args = ap.parse_args()
     creds = Credentials(*Path(args.producer).read_text().splitlines()[:2])
     history = MessageHistory()
@@ -45,7 +47,7 @@ def main() -> None:
     try:
         while history.acked_count < args.min or not Path(args.stop).exists():
             key = f"k{n % args.keys}"
-            payload = f"{key}:{n}".encode()
+            payload = f"{args.tag}:{key}:{n}".encode()
             n += 1
             try:
                 r = producer.send(Message(TOPIC, payload), shard_key=key)
@@ -64,6 +66,8 @@ def main() -> None:
 
     def listener(msgs: list, ctx: object) -> ConsumeStatus:
         for m in msgs:
+            if not m.body.startswith(f"{args.tag}:".encode()):
+                continue  # an earlier run's message
             history.delivered(m.body, str(m.queue), m.queue_offset, "billing", m.commit_log_offset)
             got.add(m.body)
         if want <= got:

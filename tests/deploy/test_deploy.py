@@ -18,11 +18,12 @@ from __future__ import annotations
 import re
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.deploy.deployment import RAFTMQ, Deployment
+from tests.deploy.deployment import BROKERS, RAFTMQ, Deployment
 from tests.support.procs import wait_until
 
 pytestmark = [pytest.mark.deploy, pytest.mark.slow]
@@ -194,3 +195,152 @@ def _bash_op(deployed: Deployment, script: str) -> None:
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=deployed.op, capture_output=True,
                           text=True, timeout=30)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _verify(deployed: Deployment, names: tuple[str, ...] = ("n1", "n2", "n3")) -> None:
+    """Every replica caught up and voting, then ``raftmq cluster verify --namesrv NS`` exits 0."""
+    def caught_up() -> bool:
+        statuses = [deployed.status(n) for n in names]
+        if not all(statuses):
+            return False
+        commit = max(s["commit_index"] for s in statuses if s)
+        return all(s["applied_index"] >= commit and s["voter"] and s["healthy"] for s in statuses if s)
+    wait_until(caught_up, 60, 0.5, f"{names} caught up, voting and healthy")
+    ns = f"{deployed.net.subnet}.21:9876"
+    done = wait_until(lambda: (lambda d: d if d.returncode == 0 else None)(
+        deployed.cli("cluster", "verify", "--namesrv", ns, check=False)), 60, 1.0, "cluster verify exit 0")
+    assert "OK" in done.stdout or done.returncode == 0, done.stdout
+
+
+def _under_load(deployed: Deployment, tag: str, procedure: Callable[[], None]) -> dict[str, object]:
+    """``procedure`` while shipper sends ordered messages; the history verifier's verdict."""
+    load = deployed.start_load(tag)
+    try:
+        time.sleep(3)  # the load under way
+        procedure()
+        time.sleep(2)  # sends after the procedure, too
+    finally:
+        result = deployed.finish_load(load)
+    assert_history(result)
+    assert result["figures"]["acked"] > 50, result
+    return result
+
+
+def test_leader_kill9_restarted_after_the_units_RestartSec(deployed: Deployment) -> None:
+    """DEPLOY.md's unit: ``Restart=on-failure``, ``RestartSec``: SIGKILL is a failure, so the
+    leader's process comes back after RestartSec; the group elects another leader meanwhile."""
+    t0 = time.monotonic()
+    unit = deployed.broker_unit
+    assert unit.restart == "on-failure" and unit.restart_sec > 0
+
+    def kill_and_restart() -> None:
+        leader = deployed.leader(["n1", "n2", "n3"])
+        deployed.services[leader].kill()
+        others = [n for n in ("n1", "n2", "n3") if n != leader]
+        time.sleep(unit.restart_sec)
+        deployed.start(leader)
+        new = deployed.leader(["n1", "n2", "n3"], timeout=40)
+        print(f"killed leader {leader}; now led by {new}")
+        assert new in others or new == leader
+
+    result = _under_load(deployed, "kill9", kill_and_restart)
+    _verify(deployed)
+    print(f"leader kill -9: {result['figures']}, {result['send_errors']} send errors; "
+          f"{time.monotonic() - t0:.1f}s")
+
+
+def test_replace_a_failed_host_as_documented(deployed: Deployment) -> None:
+    """DEPLOY.md "Replace a failed host": its disk gone, the host installed again with the
+    same config and an empty /var/lib/raftmq, started WITHOUT ``raftmq replica init``: it is a
+    new storage (``j-...``, ``voter: false``) until the leader records it (``voter: true``)."""
+    t0 = time.monotonic()
+    leader = deployed.leader(["n1", "n2", "n3"])
+    victim = next(n for n in ("n2", "n3", "n1") if n != leader)
+    seen: dict[str, object] = {}
+
+    def replace() -> None:
+        deployed.services[victim].kill()
+        deployed.wipe(victim)
+        deployed.start(victim)
+
+        def recorded() -> bool:
+            status = deployed.status(victim)
+            if status is None or not str(status["storage"]).startswith("j-"):
+                return False
+            if not status["voter"]:
+                seen["not_voter_first"] = status.get("vote_refusal")
+            return bool(status["voter"])
+        wait_until(recorded, 60, 0.2, f"{victim}'s new storage recorded (voter: true)")
+
+    result = _under_load(deployed, "replace", replace)
+    _verify(deployed)
+    print(f"replaced {victim} (vote refusal first: {seen.get('not_voter_first')!r}): {result['figures']}; "
+          f"{time.monotonic() - t0:.1f}s")
+
+
+def test_rolling_restart_followers_then_the_leader(deployed: Deployment) -> None:
+    """DEPLOY.md "Rolling restart": each follower restarted (SIGTERM, start) and caught up
+    (``raftmq cluster status``), then the leader, which hands its role over first."""
+    t0 = time.monotonic()
+    ns = f"{deployed.net.subnet}.21:9876"
+
+    def roll() -> None:
+        leader = deployed.leader(["n1", "n2", "n3"])
+        for name in [n for n in ("n1", "n2", "n3") if n != leader] + [leader]:
+            assert deployed.stop(name) == 0, deployed.services[name].log_tail()
+            deployed.start(name)
+            _wait_caught_up(deployed, name)
+        out = deployed.cli("cluster", "status", "--namesrv", ns).stdout
+        assert all(n in out for n in ("n1", "n2", "n3")), out
+
+    result = _under_load(deployed, "rolling", roll)
+    _verify(deployed)
+    print(f"rolling restart: {result['figures']}, {result['send_errors']} send errors; "
+          f"{time.monotonic() - t0:.1f}s")
+
+
+def _wait_caught_up(deployed: Deployment, name: str, others: tuple[str, ...] = ("n1", "n2", "n3")) -> None:
+    def caught_up() -> bool:
+        mine = deployed.status(name)
+        commits = [s["commit_index"] for s in (deployed.status(n) for n in others if n != name) if s]
+        return bool(mine and commits and mine["applied_index"] >= min(commits) and mine["healthy"])
+    wait_until(caught_up, 60, 0.3, f"{name} caught up after its restart")
+
+
+def test_grow_three_to_five_and_shrink_back_to_three(deployed: Deployment) -> None:
+    """DEPLOY.md "Grow a group" then "Shrink a group": n4 and n5 installed with ``peers``
+    listing the current members and themselves and ``join = true``, each added with
+    ``raftmq replica add``; then ``raftmq replica remove n5``, ``n4`` and their processes stopped."""
+    t0 = time.monotonic()
+    subnet = deployed.net.subnet
+    ns = f"{subnet}.21:9876"
+    members = ["n1", "n2", "n3"]
+
+    def grow_and_shrink() -> None:
+        for name in ("n4", "n5"):
+            text = deployed.broker_toml(name, source="broker-n3.toml")
+            peers = ", ".join(f'{m} = "{subnet}.{BROKERS[m]}:20911"' for m in [*members, name])
+            text = re.sub(r"peers = \{[^}]*\}", f"peers = {{ {peers} }}", text)
+            text = text.replace("secret_file =", "join = true\nsecret_file =", 1)
+            deployed.install_broker(name, toml=text)
+            deployed.start(name)
+            wait_until(lambda name=name: deployed.status(name), 30, 0.3, f"{name} serving (a learner)")
+            ip = deployed.net.hosts[name].ip
+            out = deployed.cli("replica", "add", name, "--raft", f"{ip}:20911", "--client", f"{ip}:10911",
+                               "--namesrv", ns, timeout=180).stdout
+            print(out.strip().splitlines()[-1] if out.strip() else "")
+            members.append(name)
+        listed = deployed.cli("replica", "list", "--namesrv", ns).stdout
+        assert all(m in listed for m in members), listed
+        for name in ("n5", "n4"):
+            deployed.cli("replica", "remove", name, "--namesrv", ns, timeout=180)
+            deployed.stop(name)
+            members.remove(name)
+        listed = deployed.cli("replica", "list", "--namesrv", ns).stdout
+        assert "n4" not in listed and "n5" not in listed, listed
+
+    result = _under_load(deployed, "grow", grow_and_shrink)
+    _verify(deployed)
+    check_listeners(deployed)
+    print(f"grow 3 -> 5 -> 3: {result['figures']}, {result['send_errors']} send errors; "
+          f"{time.monotonic() - t0:.1f}s")

@@ -33,6 +33,7 @@ from dledger.config import MAX_ENTRY_BYTES
 from raftmq.cluster_http import ClusterHttp
 from raftmq.local_acl import acl_broker_options, local_credentials
 from raftmq.local_group import LocalGroup, free_port
+from tests.chaos.node_health import NodeDeaths, unexpected_log_lines
 from tests.chaos.toxi import Link, Stream, Toxi
 
 __all__ = ["BROKER_GROUP", "RETENTION", "SEGMENT_BYTES", "ChaosBrokers", "PeerLink"]
@@ -89,6 +90,10 @@ class ChaosBrokers:
         #: the harness's own HTTP reads (https with TLS; ``/admin/...`` as the super user with ACLs)
         self.http = ClusterHttp.with_tls(self.group.client_tls, self.credentials)
         self.nodes = self.group.nodes
+        #: the processes that died without the test stopping them (``tests/chaos/node_health.py``)
+        self.deaths = NodeDeaths(self.group)
+        #: patterns of ERROR/CRITICAL log lines (and their tracebacks) this scenario expects
+        self.expected_log: list[str] = []
         #: the current members: what converge, the verifier and the watchers look at
         self.names = list(self.nodes)
         initial = list(self.names)
@@ -132,20 +137,25 @@ class ChaosBrokers:
     def retire(self, name: str) -> None:
         """``name`` was removed from the group: stop it (SIGTERM) and forget it."""
         self.names = [n for n in self.names if n != name]
+        self.deaths.stopping(name)
         self.group.terminate(name)
 
     # -- processes -------------------------------------------------------------------
     def start(self, names: Iterable[str] | None = None) -> None:
         for name in names or self.names:
+            self.deaths.check([name])  # one that died on its own is recorded, not restarted silently
             self.incarnation[name] += 1
             self.group.start_node(name)
 
     def kill(self, name: str) -> None:
         """SIGKILL (a crash: no clean-up, the page cache survives)."""
+        self.deaths.stopping(name)
         self.group.kill(name)
 
     def kill_all(self) -> None:
         """SIGKILL every live node (members or not) at once, then reap them."""
+        for name in self.nodes:
+            self.deaths.stopping(name)
         procs = [p.proc for p in self.nodes.values() if p.proc is not None and p.proc.poll() is None]
         for proc in procs:
             proc.send_signal(signal.SIGKILL)
@@ -153,11 +163,13 @@ class ChaosBrokers:
             proc.wait(timeout=10)
 
     def terminate(self, name: str) -> None:
+        self.deaths.stopping(name)
         self.group.terminate(name)
 
     def sigterm(self, name: str) -> None:
         """Ask ``name`` to stop (graceful shutdown); returns at once."""
         proc = self.nodes[name].proc
+        self.deaths.stopping(name)
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
 
@@ -181,6 +193,18 @@ class ChaosBrokers:
     def stop(self) -> None:
         """Every node stopped by PID (the fixture's clean-up, also on failure)."""
         self.group.stop()
+
+    def log_problems(self) -> list[str]:
+        """The ERROR/CRITICAL lines and tracebacks of every node's log that this scenario did
+        not expect (``expected_log``), at most 5 per node."""
+        problems = []
+        for name in self.nodes:
+            lines = unexpected_log_lines(self.base / f"{name}.log", self.expected_log)
+            if lines:
+                shown = "\n  ".join(lines[:5])
+                problems.append(f"{name}'s log has {len(lines)} unexpected ERROR/CRITICAL lines or "
+                                f"tracebacks:\n  {shown}")
+        return problems
 
     def alive(self, name: str) -> bool:
         return self.nodes[name].alive

@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.brokers import RETENTION, ChaosBrokers
+from tests.chaos.node_health import BEHIND_RETAINED_START
 from tests.chaos.report import ChaosReport, report_dir
 from tests.chaos.scenario import Scenario
 from tests.chaos.toxi import Toxi, ToxiproxyMissing, ToxiproxyServer, toxiproxy_binary
@@ -143,6 +144,7 @@ def make_scenario(request: pytest.FixtureRequest, tmp_path: Path, toxi: Toxi, ch
                                tls=tls, acl=acl)
         if retention:
             options.setdefault("pad", 1000)  # bigger messages: segments fill, retention deletes
+            brokers.expected_log += BEHIND_RETAINED_START  # a replica behind it waits for a snapshot
         name = request.node.name.removeprefix("test_")
         scenario = Scenario(name, chaos_seed, tmp_path / f"work{len(made)}", brokers, chaos_report,
                             **options)  # type: ignore[arg-type]

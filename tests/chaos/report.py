@@ -25,7 +25,8 @@ COLUMNS = [
     ("scenario", "scenario"), ("acked", "acked"), ("lost", "lost"), ("duplicated", "dup"),
     ("out_of_order", "out of order"), ("unknown", "unknown (stored)"), ("failover_s", "failover s"),
     ("catch_up_s", "catch-up s"), ("max_stall_s", "send stall s"), ("consume_lag_s", "max consume lag s"),
-    ("elections", "term rises"),
+    ("elections", "term rises"), ("confirmed", "fault confirmed"),
+    ("checks", "digests / CQ units / monitor samples"),
     ("invariants", "invariants"), ("seed", "seed"), ("duration_s", "time s"),
 ]
 
@@ -47,6 +48,11 @@ def _cell(row: dict[str, Any], key: str) -> str:
     value = row.get(key)
     if key in ("failover_s", "catch_up_s"):
         return _times(list(value or []))
+    if key == "checks":
+        c = value or {}
+        return f"{c.get('digest indexes', '-')} / {c.get('CQ units', '-')} / {c.get('monitor samples', '-')}"
+    if key == "confirmed":
+        return "; ".join(value) if value else "-"
     if key == "unknown":
         return f"{row.get('unknown', 0)} ({row.get('unknown_stored', 0)})"
     if isinstance(value, float):

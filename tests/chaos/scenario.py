@@ -31,13 +31,18 @@ from urllib.parse import quote
 
 import msgpack
 
-from broker.consume_queue_layout import UNIT, UNIT_SIZE
 from client.credentials import Credentials
 from client.message import received_all
 from client.queues import MessageQueue
 from protocol.remoting import RequestCode, ResponseCode
 from protocol.tls import ClientTls
 from tests.chaos.brokers import BROKER_GROUP, ChaosBrokers
+from tests.chaos.replica_checks import (
+    compare_consume_queues,
+    compare_digests,
+    consume_queue_units,
+    monitor_shortfall,
+)
 from tests.chaos.report import ChaosReport
 from tests.chaos.workload import CONSUMER_GROUP, TOPIC, OrderedWorkload
 from tests.support.broker_client import FrameClient, client_session
@@ -82,21 +87,6 @@ async def _read_queues(address: str, queues: int, tls: ClientTls | None,
     return rows
 
 
-def consume_queue_units(directory: Path) -> dict[int, bytes]:
-    """Base queue offset -> its 40-byte unit (one per record), from one ConsumeQueue's files
-    (read as bytes, nothing is opened for writing)."""
-    units: dict[int, bytes] = {}
-    if not directory.is_dir():
-        return units
-    for path in sorted(p for p in directory.iterdir() if p.name.isdigit()):
-        data = path.read_bytes()
-        for i in range(len(data) // UNIT_SIZE):
-            unit = data[i * UNIT_SIZE:(i + 1) * UNIT_SIZE]
-            if unit != bytes(UNIT_SIZE):
-                units[UNIT.unpack(unit)[5]] = unit
-    return units
-
-
 def read_replica(brokers: ChaosBrokers, name: str, queues: int) -> list[Stored]:
     """Every message of every queue of ``TOPIC`` as node ``name`` stores it (direct link)."""
     return asyncio.run(_read_queues(brokers.nodes[name].http, queues, brokers.group.client_tls,
@@ -122,6 +112,10 @@ class Scenario:
         self.events: list[tuple[float, str]] = []
         self.started = time.monotonic()
         self.notes: list[str] = []
+        #: what the end-of-scenario comparisons compared (each has a minimum: replica_checks)
+        self.checks: dict[str, int] = {}
+        #: each fault's evidence that it took effect (``confirm``); the report's "fault confirmed"
+        self.confirmed: list[str] = []
         self.expect_violation = False
         self.recorded = False
         self.sending_stopped_at: float | None = None
@@ -129,9 +123,14 @@ class Scenario:
 
     # -- phases ---------------------------------------------------------------------
     def start(self, warm_up: int = 150) -> Scenario:
-        """Nodes up, a leader, topic, consumer and senders; ``warm_up`` sends acknowledged."""
+        """Nodes up, a leader every node follows, topic, consumer and senders; ``warm_up``
+        sends acknowledged. A node that died on its way up fails the scenario here."""
         self.brokers.start()
-        self.brokers.leader(timeout=30)
+        leader = self.brokers.leader(timeout=30)
+        self.brokers.group.wait_following(leader, 30, among=self.brokers.names)
+        dead = self.brokers.deaths.check()
+        if dead:  # e.g. its port taken by another process meanwhile: not the scenario it names
+            raise RuntimeError("a node did not start: " + "; ".join(d.describe(self.started) for d in dead))
         self.workload.start()
         self.workload.wait_acked(warm_up, 30, f"{warm_up} acknowledged sends before any fault")
         self.event("warmed up")
@@ -213,7 +212,7 @@ class Scenario:
             b.heal()
             down = b.down()
             if down:
-                b.start(down)
+                b.start(down)  # one that died on its own is recorded as such first
                 self.event(f"restarted {down}")
             b.converge(40)
             for name in b.names:
@@ -229,10 +228,13 @@ class Scenario:
             b.converge(30)
             problems += self._final_offsets()
             self.event("consumer stopped and offsets committed")
+            problems += self._verify_marker()
             problems += self._compare_digests()
+            problems += self._monitor_checks()
         finally:
             self.workload.close()
-            b.kill_all()
+            b.kill_all()  # a member found dead here died on its own: recorded first
+        problems += self._node_health()
         problems += self._compare_logs()
         problems += self._compare_consume_queues()
         if self.workload.unexpected:
@@ -243,6 +245,16 @@ class Scenario:
         if problems:
             raise Violation(f"{self.name} (seed {self.seed}): " + "; ".join(problems) + f" -- {figures}")
         return figures
+
+    def _node_health(self) -> list[str]:
+        """Every process the scenario did not stop lived to the end, and no node logged an
+        ERROR, CRITICAL or traceback the scenario does not expect (``brokers.expected_log``)."""
+        b = self.brokers
+        problems = [d.describe(self.started) for d in b.deaths.deaths]
+        problems += b.log_problems()
+        self.event(f"node health: {len(b.deaths.deaths)} unexpected deaths, "
+                   f"{len(problems) - len(b.deaths.deaths)} logs with unexpected errors")
+        return problems
 
     def _final_offsets(self) -> list[str]:
         """Every replica reports the consumer's offsets at the end of every queue."""
@@ -265,38 +277,50 @@ class Scenario:
         return {str(MessageQueue(r["topic"], BROKER_GROUP, int(r["queue"]))): int(r["committed"])
                 for r in doc["queues"]}
 
+    def _verify_marker(self) -> list[str]:
+        """The leader proposes a verify marker (``POST /admin/verify``): every replica records
+        a state digest at it, so the digest comparison always has an index to compare."""
+        b = self.brokers
+        leader = b.leader(timeout=10)
+        code, doc = b.http.call(b.nodes[leader].http, "/admin/verify", {"timeout_s": 30}, timeout=60)
+        if code != 200:
+            return [f"the verify marker on {leader} failed: HTTP {code} {doc}"]
+        compared = doc.get("compared", [])
+        self.event(f"verify marker at index {doc.get('index')}: {len(compared)} replicas compared, "
+                   f"{len(doc.get('mismatches', []))} mismatches")
+        problems = [f"verify marker at index {doc.get('index')}: {m}" for m in doc.get("mismatches", [])]
+        problems += [f"verify marker: {n} not compared: {why}" for n, why in doc.get("not_compared", [])]
+        return problems
+
     def _compare_digests(self) -> list[str]:
-        """Every replica's state digest is the same at every index two of them recorded."""
+        """Every replica's state digest is the same at every index two of them recorded, at
+        one index at least (``replica_checks.compare_digests``)."""
         digests = {n: (self.brokers.status(n) or {}).get("state_digests", {}) for n in self.brokers.names}
-        compared, problems = 0, []
-        for index in sorted({i for d in digests.values() for i in d}, key=int):
-            held = {n: d[index] for n, d in digests.items() if index in d}
-            if len(held) > 1:
-                compared += 1
-                if len(set(held.values())) > 1:
-                    problems.append(f"state digests differ at index {index}: "
-                                    f"{ {n: v[:12] for n, v in held.items()} }")
+        compared, problems = compare_digests(digests)
+        self.checks["digest indexes"] = compared
         self.event(f"state digests compared at {compared} indexes"
-                   + (f": {len(problems)} differ" if problems else ", equal"))
+                   + (f": {len(problems)} problems" if problems else ", equal"))
+        return problems
+
+    def _monitor_checks(self) -> list[str]:
+        """The offsets monitor read every member and saw committed offsets."""
+        w = self.workload
+        samples = dict(w.monitor_samples)
+        self.checks["monitor samples"] = sum(samples.values())
+        seen = sum(len(v) for v in self.history.offsets_seen.values())
+        problems = monitor_shortfall(samples, self.brokers.names, seen, w.monitor_errors)
+        self.event(f"offsets monitor: {samples} samples, {seen} committed offsets seen"
+                   + (f"; {problems}" if problems else ""))
         return problems
 
     def _compare_consume_queues(self) -> list[str]:
         """The ConsumeQueues of ``TOPIC`` are equal unit by unit over the offsets every
-        replica holds (read from the files of the stopped replicas)."""
+        replica holds (read from the files of the stopped replicas), one unit at least."""
         b = self.brokers
-        problems, units = [], 0
-        for qid in range(self.queues):
-            held = {n: consume_queue_units(b.base / n / "store" / "consumequeue" / TOPIC / str(qid))
-                    for n in b.names}
-            low = max((min(u) for u in held.values() if u), default=0)
-            high = min((max(u) + 1 for u in held.values() if u), default=0)
-            ref = b.names[0]
-            for name in b.names[1:]:
-                bad = [o for o in range(low, high) if held[name].get(o) != held[ref].get(o)]
-                if bad:
-                    problems.append(f"queue {qid}: {name}'s ConsumeQueue differs from {ref}'s at offset "
-                                    f"{bad[0]} ({len(bad)} units)")
-            units += max(0, high - low)
+        queues = {qid: {n: consume_queue_units(b.base / n / "store" / "consumequeue" / TOPIC / str(qid))
+                        for n in b.names} for qid in range(self.queues)}
+        units, problems = compare_consume_queues(queues)
+        self.checks["CQ units"] = units
         self.event(f"ConsumeQueues compared unit by unit: {units} units"
                    + (f"; {problems}" if problems else ", equal"))
         return problems
@@ -315,7 +339,9 @@ class Scenario:
     def record_unfinished(self, why: str) -> None:
         """A row for a scenario that stopped before ``finish`` (called by the fixture)."""
         if not self.recorded:
-            self._record(self.history.analyze()[0], [f"did not complete: {why}"[:300]])
+            self.brokers.deaths.check()
+            deaths = [d.describe(self.started) for d in self.brokers.deaths.deaths]
+            self._record(self.history.analyze()[0], [f"did not complete: {why}"[:300], *deaths])
 
     def _record(self, figures: dict[str, Any], problems: list[str]) -> None:
         terms = self.workload.terms
@@ -327,7 +353,8 @@ class Scenario:
             "elections": (max(terms) - min(terms)) if terms else None,
             "invariants": ("violated (expected)" if self.expect_violation else "VIOLATED")
             if problems else "hold",
-            "problems": problems, "events": self.events, "notes": self.notes,
+            "problems": problems, "events": self.events, "notes": self.notes, "checks": self.checks,
+            "confirmed": self.confirmed,
             "duration_s": round(time.monotonic() - self.started, 1),
         }
         self.report.add(row)

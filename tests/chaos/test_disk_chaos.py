@@ -33,6 +33,9 @@ ROOMY = 512 << 20  # above the default resume threshold (64 MiB)
 HEADROOM = 3 << 20  # what a shrunk disk has left for the workload to fill
 FULL_WITHIN_S = 60.0
 QUIET_S = 8.0  # how long the full disks are watched for elections
+#: what a replica whose disk fills logs at ERROR: the fault this file injects
+DISK_FULL_LOG = [r"ERROR dledger\.disk_guard: the disk of \S+ is full",
+                 r"ERROR dledger\.replicated_log: this node no longer stands for election: its disk is full"]
 
 
 def _shrink(disk: TmpfsMount) -> None:
@@ -67,6 +70,7 @@ def _settled_leader(s: Scenario, full: list[str]) -> tuple[str, int]:
 def test_disks_fill_up_mid_run_then_get_room(make_scenario: MakeScenario, which: str) -> None:
     require_mount()
     s = make_scenario(pad=4000, rate=50.0)
+    s.brokers.expected_log += DISK_FULL_LOG
     with contextlib.ExitStack() as stack:
         disks = {n: stack.enter_context(tmpfs(s.brokers.base / n, ROOMY)) for n in s.brokers.names}
         for name in s.brokers.names:  # the mounts hide the directories formed for the new group

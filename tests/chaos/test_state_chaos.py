@@ -85,7 +85,8 @@ def test_leadership_transferred_under_load_with_retention(make_scenario: MakeSce
         leader = s.leader()
         target = s.rng.choice([n for n in s.brokers.names if n != leader])
         request = urllib.request.Request(f"http://{s.brokers.nodes[leader].http}/admin/leader/transfer",
-                                         data=json.dumps({"to": target}).encode(), method="POST")
+                                         data=json.dumps({"to": target}).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=15) as resp:
             moved_to = json.loads(resp.read())["leader"]
         at = s.event(f"transfer {turn}: {leader} -> {moved_to}")

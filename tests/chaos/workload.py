@@ -90,6 +90,9 @@ class OrderedWorkload:
         self.unexpected: list[str] = []  # non-ClientError exceptions from the client
         self.terms: set[int] = set()
         self.consumers_started = 0
+        #: the offsets monitor's readings per node, and each node's last error (none swallowed unseen)
+        self.monitor_samples: collections.Counter[str] = collections.Counter()
+        self.monitor_errors: dict[str, str] = {}
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="chaos-workload", daemon=True)
         self._sending = threading.Event()
@@ -307,17 +310,21 @@ class OrderedWorkload:
         timeout = aiohttp.ClientTimeout(total=1.0)
         async with client_session(self.brokers.client_tls or None, timeout=timeout) as session:
             while True:
+                self.brokers.deaths.check()  # a node that died on its own, seen within 0.3 s
                 for name in self.brokers.names:
-                    with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError, KeyError,
-                                             ClientError):
-                        await self._watch_node(session, name)
+                    try:
+                        if await self._watch_node(session, name):
+                            self.monitor_samples[name] += 1
+                    except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, ClientError) as e:
+                        self.monitor_errors[name] = repr(e)[:200]  # counted: Scenario checks the samples
                 await asyncio.sleep(0.3)
 
-    async def _watch_node(self, session: aiohttp.ClientSession, name: str) -> None:
+    async def _watch_node(self, session: aiohttp.ClientSession, name: str) -> bool:
+        """One reading of ``name``'s committed offsets and term; False if none was taken."""
         b = self.brokers
         incarnation = b.incarnation[name]
         if not b.alive(name):
-            return
+            return False
         offsets_url = b.group.url(name, f"/admin/groups/{quote(CONSUMER_GROUP, safe='')}/offsets")
         if b.credentials is not None and self._token is None:  # one token serves every replica
             self._token = await admin_token(session, b.group.url(name, ""), b.credentials)
@@ -327,11 +334,12 @@ class OrderedWorkload:
         async with session.get(b.group.url(name, "/status")) as resp:
             status = await resp.json()
         if b.incarnation[name] != incarnation:
-            return  # restarted while we asked: the answer's incarnation is unknown
+            return False  # restarted while we asked: the answer's incarnation is unknown
         self.terms.add(int(status["term"]))
         for row in doc["queues"]:
             queue = str(MessageQueue(row["topic"], BROKER_GROUP, int(row["queue"])))
             self.history.offset_seen(f"{name}#{incarnation}", queue, int(row["committed"]))
+        return True
 
 
 def _ignore(result: SendResult | None, error: BaseException | None) -> None:

@@ -93,7 +93,14 @@ def check_identical(logs: dict[str, list[list[Any]]]) -> None:
 
 def check_applied(records: list[tuple[int, int, int, int]], entries: list[list[Any]],
                   who: str = "replica") -> None:
-    """``records`` from a RecordingMachine: each committed index once, in order, same bytes."""
+    """``records`` from a RecordingMachine: each committed index once, in order, same bytes,
+    up to the last of ``entries`` (an applied log that stops short -- or is empty -- while
+    entries are committed is a violation: nothing compared is not agreement)."""
+    last_committed = max((row[0] for row in entries), default=0)
+    last_applied = max((index for index, *_ in records), default=0)
+    if last_applied < last_committed:
+        raise Violation(f"{who}: applied up to index {last_applied} ({len(records)} records), "
+                        f"committed up to {last_committed}")
     expected = 1
     for index, _, kind, _ in records:
         if kind == GAP_KIND and index >= expected - 1:

@@ -1,0 +1,48 @@
+"""The harness can fail: scenarios on deliberately broken builds and helpers must not "hold".
+
+Each test runs a real scenario with one thing broken that the verdict must name:
+
+* ``test_a_broker_that_crashes_on_its_own_fails_the_scenario``: the nodes run
+  ``tests/support/crashing_broker.py``; under the latency toxic a follower exits by itself.
+  ``finish`` used to restart it like a node the test had killed and report "hold".
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.scenario import Scenario
+from tests.support.crashing_broker import CRASH_STATUS, crash_file
+from tests.support.message_history import Violation
+
+pytestmark = [pytest.mark.chaos, pytest.mark.cluster, pytest.mark.timeout(150)]
+
+MakeScenario = Callable[..., Scenario]
+ROOT = str(Path(__file__).resolve().parents[2])  # the broker processes import tests.support
+
+
+def _importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+
+
+def test_a_broker_that_crashes_on_its_own_fails_the_scenario(make_scenario: MakeScenario,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    _importable(monkeypatch)
+    s = make_scenario(read_from="any", entry="tests.support.crashing_broker")
+    s.expect_violation = True
+    s.start()
+    s.brokers.latency_everywhere(100, 80)
+    s.event("latency 100+/-80 ms on every link")
+    victim = s.rng.choice([n for n in s.brokers.names if n != s.leader()])
+    crash_file(s.brokers.base / f"{victim}.toml").touch()
+    s.event(f"BROKEN BUILD: {victim} told to crash on its own")
+    s.workload.wait_more_acked(150, 40)
+    with pytest.raises(Violation, match=f"{victim} \\(pid \\d+\\) died on its own with exit status "
+                                        f"{CRASH_STATUS}") as caught:
+        s.heal_and_finish()
+    assert "TEST-ONLY CRASHING BUILD" in str(caught.value)  # the log tail is shown
+    print(f"the harness caught the crash: {str(caught.value)[:600]}")

@@ -1,7 +1,9 @@
 """Small tmpfs mounts for disk-full tests: a replica's data directory on a file system of a
 few MiB that a test fills, then gives more room (``resize``) -- without stopping anything.
 
-Mounting needs root (``mount -t tmpfs``); ``require_mount`` skips a test that cannot.
+Mounting needs root (``mount -t tmpfs``); ``require_mount`` FAILS a test that cannot (the
+disk-full tests are part of the suite, and ``scripts/test`` fails on any skip anyway): run
+the suite as root, as CI does.
 Every mount is unmounted when its context ends, whatever happened (lazily if a process
 still holds a file there: the processes are stopped first by whoever started them).
 """
@@ -21,9 +23,10 @@ __all__ = ["TmpfsMount", "require_mount", "tmpfs"]
 
 
 def require_mount() -> None:
-    """Skip the calling test unless this process may mount file systems (root)."""
+    """Fail the calling test unless this process may mount file systems (root)."""
     if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a tmpfs needs root and mount(8)")
+        pytest.fail("mounting a tmpfs needs root and mount(8): run the suite as root (CI does)",
+                    pytrace=False)
 
 
 class TmpfsMount:

@@ -1,0 +1,48 @@
+"""A pytest plugin that fails the run on any skipped test (``scripts/test`` loads it with
+``-p tests.support.skip_guard``).
+
+A skip is a test that did not run, and a suite that passes with tests not run has checked
+less than it says. A test that must be able to skip says why in the marker this plugin
+allows by name -- ``@pytest.mark.allowed_skip(reason="...")`` (none does today); every
+other skip turns the exit status to 1 after pytest's own summary line, with the tests
+named. An expected failure (``xfail``) is not a skip.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+__all__ = ["MARKER"]
+
+MARKER = "allowed_skip"
+_SKIPPED = pytest.StashKey[list[str]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{MARKER}(reason): this test may skip, for the reason given "
+                                       "(tests/support/skip_guard.py)")
+    config.stash[_SKIPPED] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if report.skipped and not hasattr(report, "wasxfail") and item.get_closest_marker(MARKER) is None:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        item.config.stash[_SKIPPED].append(f"{item.nodeid}: {reason}")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
+                            config: pytest.Config) -> None:
+    skipped = config.stash.get(_SKIPPED, [])
+    if skipped:
+        terminalreporter.section("skipped tests fail this run (tests/support/skip_guard.py)", red=True)
+        for line in skipped:
+            terminalreporter.write_line(line)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if session.config.stash.get(_SKIPPED, []) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -47,7 +47,39 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import NamedTuple
 
-__all__ = ["Delivery", "MessageHistory", "Sent", "Stored", "Violation"]
+__all__ = ["PROBLEM_KINDS", "Delivery", "MessageHistory", "Sent", "Stored", "Violation", "kinds_of"]
+
+#: Every kind of problem ``analyze`` reports -> the words its line always holds. Each has a
+#: negative test in tests/chaos/test_verifier_selftest.py (a history with that defect),
+#: which also keeps this list in step with the checks.
+PROBLEM_KINDS: dict[str, str] = {
+    "payload_sent_twice": "the workload sent one payload twice",
+    "two_acks_at_one_place": "two messages acknowledged at one place",
+    "key_on_several_queues": "was stored on several queues",
+    "acked_offsets_not_increasing": "acknowledged offsets do not increase in send order",
+    "delivered_never_sent": "delivered messages were never sent",
+    "lost": "acknowledged messages never delivered (lost)",
+    "delivered_from_two_places": "messages delivered from two places",
+    "failed_delivered": "messages reported failed were delivered",
+    "delivered_elsewhere_than_acked": "messages delivered elsewhere than acknowledged",
+    "consumed_out_of_order": "messages consumed before an earlier-sent one",
+    "gap_in_consumed_sequence": "consumed acknowledged sequence differs from the acknowledged one",
+    "replicas_differ": "store different rows",
+    "stored_twice": "messages stored more than once",
+    "acked_not_stored": "acknowledged messages are not stored",
+    "stored_elsewhere_than_acked": "acknowledged messages stored elsewhere than acknowledged",
+    "failed_stored": "messages reported failed are stored",
+    "delivery_not_in_final_log": "deliveries are not in the final log",
+    "stored_never_delivered": "stored messages were never delivered",
+    "offset_back_reported": "reported the committed offset of",
+    "offset_back_in_log": "the log commits the offset of",
+    "delivered_twice": "messages delivered more than once",
+}
+
+
+def kinds_of(problems: Iterable[str]) -> set[str]:
+    """The kinds (``PROBLEM_KINDS``) the problem lines name."""
+    return {kind for kind, words in PROBLEM_KINDS.items() for line in problems if words in line}
 
 
 class Violation(AssertionError):

@@ -40,10 +40,19 @@ from broker.access_map import HTTP_ACCESS, OPEN, SUPER_ONLY, needs
 from broker.authorizer import Need, Principal
 from broker.commands import PutUser, encode_admin
 from broker.fragments import MessageGone, read_message_at
-from broker.scram_auth import TOKEN_TTL_S, AdminTokens, AuthFailed, ScramExchange
+from broker.scram_auth import (
+    TOKEN_TTL_S,
+    AdminTokens,
+    AuthFailed,
+    AuthThrottled,
+    PasswordRejected,
+    ScramExchange,
+    unknown_user_key,
+)
 from dledger.errors import ProposeError
 from dledger.http_errors import require_json
 from protocol.acl import PutUserRequest
+from protocol.login_throttle import LoginThrottle
 from protocol.message_format import peek_topic
 from protocol.remoting import Frame, FrameError, RequestCode, ResponseCode
 
@@ -124,14 +133,32 @@ class AccessControl:
         self._bootstrap = bootstrap
         config = server.rlog.config
         self.tokens = AdminTokens(config.secret, config.group, lambda: server.machine.access, token_ttl_s)
+        self._unknown_key = unknown_user_key(config.secret, config.group)
+        self.throttle = LoginThrottle()
         self._http_exchanges: dict[str, tuple[float, ScramExchange]] = {}
 
     # -- connections -------------------------------------------------------------------
     def open_connection(self, remote: str | None) -> ConnectionAuth:
         """A new WebSocket: anonymous until it authenticates (the handler's context)."""
-        conn = ConnectionAuth(remote, ScramExchange(lambda: self._server.machine.access))
+        conn = ConnectionAuth(remote, self.exchange(remote))
         CONNECTION_AUTH.set(conn)
         return conn
+
+    def exchange(self, remote: str | None) -> ScramExchange:
+        """A SCRAM exchange for a client at ``remote``, its failures counted by the throttle."""
+        return ScramExchange(lambda: self._server.machine.access, self._unknown_key,
+                             throttle=self.throttle, source=remote)
+
+    def auth_refused(self, remote: str | None, code: int, error: AuthFailed) -> None:
+        """Audit a refused AUTH_START/AUTH_FINISH; count failed passwords and throttled tries."""
+        if isinstance(error, AuthThrottled):
+            self._server.metrics.auth_throttled.inc()
+            AUDIT.warning("throttled user=%s from=%s request=%s: %s", error.user or "-", remote or "-",
+                          _name(code), error)
+            return
+        if isinstance(error, PasswordRejected):
+            self._server.metrics.auth_failures.inc()
+        self.audit_denied(None, remote, code, f"authentication: {error}")
 
     def authenticated(self, conn: ConnectionAuth, user: str) -> None:
         conn.principal = Principal.of(user, conn.remote)
@@ -283,7 +310,7 @@ class AccessControl:
             if session is None:
                 if len(self._http_exchanges) >= MAX_HTTP_EXCHANGES:
                     return _json_error(503, ResponseCode.SYSTEM_BUSY, "too many authentications at once")
-                exchange = ScramExchange(lambda: self._server.machine.access)
+                exchange = self.exchange(request.remote)
                 first = exchange.start(doc.get("mechanism", "SCRAM-SHA-256"), message)
                 session = secrets.token_hex(16)
                 self._http_exchanges[session] = (now + HTTP_EXCHANGE_S, exchange)
@@ -293,7 +320,12 @@ class AccessControl:
                 raise AuthFailed("unknown or expired authentication session; start again")
             final = exchange.finish(message)
         except AuthFailed as e:
-            self.audit_denied(None, request.remote, RequestCode.AUTH_FINISH, f"authentication: {e}")
+            step = RequestCode.AUTH_FINISH if session else RequestCode.AUTH_START
+            self.auth_refused(request.remote, step, e)
+            if isinstance(e, AuthThrottled):
+                response = _json_error(429, ResponseCode.AUTH_FAILED, str(e))
+                response.headers["Retry-After"] = str(max(1, round(e.throttled.retry_after_s)))
+                return response
             return _json_error(401, ResponseCode.AUTH_FAILED, str(e))
         token, expires = self.tokens.issue(exchange.user or "")
         return web.json_response({"message": final, "token": token, "expires_ms": expires,

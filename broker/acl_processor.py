@@ -64,7 +64,7 @@ class AclProcessor(Processor):
         try:
             return AuthResponse(message=conn.exchange.start(req.mechanism, req.message)).reply(frame)
         except AuthFailed as e:
-            return self._failed(frame, str(e))
+            return self._failed(frame, e)
 
     async def auth_finish(self, frame: Frame) -> Frame:
         req = AuthFinishRequest.from_frame(frame)
@@ -73,16 +73,15 @@ class AclProcessor(Processor):
         try:
             final = conn.exchange.finish(req.message)
         except AuthFailed as e:
-            return self._failed(frame, str(e))
+            return self._failed(frame, e)
         user = conn.exchange.user or ""
         self._server.access.authenticated(conn, user)
         return AuthResponse(message=final, user=user).reply(frame)
 
-    def _failed(self, frame: Frame, why: str) -> Frame:
+    def _failed(self, frame: Frame, error: AuthFailed) -> Frame:
         conn = CONNECTION_AUTH.get()
-        self._server.access.audit_denied(None, conn.remote if conn else None, frame.code,
-                                         f"authentication: {why}")
-        return frame.response(ResponseCode.AUTH_FAILED, remark=why)
+        self._server.access.auth_refused(conn.remote if conn else None, frame.code, error)
+        return frame.response(ResponseCode.AUTH_FAILED, remark=str(error))
 
     # -- through the log --------------------------------------------------------------------
     async def put_user(self, frame: Frame) -> Frame:

@@ -80,6 +80,12 @@ class BrokerMetrics:
                                  [*names, "code"], registry=self.registry)
         self._request_children: dict[int | None, Counter] = {}
         self._values = values
+        self.auth_failures = Counter("raftmq_auth_failures", "SCRAM proofs refused on this replica "
+                                     "(wrong user name or password)", names, registry=self.registry
+                                     ).labels(*values)
+        self.auth_throttled = Counter("raftmq_auth_throttled", "Authentications refused unchecked: too "
+                                      "many failures of the user or the source", names,
+                                      registry=self.registry).labels(*values)
         self.leader_changes = Counter("raftmq_leader_changes", "Times this replica learned of a new leader",
                                       names, registry=self.registry).labels(*values)
         self._last_leader: str | None = None

@@ -5,8 +5,13 @@ An exchange (``ScramExchange``) is two steps: client-first -> server-first (a fr
 nonce, the user's salt and iteration count), client-final -> server-final (the client's
 proof checked against the StoredKey; the server proves it holds the ServerKey). A captured
 exchange replayed gets a new server nonce, so its proof no longer fits: refused. An
-unknown user gets a salt derived from the user name under a per-process key and fails at
-the proof, as a wrong password does (the answer does not tell which).
+unknown user gets a salt derived from the user name under a key of the group secret (the
+same on every replica) and the iteration count of new records, and fails at the proof, as a
+wrong password does (the answer does not tell which).
+
+An exchange whose proof failed ends its connection's attempts (AUTH_START again: refused).
+With a ``LoginThrottle`` an exchange counts its failures by user and source and refuses an
+attempt the throttle delays (``AuthThrottled``, before the proof is looked at).
 
 Admin token (``AdminTokens``), valid on every replica of the group for ``TOKEN_TTL_S``::
 
@@ -33,28 +38,55 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from broker.state.access import AccessTables
-from protocol.acl import MECHANISM, MIN_ITERATIONS
+from protocol.acl import DEFAULT_ITERATIONS, MECHANISM
+from protocol.login_throttle import LoginThrottle, Throttled
 
-__all__ = ["TOKEN_TTL_S", "AdminTokens", "AuthFailed", "ScramExchange"]
+__all__ = ["TOKEN_TTL_S", "AdminTokens", "AuthFailed", "AuthThrottled", "PasswordRejected",
+           "ScramExchange", "unknown_user_key"]
 
 TOKEN_TTL_S = 600.0
 _MECH = scramp.ScramMechanism(MECHANISM)
-_UNKNOWN_USER_KEY = os.urandom(32)  # per process: the fake salts of unknown users
 _TOKEN_LABEL = b"raftmq-admin-token-v1|"
+_UNKNOWN_LABEL = b"raftmq-unknown-user-salt-v1|"
 
 
 class AuthFailed(Exception):
     """Authentication refused; the message is what the client is told."""
 
 
+class PasswordRejected(AuthFailed):
+    """The proof did not fit: a wrong user name or password (a counted failure)."""
+
+
+class AuthThrottled(AuthFailed):
+    """Refused unchecked: too many failures of this user or source (``LoginThrottle``)."""
+
+    def __init__(self, throttled: Throttled, user: str) -> None:
+        super().__init__(throttled.message())
+        self.throttled = throttled
+        self.user = user
+
+
+def unknown_user_key(secret: str | bytes | None, group: str) -> bytes:
+    """The key of unknown users' fake salts: the same on every replica of ``group``."""
+    raw = (secret.encode() if isinstance(secret, str) else secret) or b""
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
+                info=_UNKNOWN_LABEL + group.encode()).derive(raw)
+
+
 class ScramExchange:
     """One client's exchange; not thread-safe (one connection's frames, or one HTTP
     session). ``user`` is set once the proof checked."""
 
-    def __init__(self, tables: Callable[[], AccessTables]) -> None:
+    def __init__(self, tables: Callable[[], AccessTables], unknown_key: bytes, *,
+                 throttle: LoginThrottle | None = None, source: str | None = None) -> None:
         self._tables = tables
+        self._unknown_key = unknown_key
+        self._throttle = throttle
+        self._source = source
         self._server: scramp.core.ScramServer | None = None
         self._name: str | None = None
+        self._spent = False
         self.user: str | None = None
 
     def start(self, mechanism: str, client_first: str) -> str:
@@ -64,33 +96,47 @@ class ScramExchange:
             raise AuthFailed(f"mechanism {mechanism!r} is not supported; use {MECHANISM}")
         if self._server is not None or self.user is not None:
             raise AuthFailed("an authentication was already started on this connection")
+        if self._spent:
+            raise AuthFailed("an authentication failed on this connection: open a new connection "
+                             "to try again")
         self._server = _MECH.make_server(self._auth_info)
         try:
             self._server.set_client_first(client_first)
-            return self._server.get_server_first()
         except scramp.ScramException as e:
+            self._server = None
             raise AuthFailed(f"bad SCRAM client-first message: {e}") from None
+        refused = self._throttle and self._throttle.check(self._name or "", self._source)
+        if refused:
+            self._server, self._spent = None, True
+            raise AuthThrottled(refused, self._name or "")
+        return self._server.get_server_first()
 
     def finish(self, client_final: str) -> str:
         """The server-final message; AuthFailed (wrong user or password) otherwise."""
         server, self._server = self._server, None
         if server is None:
             raise AuthFailed("no authentication was started: send AUTH_START first")
+        name = self._name or ""
         try:
             server.set_client_final(client_final)
+            if name not in self._tables().users:  # deleted meanwhile, or a fake salt's proof
+                raise scramp.ScramException("no such user")
         except scramp.ScramException:
-            raise AuthFailed(f"wrong user name or password (user {self._name!r})") from None
-        if self._name not in self._tables().users:  # deleted meanwhile, or a fake salt's proof
-            raise AuthFailed(f"wrong user name or password (user {self._name!r})")
-        self.user = self._name
+            self._spent = True
+            if self._throttle is not None:
+                self._throttle.failed(name, self._source)
+            raise PasswordRejected(f"wrong user name or password (user {name!r})") from None
+        if self._throttle is not None:
+            self._throttle.succeeded(name)
+        self.user = name
         return server.get_server_final()
 
     def _auth_info(self, name: str) -> tuple[bytes, bytes, bytes, int]:
         self._name = name
         user = self._tables().users.get(name)
         if user is None:
-            fake = hmac.new(_UNKNOWN_USER_KEY, name.encode(), hashlib.sha256).digest()
-            return fake[:16], os.urandom(32), os.urandom(32), MIN_ITERATIONS
+            fake = hmac.new(self._unknown_key, name.encode(), hashlib.sha256).digest()
+            return fake[:16], os.urandom(32), os.urandom(32), DEFAULT_ITERATIONS
         return user.salt, user.stored_key, user.server_key, user.iterations
 
 

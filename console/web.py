@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -48,6 +49,7 @@ from client.queues import MessageQueue
 from console.gateway import ClusterGateway, message_json
 from console.sampler import Sampler
 from console.sessions import Session, Sessions
+from protocol.login_throttle import LoginThrottle
 from protocol.tls import ClientTls
 
 __all__ = ["STATIC", "Console"]
@@ -62,6 +64,7 @@ _ANONYMOUS = frozenset({"/", "/api/login", "/api/logout", "/api/whoami"})
 def _anonymous(path: str) -> bool:
     return path in _ANONYMOUS or path.startswith("/static/")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_AUDIT = logging.getLogger("raftmq.audit")
 
 
 class Console:
@@ -76,6 +79,7 @@ class Console:
         self.tls = tls
         self._gateways: dict[Credentials | None, ClusterGateway] = {}
         self.sessions = Sessions()
+        self.throttle = LoginThrottle()  # sign-ins by user and by the browser's address
         self.sampler = Sampler(self.gateway_for(None), sample_interval_s)
 
     def gateway_for(self, credentials: Credentials | None) -> ClusterGateway:
@@ -141,13 +145,24 @@ class Console:
     async def login(self, request: web.Request) -> web.Response:
         doc = await _body(request, "user", "password")
         credentials = Credentials(str(doc["user"]), str(doc["password"]))
+        refused = self.throttle.check(credentials.user, request.remote)
+        if refused is not None:
+            _AUDIT.warning("throttled console sign-in user=%s from=%s: %s", credentials.user,
+                           request.remote or "-", refused.message("sign-ins"))
+            return web.json_response({"error": refused.message("sign-ins"), "login": True}, status=429,
+                                     headers={"Retry-After": str(max(1, round(refused.retry_after_s)))})
         gateway = self.gateway_for(credentials)
         try:
             await gateway.verify()
-        except ClientError:
+        except ClientError as e:
             self._gateways.pop(credentials, None)
             await gateway.close()
+            if isinstance(e, AuthFailedError):
+                self.throttle.failed(credentials.user, request.remote)
+                _AUDIT.warning("denied console sign-in user=%s from=%s: %s", credentials.user,
+                               request.remote or "-", e)
             raise
+        self.throttle.succeeded(credentials.user)
         session = self.sessions.sign_in(request[_SESSION].id, credentials)  # a new id: no fixation
         response = web.json_response({"user": credentials.user, "csrf": session.csrf})
         _set_cookie(response, request, session.id)

@@ -47,7 +47,7 @@ import msgspec
 from protocol.remoting import RequestCode
 from protocol.wire import Request, Response
 
-__all__ = ["MECHANISM", "MIN_ITERATIONS", "Action", "AuthFinishRequest", "AuthResponse",
+__all__ = ["DEFAULT_ITERATIONS", "MECHANISM", "MIN_ITERATIONS", "Action", "AuthFinishRequest", "AuthResponse",
            "AuthStartRequest", "Decision", "DeleteUserRequest", "GrantRequest",
            "ListPoliciesRequest", "ListUsersRequest", "PoliciesResponse", "PolicyRow", "PutUserRequest",
            "Resource", "ResourceType", "RevokeRequest", "UserRow", "UsersResponse", "parse_resource",
@@ -56,6 +56,9 @@ __all__ = ["MECHANISM", "MIN_ITERATIONS", "Action", "AuthFinishRequest", "AuthRe
 MECHANISM = "SCRAM-SHA-256"
 #: RFC 7677's minimum (and scramp's default) PBKDF2 iteration count.
 MIN_ITERATIONS = 4096
+#: The PBKDF2 iteration count of new records (OWASP Password Storage Cheat Sheet, 2023, for
+#: PBKDF2-HMAC-SHA256; RFC 7677 asks at least 4,096). Stored records keep their own count.
+DEFAULT_ITERATIONS = 600_000
 _KEY = Annotated[bytes, msgspec.Meta(min_length=32, max_length=32)]
 _NAME = Annotated[str, msgspec.Meta(min_length=1, max_length=255)]
 

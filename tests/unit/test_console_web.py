@@ -4,10 +4,15 @@ a session cookie is set, and bad requests get 400 with a message the page shows.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 
+from client.credentials import Credentials
+from client.errors import AuthFailedError
 from console.web import Console, _replica_row, last_verify
+from protocol.login_throttle import USER_FREE
+from protocol.remoting import ResponseCode
 
 
 def test_page_assets_session_and_bad_requests() -> None:
@@ -54,3 +59,41 @@ def test_a_groups_last_comparison_is_the_newest_its_replicas_show() -> None:
                 {"role": "follower", "last_verify": None}]
     assert last_verify(statuses) == newer
     assert last_verify([None, {"role": "leader"}]) is None
+
+
+class _Gateway:
+    def __init__(self, password: str) -> None:
+        self.password = password
+
+    async def verify(self) -> None:
+        if self.password != "right":
+            raise AuthFailedError(ResponseCode.AUTH_FAILED, "wrong user name or password", "broker")
+
+    async def close(self) -> None:
+        pass
+
+
+class _OfflineConsole(Console):
+    def gateway_for(self, credentials: Credentials | None) -> Any:
+        return _Gateway(credentials.password if credentials else "")
+
+
+def test_sign_in_guesses_are_delayed_per_user_and_source() -> None:
+    """Issue 25, row 7: the console's own throttle (its clients' addresses, which the brokers
+    never see: they count the console as one source)."""
+    async def main() -> None:
+        console = _OfflineConsole(["127.0.0.1:1"], sample_interval_s=60)
+        async with TestClient(TestServer(console.app())) as client:
+            csrf = {"X-CSRF-Token": (await (await client.get("/api/whoami")).json())["csrf"]}
+            for i in range(USER_FREE):
+                wrong = await client.post("/api/login", json={"user": "ops", "password": f"g{i}"},
+                                          headers=csrf)
+                assert wrong.status == 401
+            right = await client.post("/api/login", json={"user": "ops", "password": "right"}, headers=csrf)
+            assert right.status == 429, "the right password was checked at once after the free guesses"
+            assert "too many failed sign-ins for user 'ops'" in (await right.json())["error"]
+            assert int(right.headers["Retry-After"]) >= 1
+            other = await client.post("/api/login", json={"user": "dev", "password": "right"}, headers=csrf)
+            assert other.status == 200
+
+    asyncio.run(main())

@@ -1,0 +1,142 @@
+"""Issue 25, row 7: password guessing is delayed and capped.
+
+Before: a connection whose AUTH_FINISH failed could send AUTH_START again and guess on, as
+fast as it liked, and so could ``POST /auth/scram`` (the console's sign-in goes through it);
+nothing counted failures per user or per source; new SCRAM records had 4,096 iterations;
+and an unknown user's fake salt was keyed per process, so two replicas answered the same
+unknown name with different salts (a real user's salt is the same everywhere).
+
+Now an exchange that failed ends the connection's attempts; failures are counted per user
+and per source address (``protocol.login_throttle``): past a few free ones each further
+attempt must wait a doubling delay and past a cap it is refused for the window, with an
+audit line and ``raftmq_auth_failures_total``/``raftmq_auth_throttled_total``; new records
+have 600,000 iterations; fake salts come from the group secret. Three broker processes with
+ACLs on, stopped by PID.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+from collections.abc import Iterator
+
+import aiohttp
+import pytest
+
+from client import Admin, Credentials
+from client.credentials import scram_record
+from protocol.acl import DEFAULT_ITERATIONS
+from protocol.login_throttle import SOURCE_FREE, USER_FREE
+from protocol.remoting import RequestCode, ResponseCode
+from raftmq.local_group import LocalGroup
+from tests.security.acl_cluster import ROOT, acl_brokers, leader_address, run
+from tests.support.broker_client import FrameClient, client_session
+from tests.support.broker_group import servers
+
+pytestmark = [pytest.mark.cluster]
+
+ALICE = Credentials("alice", "alice-password")
+CAROL = Credentials("carol", "carol-password")
+
+
+@pytest.fixture(scope="module")
+def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGroup]:
+    with acl_brokers(tmp_path_factory.mktemp("guess") / "g") as g:
+        admin = Admin(servers=servers(g), credentials=ROOT)
+        try:
+            for who in (ALICE, CAROL):
+                admin.put_user(who.user, who.password)
+        finally:
+            admin.close()
+        yield g
+
+
+async def _logins(address: str, attempts: list[tuple[str, str]]) -> list[tuple[int, str]]:
+    """Each (user, password) on its own new connection: (code, remark) of the last answer."""
+    out = []
+    async with client_session(None) as session:
+        for user, password in attempts:
+            conn = await FrameClient.connect(session, address)
+            try:
+                _, _, answer = await conn.login(user, password)
+                out.append((answer.code, answer.remark or ""))
+            finally:
+                await conn.close()
+    return out
+
+
+async def _http_login(address: str, user: str) -> tuple[int, str]:
+    import scramp
+    client = scramp.ScramClient(["SCRAM-SHA-256"], user, "whatever")
+    async with aiohttp.ClientSession() as session, session.post(
+            f"http://{address}/auth/scram", json={"message": client.get_client_first()}) as resp:
+        return resp.status, (await resp.json())["error"]
+
+
+def test_a_failed_exchange_ends_the_connections_attempts(group: LocalGroup) -> None:
+    async def go() -> tuple[tuple[int, str], tuple[int, str]]:
+        async with client_session(None) as session:
+            conn = await FrameClient.connect(session, leader_address(group))
+            try:
+                _, _, wrong = await conn.login(CAROL.user, "not-her-password")
+                _, _, again = await conn.login(CAROL.user, CAROL.password)
+                return (wrong.code, wrong.remark or ""), (again.code, again.remark or "")
+            finally:
+                await conn.close()
+    wrong, again = run(go())
+    assert wrong[0] == ResponseCode.AUTH_FAILED
+    assert again[0] == ResponseCode.AUTH_FAILED, "a second AUTH_START after a failed one was served"
+    assert "new connection" in again[1], again[1]
+
+
+def test_guesses_at_one_user_are_delayed_then_refused(group: LocalGroup) -> None:
+    address = leader_address(group)
+    answers = run(_logins(address, [(ALICE.user, f"guess-{i}") for i in range(USER_FREE)]))
+    assert all(code == ResponseCode.AUTH_FAILED for code, _ in answers), answers
+    ((code, remark),) = run(_logins(address, [(ALICE.user, ALICE.password)]))
+    assert code == ResponseCode.AUTH_FAILED, "the right password was tried at once after the free guesses"
+    assert "too many failed authentications" in remark and "alice" in remark, remark
+    status, error = run(_http_login(address, ALICE.user))  # the console's sign-in goes this way
+    assert status == 429 and "too many failed authentications" in error, (status, error)
+    name = next(n for n, p in group.nodes.items() if p.http == address)
+    log = (group.base / f"{name}.log").read_text()
+    assert re.search(r"raftmq.audit.*throttled user=alice from=127\.0\.0\.1", log), group.log_tail(name)
+    metrics = urllib.request.urlopen(f"http://{address}/metrics", timeout=5).read().decode()
+    failures = re.search(r'^raftmq_auth_failures_total\{[^}]*\} (\S+)', metrics, re.M)
+    throttled = re.search(r'^raftmq_auth_throttled_total\{[^}]*\} (\S+)', metrics, re.M)
+    assert failures and float(failures.group(1)) >= USER_FREE, metrics[-2000:]
+    assert throttled and float(throttled.group(1)) >= 2
+
+
+def _server_first(address: str, user: str) -> str:
+    async def go() -> str:
+        async with client_session(None) as session:
+            conn = await FrameClient.connect(session, address)
+            try:
+                import scramp
+                client = scramp.ScramClient(["SCRAM-SHA-256"], user, "x")
+                answer = await conn.call(RequestCode.AUTH_START, {"mechanism": "SCRAM-SHA-256",
+                                                                  "message": client.get_client_first()})
+                assert answer.code == ResponseCode.SUCCESS, answer.remark
+                return str(answer.ext["message"])
+            finally:
+                await conn.close()
+    return str(run(go()))
+
+
+def test_unknown_users_get_the_same_salt_and_iterations_on_every_replica(group: LocalGroup) -> None:
+    firsts = [_server_first(node.http, "nobody-here") for node in group.nodes.values()]
+    shapes = [re.sub(r"^r=[^,]*,", "", first) for first in firsts]  # the nonce differs
+    assert len(set(shapes)) == 1, shapes
+    assert shapes[0].endswith(f",i={DEFAULT_ITERATIONS}"), shapes[0]
+    assert DEFAULT_ITERATIONS >= 600_000 and scram_record("pw").iterations == DEFAULT_ITERATIONS
+
+
+def test_guesses_from_one_source_are_delayed(group: LocalGroup) -> None:
+    leader = leader_address(group)
+    address = next(n.http for n in group.nodes.values() if n.http != leader)  # counters are per replica
+    answers = run(_logins(address, [(f"nobody-{i}", "guess") for i in range(SOURCE_FREE)]))
+    assert all(code == ResponseCode.AUTH_FAILED for code, _ in answers), answers
+    ((code, remark),) = run(_logins(address, [(ROOT.user, ROOT.password)]))
+    assert code == ResponseCode.AUTH_FAILED, "tried at once after the source's free guesses"
+    assert "too many failed authentications from 127.0.0.1" in remark, remark

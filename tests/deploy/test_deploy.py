@@ -15,7 +15,9 @@ The tests run in file order on one deployment (``conftest.deployed``).
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.deployment import BROKERS, RAFTMQ, Deployment
+from tests.deploy.deployment import BROKERS, DEPLOY, RAFTMQ, Deployment
 from tests.support.procs import wait_until
 
 pytestmark = [pytest.mark.deploy, pytest.mark.slow]
@@ -344,3 +346,48 @@ def test_grow_three_to_five_and_shrink_back_to_three(deployed: Deployment) -> No
     check_listeners(deployed)
     print(f"grow 3 -> 5 -> 3: {result['figures']}, {result['send_errors']} send errors; "
           f"{time.monotonic() - t0:.1f}s")
+
+
+def test_console_signed_in_shows_the_group_and_prometheus_scrapes_the_brokers_over_tls(
+        deployed: Deployment) -> None:
+    """DEPLOY.md "Monitoring": ``raftmq console --namesrv 10.0.0.21:9876`` on the operator's
+    (client) host, signed in as the super user over HTTP, shows group g1's replicas and the
+    consumer group ``billing``; a Prometheus run there with ``deploy/prometheus/prometheus.yml``
+    (its addresses and CA path the host's, the scrape interval 1 s) has every broker target up
+    over https."""
+    t0 = time.monotonic()
+    subnet = deployed.net.subnet
+    client = deployed.client
+    console = client.start("console", [RAFTMQ, "console", "--namesrv", f"{subnet}.21:9876"],
+                           env=deployed.client_env())
+    shown = deployed.python("console_check.py", "http://127.0.0.1:8080",
+                            str(client.path("/root/.raftmq-admin")))
+    assert shown["before"] is None and shown["user"] == "admin", shown
+    text = json.dumps(shown["cluster"])
+    assert "g1" in text and all(f"{subnet}.{BROKERS[n]}:10911" in text or f'"{n}"' in text
+                                for n in ("n1", "n2", "n3")), text
+    assert "billing" in {row["group"] for row in shown["groups"]}, shown["groups"]
+    console.stop()
+    console_s = time.monotonic() - t0
+
+    prom = shutil.which("prometheus")
+    assert prom, "prometheus is missing: run scripts/bootstrap --test-tools (apt-get install prometheus)"
+    conf_dir = client.path("/etc/prometheus")
+    conf_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(DEPLOY / "prometheus" / "raftmq-rules.yml", conf_dir / "raftmq-rules.yml")
+    shutil.copy(client.path("/etc/raftmq/tls/ca.pem"), conf_dir / "raftmq-ca.pem")
+    conf = client.localize((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    (conf_dir / "prometheus.yml").write_text(conf.replace("scrape_interval: 15s", "scrape_interval: 1s"))
+    client.start("prometheus", [prom, f"--config.file={conf_dir / 'prometheus.yml'}",
+                                f"--storage.tsdb.path={client.path('/var/lib/prometheus')}",
+                                "--web.listen-address=127.0.0.1:9090"])
+
+    def targets_up() -> list[dict[str, object]] | None:
+        done = client.run(["curl", "-s", "http://127.0.0.1:9090/api/v1/targets"], timeout=10)
+        active = json.loads(done.stdout)["data"]["activeTargets"] if done.stdout else []
+        return active if len(active) == 3 and all(t["health"] == "up" for t in active) else None
+    active = wait_until(targets_up, 40, 0.5, "Prometheus: the three broker targets up")
+    assert {str(t["scrapeUrl"]) for t in active} == {f"https://{subnet}.{BROKERS[n]}:10911/metrics"
+                                                     for n in ("n1", "n2", "n3")}, active
+    check_listeners(deployed)
+    print(f"console signed in {console_s:.1f}s; Prometheus 3/3 up over https; {time.monotonic() - t0:.1f}s")

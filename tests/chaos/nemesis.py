@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 
 from client.errors import ClientError
+from tests.chaos import confirm
 from tests.chaos.scenario import Scenario
 
 __all__ = ["Nemesis"]
@@ -38,13 +39,20 @@ class Nemesis:
         }
         self._forgetful: set[str] = set()  # replicas that lost their disk this round
 
+    #: the faults that hit the leader: every run injects one at least
+    LEADER_FAULTS = ("kill_leader", "isolate_leader", "leader_cut_from_peers",
+                     "lose_follower_disk_then_kill_leader")
+
     def run(self, duration: float, first: tuple[str, ...] = ()) -> list[str]:
         """Inject faults for ``duration`` seconds -- ``first`` in order, then random ones;
         returns their names in order."""
         done: list[str] = []
         end = time.monotonic() + duration
         queued = list(first)
-        while queued or time.monotonic() < end:
+        while queued or time.monotonic() < end or not any(d.split("+")[0] in self.LEADER_FAULTS
+                                                          for d in done):
+            if not queued and time.monotonic() >= end:
+                queued.append(self.rng.choice(self.LEADER_FAULTS))  # no leader fault yet: one now
             name = queued.pop(0) if queued else self.rng.choice(sorted(self.faults))
             hold_until = time.monotonic() + self.rng.uniform(1.5, 4.0)
             healed_later = self.faults[name]()
@@ -71,6 +79,7 @@ class Nemesis:
                 self.s.workload.restart_consumer()
                 self.s.event("nemesis: consumer started after healing")
         self.s.notes.append("nemesis: " + ", ".join(done))
+        self.s.confirmed.append(f"leader faults: {sum(d.split('+')[0] in self.LEADER_FAULTS for d in done)}")
         return done
 
     def _restart_consumer(self, hold_until: float, unstarted: list[ClientError]) -> None:
@@ -118,11 +127,15 @@ class Nemesis:
         return []
 
     def isolate_leader(self) -> list[str]:
-        return [self.s.leader_fault(self.s.brokers.isolate, "nemesis: isolate leader {leader}")]
+        old = self.s.leader_fault(self.s.brokers.isolate, "nemesis: isolate leader {leader}")
+        confirm.stepped_down(self.s, old)
+        return [old]
 
     def leader_cut_from_peers(self) -> list[str]:
-        return [self.s.leader_fault(lambda leader: self.s.brokers.isolate(leader, clients=False),
-                                    "nemesis: cut leader {leader} from its peers")]
+        old = self.s.leader_fault(lambda leader: self.s.brokers.isolate(leader, clients=False),
+                                  "nemesis: cut leader {leader} from its peers")
+        confirm.stepped_down(self.s, old)
+        return [old]
 
     def isolate_follower(self) -> list[str]:
         follower = self._follower(self._leader())

@@ -4,7 +4,9 @@ Each test runs a real scenario with one thing broken that the verdict must name:
 
 * ``test_a_broker_that_crashes_on_its_own_fails_the_scenario``: the nodes run
   ``tests/support/crashing_broker.py``; under the latency toxic a follower exits by itself.
-  ``finish`` used to restart it like a node the test had killed and report "hold".
+  ``finish`` used to restart it like a node the test had killed and report "hold";
+* ``test_a_one_way_cut_on_the_wrong_proxy_is_not_applied``: ``cut_one_way`` broken to cut
+  another link; the one-way scenario used to hold with nothing cut where it said.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.chaos.brokers import ChaosBrokers
+from tests.chaos.confirm import FaultNotApplied
 from tests.chaos.scenario import Scenario
+from tests.chaos.test_message_chaos import one_way_partition
 from tests.support.crashing_broker import CRASH_STATUS, crash_file
 from tests.support.message_history import Violation
 
@@ -46,3 +51,21 @@ def test_a_broker_that_crashes_on_its_own_fails_the_scenario(make_scenario: Make
         s.heal_and_finish()
     assert "TEST-ONLY CRASHING BUILD" in str(caught.value)  # the log tail is shown
     print(f"the harness caught the crash: {str(caught.value)[:600]}")
+
+
+def test_a_one_way_cut_on_the_wrong_proxy_is_not_applied(make_scenario: MakeScenario,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broken helper: ``cut_one_way`` cuts the link between the leader and the OTHER
+    follower. The one-way scenario must fail as "fault not applied"."""
+    def wrong_proxy(self: ChaosBrokers, src: str, dst: str) -> None:
+        other = next(n for n in self.names if n not in (src, dst))
+        leader = src if (self.status(src) or {}).get("role") == "leader" else dst
+        pl = self.peer_links[frozenset((leader, other))]
+        pl.link.cut(pl.stream_from(leader))
+
+    monkeypatch.setattr(ChaosBrokers, "cut_one_way", wrong_proxy)
+    s = make_scenario().start()
+    s.expect_violation = True
+    with pytest.raises(FaultNotApplied, match=r"fault not applied: .*match index for .* moved"):
+        one_way_partition(s, "leader_to_follower")
+    s.brokers.heal()

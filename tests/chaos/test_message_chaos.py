@@ -22,6 +22,8 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.chaos import confirm
+from tests.chaos.confirm import FaultNotApplied
 from tests.chaos.nemesis import Nemesis
 from tests.chaos.scenario import Scenario
 
@@ -58,8 +60,7 @@ def test_leader_isolated_then_healed(make_scenario: MakeScenario) -> None:
     s = make_scenario().start()
     old = s.leader_fault(s.brokers.isolate, "isolated leader {leader} (peers and clients, both ways)")
     s.event(f"new leader {s.leader(among=_others(s, old))}")
-    s.brokers.wait_status(old, lambda st: st["role"] != "leader", 10, "the isolated leader stepping down")
-    s.event(f"{old} stepped down")
+    confirm.stepped_down(s, old)
     s.workload.wait_more_acked(300, 30)
     s.heal_and_finish(old)
 
@@ -70,6 +71,7 @@ def test_leader_cut_from_peers_while_clients_reach_it(make_scenario: MakeScenari
     s = make_scenario().start()
     old = s.leader_fault(lambda leader: s.brokers.isolate(leader, clients=False),
                          "cut leader {leader} from its peers (clients still reach it)")
+    confirm.stepped_down(s, old)
     s.workload.wait_more_acked(300, 30)
     s.heal_and_finish(old)
 
@@ -81,6 +83,7 @@ def test_follower_isolated_then_healed(make_scenario: MakeScenario) -> None:
     follower = s.rng.choice(_others(s, leader))
     s.brokers.isolate(follower)
     s.event(f"isolated follower {follower}")
+    confirm.match_frozen(s, leader, follower, own_log_frozen=True)
     s.workload.wait_more_acked(600, 30)
     s.heal_and_finish(follower)
 
@@ -93,6 +96,7 @@ def test_follower_cut_from_peers_while_clients_reach_it(make_scenario: MakeScena
     follower = s.rng.choice(_others(s, leader))
     s.brokers.isolate(follower, clients=False)
     s.event(f"cut follower {follower} from its peers (clients still reach it)")
+    confirm.match_frozen(s, leader, follower, own_log_frozen=True)
     s.workload.wait_more_acked(600, 30)
     s.heal_and_finish(follower)
 
@@ -100,12 +104,18 @@ def test_follower_cut_from_peers_while_clients_reach_it(make_scenario: MakeScena
 @pytest.mark.parametrize("direction", ["leader_to_follower", "follower_to_leader"])
 def test_one_way_partition(make_scenario: MakeScenario, direction: str) -> None:
     """Bytes in one direction only between the leader and a follower are swallowed."""
-    s = make_scenario().start()
+    one_way_partition(make_scenario().start(), direction)
+
+
+def one_way_partition(s: Scenario, direction: str) -> None:
+    """The one-way scenario on a started ``s`` (also run by the harness self-test)."""
     leader = s.leader()
     follower = s.rng.choice(_others(s, leader))
     src, dst = (leader, follower) if direction == "leader_to_follower" else (follower, leader)
     s.brokers.cut_one_way(src, dst)
     s.event(f"one-way cut {src} -> {dst}")
+    # nothing of the leader's reaches the follower, or none of its answers the leader
+    confirm.match_frozen(s, leader, follower, own_log_frozen=direction == "leader_to_follower")
     s.workload.wait_more_acked(500, 30)
     s.event(f"leader now {s.leader()}")
     s.heal_and_finish(follower)
@@ -116,6 +126,7 @@ def test_latency_on_every_link(make_scenario: MakeScenario) -> None:
     s = make_scenario(read_from="any").start()
     s.brokers.latency_everywhere(100, 80)
     s.event("latency 100+/-80 ms on every link")
+    confirm.delay_seen(s, s.brokers.client_links[s.leader()], 0.04)  # >= 20 ms each way
     s.workload.wait_more_acked(150, 40)
     s.heal_and_finish()
 
@@ -140,7 +151,9 @@ def test_reset_peer_storms_on_client_links(make_scenario: MakeScenario, secured:
             timeout_ms = s.rng.choice([0, 50, 300])
         names = {n: links[n].reset_peer(toxicity, timeout_ms=timeout_ms, stream=stream) for n in chosen}
         s.event(f"burst {burst}: reset_peer {stream} toxicity {toxicity} after {timeout_ms} ms on {chosen}")
-        time.sleep(s.rng.uniform(2.0, 3.0))  # the fault's duration, not a synchronisation
+        hold_until = time.monotonic() + s.rng.uniform(2.0, 3.0)
+        confirm.reset_seen(s, links[chosen[0]])
+        time.sleep(max(0.0, hold_until - time.monotonic()))  # the fault's duration, not a synchronisation
         for n, toxics in names.items():
             links[n].remove_toxics(toxics)
         s.workload.wait_more_acked(50, 30)
@@ -169,6 +182,9 @@ def test_rolling_restart(make_scenario: MakeScenario) -> None:
         s.workload.wait_more_acked(100, 30)
         s.restart(name)
         s.workload.wait_more_acked(100, 30)
+    if not s.failovers:
+        raise FaultNotApplied("fault not applied: no node was leader when it was asked to stop")
+    s.confirmed.append(f"{len(s.failovers)} leader(s) SIGTERMed")
     s.finish()
 
 
@@ -187,16 +203,19 @@ def test_all_nodes_killed_at_once(make_scenario: MakeScenario) -> None:
 
 
 def test_link_flapping_every_2s(make_scenario: MakeScenario) -> None:
-    """The link between the leader and a follower goes down and up every 2 s (repeated
-    elections: pysyncobj has no pre-vote)."""
+    """The link between the leader and a follower goes down and up every 2 s. With pre-vote
+    no election is expected (the follower still hears of the leader through the other
+    follower); each down phase must hold the follower's match index on the leader."""
     s = make_scenario().start()
     leader = s.leader()
     follower = s.rng.choice(_others(s, leader))
     link = s.brokers.peer_links[frozenset((leader, follower))].link
     for cycle in range(4):
         link.cut("both")
-        s.event(f"cycle {cycle}: link {leader}<->{follower} down")
-        time.sleep(2.0)  # the flap period: the fault itself
+        down_until = s.event(f"cycle {cycle}: link {leader}<->{follower} down") + 2.0
+        if cycle == 0:
+            confirm.match_frozen(s, leader, follower, own_log_frozen=True, timeout=1.9)
+        time.sleep(max(0.0, down_until - time.monotonic()))  # the flap period: the fault itself
         link.heal()
         s.event(f"cycle {cycle}: link up; leader {s.leader()}")
         time.sleep(2.0)

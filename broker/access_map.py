@@ -14,7 +14,8 @@ a code or serves an admin route that has no row here.
     RESET_OFFSET                     update on the group, sub|get on the topic
     LOCK/UNLOCK_BATCH_MQ             sub on the group, sub on the topic
     HEARTBEAT                        sub on each consumer group and each topic it names;
-                                     pub on the producer group
+                                     pub on the producer group (at most 64 groups of 256
+                                     topics: INVALID_ARGUMENT before any check)
     UNREGISTER_CLIENT                sub on the group (if named); only this connection's
                                      registrations go (broker.consumer_registry)
     GET_CONSUMER_LIST                sub on the group
@@ -24,7 +25,8 @@ a code or serves an admin route that has no row here.
                                      (no half pending there: update on the cluster); refused
                                      with one remark whatever is at the position
     GET_ROUTE                        pub|sub|get on the topic
-    CREATE_TOPIC / DELETE_TOPIC      create / delete on the topic
+    CREATE_TOPIC / DELETE_TOPIC      create / delete on the topic; deleting a group's
+                                     %RETRY%/%DLQ% topic: update on the group
     GET_TOPICS                       list on the cluster
     AUTH_START, AUTH_FINISH          nothing (they are how one authenticates)
     PUT_USER, DELETE_USER, GRANT,    a super user (SUPER_ONLY); PUT_USER of one's own name
@@ -46,6 +48,7 @@ from types import MappingProxyType
 from typing import Protocol
 
 from broker.authorizer import Need
+from broker.consumer_registry import check_subscriptions
 from protocol.acl import Action, ResourceType
 from protocol.consumer import ConsumerListRequest, HeartbeatRequest, UnregisterRequest
 from protocol.deferred import EndTransactionRequest, SendBackRequest
@@ -111,8 +114,18 @@ def _group_and_topic(request: type[CommitOffsetRequest] | type[QueryOffsetReques
     return needs_of
 
 
+def _deleted(name: str) -> Need:
+    """DELETE_TOPIC's need: a group's retry or dead-letter topic is the group's (update)."""
+    need = _topic(name, DELETE)
+    return Need(GROUP, need.name, UPDATE) if need.kind == GROUP else need
+
+
 def _heartbeat(frame: Frame, _: Positions) -> Sequence[Need]:
     req = HeartbeatRequest.from_frame(frame)
+    try:  # bounded before its needs are listed (its handler refuses it the same way)
+        check_subscriptions(req.subscriptions or {})
+    except ValueError as e:
+        raise FrameError(ResponseCode.INVALID_ARGUMENT, str(e)) from None
     out = [Need(GROUP, req.producer_group, PUB)] if req.producer_group else []
     for group, topics in sorted((req.subscriptions or {}).items()):
         out.append(Need(GROUP, group, SUB))
@@ -173,7 +186,7 @@ ACCESS: Mapping[RequestCode, NeedsOf] = MappingProxyType({
     RequestCode.GET_ROUTE: lambda f, _: [_topic(GetRouteRequest.from_frame(f).topic,
                                                 (Action.PUB, Action.SUB, Action.GET))],
     RequestCode.CREATE_TOPIC: lambda f, _: [Need(TOPIC, CreateTopicRequest.from_frame(f).topic, CREATE)],
-    RequestCode.DELETE_TOPIC: lambda f, _: [Need(TOPIC, DeleteTopicRequest.from_frame(f).topic, DELETE)],
+    RequestCode.DELETE_TOPIC: lambda f, _: [_deleted(DeleteTopicRequest.from_frame(f).topic)],
     RequestCode.GET_TOPICS: _fixed(Need(CLUSTER, "", LIST)),
     **{code: _nothing for code in OPEN | SUPER_ONLY},  # SUPER_ONLY: checked before the table
 })

@@ -18,8 +18,9 @@ from aiohttp import web
 
 from broker.access_control import current_user
 from broker.commands import CreateTopic, Perm, encode_admin
-from broker.consumer_registry import ClientIdTaken
+from broker.consumer_registry import ClientIdTaken, TooManyMembers, check_subscriptions
 from broker.processor import Processor
+from broker.retry_topics import RetryQuotaExceeded
 from dledger.errors import ProposeError
 from protocol.consumer import (
     ConsumerListRequest,
@@ -57,6 +58,10 @@ class ConsumerProcessor(Processor):
         if req.subscriptions is not None:
             if not client_id:
                 raise FrameError(ResponseCode.INVALID_ARGUMENT, "a consumer heartbeat needs clientId")
+            try:
+                check_subscriptions(req.subscriptions)
+            except ValueError as e:
+                raise FrameError(ResponseCode.INVALID_ARGUMENT, str(e)) from None
             subscriptions = {validate_group(g): list(t) for g, t in req.subscriptions.items()}
         ws = CONNECTION.get()
         user = current_user()
@@ -69,21 +74,30 @@ class ConsumerProcessor(Processor):
                 self._server.consumers.require_owner(group, client_id, user)
         except ClientIdTaken as e:
             raise FrameError(ResponseCode.NO_PERMISSION, f"{e}; use a client id of your own") from None
-        if producer_group and ws is not None:
-            self._server.producers.heartbeat(ws, producer_id, {validate_group(producer_group): []}, user)
-        if subscriptions and ws is not None:
-            await self.members_changed(self._server.consumers.heartbeat(ws, client_id, subscriptions, user))
-        await self._create_retry_topics(subscriptions)
+        try:
+            if producer_group and ws is not None:
+                self._server.producers.heartbeat(ws, producer_id, {validate_group(producer_group): []}, user)
+            if subscriptions and ws is not None:
+                await self.members_changed(self._server.consumers.heartbeat(ws, client_id, subscriptions,
+                                                                            user))
+        except TooManyMembers as e:
+            raise FrameError(ResponseCode.INVALID_ARGUMENT, str(e)) from None
+        await self._create_retry_topics(subscriptions, user)
         return EmptyResponse().reply(frame)
 
-    async def _create_retry_topics(self, subscriptions: Mapping[str, list[str]]) -> None:
+    async def _create_retry_topics(self, subscriptions: Mapping[str, list[str]], user: str | None) -> None:
         """The leader creates ``%RETRY%group`` (one queue) for a group that subscribes to it
         (clustering consumers do), as RocketMQ does at the heartbeat: the consumer routes and
-        pulls its retry queue from the start, so the first redelivery is on time."""
+        pulls its retry queue from the start, so the first redelivery is on time. At most
+        the user's quota (``broker.retry_topics``): past it, NO_PERMISSION."""
         missing = [retry_topic(g) for g, topics in sorted(subscriptions.items())
                    if retry_topic(g) in topics and retry_topic(g) not in self._server.machine.topics]
         if not missing or not self._server.rlog.is_leader:
             return
+        try:
+            self._server.retry_quota.take(user, missing)
+        except RetryQuotaExceeded as e:
+            raise FrameError(ResponseCode.NO_PERMISSION, str(e)) from None
         try:
             outcomes = await self._server.write.send([encode_admin(CreateTopic(t, 1, Perm.READ_WRITE))
                                               for t in missing])

@@ -12,18 +12,43 @@ members of a group at once when the membership changes
 next periodic rebalance, and the user that connection authenticated as (ACLs on): a
 client id registered in a group is that user's while it lives -- another user can
 neither register it nor take its orderly locks (``require_owner``: ``ClientIdTaken``).
+
+Bounded (issue 25, row 6): a heartbeat names at most ``MAX_GROUPS`` groups of at most
+``MAX_TOPICS`` topics each (``check_subscriptions``), a connection holds at most
+``MAX_MEMBERS_PER_CONNECTION`` memberships (``TooManyMembers``), and expiry looks only at
+members that expired (they are kept in last-heard order), not at every member per heartbeat.
 """
 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["EXPIRY_S", "ClientIdTaken", "ConsumerRegistry", "Member"]
+__all__ = ["EXPIRY_S", "MAX_GROUPS", "MAX_MEMBERS_PER_CONNECTION", "MAX_TOPICS", "ClientIdTaken",
+           "ConsumerRegistry", "Member", "TooManyMembers", "check_subscriptions"]
 
 #: A member that sent no heartbeat for this long is dropped (clients beat every 10 s).
 EXPIRY_S = 30.0
+#: Bounds of what heartbeats may make a replica hold (issue 25, row 6).
+MAX_GROUPS = 64
+MAX_TOPICS = 256
+MAX_MEMBERS_PER_CONNECTION = 256
+
+
+class TooManyMembers(Exception):
+    """A connection would hold more than MAX_MEMBERS_PER_CONNECTION memberships."""
+
+
+def check_subscriptions(subscriptions: Mapping[str, Sequence[str]]) -> None:
+    """ValueError if a heartbeat names more groups or topics than the bounds allow."""
+    if len(subscriptions) > MAX_GROUPS:
+        raise ValueError(f"a heartbeat names at most {MAX_GROUPS} groups, not {len(subscriptions)}")
+    for group, topics in subscriptions.items():
+        if len(topics) > MAX_TOPICS:
+            raise ValueError(f"a heartbeat names at most {MAX_TOPICS} topics per group, not "
+                             f"{len(topics)} for {group[:80]!r}")
 
 
 class ClientIdTaken(Exception):
@@ -48,6 +73,8 @@ class ConsumerRegistry:
         self._clock = clock
         self._expiry = expiry_s
         self._groups: dict[str, dict[str, Member]] = {}
+        self._heard: OrderedDict[tuple[str, str], None] = OrderedDict()  # oldest heartbeat first
+        self._by_connection: dict[Hashable, set[tuple[str, str]]] = {}
 
     def heartbeat(self, connection: Hashable, client_id: str,
                   subscriptions: Mapping[str, Sequence[str]], user: str | None = None) -> set[str]:
@@ -59,11 +86,22 @@ class ConsumerRegistry:
             self.require_owner(group, client_id, user)
         now = self._clock()
         changed = self.expire()
+        held = self._by_connection.get(connection, set())
+        new = {(g, client_id) for g in subscriptions} - held
+        if len(held) + len(new) > MAX_MEMBERS_PER_CONNECTION:
+            raise TooManyMembers(f"a connection holds at most {MAX_MEMBERS_PER_CONNECTION} memberships "
+                                 f"(client id x group); this one has {len(held)}")
         for group, topics in subscriptions.items():
             members = self._groups.setdefault(group, {})
-            if client_id not in members:
+            old = members.get(client_id)
+            if old is None:
                 changed.add(group)
+            elif old.connection is not connection:
+                self._forget_connection(old.connection, (group, client_id))
             members[client_id] = Member(client_id, tuple(sorted(topics)), connection, now, user)
+            self._heard[(group, client_id)] = None
+            self._heard.move_to_end((group, client_id))
+            self._by_connection.setdefault(connection, set()).add((group, client_id))
         return changed
 
     def require_owner(self, group: str, client_id: str, user: str | None) -> None:
@@ -78,33 +116,32 @@ class ConsumerRegistry:
         """Drop ``client_id`` from ``group`` (every group if None) -- only where it registered
         over ``connection`` when one is given: a client cannot unregister another's."""
         changed = set()
-        for name, members in self._groups.items():
-            member = members.get(client_id) if group is None or name == group else None
+        for name in [group] if group is not None else list(self._groups):
+            member = self._groups.get(name, {}).get(client_id)
             if member is not None and (connection is None or member.connection is connection):
-                del members[client_id]
+                self._remove(name, client_id)
                 changed.add(name)
-        self._prune()
         return changed
 
     def drop_connection(self, connection: Hashable) -> set[str]:
         """Drop every member registered over ``connection`` (it closed)."""
         changed = set()
-        for name, members in self._groups.items():
-            for cid in [c for c, m in members.items() if m.connection is connection]:
-                del members[cid]
-                changed.add(name)
-        self._prune()
+        for name, cid in sorted(self._by_connection.get(connection, ())):
+            self._remove(name, cid)
+            changed.add(name)
         return changed
 
     def expire(self) -> set[str]:
-        """Drop members silent for longer than the expiry; returns the groups changed."""
+        """Drop members silent for longer than the expiry; returns the groups changed. Looks
+        at the expired members only (and the first live one)."""
         horizon = self._clock() - self._expiry
         changed = set()
-        for name, members in self._groups.items():
-            for cid in [c for c, m in members.items() if m.last_seen < horizon]:
-                del members[cid]
-                changed.add(name)
-        self._prune()
+        while self._heard:
+            name, cid = next(iter(self._heard))
+            if self._groups[name][cid].last_seen >= horizon:
+                break
+            self._remove(name, cid)
+            changed.add(name)
         return changed
 
     def clients(self, group: str) -> list[str]:
@@ -119,6 +156,17 @@ class ConsumerRegistry:
         self.expire()
         return {g: sorted(m.values(), key=lambda x: x.client_id) for g, m in sorted(self._groups.items())}
 
-    def _prune(self) -> None:
-        for name in [g for g, m in self._groups.items() if not m]:
-            del self._groups[name]
+    def _remove(self, group: str, client_id: str) -> None:
+        members = self._groups[group]
+        member = members.pop(client_id)
+        if not members:
+            del self._groups[group]
+        del self._heard[(group, client_id)]
+        self._forget_connection(member.connection, (group, client_id))
+
+    def _forget_connection(self, connection: Hashable, key: tuple[str, str]) -> None:
+        held = self._by_connection.get(connection)
+        if held is not None:
+            held.discard(key)
+            if not held:
+                del self._by_connection[connection]

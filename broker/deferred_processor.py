@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import msgspec
 
+from broker.access_control import current_user
 from broker.fragments import MessageGone, read_message_at
 from broker.processor import Processor
+from broker.retry_topics import RetryQuotaExceeded
 from broker.send_processor import OUTCOME_CODE, written
 from protocol.deferred import EndTransactionRequest, EndTransactionResponse, SendBackRequest, SendBackResponse
 from protocol.message_format import MessageFormatError, encode_message, message_at
@@ -36,6 +38,11 @@ class DeferredProcessor(Processor):
             raise FrameError(ResponseCode.INVALID_ARGUMENT,
                              f"no message at position {position}: {e}") from None
         copy = self._server.deferred.retry_copy(stored, group, max_times, position)
+        if copy.topic not in self._server.machine.topics:  # made on first use: the user's quota
+            try:
+                self._server.retry_quota.take(current_user(), [copy.topic])
+            except RetryQuotaExceeded as e:
+                raise FrameError(ResponseCode.NO_PERMISSION, str(e)) from None
         (applied,) = await self._server.write.send([encode_message(copy)])
         code = OUTCOME_CODE[applied.outcome]
         if code != ResponseCode.SUCCESS:

@@ -67,6 +67,7 @@ from broker.overdue import OverdueWatch
 from broker.pull_processor import PullProcessor
 from broker.query_processor import QueryProcessor
 from broker.replica_tasks import run_background
+from broker.retry_topics import RetryTopicQuota
 from broker.send_processor import SendProcessor
 from broker.state_machine import BrokerStateMachine
 from broker.topic_processor import TopicProcessor
@@ -163,6 +164,7 @@ class BrokerServer:
         self.access = AccessControl(self, enabled=acl, bootstrap=acl_bootstrap,  # every request checked
                                     token_ttl_s=acl_token_ttl_s)
         self.acl_requests = AclProcessor(self)
+        self.retry_quota = RetryTopicQuota(lambda: machine.topics)  # heartbeats' and send-backs'
         self.verifier = Verifier(self)  # raftmq cluster verify's routes, the last comparison
         self._handlers = self._dispatch_table()
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from broker.commands import CreateTopic, DeleteTopic, Perm
 from broker.processor import Processor
-from protocol.names import validate_topic
+from protocol.names import DLQ_PREFIX, RETRY_PREFIX, validate_topic
 from protocol.remoting import Frame, FrameError, ResponseCode
 from protocol.topic import (
     CreateTopicRequest,
@@ -35,9 +35,11 @@ class TopicProcessor(Processor):
 
     async def delete_topic(self, frame: Frame) -> Frame:
         """Delete a topic: its queues and consumer offsets go; its messages stay in the
-        CommitLog until retention removes their segments."""
+        CommitLog until retention removes their segments. A group's ``%RETRY%``/``%DLQ%``
+        topic may be deleted too (``update`` on the group); other reserved names not."""
         self._server.require_leader()
-        topic = validate_topic(DeleteTopicRequest.from_frame(frame).topic)
+        name = DeleteTopicRequest.from_frame(frame).topic
+        topic = validate_topic(name, system=name.startswith((RETRY_PREFIX, DLQ_PREFIX)))
         return await self._through_log(frame, DeleteTopic(topic))
 
     async def topics(self, frame: Frame) -> Frame:

@@ -147,11 +147,11 @@ class RegistrationVerifier:
         key = self._keys.get(group)
         if key is None:
             raise AuthError("unknown group", f"group {group!r} is not served by this name server")
-        if not ts.isdigit() or len(nonce) > 64:
+        if not (ts.isascii() and ts.isdigit()) or len(nonce) > 64:
             raise AuthError("malformed", "the timestamp must be ms since the epoch, the nonce at most 64 "
                             "characters")
         expected = hmac.new(key, _signed_text(group, ts, nonce, body), hashlib.sha256).hexdigest()
-        if not hmac.compare_digest(expected, sig.lower()):
+        if not hmac.compare_digest(expected.encode(), sig.lower().encode("utf-8", "surrogateescape")):
             raise AuthError("bad signature", f"the signature does not match group {group!r}'s key")
         now = int(self._clock() * 1000)
         ts_ms = int(ts)

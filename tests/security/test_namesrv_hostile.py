@@ -104,3 +104,18 @@ def test_floods_and_oversized_bodies_are_refused_and_logged_once_a_minute(cluste
     code, _ = post(cluster, b"[" * (4 << 20), {})
     assert code == 413
     assert_route_intact(cluster)
+
+
+def test_a_non_ascii_signature_or_timestamp_is_refused_as_bad_not_500(cluster: Cluster) -> None:
+    """Issue 25, row 9: a signature of non-ASCII characters made hmac.compare_digest raise
+    (500 Internal Server Error); a timestamp of non-ASCII digits passed isdigit()."""
+    s = leader_status(cluster)
+    data = body(s["node"], "leader", s["term"], cluster.nodes()[s["node"]]["address"], ["n1", "n2", "n3"])
+    headers = sign_registration(key_of(cluster), "g1", data)
+    sig_header = next(h for h in headers if h.lower().endswith("signature"))
+    ts_header = next(h for h in headers if h.lower().endswith("timestamp"))
+    code, answer = post(cluster, data, {**headers, sig_header: "\u00e9" * 64})
+    assert code == 401 and answer["reason"] == "bad signature", (code, answer)
+    code, answer = post(cluster, data, {**headers, ts_header: "\u00b2" * 13})
+    assert code == 401 and answer["reason"] == "malformed", (code, answer)
+    assert_route_intact(cluster)

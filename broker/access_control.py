@@ -67,6 +67,8 @@ log = logging.getLogger("broker.access")
 BOOTSTRAP_CHECK_S = 1.0
 #: HTTP SCRAM exchanges waiting for their second call: at most this many, this long.
 MAX_HTTP_EXCHANGES = 1024
+#: ... and at most this many from one source address (issue 25, row 9: one filled them all).
+MAX_HTTP_EXCHANGES_PER_SOURCE = 8
 #: END_TRANSACTION's refusal, the same whether a position holds another group's half or none
 _END_REFUSED = ("user {!r} may not end this transaction: it needs pub on the pending half's producer "
                 "group and topic")
@@ -135,7 +137,7 @@ class AccessControl:
         self.tokens = AdminTokens(config.secret, config.group, lambda: server.machine.access, token_ttl_s)
         self._unknown_key = unknown_user_key(config.secret, config.group)
         self.throttle = LoginThrottle()
-        self._http_exchanges: dict[str, tuple[float, ScramExchange]] = {}
+        self._http_exchanges: dict[str, tuple[float, ScramExchange, str | None]] = {}
 
     # -- connections -------------------------------------------------------------------
     def open_connection(self, remote: str | None) -> ConnectionAuth:
@@ -308,14 +310,19 @@ class AccessControl:
         self._http_exchanges = {k: v for k, v in self._http_exchanges.items() if v[0] > now}
         try:
             if session is None:
+                pending = sum(1 for _, _, source in self._http_exchanges.values() if source == request.remote)
+                if pending >= MAX_HTTP_EXCHANGES_PER_SOURCE:
+                    return _json_error(503, ResponseCode.SYSTEM_BUSY,
+                                       f"too many authentications pending from {request.remote} "
+                                       f"({pending}); finish them or wait {HTTP_EXCHANGE_S:.0f} s")
                 if len(self._http_exchanges) >= MAX_HTTP_EXCHANGES:
                     return _json_error(503, ResponseCode.SYSTEM_BUSY, "too many authentications at once")
                 exchange = self.exchange(request.remote)
                 first = exchange.start(doc.get("mechanism", "SCRAM-SHA-256"), message)
                 session = secrets.token_hex(16)
-                self._http_exchanges[session] = (now + HTTP_EXCHANGE_S, exchange)
+                self._http_exchanges[session] = (now + HTTP_EXCHANGE_S, exchange, request.remote)
                 return web.json_response({"session": session, "message": first})
-            _, exchange = self._http_exchanges.pop(session, (0.0, None))
+            _, exchange, _ = self._http_exchanges.pop(session, (0.0, None, None))
             if exchange is None:
                 raise AuthFailed("unknown or expired authentication session; start again")
             final = exchange.finish(message)

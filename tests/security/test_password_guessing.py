@@ -23,6 +23,7 @@ from collections.abc import Iterator
 import aiohttp
 import pytest
 
+from broker.access_control import MAX_HTTP_EXCHANGES_PER_SOURCE
 from client import Admin, Credentials
 from client.credentials import scram_record
 from protocol.acl import DEFAULT_ITERATIONS
@@ -66,11 +67,12 @@ async def _logins(address: str, attempts: list[tuple[str, str]]) -> list[tuple[i
 
 
 async def _http_login(address: str, user: str) -> tuple[int, str]:
+    """The first step of ``POST /auth/scram``: (status, the error or "")."""
     import scramp
     client = scramp.ScramClient(["SCRAM-SHA-256"], user, "whatever")
     async with aiohttp.ClientSession() as session, session.post(
             f"http://{address}/auth/scram", json={"message": client.get_client_first()}) as resp:
-        return resp.status, (await resp.json())["error"]
+        return resp.status, (await resp.json()).get("error", "")
 
 
 def test_a_failed_exchange_ends_the_connections_attempts(group: LocalGroup) -> None:
@@ -130,6 +132,16 @@ def test_unknown_users_get_the_same_salt_and_iterations_on_every_replica(group: 
     assert len(set(shapes)) == 1, shapes
     assert shapes[0].endswith(f",i={DEFAULT_ITERATIONS}"), shapes[0]
     assert DEFAULT_ITERATIONS >= 600_000 and scram_record("pw").iterations == DEFAULT_ITERATIONS
+
+
+def test_one_source_holds_a_bounded_number_of_pending_http_exchanges(group: LocalGroup) -> None:
+    """Issue 25, row 9: anyone could fill the 1,024 pending ``/auth/scram`` exchanges (each
+    held 10 s), and then nobody could get an admin token."""
+    address = leader_address(group)
+    answers = [run(_http_login(address, f"pending-{i}")) for i in range(MAX_HTTP_EXCHANGES_PER_SOURCE + 1)]
+    assert all(status == 200 for status, _ in answers[:-1]), answers
+    status, error = answers[-1]
+    assert status == 503 and "authentications pending from 127.0.0.1" in error, (status, error)
 
 
 def test_guesses_from_one_source_are_delayed(group: LocalGroup) -> None:

@@ -12,8 +12,9 @@ is on (issue 15, build item 2; docs/SECURITY.md).
                without the right.
                ``/healthz``, ``/status``, ``/metrics`` stay open (no message data).
     bootstrap  ``[broker] acl_bootstrap_file`` holds a super user's SCRAM record (``raftmq
-               user hash``); a leader proposes it while the users table has no user of that
-               name, so a group switched to ACLs always has a way in (``run_bootstrap``).
+               user hash``); a leader proposes it while the users table has no super user,
+               so a group switched to ACLs always has a way in (``run_bootstrap``), and a
+               bootstrap user deleted by another super user stays deleted.
 
 Audit: logger ``raftmq.audit``, one line per refused request and per user or policy change
 (on the replica that proposed it).
@@ -242,13 +243,15 @@ class AccessControl:
 
     # -- bootstrap -------------------------------------------------------------------------
     async def run_bootstrap(self) -> None:
-        """On the leader: propose the bootstrap super user while the table lacks the name."""
+        """On the leader: propose the bootstrap super user while the table has no super user
+        (a deleted bootstrap user stays deleted while another super user exists)."""
         if self._bootstrap is None:
             return
         record = self._bootstrap
         while True:
             await asyncio.sleep(BOOTSTRAP_CHECK_S)
-            if not self._server.rlog.is_leader or record.user in self._server.machine.access.users:
+            users = self._server.machine.access.users
+            if not self._server.rlog.is_leader or any(u.super for u in users.values()):
                 continue
             try:
                 (applied,) = await self._server.write.send([encode_admin(record)])

@@ -69,6 +69,7 @@ from dledger.peer_guard import PendingHandshakes, install
 
 log = logging.getLogger("dledger.transport")
 STRANGER_WARN_EVERY_S = 60.0
+STRANGERS_REMEMBERED = 256
 
 install()
 
@@ -135,6 +136,8 @@ class GroupTransport(TCPTransport):
         # pysyncobj drops one it does not know without a word.
         if isinstance(message, str) and message != "readonly" and message not in self._nodeAddrToNode:
             warned = self.__dict__.setdefault("_strangers_warned", {})
+            if len(warned) >= STRANGERS_REMEMBERED:  # names a peer sends: bounded
+                warned.clear()
             now = time.monotonic()
             if now - warned.get(message, -STRANGER_WARN_EVERY_S) >= STRANGER_WARN_EVERY_S:
                 warned[message] = now

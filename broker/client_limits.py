@@ -15,7 +15,7 @@ Set in the ``[broker]`` section (``broker.config``; every key optional)::
     max_inflight_bytes = 67108864       # request frames one connection has being served at once:
                                         # beyond, the broker reads no more of its frames
     max_parked_pulls_per_connection = 1024   # long polls waiting on one connection
-    max_parked_pulls = 16384                 # ... and on the broker
+    max_parked_pulls = 16384                 # ... and on the broker (a user: a quarter of it)
 
 What each bound does, and where: ``broker.connection_guard`` (connections, descriptors,
 frames), ``broker.frame_reader`` (idle, in-flight), ``broker.long_polls`` (parked pulls).

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Collection, Hashable, Iterator
+from typing import Any
 
 from protocol.remoting import FrameError, ResponseCode
 
@@ -75,7 +76,8 @@ class AppliedSignal:
 
 
 class ParkedPulls:
-    """Counts of parked pulls per connection and in all (event loop only)."""
+    """Counts of parked pulls per connection, per user (ACLs on: a quarter of the total, so
+    one user cannot take them all -- issue 25, row 9) and in all (event loop only)."""
 
     def __init__(self, per_connection: int = MAX_PARKED_PER_CONNECTION,
                  total: int = MAX_PARKED_TOTAL) -> None:
@@ -83,31 +85,45 @@ class ParkedPulls:
             raise ValueError("the parked-pull caps must be positive")
         self.per_connection = per_connection
         self.total = total
+        self.per_user = max(1, total // 4)
         self._by_connection: dict[Hashable, int] = {}
+        self._by_user: dict[str, int] = {}
         self.count = 0
 
     @contextlib.contextmanager
-    def slot(self, connection: Hashable) -> Iterator[None]:
-        """Hold one parked pull for ``connection`` while the block runs; over a cap, raises
-        FrameError SYSTEM_BUSY (before the block) saying which."""
+    def slot(self, connection: Hashable, user: str | None = None) -> Iterator[None]:
+        """Hold one parked pull for ``connection`` (of ``user``) while the block runs; over a
+        cap, raises FrameError SYSTEM_BUSY (before the block) saying which."""
         held = self._by_connection.get(connection, 0)
         if held >= self.per_connection:
             raise _busy(f"{held} pulls are parked on this connection already (at most "
                         f"{self.per_connection}); retry after one returns")
+        by_user = self._by_user.get(user, 0) if user is not None else 0
+        if user is not None and by_user >= self.per_user:
+            raise _busy(f"{by_user} pulls are parked by user {user!r} already (at most {self.per_user}, "
+                        "a quarter of the broker's); retry after one returns")
         if self.count >= self.total:
             raise _busy(f"{self.count} pulls are parked on this broker already (at most "
                         f"{self.total}); retry shortly")
         self._by_connection[connection] = held + 1
+        if user is not None:
+            self._by_user[user] = by_user + 1
         self.count += 1
         try:
             yield
         finally:
             self.count -= 1
-            left = self._by_connection[connection] - 1
-            if left:
-                self._by_connection[connection] = left
-            else:
-                del self._by_connection[connection]
+            _release(self._by_connection, connection)
+            if user is not None:
+                _release(self._by_user, user)
+
+
+def _release(counts: dict[Any, int], key: Hashable) -> None:
+    left = counts[key] - 1
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]
 
 
 def _busy(why: str) -> FrameError:

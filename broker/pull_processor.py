@@ -31,6 +31,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Protocol
 
+from broker.access_control import current_user
 from broker.consume_queue_layout import TAG_BLOOM, CqUnit, bloom_bits, summary_may_match
 from broker.consumer_processor import CONNECTION
 from broker.fragments import MessageGone, read_message
@@ -135,7 +136,7 @@ class PullProcessor:
         max_offset = cq.max_offset if cq is not None else 0
         if offset < max_offset or loop.time() >= deadline:
             return cq, max_offset
-        with self._parked.slot(CONNECTION.get()):
+        with self._parked.slot(CONNECTION.get(), current_user()):
             while True:
                 await self._signal.wait((topic, queue_id), deadline - loop.time())
                 cq = self._machine.queue(topic, queue_id)

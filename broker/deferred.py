@@ -13,6 +13,8 @@ refuses them, so only the leader writes them):
     TRAN_MSG, PGROUP      a transaction half message and its producer group
     __TRANSACTION_OF      on a committed copy: the position of the half message
     RETRY_TOPIC           a retried message's original topic (shown to consumers as its topic)
+    __CARRIED_FROM        on a carried-forward copy of a held message: the position it is
+                          held by (its identity), see "Carrying forward" below
 
 Delayed: a message with ``__DELIVER_AT_MS`` later than its store time is stored in
 ``SCHEDULE_TOPIC_XXXX`` (queue = level - 1; the last queue for absolute times) and
@@ -24,12 +26,22 @@ Transactions: a half message is stored in ``RMQ_SYS_TRANS_HALF_TOPIC`` and held 
 ``Halves``. Commit proposes a copy carrying ``__TRANSACTION_OF`` (stored only while
 the half is held); rollback and each check-back are records (see broker.commands).
 After ``MAX_CHECKS`` unanswered checks the leader rolls back.
+
+Carrying forward (RocketMQ's timer roll): a held message is known by the position it was
+first stored at -- its *identity*, which ``__SCHEDULED_FROM``, ``__TRANSACTION_OF``,
+RollbackHalf, CheckHalf, CHECK_TRANSACTION and END_TRANSACTION name -- but its bytes may
+have moved: when its record is about to block retention, the leader re-appends it with
+``__CARRIED_FROM = identity`` (``broker.carry_forward``), and applying that copy while the
+message is still held records the copy's position and size as where it is read
+(``Held.at``, ``Held.size``). Applying it after the message was released or resolved
+changes nothing; a release or commit applied after it finds the hold as before. Retention
+then keeps ``Held.at``, never the identity.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = [
     "DEFAULT_DELAY_LEVELS",
@@ -68,6 +80,8 @@ class Prop:
     #: step stores one copy per value within SENT_BACK_WINDOW_MS, so a send-back the consumer
     #: retried after an unknown outcome does not make a second copy.
     SENT_BACK = "__SENT_BACK"
+    #: On a carried-forward copy of a held message: the position the message is held by.
+    CARRIED_FROM = "__CARRIED_FROM"
 
 _UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -93,12 +107,25 @@ def retry_delay_ms(reconsume_times: int, schedule: list[int]) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    position: int
-    size: int
+    position: int        # its identity: where it was first stored
+    size: int            # of the record at ``at``
     due_ms: int          # timers: deliver at; halves: next check at
     checks: int = 0      # halves: check-backs sent
     group: str = ""      # halves: producer group
     topic: str = ""      # the topic the message belongs to (a retry's original topic)
+    moved_to: int = -1   # where a carried-forward copy holds its bytes (-1: not carried)
+
+    @property
+    def at(self) -> int:
+        """The CommitLog position its bytes are read from (and retention keeps)."""
+        return self.position if self.moved_to < 0 else self.moved_to
+
+    def carried(self, position: int, size: int) -> Held:
+        return replace(self, size=size, moved_to=position)
+
+    def form(self, *items: object) -> list[object]:
+        """Its checkpoint form: ``items``, then where it moved to if it was carried."""
+        return [*items] if self.moved_to < 0 else [*items, self.moved_to]
 
 
 class Timers:
@@ -106,12 +133,14 @@ class Timers:
     the topic each belongs to: deleting a topic drops its held messages (``forget_topic``).
 
     Checkpoint form: ``{position: [size, due ms, topic]}`` (two items in checkpoints written
-    before the topic was kept: its topic is then unknown, "").
+    before the topic was kept: its topic is then unknown, ""), and a fourth item, the
+    position of its carried-forward copy, once it was carried.
     """
 
     def __init__(self, state: Mapping[int, list[int | str]] | None = None) -> None:
         self._held: dict[int, Held] = {
-            int(p): Held(int(p), int(v[0]), int(v[1]), topic=str(v[2]) if len(v) > 2 else "")
+            int(p): Held(int(p), int(v[0]), int(v[1]), topic=str(v[2]) if len(v) > 2 else "",
+                         moved_to=int(v[3]) if len(v) > 3 else -1)
             for p, v in (state or {}).items()}
 
     def hold(self, position: int, size: int, due_ms: int, topic: str = "") -> None:
@@ -125,6 +154,21 @@ class Timers:
     def release(self, position: int) -> bool:
         return self._held.pop(position, None) is not None
 
+    def carry(self, position: int, to: int, size: int) -> bool:
+        """The message held by ``position`` is read from ``to`` (``size`` bytes) from now
+        on; False if it is not held (released, or its topic deleted)."""
+        h = self._held.get(position)
+        if h is None:
+            return False
+        self._held[position] = h.carried(to, size)
+        return True
+
+    def get(self, position: int) -> Held | None:
+        return self._held.get(position)
+
+    def held(self) -> list[Held]:
+        return list(self._held.values())
+
     def due(self, now_ms: int, limit: int) -> list[Held]:
         ready = sorted((h for h in self._held.values() if h.due_ms <= now_ms),
                        key=lambda h: (h.due_ms, h.position))
@@ -136,8 +180,12 @@ class Timers:
     def positions(self) -> list[int]:
         return list(self._held)
 
-    def state(self) -> dict[int, list[int | str]]:
-        return {p: [h.size, h.due_ms, h.topic] for p, h in sorted(self._held.items())}
+    def stored_positions(self) -> list[int]:
+        """Where the held messages' bytes are (``Held.at``)."""
+        return [h.at for h in self._held.values()]
+
+    def state(self) -> dict[int, list[object]]:
+        return {p: h.form(h.size, h.due_ms, h.topic) for p, h in sorted(self._held.items())}
 
 
 class Halves:
@@ -145,7 +193,8 @@ class Halves:
     topic each belongs to: deleting a topic drops its halves (``forget_topic``).
 
     Checkpoint form: ``{position: [size, next check ms, checks, producer group, topic]}``
-    (four items in checkpoints written before the topic was kept: its topic is then "").
+    (four items in checkpoints written before the topic was kept: its topic is then ""),
+    and a sixth item, the position of its carried-forward copy, once it was carried.
     """
 
     def __init__(self, state: Mapping[int, list[object]] | None = None) -> None:
@@ -153,7 +202,8 @@ class Halves:
         for p, v in (state or {}).items():
             size, due, checks, group = v[:4]
             topic = str(v[4]) if len(v) > 4 else ""
-            self._held[int(p)] = Held(int(p), int(size), int(due), int(checks), str(group), topic)  # type: ignore[call-overload]
+            moved = int(v[5]) if len(v) > 5 else -1  # type: ignore[call-overload]
+            self._held[int(p)] = Held(int(p), int(size), int(due), int(checks), str(group), topic, moved)  # type: ignore[call-overload]
 
     def hold(self, position: int, size: int, stored_ms: int, group: str, topic: str = "") -> None:
         self._held[position] = Held(position, size, stored_ms + TRANSACTION_TIMEOUT_MS, 0, group, topic)
@@ -170,9 +220,22 @@ class Halves:
         h = self._held.get(position)
         if h is None:
             return False
-        self._held[position] = Held(h.position, h.size, at_ms + TRANSACTION_TIMEOUT_MS, h.checks + 1, h.group,
-                                    h.topic)
+        self._held[position] = replace(h, due_ms=at_ms + TRANSACTION_TIMEOUT_MS, checks=h.checks + 1)
         return True
+
+    def carry(self, position: int, to: int, size: int) -> bool:
+        """As ``Timers.carry``: the half held by ``position`` is read from ``to`` now."""
+        h = self._held.get(position)
+        if h is None:
+            return False
+        self._held[position] = h.carried(to, size)
+        return True
+
+    def held(self) -> list[Held]:
+        return list(self._held.values())
+
+    def stored_positions(self) -> list[int]:
+        return [h.at for h in self._held.values()]
 
     def get(self, position: int) -> Held | None:
         return self._held.get(position)
@@ -187,4 +250,5 @@ class Halves:
         return list(self._held)
 
     def state(self) -> dict[int, list[object]]:
-        return {p: [h.size, h.due_ms, h.checks, h.group, h.topic] for p, h in sorted(self._held.items())}
+        return {p: h.form(h.size, h.due_ms, h.checks, h.group, h.topic)
+                for p, h in sorted(self._held.items())}

@@ -11,6 +11,8 @@ releasing them when due (see ``broker.deferred`` for the replicated state).
         Timers.due(now)  ─▶ a copy of each message with __SCHEDULED_FROM ─▶ its topic
         Halves.due(now)  ─▶ CHECK_TRANSACTION to a live producer of the group + CheckHalf;
                             RollbackHalf after MAX_CHECKS checks
+        held records retention is about to reach ─▶ a copy with __CARRIED_FROM
+                            (broker.carry_forward: at most CARRY_BYTES a round)
 
 Every step is a proposal through the WritePath and its effect happens at apply, so a
 leader change in the middle loses nothing and duplicates nothing (a second copy of a
@@ -27,6 +29,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from broker.carry_forward import carried_copy, carry_below, to_carry
 from broker.commands import CheckHalf, RollbackHalf, encode_admin
 from broker.consumer_registry import ConsumerRegistry
 from broker.deferred import (
@@ -52,7 +55,7 @@ __all__ = ["DEFAULT_MAX_RECONSUME", "TICK_S", "DeferredService"]
 log = logging.getLogger("broker.deferred")
 
 TICK_S = 0.1
-_INTERNAL = (Prop.DELIVER_AT, Prop.SCHEDULED_FROM, Prop.TRANSACTION_OF, Prop.SENT_BACK)
+_INTERNAL = (Prop.DELIVER_AT, Prop.SCHEDULED_FROM, Prop.TRANSACTION_OF, Prop.SENT_BACK, Prop.CARRIED_FROM)
 
 
 def _without(props: dict[str, str], *names: str) -> dict[str, str]:
@@ -116,7 +119,8 @@ class DeferredService:
 
     @staticmethod
     def committed_copy(half: Message, position: int) -> Message:
-        props = {**_without(half.properties, Prop.TRAN, Prop.PGROUP), Prop.TRANSACTION_OF: str(position)}
+        props = {**_without(half.properties, Prop.TRAN, Prop.PGROUP, Prop.CARRIED_FROM),
+                 Prop.TRANSACTION_OF: str(position)}
         return Message(**{**_fields(half), "properties": props, "producer_id": None, "sequence": None})
 
     async def end_transaction(self, position: int, commit: bool) -> str:
@@ -125,7 +129,7 @@ class DeferredService:
         if held is None:
             return "already resolved"
         if commit:
-            half = decode_message(read_message(self.rlog.commitlog, position, held.size))
+            half = decode_message(read_message(self.rlog.commitlog, held.at, held.size))
             (applied,) = await self.write.send([encode_message(self.committed_copy(half, position))])
         else:
             (applied,) = await self.write.send([encode_admin(RollbackHalf(position))])
@@ -140,6 +144,7 @@ class DeferredService:
             try:
                 await self._deliver_due()
                 await self._check_halves()
+                await self._carry_forward()
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # not leader any more, timeouts: the next tick retries
@@ -152,11 +157,12 @@ class DeferredService:
         copies = []
         for held in due:
             try:
-                m = decode_message(read_message(self.rlog.commitlog, held.position, held.size))
+                m = decode_message(read_message(self.rlog.commitlog, held.at, held.size))
             except MessageGone:
                 log.error("delayed message at %d is no longer retained; dropping it", held.position)
                 m = Message("", b"")
-            props = {**_without(m.properties, Prop.DELIVER_AT), Prop.SCHEDULED_FROM: str(held.position)}
+            props = {**_without(m.properties, Prop.DELIVER_AT, Prop.CARRIED_FROM),
+                     Prop.SCHEDULED_FROM: str(held.position)}
             copies.append(encode_message(Message(**{**_fields(m), "properties": props,
                                                     "producer_id": None, "sequence": None})))
         await self.write.send(copies)
@@ -169,16 +175,41 @@ class DeferredService:
                          held.position, held.checks)
                 await self.write.send([encode_admin(RollbackHalf(held.position))])
                 continue
-            asked = await self._ask_producer(held.group, held.position, held.size)
+            asked = await self._ask_producer(held.group, held.position, held.at, held.size)
             log.info("transaction half at %d: check %d sent to %s", held.position, held.checks + 1,
                      asked or "no live producer")
             await self.write.send([encode_admin(CheckHalf(held.position, now))])
 
-    async def _ask_producer(self, group: str, position: int, size: int) -> str | None:
-        """Send CHECK_TRANSACTION (oneway) to one live producer of ``group``."""
+    async def _carry_forward(self) -> None:
+        """Re-append the held records retention is about to reach (``broker.carry_forward``),
+        the oldest first, at most CARRY_BYTES: each is read from its copy once that applies.
+        Timers already due are left to ``_deliver_due``."""
+        config, cl, now = self.rlog.config, self.rlog.commitlog, self.clock_ms()
+        below = carry_below(cl.segments(), config.segment_bytes, cl.write_position, now=time.time(),
+                            max_age_s=config.retention_hours * 3600, max_bytes=config.retention_bytes)
+        held = [h for h in self.machine.timers.held() if h.due_ms > now] + self.machine.halves.held()
+        copies = []
+        for h in to_carry(held, below):
+            try:
+                m = decode_message(read_message(cl, h.at, h.size))
+            except MessageGone:
+                continue
+            copies.append(encode_message(carried_copy(m, h.position)))
+        if copies:
+            results = await self.write.send(copies)
+            log.info("carried %d held messages forward (%d were no longer held)", len(copies),
+                     sum(1 for r in results if r.outcome != "done"))
+
+    async def _ask_producer(self, group: str, position: int, at: int, size: int) -> str | None:
+        """Send CHECK_TRANSACTION (oneway) for the half held by ``position`` (its bytes at
+        ``at``) to one live producer of ``group``."""
         for conn in self.producers.connections(group):
             if isinstance(conn, web.WebSocketResponse) and not conn.closed:
-                data = read_message(self.rlog.commitlog, position, size)
+                data = read_message(self.rlog.commitlog, at, size)
+                if at != position:  # a carried copy: the message as its producer sent it
+                    m = decode_message(data)
+                    data = encode_message(Message(**{**_fields(m), "properties": _without(
+                        m.properties, Prop.CARRIED_FROM)}))
                 self._opaques = (self._opaques + 1) % (2**32)
                 frame = CheckTransactionRequest(position=position, group=group, message=data).to_frame(
                     self._opaques, oneway=True)

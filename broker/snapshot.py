@@ -19,8 +19,10 @@ File ``store/snapshots/<S, 20 digits>.snap`` (msgpack, written atomically)::
         "offsets":   {group: {topic: {queue id: committed offset}}},
         "producers": {"producer\\0topic\\0queue": [last sequence, [[base sequence, count,
                                                       base offset], ...], last ms]},
-        "timers":    {position: [size, due ms, topic]},
-        "halves":    {position: [size, next check ms, checks, producer group, topic]},
+        "timers":    {position: [size, due ms, topic(, carried to)]},
+        "halves":    {position: [size, next check ms, checks, producer group, topic(, carried to)]},
+                             (carried to: where a carried-forward copy holds its bytes,
+                             broker.carry_forward; absent until it is carried)
         "locks":     {"group\\0topic\\0queue": [client id, ms]},
         "sent_back": {"group:position": ms},
         "users":     {user: [super, salt, iterations, stored key, server key]}   only when

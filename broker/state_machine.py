@@ -289,7 +289,8 @@ class BrokerStateMachine:
 
     def oldest_held_position(self) -> int | None:
         """The lowest CommitLog position of a held (delayed, retried or transaction half)
-        message: retention keeps it until it is released."""
+        message's bytes: retention keeps it until it is released, or carried forward
+        (``broker.carry_forward``: its bytes are then read from a newer copy)."""
         for _ in range(10):  # the apply thread may change the tables meanwhile
             try:
                 held = self._state.deferral.held_positions()

@@ -8,7 +8,9 @@ allows, and a leader's followers that fell behind the retained start.
 
 What is kept: every entry above the committed and the applied index, on a leader every
 entry a follower still lacks, and every position a held message of the state machine
-still reads (``SnapshotSource.oldest_held_position``). After a cut the members before it are
+still reads (``SnapshotSource.oldest_held_position``; the broker's leader carries held
+messages forward before this floor reaches the size cap or the age limit:
+``broker.carry_forward``). After a cut the members before it are
 forgotten, the retained start rewritten (``dledger.retained_start``) and older snapshots
 pruned.
 

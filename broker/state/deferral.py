@@ -5,7 +5,8 @@ halves (``Halves``) and the send-backs seen (replicated state; see ``broker.defe
 after its store time: ``SCHEDULE_TOPIC_XXXX`` queue = its delay level, or 0; a transaction
 half: ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0); or nowhere -- a released or committed copy
 whose hold is gone was delivered already, and a send-back seen within its window is one
-(DUPLICATE).
+(DUPLICATE). ``carry`` applies a carried-forward copy (``__CARRIED_FROM``): the message it
+names, still held, is read from the copy from now on; the copy itself goes in no queue.
 
 Checkpoint form: ``"timers"`` and ``"halves"`` as ``Timers.state`` and ``Halves.state``,
 ``"sent_back"`` as ``SendBacks.state``.
@@ -64,6 +65,18 @@ class Deferral:
             return SCHEDULE_TOPIC, int(level) if level.isdigit() and int(level) < 1024 else 0
         return m.topic, m.queue_id
 
+    def carry(self, m: Message, position: int, size: int) -> str | None:
+        """``m`` is a carried-forward copy at ``position`` (``size`` bytes): the message held
+        by the position in its ``__CARRIED_FROM`` is read from it now. None when it was, else
+        why not (it was delivered, resolved, or its topic deleted, before the copy applied)."""
+        identity = m.properties.get(Prop.CARRIED_FROM, "")
+        if not identity.isdigit():
+            return "a carried copy names no held message"
+        held_by = int(identity)
+        if self.timers.carry(held_by, position, size) or self.halves.carry(held_by, position, size):
+            return None
+        return "this held message was delivered or resolved before it was carried"
+
     def forget_topic(self, topic: str) -> None:
         """``topic`` was deleted: its delayed messages, retries and transaction halves go."""
         self.timers.forget_topic(topic)
@@ -82,7 +95,7 @@ class Deferral:
     def held_positions(self) -> list[int]:
         """The CommitLog positions of every held message (any thread; may raise RuntimeError
         if the apply thread changes the tables meanwhile)."""
-        return [*self.timers.positions(), *self.halves.positions()]
+        return [*self.timers.stored_positions(), *self.halves.stored_positions()]
 
     def state(self) -> dict[str, Any]:
         return {"timers": self.timers.state(), "halves": self.halves.state(),

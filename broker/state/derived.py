@@ -49,6 +49,7 @@ from broker.commands import (
     record_kind,
 )
 from broker.consume_queue_layout import tag_summary
+from broker.deferred import Prop
 from broker.entry_batch import read_records
 from broker.index_layout import IndexHeader
 from broker.index_service import IndexService
@@ -72,6 +73,7 @@ _PERM_WRITE = int(Perm.WRITE)
 _MESSAGE = int(RecordKind.MESSAGE)
 _FRAGMENT = int(RecordKind.FRAGMENT)
 _HELD = "held: its queue offset is assigned when it is delivered"
+_CARRIED = "carried forward: the held message is read from here"
 
 T = TypeVar("T")
 #: ``wait_for_space(what, write)``: run ``write`` until the disk has room for it
@@ -157,6 +159,11 @@ class DerivedState:
                 m = decode_message(record)
             except MessageFormatError as e:
                 return kept(Outcome.INVALID, reason=str(e))
+            if Prop.CARRIED_FROM in m.properties:  # a held message's new copy: in no queue
+                why = self.deferral.carry(m, position, len(record))
+                if why is not None:
+                    return kept(Outcome.DUPLICATE, reason=why)
+                return (DONE, -1, -1, position, _CARRIED)
         topic = self.topics.for_message(h.topic)
         qid = h.queue_id
         if topic is None or not topic.perm & _PERM_WRITE or not 0 <= qid < topic.queues:

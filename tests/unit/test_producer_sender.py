@@ -163,17 +163,46 @@ def test_a_broker_that_forgot_the_producer_gets_the_batch_again_in_a_new_epoch()
     run_sender(scenario, ScriptedCore([[GAP, GAP]]))  # the broker expired this producer (silent a day)
 
 
-def test_single_messages_go_at_once_when_idle_else_linger_and_share_a_record() -> None:
-    async def scenario(core: ScriptedCore, sender: QueueSender) -> None:
-        batch = submitted_singly(sender, 5)
-        await asyncio.sleep(0.005)
-        assert [len(b) for b in core.bodies] == [1]  # the first at once; the others linger
-        await until(lambda: len(core.bodies) == 2)  # then go together, the first unanswered
-        assert [len(b) for b in core.bodies] == [1, 4]
-        core.gate.set()  # type: ignore[union-attr]
-        await asyncio.gather(*futures(batch))
+class ManualClockLoop(asyncio.SelectorEventLoop):
+    """An event loop whose clock moves only when the test moves it (``advance``): timers such as
+    the sender's linger fire exactly when their time is reached, however slow the machine."""
 
-    run_sender(scenario, ScriptedCore([], gated=True), linger_ms=30, max_in_flight=4)  # no answers yet
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+
+    def time(self) -> float:
+        return self.now
+
+    async def advance(self, seconds: float) -> None:
+        """Move the clock ``seconds`` on and let what is due run."""
+        self.now += seconds
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+
+def test_single_messages_go_at_once_when_idle_else_linger_and_share_a_record() -> None:
+    # on the loop's own clock, stopped: a 30 ms linger cannot end before the test looks (a
+    # 5 ms sleep raced it on a busy machine)
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, ManualClockLoop)
+        core = ScriptedCore([], gated=True)  # no answers yet
+        sender = QueueSender(core, Q, "p", linger_ms=30, max_in_flight=4)  # type: ignore[arg-type]
+        try:
+            batch = submitted_singly(sender, 5)
+            await loop.advance(0.029)
+            assert [len(b) for b in core.bodies] == [1]  # the first at once; the others linger
+            await loop.advance(0.001)
+            assert [len(b) for b in core.bodies] == [1, 4]  # then go together, the first unanswered
+            core.gate.set()  # type: ignore[union-attr]
+            await asyncio.gather(*futures(batch))
+        finally:
+            core.gate.set()  # type: ignore[union-attr]
+            await sender.close(1)  # (its timeout is on the stopped clock: nothing may be left waiting)
+
+    with asyncio.Runner(loop_factory=ManualClockLoop) as runner:
+        runner.run(main())
 
 
 def test_with_linger_0_waiting_messages_go_when_the_request_in_flight_is_answered() -> None:

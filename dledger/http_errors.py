@@ -16,6 +16,9 @@ that is neither allowed nor the API's own (scheme and ``Host``, the host an IP a
 ``localhost``: a name could be rebound to 127.0.0.1 by an attacker's DNS). Tools send no
 Origin. ``read_json`` refuses a body not sent as ``application/json`` (415): a page cannot
 send that type across origins without a CORS preflight, which these APIs never grant.
+On plain http every request, a read too, must name the API by an IP address or
+``localhost`` in ``Host``: a page on a name rebound to 127.0.0.1 is same-origin to its
+browser and could otherwise read the API's answers (with TLS the certificate check stops it).
 """
 
 from __future__ import annotations
@@ -136,6 +139,10 @@ def browser_guard(allowed_origins: Iterable[str] = ()) -> Middleware:
     @web.middleware
     async def guard(request: web.Request,
                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        if not request.secure and not _literal_host(request.host):
+            return json_error(403, f"this API on plain http answers only at an IP address or "
+                                   f"localhost, not {request.host!r}: a web page could rebind that "
+                                   "name to this host and read it (use TLS for a DNS name)")
         origin = foreign_origin(request.method, request.headers, request.scheme, request.host, allowed)
         if origin is not None:
             return json_error(403, f"requests from the web page of {origin} are refused: a browser "

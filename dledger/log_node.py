@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import signal
+import sys
 
 import msgpack
 from aiohttp import web
@@ -109,8 +111,29 @@ def main(argv: list[str] | None = None) -> int:
     return run_alone(argv, "python -m dledger", DESCRIPTION, configure, run)
 
 
+def _loopback_literal(host: str) -> bool:
+    """Whether ``host`` is a loopback address or ``localhost`` (a name is not resolved: the
+    control API has no authentication, so anything else is refused)."""
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def run(args: argparse.Namespace) -> int:
+    host = args.http.rpartition(":")[0]
+    if not _loopback_literal(host) and not args.insecure:
+        print(f"error: the log node's control API (--http {args.http}) has no authentication: "
+              "it listens on a loopback address only (127.0.0.1, ::1, localhost); "
+              "--insecure overrides this for a throw-away test", file=sys.stderr)
+        return 2
     rlog, _ = open_replica(args)
+    if not _loopback_literal(host):
+        log.warning("INSECURE (--insecure): the log node's control API listens on %s without "
+                    "authentication: anyone who reaches it can propose entries and read the log", args.http)
     config = rlog.config
     machine = RecordingMachine(config.data_dir / "applied.log")
     applier = Applier(rlog, machine).start()

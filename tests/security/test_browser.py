@@ -141,3 +141,21 @@ def test_the_console_refuses_to_front_a_cluster_without_acls_off_loopback(cluste
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "without ACLs" in done.stderr and "--insecure" in done.stderr
+
+
+def test_a_rebound_name_cannot_read_the_broker_over_plain_http(cluster: Cluster) -> None:
+    """DNS rebinding: a page on evil.example whose name now resolves to 127.0.0.1 is
+    same-origin to its browser, sends no Origin on a GET, and reads the answer. On plain
+    http the broker answers only requests that name it by IP address or localhost."""
+    address = cluster.leader()[1]
+    port = address.rsplit(":", 1)[1]
+    for path in ("/admin/topics", "/status"):
+        req = urllib.request.Request(f"http://{address}{path}", headers={"Host": f"evil.example:{port}"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                code, doc = resp.status, json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as e:
+            code, doc = e.code, json.loads(e.read() or b"null")
+        assert code == 403 and "rebind" in doc["error"], (path, code, doc)
+    assert http_json(f"http://localhost:{port}/status")[0] == 200  # tools name it so
+    topics(cluster)  # and by IP address

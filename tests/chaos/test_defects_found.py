@@ -6,6 +6,10 @@ test turns red, XPASS, the day it is fixed); once fixed the marker goes and the 
 stays as a regression test. All six are fixed.
 None of them lost an acknowledged message -- they cost availability (failover time) or
 reported wrong data. See docs/CHAOS.md ("Defects found").
+
+No test asserts a speed (issue 31, row 5): each asserts the mechanism the fix put in place --
+an event or a count -- under a generous liveness deadline (``LIVENESS_S``), and prints the
+time it measured.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from broker.state_machine import BrokerStateMachine
 from client.aio import AsyncAdmin, AsyncProducer, AsyncPushConsumer
 from client.aio.connection import Connection
 from client.aio.queue_sender import BATCH_MAX_MESSAGES
-from client.errors import ClientError
+from client.errors import ClientError, RequestTimeoutError
 from client.message import Message, encode_batch, new_msg_id
 from dledger.entry_format import Entry, EntryKind
 from protocol.remoting import RequestCode, ResponseCode
@@ -41,6 +45,25 @@ from tests.support.broker_client import FrameClient
 from tests.support.procs import led
 
 pytestmark = [pytest.mark.chaos]
+
+#: how long a failover may take before a test calls it lost (the targets, 3 s and less, are
+#: reported by the chaos scenarios, not asserted)
+LIVENESS_S = 30.0
+
+
+def _recording_timeouts(timed_out: list[str]) -> Any:
+    """``Connection.call`` that appends the address of every request that went unanswered
+    until its timeout (a black-holed request) to ``timed_out``."""
+    original = Connection.call
+
+    async def call(self: Connection, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await original(self, *args, **kwargs)
+        except RequestTimeoutError:
+            timed_out.append(self.address)
+            raise
+
+    return call
 
 
 @pytest.fixture
@@ -56,15 +79,18 @@ async def _create_topic(b: ChaosBrokers, servers: list[str], amap: dict[str, str
 
 @pytest.mark.cluster
 @pytest.mark.timeout(90)
-def test_a_stopping_leader_hands_over_within_5s(brokers: ChaosBrokers) -> None:
+def test_a_stopping_leader_hands_over_without_black_holing_requests(brokers: ChaosBrokers) -> None:
     """Regression test (found by ``test_rolling_restart``, fixed in ``broker/node.py``): on
     SIGTERM aiohttp's pre_shutdown made every open connection drop incoming bytes, WebSocket
     frames included, for up to 60 s while the node stayed Raft leader -- writes to the group
-    were black-holed for 15-17 s. The node now closes its WebSockets first."""
+    were black-holed for 15-17 s. The node now closes its WebSockets first: a send after the
+    SIGTERM is acknowledged and no request of the client waited out its timeout."""
+    timed_out: list[str] = []
+
     async def run() -> float:
         await _create_topic(brokers, brokers.servers, brokers.address_map)
         async with AsyncProducer(servers=brokers.servers, address_map=brokers.address_map,
-                                 send_timeout=30) as p:
+                                 send_timeout=LIVENESS_S) as p:
             await p.send(Message("t", b"before"), shard_key="k")
             leader = brokers.leader()
             proc = brokers.nodes[leader].proc
@@ -75,9 +101,11 @@ def test_a_stopping_leader_hands_over_within_5s(brokers: ChaosBrokers) -> None:
             await p.send(Message("t", b"after"), shard_key="k")
             return time.monotonic() - stopped_at
 
-    took = asyncio.run(run())
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Connection, "call", _recording_timeouts(timed_out))
+        took = asyncio.run(run())
     print(f"first acknowledged send {took:.2f}s after SIGTERM to the leader")
-    assert took < 5.0
+    assert not timed_out, f"requests black-holed until their timeout by the stopping leader: {timed_out}"
 
 
 @pytest.mark.cluster
@@ -88,7 +116,7 @@ def test_a_leader_that_steps_down_answers_its_pending_sends_at_once(brokers: Cha
     OutcomeUnknown when the leadership is lost): pysyncobj calls a proposal back only when its
     entry is applied, so a send pending on a leader whose lease expired was answered only by
     WritePath's 10 s timeout, 8 s after the node had stepped down."""
-    async def run() -> tuple[float, float, int]:
+    async def run() -> tuple[float, float, int, str]:
         await _create_topic(brokers, brokers.servers, brokers.address_map)
         leader = brokers.leader()
         record = encode_batch([Message("t", b"x")], 0, [new_msg_id()], 0)
@@ -99,19 +127,22 @@ def test_a_leader_that_steps_down_answers_its_pending_sends_at_once(brokers: Cha
                 brokers.isolate(leader, clients=False)
                 cut_at = time.monotonic()
                 pending = asyncio.create_task(client.call(RequestCode.SEND_MESSAGE, body=record,
-                                                          timeout=30))
+                                                          timeout=LIVENESS_S))
+                deadline = cut_at + LIVENESS_S
                 while brokers.status(leader)["role"] == "leader":  # type: ignore[index]
+                    assert time.monotonic() < deadline, f"{leader} cut from its peers still leads"
                     await asyncio.sleep(0.05)
                 stepped_down = time.monotonic() - cut_at
                 answer = await pending
-                return stepped_down, time.monotonic() - cut_at, answer.code
+                return stepped_down, time.monotonic() - cut_at, answer.code, answer.remark
             finally:
                 await client.close()
 
-    stepped_down, answered, code = asyncio.run(run())
+    stepped_down, answered, code, remark = asyncio.run(run())
     print(f"stepped down after {stepped_down:.2f}s; the pending send was answered after "
-          f"{answered:.2f}s with {ResponseCode(code).name}")
-    assert answered < stepped_down + 1.0
+          f"{answered:.2f}s with {ResponseCode(code).name}: {remark}")
+    # answered by the step-down itself, not by WritePath's timeout ("timed out waiting ...")
+    assert code == ResponseCode.OUTCOME_UNKNOWN and "lost the leadership" in remark, (code, remark)
 
 
 def _low_port(below: int) -> int:
@@ -143,6 +174,8 @@ def test_ordered_sends_fail_over_when_the_old_leader_hangs(brokers: ChaosBrokers
     amap = {brokers.nodes[n].http: link.listen for n, link in brokers.client_links.items()}
     servers = sorted(amap.values())
 
+    timed_out: list[str] = []
+
     async def run() -> tuple[float, int]:
         await _create_topic(brokers, servers, amap)
         failures = 0
@@ -156,10 +189,17 @@ def test_ordered_sends_fail_over_when_the_old_leader_hangs(brokers: ChaosBrokers
                     return time.monotonic() - cut_at, failures
                 except ClientError:
                     failures += 1
+                    assert time.monotonic() < cut_at + LIVENESS_S, \
+                        f"no send acknowledged {LIVENESS_S:g}s after the leader hung ({failures} failed)"
 
-    took, failures = asyncio.run(run())
-    print(f"first acknowledged send {took:.2f}s after the leader hung ({failures} sends failed)")
-    assert took < 8.0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Connection, "call", _recording_timeouts(timed_out))
+        took, failures = asyncio.run(run())
+    hung = brokers.client_links[leader].listen
+    print(f"first acknowledged send {took:.2f}s after the leader hung ({failures} sends failed; "
+          f"requests timed out: {Counter(timed_out)})")
+    # once timed out, the hung replica is suspected and tried last: it is not waited on again
+    assert Counter(timed_out)[hung] <= 1, f"the hung leader was waited on again: {Counter(timed_out)}"
 
 
 def test_a_resent_full_batch_is_answered_with_its_original_offsets(tmp_path: Path) -> None:
@@ -222,12 +262,15 @@ def test_a_redirect_to_a_suspected_leader_is_followed(brokers: ChaosBrokers) -> 
                 with contextlib.suppress(ClientError):
                     await p.send(Message("t", b"after"), shard_key="k")
                     return time.monotonic() - healed_at
+                assert time.monotonic() < healed_at + LIVENESS_S, \
+                    f"no send acknowledged {LIVENESS_S:g}s after healing: {dict(calls)}"
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Connection, "call", counted)
         took = asyncio.run(run())
     print(f"first acknowledged send {took:.2f}s after healing; requests per replica: {dict(calls)}")
-    assert took < 3.0 and max(calls.values()) < 200
+    # the defect spun on a follower, ~3,000 requests/s, until the suspicion expired
+    assert max(calls.values()) < 200, f"a replica was hammered: {dict(calls)}"
 
 
 @pytest.mark.timeout(30)

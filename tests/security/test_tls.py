@@ -58,21 +58,28 @@ def a_broker(c: Cluster) -> str:
     return str(c.nodes()["n1"]["address"])
 
 
-def refused_at_once(call: object, error: type[ClientError], match: str) -> ClientError:
-    """``call()`` raises ``error`` matching ``match`` within 5 s (it is not retried to a timeout)."""
+def refused_at_once(call: object, error: type[ClientError], match: str, client_timeout: float) -> ClientError:
+    """``call()``, of a client whose timeout is ``client_timeout`` (at least 10 s), raises ``error``
+    matching ``match`` before half of that timeout passed: the refusal is not retried until the
+    timeout runs out (a bound below the client's own timeout, which a retried call would meet)."""
+    assert client_timeout >= 10, "a short client timeout would end a retried call in time too"
     started = time.monotonic()
     with pytest.raises(error, match=match) as e:
         call()  # type: ignore[operator]
-    assert time.monotonic() - started < 5
+    took = time.monotonic() - started
+    print(f"refused after {took:.2f}s ({error.__name__}; the client's timeout {client_timeout:g}s)")
+    assert took < client_timeout / 2, \
+        f"refused after {took:.1f}s of the client's {client_timeout:g}s timeout: retried until it ran out"
     return e.value
 
 
 def topics_refused(broker: str, tls: ClientTls | bool, match: str, error: type[ClientError] = ClientError,
-                   timeout: float = 3.0) -> None:
-    """Listing topics at ``broker`` with ``tls`` fails: ``error`` matching ``match``."""
+                   timeout: float = 20.0) -> None:
+    """Listing topics at ``broker`` with ``tls`` fails at once (``refused_at_once``): ``error``
+    matching ``match``."""
     admin = Admin(servers=[broker], tls=tls, timeout=timeout)
     try:
-        refused_at_once(admin.topics, error, match)
+        refused_at_once(admin.topics, error, match, timeout)
     finally:
         admin.close()
 
@@ -107,7 +114,7 @@ def test_a_client_without_the_ca_cannot_connect(tls_cluster: Cluster) -> None:
     c = tls_cluster
     with Producer(namesrv=c.ns, tls=True, send_timeout=10) as p:  # the system's CAs only
         error = refused_at_once(lambda: p.send(Message("orders", b"x")), TlsError,
-                                rf"name server {c.ns}: its certificate was refused \(.*VERIFY_FAILED")
+                                rf"name server {c.ns}: its certificate was refused \(.*VERIFY_FAILED", 10)
     assert not error.retriable
     topics_refused(a_broker(c), True, rf"broker {a_broker(c)}: its certificate was refused", TlsError, 10)
     with pytest.raises(OSError, match="CERTIFICATE_VERIFY_FAILED"):
@@ -117,7 +124,7 @@ def test_a_client_without_the_ca_cannot_connect(tls_cluster: Cluster) -> None:
 def test_a_client_with_another_ca_is_refused(tls_cluster: Cluster, other_ca: LocalCA) -> None:
     c = tls_cluster
     with Producer(namesrv=c.ns, tls=other_ca.client_tls(), send_timeout=10) as p:
-        refused_at_once(lambda: p.send(Message("orders", b"x")), TlsError, "certificate was refused")
+        refused_at_once(lambda: p.send(Message("orders", b"x")), TlsError, "certificate was refused", 10)
     topics_refused(a_broker(c), other_ca.client_tls(), "certificate was refused", TlsError, 10)
 
 

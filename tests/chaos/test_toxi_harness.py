@@ -201,13 +201,13 @@ def test_reset_heals_everything(toxi: Toxi, echo: EchoServer) -> None:
     cut, down, slow = (toxi.proxy(name, 0, echo.port) for name in ("a", "b", "c"))
     cut.cut()
     down.disable()
-    slow.latency(1000, 0)
+    slow.latency(60_000, 0)  # a latency left in place would outlast the round trip's deadline
     toxi.reset()
     for link in (cut, down, slow):
         assert link.toxics() == []
         started = time.monotonic()
-        assert_works(link, link.name.encode())
-        assert time.monotonic() - started < 0.5
+        assert_works(link, link.name.encode())  # within IO_TIMEOUT_S, a liveness deadline
+        print(f"{link.name}: round trip after the reset {(time.monotonic() - started) * 1000:.0f} ms")
 
 
 def test_toxic_context_manager_removes_toxic_even_on_error(

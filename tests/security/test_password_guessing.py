@@ -40,7 +40,7 @@ ALICE = Credentials("alice", "alice-password")
 CAROL = Credentials("carol", "carol-password")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # a group per test: failures counted per source (127.0.0.1) must not carry over
 def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGroup]:
     with acl_brokers(tmp_path_factory.mktemp("guess") / "g") as g:
         admin = Admin(servers=servers(g), credentials=ROOT)

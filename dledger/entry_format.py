@@ -11,11 +11,15 @@ that the whole record (``size``) is a multiple of 8 bytes::
     │ body (size - 32 - pad)   │ pad zero bytes (<8) │
     └──────────────────────────┴─────────────────────┘
 
-* ``magic`` is ``MAGIC_ENTRY``; ``size`` covers header, body and padding;
-* ``index`` / ``term`` are the Raft index and term; ``kind`` an ``EntryKind``;
+* ``magic`` is ``MAGIC_ENTRY_V2`` (records written before it: ``MAGIC_ENTRY``, still read);
+  ``size`` covers header, body and padding;
+* ``index`` / ``term`` are the Raft index and term (below 2**63); ``kind`` an ``EntryKind``;
 * ``pad`` is the number of padding bytes (0-7), so the exact body length is
   ``size - 32 - pad``; the two bytes after it are reserved and zero;
-* ``crc32`` is ``zlib.crc32(body)``.
+* ``crc32`` is ``zlib.crc32(header[8:28] + body)`` -- index, term, kind, pad and the
+  reserved bytes are under it, so a flipped bit there is a CRC mismatch, not another
+  entry (``MAGIC_ENTRY`` records: ``zlib.crc32(body)`` only). ``magic`` and ``size`` are
+  checked by their own rules (a known magic; aligned, bounded, contiguous records).
 
 A blank record fills the unused end of a segment (a record never spans two
 segments). Only its first 8 bytes are meaningful; it is at least 8 bytes long
@@ -41,6 +45,7 @@ __all__ = [
     "HEADER_SIZE",
     "MAGIC_BLANK",
     "MAGIC_ENTRY",
+    "MAGIC_ENTRY_V2",
     "MAX_BODY",
     "Entry",
     "EntryHeader",
@@ -53,7 +58,10 @@ __all__ = [
     "record_size",
 ]
 
-MAGIC_ENTRY = 0xD1ED6E01
+MAGIC_ENTRY = 0xD1ED6E01  # legacy: the CRC covers the body only
+MAGIC_ENTRY_V2 = 0xD1ED6E02  # the CRC covers the header's fields after ``size`` and the body
+MAGIC_PREFIX = MAGIC_ENTRY.to_bytes(4, "big")[:3]
+"""The bytes every entry record starts with (both magics): what a scan for one looks for."""
 MAGIC_BLANK = 0xD1ED6EFF
 HEADER = struct.Struct(">IIQQBBHI")
 HEADER_SIZE = 32
@@ -63,7 +71,8 @@ BLANK_MIN = 8
 MAX_BODY = 64 * 1024 * 1024
 """Largest body accepted; recovery treats a bigger ``size`` as corruption."""
 
-_U64 = (1 << 64) - 1
+_MAX_FIELD = (1 << 63) - 1  # index and term are kept in signed 64-bit columns
+_COVERED = slice(8, 28)  # the header bytes under a V2 record's CRC
 
 
 class FormatError(ValueError):
@@ -92,6 +101,9 @@ class EntryHeader:
     kind: EntryKind
     crc: int
     pad: int = 0
+    seed: int = 0
+    """The CRC of the header's covered fields (V2), which the body's CRC continues; 0 for
+    a legacy record: ``zlib.crc32(body, seed) == crc`` checks either."""
 
     @property
     def is_blank(self) -> bool:
@@ -127,15 +139,16 @@ def record_size(body_len: int) -> int:
 
 def encode_entry(index: int, term: int, kind: EntryKind, body: bytes) -> bytes:
     """The full record (header, body, padding). Raises ValueError on out-of-range fields."""
-    if not 0 < index <= _U64 or not 0 <= term <= _U64:
+    if not 0 < index <= _MAX_FIELD or not 0 <= term <= _MAX_FIELD:
         raise ValueError(f"index {index} / term {term} out of range")
     if len(body) > MAX_BODY:
         raise ValueError(f"body of {len(body)} bytes exceeds MAX_BODY ({MAX_BODY})")
     kind = EntryKind(kind)
     size = record_size(len(body))
     pad = size - HEADER_SIZE - len(body)
-    header = HEADER.pack(MAGIC_ENTRY, size, index, term, kind, pad, 0, zlib.crc32(body))
-    return b"".join((header, body, bytes(pad)))
+    header = HEADER.pack(MAGIC_ENTRY_V2, size, index, term, kind, pad, 0, 0)
+    crc = zlib.crc32(body, zlib.crc32(header[_COVERED]))
+    return b"".join((header[:28], crc.to_bytes(4, "big"), body, bytes(pad)))
 
 
 def encode_blank(size: int) -> bytes:
@@ -167,7 +180,7 @@ def decode_header(buf: bytes | bytearray | memoryview, offset: int = 0) -> Entry
         if size < BLANK_MIN or size % ALIGN:
             raise FormatError(f"blank record with bad size {size}")
         return EntryHeader(MAGIC_BLANK, size, 0, 0, EntryKind.DATA, 0)
-    if magic != MAGIC_ENTRY:
+    if magic not in (MAGIC_ENTRY, MAGIC_ENTRY_V2):
         what = "zero bytes" if magic == 0 and size == 0 else f"bad magic 0x{magic:08x}"
         raise FormatError(what)
     if avail < HEADER_SIZE:
@@ -177,11 +190,17 @@ def decode_header(buf: bytes | bytearray | memoryview, offset: int = 0) -> Entry
         raise FormatError(f"bad record size {size}")
     if pad >= ALIGN or reserved or pad > size - HEADER_SIZE:
         raise FormatError(f"bad padding/reserved bytes ({pad}, {reserved})")
+    if index > _MAX_FIELD or term > _MAX_FIELD:
+        raise FormatError(f"index {index} / term {term} out of range")
     try:
         entry_kind = EntryKind(kind)
     except ValueError:
         raise FormatError(f"unknown entry kind {kind}") from None
-    return EntryHeader(magic, size, index, term, entry_kind, crc, pad)
+    seed = 0
+    if magic == MAGIC_ENTRY_V2:
+        start = offset + _COVERED.start
+        seed = zlib.crc32(bytes(buf[start:start + _COVERED.stop - _COVERED.start]))
+    return EntryHeader(magic, size, index, term, entry_kind, crc, pad, seed)
 
 
 def decode_entry(buf: bytes | bytearray | memoryview, offset: int = 0,
@@ -198,7 +217,7 @@ def decode_entry(buf: bytes | bytearray | memoryview, offset: int = 0,
         raise FormatError(f"short record: {len(buf) - offset} of {header.size} bytes")
     start = offset + HEADER_SIZE
     body = bytes(buf[start:start + header.body_len])
-    actual = zlib.crc32(body)
+    actual = zlib.crc32(body, header.seed)
     if actual != header.crc:
         raise FormatError(f"CRC mismatch (stored 0x{header.crc:08x}, computed 0x{actual:08x})")
     return Entry(header.index, header.term, header.kind, body, position)

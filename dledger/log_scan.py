@@ -6,10 +6,10 @@
     valid_record_after(files, pos, min)   where a fully valid entry record follows a bad
                                           one (then it is mid-log corruption, not a torn tail)
 
-A segment is scanned by its 32-byte headers (magic, kind, size, contiguous index), and
-with ``deep`` its bodies' CRCs too (the last segment always, every one under repair). It
-ends with a blank record padding it to the segment size; the last segment's file may end
-earlier (it is being written).
+A segment is scanned by its 32-byte headers (magic, kind, size, index and term in range,
+contiguous index), and with ``deep`` its records' CRCs too (header fields and body; the
+last segment always, every one under repair). It ends with a blank record padding it to
+the segment size; the last segment's file may end earlier (it is being written).
 
 Pure reads of the files: nothing here changes them; the caller holds whatever lock.
 """
@@ -20,13 +20,12 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dledger.entry_format import ALIGN, HEADER_SIZE, MAGIC_ENTRY, EntryHeader, FormatError, decode_header
+from dledger.entry_format import ALIGN, HEADER_SIZE, MAGIC_PREFIX, EntryHeader, FormatError, decode_header
 from dledger.segments import SegmentedFile, SegmentInfo
 
 __all__ = ["BadRecord", "scan_segment", "valid_record_after"]
 
 _CHUNK = 1 << 20
-_MAGIC_BYTES = MAGIC_ENTRY.to_bytes(4, "big")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +73,7 @@ def scan_segment(files: SegmentedFile, info: SegmentInfo, pos: int, *, deep: boo
         problem = _check_entry(header, pos, seg_end, file_end, expected())
         if problem is None and deep:
             body = reader.get(pos + HEADER_SIZE, header.body_len)
-            if zlib.crc32(body) != header.crc:
+            if zlib.crc32(body, header.seed) != header.crc:
                 problem = f"CRC mismatch in entry {header.index}"
         if problem is not None:
             return BadRecord(pos, problem)
@@ -116,11 +115,11 @@ def valid_record_after(files: SegmentedFile, position: int, min_index: int) -> i
             chunk = files.read_available(pos, _CHUNK)
             if not chunk:
                 break
-            hit = chunk.find(_MAGIC_BYTES)
+            hit = chunk.find(MAGIC_PREFIX)
             while hit >= 0:
                 if hit % ALIGN == 0 and _valid_at(files, pos + hit, info.start, min_index):
                     return pos + hit
-                hit = chunk.find(_MAGIC_BYTES, hit + 1)
+                hit = chunk.find(MAGIC_PREFIX, hit + 1)
             pos += len(chunk)
     return None
 
@@ -136,4 +135,4 @@ def _valid_at(files: SegmentedFile, position: int, seg_start: int, min_index: in
     record = files.read_available(position, header.size)
     if len(record) < header.size:
         return False
-    return zlib.crc32(record[HEADER_SIZE:HEADER_SIZE + header.body_len]) == header.crc
+    return zlib.crc32(record[HEADER_SIZE:HEADER_SIZE + header.body_len], header.seed) == header.crc

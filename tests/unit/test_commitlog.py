@@ -215,6 +215,33 @@ def test_bad_crc_mid_last_segment_refuses_then_repairs(tmp_path: Path) -> None:
     log.close()
 
 
+TERM_FIELD = 16  # the term's 8 bytes in an entry header (dledger.entry_format)
+
+
+@pytest.mark.parametrize("term", [b"\xff" + bytes(7), (3).to_bytes(8, "big")],
+                         ids=["out-of-range", "plausible"])
+def test_corrupt_term_mid_last_segment_refuses_then_repairs(tmp_path: Path, term: bytes) -> None:
+    """A flipped byte in a header's term (not the body) is corruption like a bad CRC: found
+    on open, cut by repair -- never an OverflowError, never a wrong term kept silently (a
+    chaos run's --repair-log start died on ``OverflowError: int too big to convert``)."""
+    log = open_log(tmp_path)
+    fill(log, 40)
+    victim = log.index_at_position(log.segments()[-1].start)
+    assert victim is not None and victim + 3 < 40
+    position = log.position_of(victim + 2)
+    log.close()
+    last_file = segment_files(tmp_path)[-1]
+    offset = position - int(last_file.name)
+    patch_file(last_file, offset + TERM_FIELD, term)
+    with pytest.raises(CorruptLogError) as err:
+        open_log(tmp_path)
+    assert f"offset {offset}" in str(err.value) and "repair" in str(err.value)
+    log = open_log(tmp_path, repair=True)
+    check_entries(log, 1, victim + 1)
+    assert log.recovery.cut_at == position
+    log.close()
+
+
 def _older_segment_victim(tmp_path: Path) -> tuple[Path, int, int]:
     """200 entries; returns (first segment file, offset, index) of a middle record in it."""
     log = open_log(tmp_path)
@@ -241,6 +268,31 @@ def test_corrupt_header_in_an_older_segment_refuses_then_repairs(tmp_path: Path)
     assert log.recovery.cut_at == offset == log.write_position
     assert segment_files(tmp_path) == [first]
     assert log.append(victim, 2, EntryKind.DATA, body(victim)) == offset
+    log.close()
+
+
+def test_out_of_range_term_in_an_older_segment_refuses_then_repairs(tmp_path: Path) -> None:
+    first, offset, victim = _older_segment_victim(tmp_path)
+    patch_file(first, offset + TERM_FIELD, b"\x80" + bytes(7))  # headers only are scanned here
+    with pytest.raises(CorruptLogError) as err:
+        open_log(tmp_path)
+    assert f"offset {offset}" in str(err.value) and "term" in str(err.value)
+    log = open_log(tmp_path, repair=True)
+    check_entries(log, 1, victim - 1)
+    assert log.recovery.cut_at == offset
+    log.close()
+
+
+def test_plausible_term_in_an_older_segment_is_found_when_read(tmp_path: Path) -> None:
+    first, offset, victim = _older_segment_victim(tmp_path)
+    patch_file(first, offset + TERM_FIELD, (1).to_bytes(8, "big")[:-1] + b"\x02")
+    log = open_log(tmp_path)  # headers only: the header's own checksum is read with the body
+    with pytest.raises(CorruptLogError, match="CRC mismatch"):
+        log.entry(victim)
+    log.close()
+    log = open_log(tmp_path, repair=True)
+    check_entries(log, 1, victim - 1)
+    assert log.recovery.cut_at == offset
     log.close()
 
 

@@ -15,6 +15,7 @@ from dledger.entry_format import (
     HEADER_SIZE,
     MAGIC_BLANK,
     MAGIC_ENTRY,
+    MAGIC_ENTRY_V2,
     MAX_BODY,
     EntryKind,
     FormatError,
@@ -29,13 +30,13 @@ from dledger.entry_format import (
 def test_header_layout_is_32_big_endian_bytes() -> None:
     record = encode_entry(0x0102030405060708, 9, EntryKind.RAFT, b"abc")
     assert HEADER.size == HEADER_SIZE == 32
-    assert record[:4] == bytes.fromhex("d1ed6e01")
+    assert record[:4] == bytes.fromhex("d1ed6e02")
     assert struct.unpack(">I", record[4:8])[0] == len(record) == 40
     assert record[8:16] == bytes.fromhex("0102030405060708")
     assert record[24] == EntryKind.RAFT
     assert record[25] == 5  # padding bytes
     assert record[26:28] == b"\0\0"
-    assert struct.unpack(">I", record[28:32])[0] == zlib.crc32(b"abc")
+    assert struct.unpack(">I", record[28:32])[0] == zlib.crc32(record[8:28] + b"abc")
     assert record[32:35] == b"abc" and record[35:] == bytes(5)
 
 
@@ -50,7 +51,7 @@ def test_round_trip_every_kind(kind: EntryKind) -> None:
     body = b"" if kind == EntryKind.NOOP else b"payload\0\0"  # trailing zeros are kept
     record = encode_entry(7, 3, kind, body)
     header = decode_header(record)
-    assert (header.magic, header.index, header.term, header.kind) == (MAGIC_ENTRY, 7, 3, kind)
+    assert (header.magic, header.index, header.term, header.kind) == (MAGIC_ENTRY_V2, 7, 3, kind)
     assert header.body_len == len(body) and not header.is_blank
     entry = decode_entry(record, 0, position=4096)
     assert (entry.index, entry.term, entry.kind, entry.body, entry.position) == (
@@ -63,7 +64,7 @@ def test_decode_at_offset() -> None:
     assert decode_header(buf, record_size(1)).index == 2
 
 
-@given(index=st.integers(1, 2**64 - 1), term=st.integers(0, 2**64 - 1),
+@given(index=st.integers(1, 2**63 - 1), term=st.integers(0, 2**63 - 1),
        kind=st.sampled_from(list(EntryKind)), body=st.binary(max_size=300))
 def test_encode_decode_property(index: int, term: int, kind: EntryKind, body: bytes) -> None:
     record = encode_entry(index, term, kind, body)
@@ -71,7 +72,8 @@ def test_encode_decode_property(index: int, term: int, kind: EntryKind, body: by
     assert (header.index, header.term, header.kind) == (index, term, kind)
     assert header.size == len(record) == record_size(len(body))
     assert header.size % ALIGN == 0
-    assert header.crc == zlib.crc32(body) == zlib.crc32(record[32:32 + header.body_len])
+    assert header.crc == zlib.crc32(record[8:28] + body)
+    assert header.crc == zlib.crc32(record[32:32 + header.body_len], header.seed)
     assert decode_entry(record).body == body
 
 
@@ -135,3 +137,29 @@ def test_encode_rejects_out_of_range() -> None:
     with pytest.raises(ValueError):
         encode_entry(1, 1, EntryKind.DATA, bytes(MAX_BODY + 1))
     assert issubclass(FormatError, ValueError)
+
+
+def test_the_checksum_covers_the_header_fields() -> None:
+    """Index, term, kind and padding are under the CRC (MAGIC_ENTRY_V2): a flipped bit in
+    any of them is a CRC mismatch, not a different entry."""
+    for offset, value in ((8, (6).to_bytes(8, "big")), (16, (3).to_bytes(8, "big")), (24, b"\x02")):
+        with pytest.raises(FormatError, match="CRC mismatch"):
+            decode_entry(_patched(GOOD, offset, value))
+
+
+def test_a_legacy_record_with_a_body_only_crc_still_reads() -> None:
+    """Records written before MAGIC_ENTRY_V2 (CRC of the body only) stay readable."""
+    body = b"hello"
+    legacy = HEADER.pack(MAGIC_ENTRY, 40, 5, 2, EntryKind.DATA, 3, 0, zlib.crc32(body)) + body + bytes(3)
+    entry = decode_entry(legacy)
+    assert (entry.index, entry.term, entry.body) == (5, 2, body)
+    assert decode_header(legacy).seed == 0
+
+
+def test_index_and_term_beyond_a_signed_64_bit_integer_are_rejected() -> None:
+    with pytest.raises(FormatError, match="out of range"):
+        decode_header(_patched(GOOD, 16, b"\x80" + bytes(7)))
+    with pytest.raises(FormatError, match="out of range"):
+        decode_header(_patched(GOOD, 8, b"\xff" * 8))
+    with pytest.raises(ValueError):
+        encode_entry(1, 1 << 63, EntryKind.DATA, b"")

@@ -122,6 +122,9 @@ def test_commitlog_entry_record_and_blank() -> None:
     record = encode_entry(1_000_001, 7, EntryKind(1), b"payload bytes")
     check("commitlog_entry", record)
     assert decode_entry(record).body == b"payload bytes"
+    legacy = bytes.fromhex((GOLDEN / "commitlog_entry_v1.hex").read_text().replace("\n", ""))
+    entry = decode_entry(legacy)  # written before MAGIC_ENTRY_V2 (a body-only CRC): still read
+    assert (entry.index, entry.term, entry.kind, entry.body) == (1_000_001, 7, EntryKind(1), b"payload bytes")
     check("commitlog_blank", encode_blank(24))
 
 
@@ -200,7 +203,8 @@ def test_snapshot_log_start_and_membership_change() -> None:
 def test_every_sample_is_used() -> None:
     """A sample nobody checks any more is a format that silently went away."""
     names = {p.stem for p in GOLDEN.glob("*.hex")}
-    expected = {"frame_request", "frame_response", "commitlog_entry", "commitlog_blank", "message", "record",
+    expected = {"frame_request", "frame_response", "commitlog_entry", "commitlog_entry_v1", "commitlog_blank",
+                "message", "record",
                 "wire_send_batch", "wire_send_batch_answer", "wire_pull", "wire_pull_answer",
                 "wire_not_leader",
                 "entry_batch", "cq_unit", "hashes", "index_file", "snapshot", "membership_change",

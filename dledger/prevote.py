@@ -16,13 +16,17 @@ heard from a leader for the minimum election timeout, the proposed term is above
 and the candidate's log is at least as up to date as its own (the vote rule, §5.4.1). Nothing changes state on
 either side: no term is raised and no vote is cast by a pre-vote.
 
-How it is attached (pysyncobj 0.3.17, pinned; see docs/ARCHITECTURE.md): on every tick
-``PreVote.tick`` takes over pysyncobj's election deadline (the private
-``__raftElectionDeadline``) -- remembering it, and setting pysyncobj's far in the future
--- and when it passes runs a round; a won round sets the deadline to 0 so pysyncobj's
-own election starts on the next tick. A leadership transfer (TimeoutNow sets pysyncobj's
-private ``__transferInProgress``) skips pre-vote, as in etcd. The messages travel on
-pysyncobj's own connections: ``GroupTransport`` hands them here instead of to pysyncobj.
+How it is attached (pysyncobj 0.3.17, pinned; see docs/ARCHITECTURE.md): pysyncobj's
+election deadline (the private ``__raftElectionDeadline``) is an ``ElectionDeadlineHold``
+on ``RaftNode``: a deadline pysyncobj sets (heard a leader, voted, stood) goes to
+``PreVote``, which remembers it as when it would stand, and pysyncobj reads one far in
+the future -- from the moment it is set, so no pause between pysyncobj's message handling
+and its next election check lets it stand unasked. ``PreVote.tick`` runs a round when
+the remembered deadline passes; a won round releases the deadline (0) so pysyncobj's own
+election starts on its next tick. A leadership transfer (TimeoutNow sets the deadline to 0
+and pysyncobj's private ``__transferInProgress``) skips pre-vote, as in etcd. The messages
+travel on pysyncobj's own connections: ``GroupTransport`` hands them here instead of to
+pysyncobj.
 """
 
 from __future__ import annotations
@@ -35,12 +39,41 @@ from typing import Any
 
 from dledger.candidacy import OUT_OF_REACH_S
 
-__all__ = ["PreVote"]
+__all__ = ["ElectionDeadlineHold", "PreVote"]
 
 log = logging.getLogger(__name__)
 
 _FAR = 1e18  # pysyncobj's election deadline while pre-vote holds it
 _LEADER = 2  # pysyncobj's _RAFT_STATE.LEADER
+
+
+class ElectionDeadlineHold:
+    """pysyncobj's ``__raftElectionDeadline`` as a data descriptor on the SyncObj subclass:
+    once ``attach``ed, what pysyncobj assigns goes to ``PreVote.deadline_set`` and what it
+    reads is ``PreVote.visible_deadline()``; before, a plain value."""
+
+    _RAW = "_election_deadline_raw"
+    _KEEPER = "_election_deadline_keeper"
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        keeper = obj.__dict__.get(self._KEEPER)
+        return keeper.visible_deadline() if keeper is not None else obj.__dict__.get(self._RAW, 0.0)
+
+    def __set__(self, obj: Any, value: float) -> None:
+        keeper = obj.__dict__.get(self._KEEPER)
+        if keeper is not None:
+            keeper.deadline_set(value)
+        else:
+            obj.__dict__[self._RAW] = value
+
+    @classmethod
+    def attach(cls, obj: Any, keeper: PreVote) -> None:
+        """From now on ``keeper`` holds ``obj``'s election deadline (the current one first)."""
+        current = obj.__dict__.get(cls._RAW, 0.0)
+        obj.__dict__[cls._KEEPER] = keeper
+        keeper.deadline_set(current)
 
 
 class PreVote:
@@ -62,9 +95,13 @@ class PreVote:
         self._round = 0
         self._asking: set[Any] | None = None  # grants of the open round (None: none open)
         self._heard_at = -_FAR  # last append from a leader of the current term or newer
+        self._released = False  # pysyncobj may stand on its next tick (a won round, TimeoutNow)
         self.rounds = 0
         self.won = 0
         self._failed_streak = 0
+        if not isinstance(getattr(type(node), "_SyncObj__raftElectionDeadline", None), ElectionDeadlineHold):
+            raise TypeError(f"{type(node).__name__}'s election deadline is not an ElectionDeadlineHold")
+        ElectionDeadlineHold.attach(node, self)
 
     # -- the private pysyncobj state read and written here ---------------------------
     def _get(self, name: str) -> Any:
@@ -84,6 +121,20 @@ class PreVote:
         """When an append from a leader of the current term (or newer) last arrived."""
         return self._heard_at
 
+    # -- pysyncobj's election deadline (ElectionDeadlineHold) ------------------------------
+    def deadline_set(self, value: float) -> None:
+        """pysyncobj assigned its election deadline: 0 (TimeoutNow) lets it stand at once;
+        any other is remembered as when it would stand, and asked for first."""
+        if value <= 0:
+            self._released = True
+            return
+        self._released = False
+        self._due = value if value < _FAR else None
+
+    def visible_deadline(self) -> float:
+        """The deadline pysyncobj's election check sees."""
+        return 0.0 if self._released else _FAR
+
     # -- the candidate's side ------------------------------------------------------------
     def tick(self) -> None:
         if self._get("raftState") == _LEADER or self._get("selfNode") is None:
@@ -92,10 +143,6 @@ class PreVote:
         if self._get("transferInProgress"):
             return  # TimeoutNow from the leader: stand at once
         lo, hi = self._timeouts()
-        deadline = self._get("raftElectionDeadline")
-        if deadline != _FAR:  # pysyncobj set a fresh one (heard a leader, voted, stood)
-            self._set("raftElectionDeadline", _FAR)
-            self._due = deadline if deadline < _FAR else None
         now = self._clock()
         if lo >= OUT_OF_REACH_S:  # not standing (a learner, a replica waiting for a snapshot)
             self._due, self._asking = None, None
@@ -130,7 +177,7 @@ class PreVote:
             self._failed_streak = 0
             log.info("pre-vote won (%d of %d members): standing for election in term %d",
                      votes, members, self._get("raftCurrentTerm") + 1)
-            self._set("raftElectionDeadline", 0)  # pysyncobj stands on its next tick
+            self._released = True  # pysyncobj stands on its next tick
             self._due = None
 
     # -- messages (GroupTransport hands them here) ---------------------------------------

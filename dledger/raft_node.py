@@ -29,6 +29,7 @@ from dledger.candidacy import OUT_OF_REACH_S
 from dledger.config import APPEND_BATCH_BYTES, ConfigError, GroupConfig
 from dledger.journal import EntryNotStored, RaftJournal
 from dledger.membership import Member
+from dledger.prevote import ElectionDeadlineHold
 
 __all__ = ["GroupConf", "RaftNode", "RaftView", "Role", "check_bindable", "group_conf", "hand_journal"]
 
@@ -133,7 +134,10 @@ def _refuse_serialize(filename: str, data: Any) -> None:
 
 class RaftNode(SyncObj):
     """The pysyncobj object; its replicated methods mark DATA entries (``_append``) and
-    bind entries (``_bind_storage``, numbered after it: pysyncobj numbers them by name)."""
+    bind entries (``_bind_storage``, numbered after it: pysyncobj numbers them by name).
+    Its election deadline is held for pre-vote (``dledger.prevote.ElectionDeadlineHold``)."""
+
+    _SyncObj__raftElectionDeadline = ElectionDeadlineHold()
 
     @replicated
     def _append(self, payload: bytes) -> int:

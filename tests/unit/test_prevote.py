@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from dledger.prevote import PreVote
+from dledger.prevote import ElectionDeadlineHold, PreVote
 
 FAR = 1e18
 
@@ -20,7 +20,10 @@ class FakeTransport:
 
 
 class FakeSyncObj:
-    """The private attributes PreVote reads, under pysyncobj's mangled names."""
+    """The private attributes PreVote reads, under pysyncobj's mangled names; the election
+    deadline held as on ``dledger.raft_node.RaftNode``."""
+
+    _SyncObj__raftElectionDeadline = ElectionDeadlineHold()
 
     def __init__(self, others: list[str], term: int = 5, log: tuple[int, int] = (5, 100)) -> None:
         self._SyncObj__raftState = 0
@@ -143,3 +146,30 @@ def test_the_grant_rule() -> None:
     assert grant(pv, node)
     node._SyncObj__raftState = 2
     assert not grant(pv, node), "the leader"
+
+
+def test_a_deadline_pysyncobj_sets_is_held_before_its_next_election_check() -> None:
+    """pysyncobj's tick checks its election deadline before the tick callbacks run, and sets
+    a fresh one while reading messages at the end of a tick: a process paused in between
+    (SIGSTOP, a starved box) found that deadline passed and stood without a pre-vote (a
+    lagging follower raised its term in a CI run). The deadline is held the moment
+    pysyncobj sets it, so its own check never sees one it could act on."""
+    pv, node, clock = make()
+    pv.tick()
+    node._SyncObj__raftElectionDeadline = 3.0  # an append_entries, at the end of a tick
+    clock.now = 60.0  # paused: the next tick comes a minute later
+    assert node._SyncObj__raftElectionDeadline == FAR  # pysyncobj's check: nothing to stand for
+    pv.tick()
+    assert pv.rounds == 1 and node._SyncObj__raftCurrentTerm == 5  # it asked first
+
+
+def test_a_won_round_and_timeout_now_release_the_deadline_until_pysyncobj_stands() -> None:
+    pv, node, clock = make(["b", "c"])
+    clock.now = 11
+    pv.tick()
+    pv.on_message("b", {"type": "pre_vote_response", "round": node.sent[-1][1]["round"], "granted": True})
+    assert node._SyncObj__raftElectionDeadline == 0  # stands on its next tick
+    node._SyncObj__raftElectionDeadline = 12.0  # pysyncobj stood and drew its candidate deadline
+    assert node._SyncObj__raftElectionDeadline == FAR
+    node._SyncObj__raftElectionDeadline = 0  # TimeoutNow from the leader
+    assert node._SyncObj__raftElectionDeadline == 0

@@ -232,7 +232,19 @@ class BrokerServer:
     # -- HTTP ----------------------------------------------------------------------
     def unhealthy(self) -> str | None:
         """Why this replica must not be trusted to serve (None: it may)."""
-        return self.divergence.divergent or self.applier.stalled
+        return self.divergence.divergent or self.applier.stalled or self._log_behind_state()
+
+    def _log_behind_state(self) -> str | None:
+        """A CommitLog cut (--repair-log, a torn tail below the commit index) ends before the
+        state applied from it: ConsumeQueue units name positions the log does not hold until
+        the leader sends those entries again, and a read there would call them deleted."""
+        log = self.rlog.commitlog
+        held = log.last_index or max(log.awaiting_start - 1, 0)  # an empty reset log: its start
+        applied = self.machine.applied_index()
+        if applied <= held:
+            return None
+        return (f"its CommitLog ends at index {held}, before the state it applied (index {applied}); "
+                "it serves again once the leader sent it the missing entries")
 
     async def _peer_digests(self, address: str) -> dict[int, str] | None:
         """A peer's recent state digests (its ``/status``); None if it does not answer."""

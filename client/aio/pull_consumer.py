@@ -5,7 +5,9 @@ a replica chosen by ``read_from`` -- followers by default, so consumers do not l
 the leader and keep reading while the group elects one. A replica only ever
 returns what it applied, hence committed. Replicas apply at slightly different
 times, so an answer "your offset is beyond my queue" from a lagging replica means
-*not yet*, never *go back*: the offset only moves forward. A record that cannot be read
+*not yet*, never *go back*: the offset only moves forward. An answer "retention deleted
+those" moves it forward for good, so it is taken from the leader only: a follower's is
+checked by pulling from the leader (no leader: nothing is skipped yet). A record that cannot be read
 (stored before leaders checked records' messages) is skipped with a WARNING naming its
 queue and offsets, never raised to the consumer.
 """
@@ -63,6 +65,17 @@ async def fetch(core: ClientCore, queue: MessageQueue, offset: int, *, max_msgs:
                                     timeout=suspend_s + core.request_timeout, ok=_PULL_OK)
     pulled = (PullResponse.from_frame(reply) if reply.code in PULL_ANSWERS
               else PullResponse(next_offset=offset))  # PULL_RETRY_IMMEDIATELY: nothing, go on
+    if reply.code == ResponseCode.PULL_OFFSET_MOVED and pulled.next_offset > offset and read_from != "leader":
+        # "retention deleted them": skipping is for good, so the leader's word stands, not
+        # one replica's (a replica whose log was cut by repair once said it of messages it
+        # merely did not hold yet); no leader now: nothing is skipped yet
+        try:
+            return await fetch(core, queue, offset, max_msgs=max_msgs, suspend_s=0.0, selector=selector,
+                               read_from="leader", sql=sql, whole_records=whole_records)
+        except ClientError as e:
+            log.info("%s: a replica says messages from %d are no longer retained; not skipping them "
+                     "before the leader confirms (%s)", queue, offset, e)
+            return PullResult([], offset, pulled.max_offset)
     max_offset, next_offset = pulled.max_offset, pulled.next_offset
     if reply.code == ResponseCode.PULL_OFFSET_MOVED and next_offset < offset:
         next_offset = offset  # a lagging replica: not yet there; never move back

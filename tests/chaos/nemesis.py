@@ -33,6 +33,7 @@ class Nemesis:
             "kill_leader": self.kill_leader, "kill_follower": self.kill_follower,
             "isolate_leader": self.isolate_leader, "isolate_follower": self.isolate_follower,
             "leader_cut_from_peers": self.leader_cut_from_peers, "one_way_cut": self.one_way_cut,
+            "one_way_cut_at_leader": self.one_way_cut_at_leader,
             "latency": self.latency, "client_resets": self.client_resets, "flap": self.flap,
             "lose_follower_disk": self.lose_follower_disk,
             "lose_follower_disk_then_kill_leader": self.lose_follower_disk_then_kill_leader,
@@ -117,7 +118,7 @@ class Nemesis:
         return self.rng.choice([n for n in self.s.brokers.names if n != leader])
 
     def kill_leader(self) -> list[str]:
-        self.s.leader_fault(self.s.brokers.kill, "nemesis: kill -9 leader {leader}")
+        self.s.leader_fault(self.s.brokers.kill, "nemesis: kill -9 leader {leader}", "kill_leader")
         return []
 
     def kill_follower(self) -> list[str]:
@@ -127,13 +128,14 @@ class Nemesis:
         return []
 
     def isolate_leader(self) -> list[str]:
-        old = self.s.leader_fault(self.s.brokers.isolate, "nemesis: isolate leader {leader}")
+        old = self.s.leader_fault(self.s.brokers.isolate, "nemesis: isolate leader {leader}",
+                                  "isolate_leader")
         confirm.stepped_down(self.s, old)
         return [old]
 
     def leader_cut_from_peers(self) -> list[str]:
         old = self.s.leader_fault(lambda leader: self.s.brokers.isolate(leader, clients=False),
-                                  "nemesis: cut leader {leader} from its peers")
+                                  "nemesis: cut leader {leader} from its peers", "leader_cut_from_peers")
         confirm.stepped_down(self.s, old)
         return [old]
 
@@ -144,9 +146,25 @@ class Nemesis:
         return [follower]
 
     def one_way_cut(self) -> list[str]:
+        """Bytes one way between two replicas swallowed; when one of them leads, the time to
+        the next acknowledged send is its failover (``one_way_cut``)."""
         src, dst = self.rng.sample(self.s.brokers.names, 2)
+        leader = self._leader()
         self.s.brokers.cut_one_way(src, dst)
-        self.s.event(f"nemesis: one-way cut {src} -> {dst}")
+        at = self.s.event(f"nemesis: one-way cut {src} -> {dst}")
+        if leader in (src, dst):
+            self.s.failover_after(at, "one_way_cut")
+        return [src, dst]
+
+    def one_way_cut_at_leader(self) -> list[str]:
+        """Bytes one way between the leader and a follower swallowed, the direction drawn;
+        the failover is measured (``one_way_cut``)."""
+        leader = self._leader()
+        follower = self._follower(leader)
+        src, dst = (leader, follower) if self.rng.random() < 0.5 else (follower, leader)
+        self.s.brokers.cut_one_way(src, dst)
+        self.s.failover_after(self.s.event(f"nemesis: one-way cut {src} -> {dst} (leader {leader})"),
+                              "one_way_cut")
         return [src, dst]
 
     def latency(self) -> list[str]:

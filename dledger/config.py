@@ -76,7 +76,10 @@ class GroupConfig:
     retention_check_s: float = 60.0
     heartbeat_ms: int = 5
     election_timeout_ms: tuple[int, int] = (400, 1200)
-    leader_lease_ms: int = 2000
+    #: a leader that heard from no majority this long steps down and answers NOT_LEADER;
+    #: about one election timeout (docs/DURABILITY.md: chosen with election_timeout_ms, no
+    #: read or acknowledgement depends on it)
+    leader_lease_ms: int = 500
     connect_retry_ms: int = 300
     #: a node whose disk filled up writes again once this many bytes are free (hysteresis;
     #: at most a tenth of the file system counts: dledger.disk_guard)

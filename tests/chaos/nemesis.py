@@ -34,6 +34,7 @@ class Nemesis:
             "isolate_leader": self.isolate_leader, "isolate_follower": self.isolate_follower,
             "leader_cut_from_peers": self.leader_cut_from_peers, "one_way_cut": self.one_way_cut,
             "one_way_cut_at_leader": self.one_way_cut_at_leader,
+            "leader_unheard": self.leader_unheard, "leader_deaf": self.leader_deaf,
             "latency": self.latency, "client_resets": self.client_resets, "flap": self.flap,
             "lose_follower_disk": self.lose_follower_disk,
             "lose_follower_disk_then_kill_leader": self.lose_follower_disk_then_kill_leader,
@@ -41,8 +42,8 @@ class Nemesis:
         self._forgetful: set[str] = set()  # replicas that lost their disk this round
 
     #: the faults that hit the leader: every run injects one at least
-    LEADER_FAULTS = ("kill_leader", "isolate_leader", "leader_cut_from_peers",
-                     "lose_follower_disk_then_kill_leader")
+    LEADER_FAULTS = ("kill_leader", "isolate_leader", "leader_cut_from_peers", "leader_unheard",
+                     "leader_deaf", "lose_follower_disk_then_kill_leader")
 
     def run(self, duration: float, first: tuple[str, ...] = ()) -> list[str]:
         """Inject faults for ``duration`` seconds -- ``first`` in order, then random ones;
@@ -136,6 +137,28 @@ class Nemesis:
     def leader_cut_from_peers(self) -> list[str]:
         old = self.s.leader_fault(lambda leader: self.s.brokers.isolate(leader, clients=False),
                                   "nemesis: cut leader {leader} from its peers", "leader_cut_from_peers")
+        confirm.stepped_down(self.s, old)
+        return [old]
+
+    def leader_unheard(self) -> list[str]:
+        """Bytes from the leader to every peer swallowed (theirs to it still flow): the
+        others elect a leader, whose messages reach and depose the old one."""
+        def cut(leader: str) -> None:
+            for peer in self.s.brokers.names:
+                if peer != leader:
+                    self.s.brokers.cut_one_way(leader, peer)
+        old = self.s.leader_fault(cut, "nemesis: one-way cut {leader} -> every peer", "leader_unheard")
+        confirm.stepped_down(self.s, old)
+        return [old]
+
+    def leader_deaf(self) -> list[str]:
+        """Bytes from every peer to the leader swallowed (its own still flow): its peers
+        hear it, it hears no answer, and it steps down when its lease runs out."""
+        def cut(leader: str) -> None:
+            for peer in self.s.brokers.names:
+                if peer != leader:
+                    self.s.brokers.cut_one_way(peer, leader)
+        old = self.s.leader_fault(cut, "nemesis: one-way cut every peer -> {leader}", "leader_deaf")
         confirm.stepped_down(self.s, old)
         return [old]
 

@@ -3,11 +3,13 @@
 One scenario on a fresh group (the chaos harness: every link through Toxiproxy, the
 ordered idempotent workload, the verifier at the end). Rounds go through ``FAULTS`` in
 order -- kill -9 of the leader, the leader isolated (peers and clients), the leader cut
-from its peers while clients still reach it, and a one-way cut between the leader and a
-follower -- ``FAILOVER_ROUNDS`` times (env, default 2; the figures in docs/CHAOS.md come
-from 10). Each round injects the fault, measures the time to the first acknowledged send
-started after it (``Scenario.failover_after``, filed by fault type), heals, restarts what
-is down, waits until the nodes cut off caught up and sends are acknowledged again.
+from its peers while clients still reach it, a one-way cut between the leader and a
+follower, and one-way cuts between the leader and every peer (its bytes out swallowed:
+``leader_unheard``; its peers' bytes in: ``leader_deaf``) -- ``FAILOVER_ROUNDS`` times
+(env, default 2; the figures in docs/CHAOS.md come from 10). Each round injects the
+fault, measures the time to the first acknowledged send started after it
+(``Scenario.failover_after``, filed by fault type), heals, restarts what is down, waits
+until the nodes cut off caught up and sends are acknowledged again.
 
 The report's "failover s by fault" column gives max and median per type; no time is
 asserted (speed is a measurement). Asserted: the verifier's invariants (nothing lost,
@@ -26,7 +28,8 @@ from tests.chaos.nemesis import Nemesis
 from tests.chaos.scenario import Scenario
 
 ROUNDS = int(os.environ.get("FAILOVER_ROUNDS", "2"))
-FAULTS = ("kill_leader", "isolate_leader", "leader_cut_from_peers", "one_way_cut_at_leader")
+FAULTS = ("kill_leader", "isolate_leader", "leader_cut_from_peers", "one_way_cut_at_leader",
+          "leader_unheard", "leader_deaf")
 #: one round: the fault, its failover, healing, a restart and catch-up, 20 sends acknowledged
 ROUND_LIMIT_S = 40
 

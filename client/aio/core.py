@@ -43,7 +43,7 @@ log = logging.getLogger("client")
 
 READ_FROM = ("follower", "leader", "any")
 #: Retries of a write that found no leader pause at most this long (an election takes
-#: 0.4-1.2 s; a longer pause would add to the failover).
+#: 0.3-0.8 s; a longer pause would add to the failover).
 RETRY_CAP_S = 0.2
 #: A replica that timed out or dropped the connection is tried last for this long.
 SUSPECT_S = 10.0

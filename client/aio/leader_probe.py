@@ -28,9 +28,9 @@ from protocol.topic import GetRouteRequest, RouteResponse
 __all__ = ["PROBE_AFTER_S", "PROBE_EVERY_S", "LeaderProbe"]
 
 #: A write unanswered this long has the other replicas asked who leads: about the
-#: election timeout's lower bound (dledger ``election_timeout_ms`` = 400-1200 ms). A
+#: election timeout's lower bound (dledger ``election_timeout_ms`` = 300-800 ms). A
 #: commit takes milliseconds; a write waiting this long waits on a leader in trouble.
-PROBE_AFTER_S = 0.4
+PROBE_AFTER_S = 0.3
 #: Asked again this often while the write still waits and no newer leader was named.
 PROBE_EVERY_S = 0.15
 #: One probe's answers are shared by the requests that ask within this long.

@@ -19,7 +19,10 @@ election the faults did not cause is a flapping leader.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -28,6 +31,8 @@ from tests.chaos.nemesis import Nemesis
 from tests.chaos.scenario import Scenario
 
 ROUNDS = int(os.environ.get("FAILOVER_ROUNDS", "2"))
+#: [raft] settings over the defaults, to measure others: FAILOVER_RAFT='{"leader_lease_ms": 300}'
+RAFT_SETTINGS = json.loads(os.environ.get("FAILOVER_RAFT", "{}"))
 FAULTS = ("kill_leader", "isolate_leader", "leader_cut_from_peers", "one_way_cut_at_leader",
           "leader_unheard", "leader_deaf")
 #: one round: the fault, its failover, healing, a restart and catch-up, 20 sends acknowledged
@@ -38,7 +43,9 @@ pytestmark = [pytest.mark.chaos, pytest.mark.cluster,
 
 
 def test_failover_by_fault_type(make_scenario: Callable[..., Scenario]) -> None:
-    s = make_scenario(send_timeout=10.0).start()
+    s = make_scenario(send_timeout=10.0, raft_settings=RAFT_SETTINGS).start()
+    if RAFT_SETTINGS:
+        s.notes.append(f"[raft] settings: {RAFT_SETTINGS}")
     nemesis = Nemesis(s)
     injected = 0
     for round_no in range(ROUNDS):
@@ -54,3 +61,31 @@ def test_failover_by_fault_type(make_scenario: Callable[..., Scenario]) -> None:
     s.workload.wait_more_acked(200, 30)
     s.finish()
     assert rises <= injected, f"{rises} term rises for {injected} faults: elections the faults did not cause"
+
+
+#: CPU burners beside the group in the calm test: with the load of the other work on the
+#: box, more runnable processes than cores (what the CI suite does to the brokers)
+BURNERS = 2
+CALM_ACKS = 6000
+
+
+def test_no_elections_without_faults_under_cpu_load(make_scenario: Callable[..., Scenario]) -> None:
+    """The short election timeouts and lease must not depose a healthy leader on a busy
+    machine: ``CALM_ACKS`` sends acknowledged beside ``BURNERS`` busy processes, no fault,
+    and the term does not move (a term rise here is a flapping election)."""
+    s = make_scenario(raft_settings=RAFT_SETTINGS).start()
+    terms_before = set(s.workload.terms)
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(BURNERS)]
+    try:
+        s.event(f"{BURNERS} CPU burners started (pids {[p.pid for p in burners]})")
+        s.workload.wait_more_acked(CALM_ACKS, 180, f"{CALM_ACKS} sends acknowledged under CPU load")
+    finally:
+        for p in burners:
+            p.kill()
+            p.wait(10)
+    s.event("CPU burners stopped")
+    terms = s.workload.terms
+    s.confirmed.append(f"terms seen {sorted(terms)} (before the load: {sorted(terms_before)})")
+    s.workload.wait_more_acked(100, 30)
+    s.finish()
+    assert max(terms) == min(terms), f"the term rose without a fault under load: {sorted(terms)}"

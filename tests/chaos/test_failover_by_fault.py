@@ -33,8 +33,10 @@ from tests.chaos.scenario import Scenario
 ROUNDS = int(os.environ.get("FAILOVER_ROUNDS", "2"))
 #: [raft] settings over the defaults, to measure others: FAILOVER_RAFT='{"leader_lease_ms": 300}'
 RAFT_SETTINGS = json.loads(os.environ.get("FAILOVER_RAFT", "{}"))
-FAULTS = ("kill_leader", "isolate_leader", "leader_cut_from_peers", "one_way_cut_at_leader",
-          "leader_unheard", "leader_deaf")
+#: the fault kinds, in order (FAILOVER_FAULTS=kill_leader,leader_deaf picks some)
+FAULTS = tuple(os.environ.get("FAILOVER_FAULTS", "").split(",")) if os.environ.get("FAILOVER_FAULTS") else (
+    "kill_leader", "isolate_leader", "leader_cut_from_peers", "one_way_cut_at_leader", "leader_unheard",
+    "leader_deaf")
 #: one round: the fault, its failover, healing, a restart and catch-up, 20 sends acknowledged
 ROUND_LIMIT_S = 40
 

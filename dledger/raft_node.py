@@ -11,7 +11,7 @@ Configuration closes the remaining defects: log compaction is off (no snapshot i
 no holes after catch-up -- a lagging follower is fed from the log itself), every entry is
 below ``MAX_ENTRY_BYTES`` which is far below ``appendEntriesBatchSizeBytes`` (no chunked
 transmission), and ``leaderFallbackTimeout`` is the leader lease (an isolated leader steps
-down after ``leader_lease_ms``, default 2 s).
+down after ``leader_lease_ms``, default 0.3 s).
 """
 
 from __future__ import annotations

@@ -4,7 +4,10 @@ of reaching a group -- writes to its leader, reads from the replica ``read_from`
 ``leader_request`` follows NOT_LEADER answers at once and retries NO_LEADER, lost
 connections, timeouts and unknown outcomes with backoff until its deadline; DISK_FULL
 (the leader answers, but members' disks are full) is retried at the same leader, and is
-what the caller gets at the deadline. Every
+what the caller gets at the deadline. A write left unanswered for about an election
+timeout has the other replicas asked who leads (``client.aio.leader_probe``); when one
+names another leader at the newest term the write is resent there at once -- no fixed
+attempt timeout stands between a failover and the client (issue 35). Every
 write the client makes is safe to repeat (idempotent sends carry producer id and
 sequence; offsets and topic configs are set, not added), so a retry after an unknown
 outcome never duplicates anything.
@@ -22,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 import mmh3
 
 from client.aio.connection import ConnectionPool
+from client.aio.leader_probe import PROBE_AFTER_S, PROBE_EVERY_S, LeaderProbe
 from client.aio.routes import RouteBook, default_namesrv
 from client.backoff import Deadline, backoff_delays
 from client.credentials import Credentials
@@ -38,9 +42,9 @@ __all__ = ["READ_FROM", "ClientCore"]
 log = logging.getLogger("client")
 
 READ_FROM = ("follower", "leader", "any")
-#: One write attempt waits at most this long (a commit takes milliseconds; longer means
-#: the node is cut off or gone, and another replica may lead by now).
-WRITE_ATTEMPT_S = 3.0
+#: Retries of a write that found no leader pause at most this long (an election takes
+#: 0.3-0.8 s; a longer pause would add to the failover).
+RETRY_CAP_S = 0.2
 #: A replica that timed out or dropped the connection is tried last for this long.
 SUSPECT_S = 10.0
 #: A replica that answered a read while knowing no leader is read last for this long.
@@ -67,6 +71,8 @@ class ClientCore:
         self.on_check_transaction: Callable[[str, CheckTransactionRequest], None] | None = None
         self._suspects: dict[str, float] = {}  # address -> until (monotonic): timed out lately
         self._leaderless: dict[str, float] = {}  # address -> until: answered a read knowing no leader
+        self._probe = LeaderProbe(lambda address, request, timeout: self.pool.call(address, request, timeout),
+                                  self.routes.dial)
 
     def _on_request(self, address: str, frame: Frame) -> None:
         try:
@@ -83,7 +89,7 @@ class ClientCore:
                              topic: str | None = None) -> Frame:
         """Send a write to ``group``'s leader, following redirects and retrying retriable
         failures until ``deadline``. Raises the last error when the deadline passes."""
-        delays = backoff_delays(first=0.05, cap=0.5)
+        delays = backoff_delays(first=0.05, cap=RETRY_CAP_S)
         last: ClientError | None = None
         tried: list[str] = []
         redirects = 0
@@ -102,8 +108,17 @@ class ClientCore:
                 tried.clear()
                 address = candidates[0]
             try:
-                timeout = max(0.05, min(self.request_timeout, WRITE_ATTEMPT_S, deadline.remaining()))
-                return await self.pool.request(address, request, timeout=timeout)
+                reply, newer = await self._attempt(group, topic, address, request, deadline)
+                if reply is not None:
+                    return reply
+                assert newer is not None
+                self.routes.set_leader(group, newer)  # named at the newest term: resend there now
+                self._suspects[address] = time.monotonic() + SUSPECT_S
+                self._suspects.pop(self.routes.leader(group) or "", None)
+                tried.clear()
+                log.info("%s did not answer a write for %s; the other replicas name %s: resent there",
+                         address, group, newer)
+                continue
             except NotLeaderError as e:
                 last = e
                 if e.leader and e.leader != address:
@@ -136,6 +151,34 @@ class ClientCore:
                 assert last is not None
                 raise last
             await asyncio.sleep(min(next(delays), deadline.remaining()))
+
+    async def _attempt(self, group: str, topic: str | None, address: str, request: Request,
+                       deadline: Deadline) -> tuple[Frame | None, str | None]:
+        """One write to ``address``: (its answer, None), or (None, the leader the other
+        replicas name) when it waited ``PROBE_AFTER_S`` and they name another one at the
+        newest term (the write is abandoned: its outcome is unknown, a resend is safe).
+        Raises what the request raises (its timeout: the client's ``request_timeout``)."""
+        timeout = max(0.05, min(self.request_timeout, deadline.remaining()))
+        pending = asyncio.ensure_future(self.pool.request(address, request, timeout=timeout))
+        wait = PROBE_AFTER_S
+        try:
+            while True:
+                done, _ = await asyncio.wait({pending}, timeout=wait)
+                if done:
+                    return pending.result(), None
+                wait = PROBE_EVERY_S
+                probe_topic = topic or self.routes.topic_of(group)
+                if probe_topic is None:
+                    return await pending, None  # nothing to ask the others about
+                newer = await self._probe.newer_leader(group, probe_topic, self.routes.replicas(group),
+                                                       address, timeout=PROBE_AFTER_S)
+                if pending.done():
+                    return pending.result(), None
+                if newer is not None:
+                    return None, newer
+        finally:
+            if not pending.done():
+                pending.cancel()
 
     def read_replicas(self, group: str, read_from: str, affinity: str = "") -> list[str]:
         """Replicas to read from, best first: "follower" -- the followers only (spread by

@@ -268,6 +268,18 @@ class RouteBook:
         rest = [a for a in self.replicas(group) if a != leader]
         return ([leader] if leader else []) + rest
 
+    def dial(self, address: str) -> str:
+        """The address to connect to for ``address`` as a broker gives it (``address_map``)."""
+        return self._map.get(address, address)
+
+    def topic_of(self, group: str) -> str | None:
+        """A topic with queues in ``group`` whose route this book holds (to ask the group's
+        replicas for its route), or None."""
+        for topic, route in self._routes.items():
+            if any(g.group == group for g in route.groups):
+                return topic
+        return None
+
     def static_servers(self) -> list[str]:
         """The nodes given as ``servers`` (mapped), when there is no name server."""
         return [self._map.get(a, a) for a in self._servers]

@@ -134,12 +134,16 @@ def make_scenario(request: pytest.FixtureRequest, tmp_path: Path, toxi: Toxi, ch
     made: list[Scenario] = []
 
     def make(*, retention: bool | dict[str, object] = False, spare: int = 0, entry: str = "broker",
-             tls: bool = False, acl: bool = False, **options: object) -> Scenario:
+             tls: bool = False, acl: bool = False, raft_settings: dict[str, object] | None = None,
+             **options: object) -> Scenario:
         """``retention``: True for RETENTION, or a dict of [raft] settings over it; ``spare``:
         nodes laid out to be added to the group; ``entry``: the module the nodes run;
         ``tls``: the client ports serve TLS; ``acl``: users and ACLs on, the workload's
-        clients authenticate (``ChaosBrokers``)."""
+        clients authenticate (``ChaosBrokers``); ``raft_settings``: [raft] settings over
+        the defaults (e.g. election timeouts being measured)."""
         raft = {**RETENTION, **(retention if isinstance(retention, dict) else {})} if retention else None
+        if raft_settings:
+            raft = {**(raft or {}), **raft_settings}
         brokers = ChaosBrokers(tmp_path / f"brokers{len(made)}", toxi, raft, spare=spare, entry=entry,
                                tls=tls, acl=acl)
         if retention:

@@ -33,6 +33,8 @@ class Nemesis:
             "kill_leader": self.kill_leader, "kill_follower": self.kill_follower,
             "isolate_leader": self.isolate_leader, "isolate_follower": self.isolate_follower,
             "leader_cut_from_peers": self.leader_cut_from_peers, "one_way_cut": self.one_way_cut,
+            "one_way_cut_at_leader": self.one_way_cut_at_leader,
+            "leader_unheard": self.leader_unheard, "leader_deaf": self.leader_deaf,
             "latency": self.latency, "client_resets": self.client_resets, "flap": self.flap,
             "lose_follower_disk": self.lose_follower_disk,
             "lose_follower_disk_then_kill_leader": self.lose_follower_disk_then_kill_leader,
@@ -40,8 +42,8 @@ class Nemesis:
         self._forgetful: set[str] = set()  # replicas that lost their disk this round
 
     #: the faults that hit the leader: every run injects one at least
-    LEADER_FAULTS = ("kill_leader", "isolate_leader", "leader_cut_from_peers",
-                     "lose_follower_disk_then_kill_leader")
+    LEADER_FAULTS = ("kill_leader", "isolate_leader", "leader_cut_from_peers", "leader_unheard",
+                     "leader_deaf", "lose_follower_disk_then_kill_leader")
 
     def run(self, duration: float, first: tuple[str, ...] = ()) -> list[str]:
         """Inject faults for ``duration`` seconds -- ``first`` in order, then random ones;
@@ -117,7 +119,7 @@ class Nemesis:
         return self.rng.choice([n for n in self.s.brokers.names if n != leader])
 
     def kill_leader(self) -> list[str]:
-        self.s.leader_fault(self.s.brokers.kill, "nemesis: kill -9 leader {leader}")
+        self.s.leader_fault(self.s.brokers.kill, "nemesis: kill -9 leader {leader}", "kill_leader")
         return []
 
     def kill_follower(self) -> list[str]:
@@ -127,13 +129,36 @@ class Nemesis:
         return []
 
     def isolate_leader(self) -> list[str]:
-        old = self.s.leader_fault(self.s.brokers.isolate, "nemesis: isolate leader {leader}")
+        old = self.s.leader_fault(self.s.brokers.isolate, "nemesis: isolate leader {leader}",
+                                  "isolate_leader")
         confirm.stepped_down(self.s, old)
         return [old]
 
     def leader_cut_from_peers(self) -> list[str]:
         old = self.s.leader_fault(lambda leader: self.s.brokers.isolate(leader, clients=False),
-                                  "nemesis: cut leader {leader} from its peers")
+                                  "nemesis: cut leader {leader} from its peers", "leader_cut_from_peers")
+        confirm.stepped_down(self.s, old)
+        return [old]
+
+    def leader_unheard(self) -> list[str]:
+        """Bytes from the leader to every peer swallowed (theirs to it still flow): the
+        others elect a leader, whose messages reach and depose the old one."""
+        def cut(leader: str) -> None:
+            for peer in self.s.brokers.names:
+                if peer != leader:
+                    self.s.brokers.cut_one_way(leader, peer)
+        old = self.s.leader_fault(cut, "nemesis: one-way cut {leader} -> every peer", "leader_unheard")
+        confirm.stepped_down(self.s, old)
+        return [old]
+
+    def leader_deaf(self) -> list[str]:
+        """Bytes from every peer to the leader swallowed (its own still flow): its peers
+        hear it, it hears no answer, and it steps down when its lease runs out."""
+        def cut(leader: str) -> None:
+            for peer in self.s.brokers.names:
+                if peer != leader:
+                    self.s.brokers.cut_one_way(peer, leader)
+        old = self.s.leader_fault(cut, "nemesis: one-way cut every peer -> {leader}", "leader_deaf")
         confirm.stepped_down(self.s, old)
         return [old]
 
@@ -144,9 +169,25 @@ class Nemesis:
         return [follower]
 
     def one_way_cut(self) -> list[str]:
+        """Bytes one way between two replicas swallowed; when one of them leads, the time to
+        the next acknowledged send is its failover (``one_way_cut``)."""
         src, dst = self.rng.sample(self.s.brokers.names, 2)
+        leader = self._leader()
         self.s.brokers.cut_one_way(src, dst)
-        self.s.event(f"nemesis: one-way cut {src} -> {dst}")
+        at = self.s.event(f"nemesis: one-way cut {src} -> {dst}")
+        if leader in (src, dst):
+            self.s.failover_after(at, "one_way_cut")
+        return [src, dst]
+
+    def one_way_cut_at_leader(self) -> list[str]:
+        """Bytes one way between the leader and a follower swallowed, the direction drawn;
+        the failover is measured (``one_way_cut``)."""
+        leader = self._leader()
+        follower = self._follower(leader)
+        src, dst = (leader, follower) if self.rng.random() < 0.5 else (follower, leader)
+        self.s.brokers.cut_one_way(src, dst)
+        self.s.failover_after(self.s.event(f"nemesis: one-way cut {src} -> {dst} (leader {leader})"),
+                              "one_way_cut")
         return [src, dst]
 
     def latency(self) -> list[str]:

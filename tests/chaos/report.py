@@ -24,6 +24,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 COLUMNS = [
     ("scenario", "scenario"), ("acked", "acked"), ("lost", "lost"), ("duplicated", "dup"),
     ("out_of_order", "out of order"), ("unknown", "unknown (stored)"), ("failover_s", "failover s"),
+    ("failover_by_fault", "failover s by fault"),
     ("catch_up_s", "catch-up s"), ("max_stall_s", "send stall s"), ("consume_lag_s", "max consume lag s"),
     ("elections", "term rises"), ("confirmed", "fault confirmed"),
     ("checks", "digests / CQ units / monitor samples"),
@@ -48,6 +49,9 @@ def _cell(row: dict[str, Any], key: str) -> str:
     value = row.get(key)
     if key in ("failover_s", "catch_up_s"):
         return _times(list(value or []))
+    if key == "failover_by_fault":
+        by_kind = sorted((value or {}).items())
+        return "; ".join(f"{kind} {_times(list(times))}" for kind, times in by_kind) or "-"
     if key == "checks":
         c = value or {}
         return f"{c.get('digest indexes', '-')} / {c.get('CQ units', '-')} / {c.get('monitor samples', '-')}"

@@ -108,6 +108,8 @@ class Scenario:
                                         rate=rate, read_from=read_from, send_timeout=send_timeout,
                                         pad=pad)
         self.failovers: list[float] = []
+        #: fault kind -> its failovers (``failover_after(kind=...)``); the report's by-fault column
+        self.failovers_by_fault: dict[str, list[float]] = {}
         self.catch_ups: list[float] = []
         self.events: list[tuple[float, str]] = []
         self.started = time.monotonic()
@@ -145,19 +147,22 @@ class Scenario:
     def leader(self, among: list[str] | None = None) -> str:
         return self.brokers.leader(timeout=30, among=among)
 
-    def leader_fault(self, fault: Callable[[str], object], what: str) -> str:
+    def leader_fault(self, fault: Callable[[str], object], what: str, kind: str = "") -> str:
         """Apply ``fault`` to the leader, log ``what`` (``{leader}`` stands for its name) and
-        measure the failover (``failover_after``); returns the old leader's name."""
+        measure the failover (``failover_after``, filed under ``kind``); returns the old
+        leader's name."""
         leader = self.leader()
         fault(leader)
-        self.failover_after(self.event(what.format(leader=leader)))
+        self.failover_after(self.event(what.format(leader=leader)), kind)
         return leader
 
-    def failover_after(self, fault_at: float) -> float:
+    def failover_after(self, fault_at: float, kind: str = "") -> float:
         """Seconds from ``fault_at`` to the first acknowledgement of a send started after it;
-        recorded. Fails past FAILOVER_LIMIT_S."""
+        recorded (also under ``kind`` when given). Fails past FAILOVER_LIMIT_S."""
         took = self.workload.first_ack_of_send_started_after(fault_at, FAILOVER_LIMIT_S)
         self.failovers.append(round(took, 3))
+        if kind:
+            self.failovers_by_fault.setdefault(kind, []).append(round(took, 3))
         self.event(f"first acknowledged send {took:.2f}s after the fault")
         return took
 
@@ -348,7 +353,8 @@ class Scenario:
         stall = self._max_stall()
         row: dict[str, Any] = {
             "scenario": self.name, "seed": self.seed, **figures,
-            "failover_s": self.failovers, "catch_up_s": self.catch_ups, "max_stall_s": stall,
+            "failover_s": self.failovers, "failover_by_fault": self.failovers_by_fault,
+            "catch_up_s": self.catch_ups, "max_stall_s": stall,
             "consume_lag_s": self._consume_lag(),
             "elections": (max(terms) - min(terms)) if terms else None,
             "invariants": ("violated (expected)" if self.expect_violation else "VIOLATED")

@@ -1,4 +1,5 @@
-"""PySpark Python Data Source ``raftmq``: batch and Structured Streaming reads from followers.
+"""PySpark Python Data Source ``raftmq``: batch and Structured Streaming reads from followers,
+and writes (the sink: ``spark.sink``).
 
     from spark.datasource import register
     register(session)   # once per SparkSession
@@ -28,7 +29,14 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -62,6 +70,8 @@ from spark.planning import (
     plan_ranges,
 )
 from spark.range_reader import read_columns
+from spark.sink import RaftMQBatchWriter, RaftMQStreamWriter, check_sink_schema
+from spark.sink_options import parse_sink_options
 
 __all__ = ["LOCAL_CONF", "SCHEMA", "RaftMQDataSource", "local_session", "register"]
 
@@ -141,6 +151,16 @@ class RaftMQDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         _check_schema(schema)
         return RaftMQStreamReader(parse_options(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        opts = parse_sink_options(self.options)
+        check_sink_schema(schema, opts)
+        return RaftMQBatchWriter(opts)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        opts = parse_sink_options(self.options)
+        check_sink_schema(schema, opts)
+        return RaftMQStreamWriter(opts)
 
 
 class RaftMQBatchReader(DataSourceReader):

@@ -26,8 +26,8 @@ class SinkOptions:
     topic: str | None = None          # None: every row names its topic (column ``topic``)
     namesrv: tuple[str, ...] = ()
     servers: tuple[str, ...] = ()
-    #: messages of one queue per SEND_BATCH request (records of <= 48 KiB inside it)
-    request_messages: int = 1024
+    #: messages of one queue per SEND_BATCH request (at most ~1 MiB; records of <= 48 KiB in it)
+    request_messages: int = 2048
     #: requests in flight per partition (one per queue at a time: sequence order)
     in_flight: int = 8
     write_timeout_s: float = 60.0
@@ -61,7 +61,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         raise OptionError("give exactly one of the options namesrv ('host:port[,host:port]', the name "
                           "servers) or servers ('host:port,host:port,...', the nodes of one broker group)")
     user, password = _credentials(opts)
-    messages = _positive_int(opts, "requestmessages", "requestMessages", 1024, 2048)
+    messages = _positive_int(opts, "requestmessages", "requestMessages", 2048, 2048)
     in_flight = _positive_int(opts, "maxinflight", "maxInFlight", 8, 64)
     write_ms = _positive_int(opts, "writetimeoutms", "writeTimeoutMs", 60_000)
     timeout_ms = _positive_int(opts, "requesttimeoutms", "requestTimeoutMs", 10_000)

@@ -5,7 +5,7 @@ sent to each queue's leader, on a Python worker. Pure asyncio + pyarrow (no pysp
     │                                 the same as AsyncProducer.send(shard_key=...)),
     │                                 no key ─▶ runs of ``request_messages`` rows per queue,
     │                                 in turn over the topic's writable queues
-    └▶ per queue: requests of ``request_messages`` messages, cut into records of
+    └▶ per queue: requests of ``request_messages`` messages or ~1 MiB, cut into records of
        <= RECORD_BYTES (a delayed message alone), producer id ``producer_id``, sequences
        0, 1, 2 ... per queue ─▶ SEND_BATCH to the group's leader (ClientCore.leader_request:
        redirects and retriable failures resent unchanged until ``writeTimeoutMs``)
@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from client.aio.core import ClientCore
 from client.aio.outgoing import record_size
-from client.aio.queue_sender import RECORD_BYTES
+from client.aio.queue_sender import BATCH_MAX_BYTES, RECORD_BYTES
 from client.aio.routes import PERM_WRITE
 from client.backoff import Deadline
 from client.errors import ClientError, broker_error
@@ -51,6 +51,8 @@ __all__ = ["SINK_COLUMNS", "WriteSummary", "rows_of", "write_partition"]
 #: the option gives it.
 SINK_COLUMNS = ("topic", "body", "tags", "keys", "properties", "shard_key", "deliver_at_ms", "delay_level")
 _SUCCESS = int(ResponseCode.SUCCESS)
+#: A request is sent once its messages reach this many bytes (or ``requestMessages``).
+_REQUEST_BYTES = BATCH_MAX_BYTES - RECORD_BYTES
 
 
 @dataclass
@@ -89,18 +91,20 @@ def rows_of(batch: pa.RecordBatch, topic: str | None) -> Iterator[tuple[Message,
                        tuple(keys[i] or ()), dict(p) if p else {}, level[i], at[i]), shard[i])
 
 
-def _msg_id(producer_id: str, queue: MessageQueue, seq: int) -> bytes:
-    prefix = hashlib.blake2b(f"{producer_id}\0{queue.topic}\0{queue.group}\0{queue.queue_id}".encode(),
-                             digest_size=8).digest()
-    return prefix + seq.to_bytes(8, "big")
+def _id_prefix(producer_id: str, queue: MessageQueue) -> bytes:
+    """The first 8 bytes of the ids of ``producer_id``'s messages on ``queue`` (then the sequence)."""
+    return hashlib.blake2b(f"{producer_id}\0{queue.topic}\0{queue.group}\0{queue.queue_id}".encode(),
+                           digest_size=8).digest()
 
 
 class _QueueLine:
     """One queue's pending messages, next sequence and last request (sequence order)."""
 
-    def __init__(self, queue: MessageQueue) -> None:
+    def __init__(self, queue: MessageQueue, producer_id: str) -> None:
         self.queue = queue
+        self.id_prefix = _id_prefix(producer_id, queue)
         self.pending: list[Message] = []
+        self.pending_bytes = 0
         self.next_seq = 0
         self.tail: asyncio.Task[None] | None = None
 
@@ -134,10 +138,11 @@ class _PartitionWriter:
             self._unkeyed += 1
         line = self._lines.get(queue)
         if line is None:
-            line = self._lines[queue] = _QueueLine(queue)
+            line = self._lines[queue] = _QueueLine(queue, self.producer_id)
         line.pending.append(message)
+        line.pending_bytes += record_size(message)
         self.summary.rows += 1
-        if len(line.pending) >= self.opts.request_messages:
+        if len(line.pending) >= self.opts.request_messages or line.pending_bytes >= _REQUEST_BYTES:
             await self._flush(line)
 
     async def _flush(self, line: _QueueLine) -> None:
@@ -148,7 +153,7 @@ class _PartitionWriter:
             for task in done:
                 task.result()  # a failed request fails the write now
         records, count = self._records(line), len(line.pending)
-        line.pending = []
+        line.pending, line.pending_bytes = [], 0
         task = asyncio.get_running_loop().create_task(self._send(line.tail, line.queue, records, count))
         line.tail = task
         self._tasks.add(task)
@@ -165,7 +170,7 @@ class _PartitionWriter:
             nonlocal run, size
             if run:
                 base = line.next_seq
-                ids = [_msg_id(self.producer_id, line.queue, base + i) for i in range(len(run))]
+                ids = [line.id_prefix + (base + i).to_bytes(8, "big") for i in range(len(run))]
                 records.append(encode_batch(run, line.queue.queue_id, ids, int(time.time() * 1000),
                                             self.producer_id, base))
                 line.next_seq += len(run)

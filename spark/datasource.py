@@ -17,8 +17,8 @@ Every method here runs in a Python process of Spark's (driver-side planner proce
 the streaming source runner, the executors' workers): nothing unpicklable is kept on
 ``self``; each ``read`` opens its own client and loop (``spark.range_reader.read_columns``).
 
-Streaming offsets are ``{"<group>": {"<queue id>": next offset}}`` in the checkpoint;
-``commit`` has nothing to do (the checkpoint is the source of truth). A queue added to
+Streaming offsets are ``{"<group>": {"<queue id>": next offset}}`` in the checkpoint, the
+source of truth; ``commit`` copies them to the consumer group ``groupId`` if given. A queue added to
 the topic while a query runs enters the offsets at its earliest offset and is read from
 the next micro-batch on.
 """
@@ -69,6 +69,7 @@ from spark.planning import (
     plan_batch,
     plan_ranges,
 )
+from spark.progress import commit_progress
 from spark.range_reader import read_columns
 from spark.sink import RaftMQBatchWriter, RaftMQStreamWriter, check_sink_schema
 from spark.sink_options import parse_sink_options
@@ -231,4 +232,5 @@ class RaftMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _read(self.opts, partition)
 
     def commit(self, end: dict) -> None:
-        pass
+        if self.opts.group_id is not None:  # a copy for `raftmq group progress`, best effort
+            commit_progress(self.opts, offsets_from_json(end))

@@ -28,7 +28,9 @@ from typing import Any, Literal
 
 from client.credentials import Credentials
 from client.tag_filter import SubscriptionError, TagSelector, parse_tags
+from protocol.names import InvalidName, validate_group
 from protocol.pull import MAX_PULL  # the broker's largest page
+from protocol.sql_filter import FilterSyntaxError, compile_filter
 from protocol.tls import ClientTls
 
 __all__ = ["EARLIEST", "LATEST", "OffsetSpec", "OptionError", "SourceOptions", "parse_offset_spec",
@@ -71,6 +73,8 @@ class SourceOptions:
     max_records_per_trigger: int | None = None
     max_records_per_partition: int = 100_000
     tags: str | None = None
+    sql_filter: str | None = None  # SQL92 over the properties, evaluated by the brokers
+    group_id: str | None = None    # streaming: progress committed to this consumer group
     pull_batch: int = MAX_PULL
     pipeline: int = 2
     arrow_batch_rows: int = 8192
@@ -198,6 +202,18 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             parse_tags(tags)
         except SubscriptionError as e:
             raise OptionError(f"option tags: {e}") from None
+    sql_filter = (opts.get("filter") or "").strip() or None
+    if sql_filter is not None:
+        try:
+            compile_filter(sql_filter)
+        except FilterSyntaxError as e:
+            raise OptionError(f"option filter: {e}") from None
+    group_id = (opts.get("groupid") or "").strip() or None
+    if group_id is not None:
+        try:
+            validate_group(group_id)
+        except InvalidName as e:
+            raise OptionError(f"option groupId: {e}") from None
     tls = _tls(opts)
     wait_ms = _positive_int(opts, "followerwaitms", "followerWaitMs", 30_000)
     timeout_ms = _positive_int(opts, "requesttimeoutms", "requestTimeoutMs", 10_000)
@@ -211,7 +227,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         max_records_per_trigger=_positive_int(opts, "maxrecordspertrigger", "maxRecordsPerTrigger", None),
         max_records_per_partition=_positive_int(opts, "maxrecordsperpartition", "maxRecordsPerPartition",
                                                 100_000) or 100_000,
-        tags=tags if tags is not None and parse_tags(tags).tags is not None else None,
+        tags=tags if tags is not None and parse_tags(tags).tags is not None else None, sql_filter=sql_filter,
+        group_id=group_id,
         pull_batch=_positive_int(opts, "pullbatch", "pullBatch", MAX_PULL, MAX_PULL) or MAX_PULL,
         pipeline=_positive_int(opts, "pipeline", "pipeline", 2, 8) or 2,
         arrow_batch_rows=_positive_int(opts, "arrowbatchrows", "arrowBatchRows", 8192) or 8192,

@@ -64,6 +64,7 @@ class RangeReader:
         self._wanted = selector.tags
         hashes = selector.hashes()
         self._hashes = None if hashes is None else tuple(hashes)
+        self._sql = opts.sql_filter  # the brokers answer the messages it selects in each record
         self.cursor = rng.start          # every message before it was received
         self.received = 0                # messages returned (after the tag filter)
         self.skipped = 0                 # messages of records that could not be read (pages.py)
@@ -82,7 +83,7 @@ class RangeReader:
 
     @property
     def filtered(self) -> bool:
-        return self._hashes is not None
+        return self._hashes is not None or self._sql is not None
 
     def _loop_time(self) -> float:
         return asyncio.get_running_loop().time()
@@ -122,7 +123,7 @@ class RangeReader:
         stripe = True if offset > self.cursor and not self.filtered else None
         request = PullRequest(topic=self.rng.topic, queue_id=self.rng.queue_id, offset=offset,
                               max_msgs=count, suspend_ms=int(suspend_s * 1000), tag_hashes=self._hashes,
-                              stripe=stripe)
+                              sql=self._sql, stripe=stripe)
         return asyncio.create_task(self._core.pool.request(
             self.address, request, timeout=suspend_s + self.opts.request_timeout_s, ok=_PULL_OK))
 

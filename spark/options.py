@@ -75,6 +75,7 @@ class SourceOptions:
     tags: str | None = None
     sql_filter: str | None = None  # SQL92 over the properties, evaluated by the brokers
     group_id: str | None = None    # streaming: progress committed to this consumer group
+    fail_on_data_loss: bool = True  # False: what retention removed is skipped with a WARNING
     pull_batch: int = MAX_PULL
     pipeline: int = 2
     arrow_batch_rows: int = 8192
@@ -208,6 +209,9 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             compile_filter(sql_filter)
         except FilterSyntaxError as e:
             raise OptionError(f"option filter: {e}") from None
+    lose = str(opts.get("failondataloss", "true")).strip().lower()
+    if lose not in ("true", "false"):
+        raise OptionError(f"option failOnDataLoss must be true or false, got {opts['failondataloss']!r}")
     group_id = (opts.get("groupid") or "").strip() or None
     if group_id is not None:
         try:
@@ -228,7 +232,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         max_records_per_partition=_positive_int(opts, "maxrecordsperpartition", "maxRecordsPerPartition",
                                                 100_000) or 100_000,
         tags=tags if tags is not None and parse_tags(tags).tags is not None else None, sql_filter=sql_filter,
-        group_id=group_id,
+        group_id=group_id, fail_on_data_loss=lose == "true",
         pull_batch=_positive_int(opts, "pullbatch", "pullBatch", MAX_PULL, MAX_PULL) or MAX_PULL,
         pipeline=_positive_int(opts, "pipeline", "pipeline", 2, 8) or 2,
         arrow_batch_rows=_positive_int(opts, "arrowbatchrows", "arrowBatchRows", 8192) or 8192,

@@ -68,6 +68,7 @@ class RangeReader:
         self.cursor = rng.start          # every message before it was received
         self.received = 0                # messages returned (after the tag filter)
         self.skipped = 0                 # messages of records that could not be read (pages.py)
+        self.lost = 0                    # messages retention removed (failOnDataLoss=false)
         self.address: str | None = None  # the replica being read
         self.served_by: set[str] = set()
         self._core: ClientCore | None = None
@@ -218,8 +219,16 @@ class RangeReader:
             next_offset = None if pulled is None else pulled.next_offset
             if reply.code == ResponseCode.PULL_OFFSET_MOVED and next_offset is not None \
                     and next_offset > offset:
-                raise DataLossError(f"{self.rng}: messages [{offset}, {next_offset}) are no longer retained "
-                                    f"by {self.address} (retention removed them)")
+                what = (f"{self.rng}: messages [{offset}, {next_offset}) are no longer retained by "
+                        f"{self.address} (retention removed them)")
+                if self.opts.fail_on_data_loss:
+                    raise DataLossError(f"{what}; failOnDataLoss=false skips them")
+                lost = min(next_offset, self.rng.end) - offset
+                log.warning("%s: %d messages skipped (failOnDataLoss=false)", what, lost)
+                self.lost += lost
+                self.cursor = min(next_offset, self.rng.end)
+                self._drop_inflight()
+                return None
             # PULL_NOT_FOUND / moved back / no topic yet: this replica has not applied the range yet
             self._drop_inflight()
             now = self._loop_time()
@@ -302,7 +311,7 @@ class RangeReader:
             await self._choose(f"{self.address} is behind")
 
     def _check_complete(self) -> None:
-        got = self.received + self.skipped
+        got = self.received + self.skipped + self.lost
         if self.cursor != self.rng.end or (not self.filtered and got != self.rng.count):
             raise RangeMismatchError(f"{self.rng}: received {self.received} messages (and skipped "
                                      f"{self.skipped}) up to offset {self.cursor}, expected exactly "

@@ -4,6 +4,7 @@ misbehave (a gap, a crash, a lag, retention)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -342,6 +343,30 @@ def test_retention_is_reported_as_data_loss(replicas: dict[str, FakeReplica]) ->
     replicas["f1"].min_offset = 100
     with pytest.raises(DataLossError, match=r"\[0, 100\)"):
         _read(replicas)
+
+
+def test_fail_on_data_loss_false_skips_what_retention_removed_and_says_how_many(
+        replicas: dict[str, FakeReplica], caplog: pytest.LogCaptureFixture) -> None:
+    replicas["f1"].min_offset = 100
+    replicas["f2"].min_offset = 100
+    with caplog.at_level("WARNING", logger="spark.raftmq"):
+        got = _read(replicas, failOnDataLoss="false")
+    assert got == list(range(100, 1000))
+    assert "100 messages skipped (failOnDataLoss=false)" in caplog.text
+    with pytest.raises(OptionError, match="failOnDataLoss"):
+        parse_options({"servers": "127.0.0.1:1", "topic": "t", "failOnDataLoss": "maybe"})
+
+
+def test_a_json_start_before_retention_starts_at_the_earliest_without_fail_on_data_loss() -> None:
+    from spark.planning import _resolve
+
+    b = QueueBounds(TOPIC, "g1", QUEUE, 100, 500, ("x",), ("x",))
+    spec = parse_options({"servers": "127.0.0.1:1", "topic": "t",
+                          "startingOffsets": json.dumps({"g1": {str(QUEUE): 40}})}).starting
+    assert spec is not None
+    with pytest.raises(DataLossError, match="no longer retained"):
+        _resolve(spec, b, EARLIEST, "startingOffsets")
+    assert _resolve(spec, b, EARLIEST, "startingOffsets", fail_on_data_loss=False) == (100, True)
 
 
 def test_tag_filter_covers_the_range_without_gaps(replicas: dict[str, FakeReplica]) -> None:

@@ -25,6 +25,7 @@ the next micro-batch on.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -180,6 +181,8 @@ class RaftMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self._target: Offsets | None = None         # Trigger.AvailableNow: never beyond
         self._bounds: list[QueueBounds] | None = None  # from the last latestOffset, for partitions
+        self._clock = time.monotonic
+        self._last_batch_at: float | None = None  # minOffsetsPerTrigger: when a batch last went
 
     def initialOffset(self) -> dict:
         return offsets_to_json(initial_offsets(self.opts))
@@ -211,7 +214,24 @@ class RaftMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end.setdefault(key, offset)
         if isinstance(limit, ReadMaxRows):
             end = admit(begin, end, limit.max_rows)
+        if self._wait_for_more(begin, end):
+            return offsets_to_json(begin)
         return offsets_to_json(end)
+
+    def _wait_for_more(self, begin: Offsets, end: Offsets) -> bool:
+        """minOffsetsPerTrigger: True while fewer new offsets than it are available and the last
+        batch went less than maxTriggerDelay ago (never under Trigger.AvailableNow)."""
+        now = self._clock()
+        if self._last_batch_at is None:
+            self._last_batch_at = now
+        least = self.opts.min_records_per_trigger
+        new = sum(end[k] - begin.get(k, end[k]) for k in end)
+        if least is not None and self._target is None and new < least \
+                and now - self._last_batch_at < self.opts.max_trigger_delay_s:
+            return True
+        if new > 0:
+            self._last_batch_at = now
+        return False
 
     def reportLatestOffset(self) -> dict | None:
         return None

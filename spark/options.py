@@ -71,6 +71,8 @@ class SourceOptions:
     starting: OffsetSpec | None = None      # None: the mode's default (batch earliest, stream latest)
     ending: OffsetSpec = OffsetSpec("latest")
     max_records_per_trigger: int | None = None
+    min_records_per_trigger: int | None = None  # a batch waits for this many new offsets ...
+    max_trigger_delay_s: float = 900.0          # ... at most this long after the last batch
     max_records_per_partition: int = 100_000
     tags: str | None = None
     sql_filter: str | None = None  # SQL92 over the properties, evaluated by the brokers
@@ -118,6 +120,22 @@ def _positive_int(opts: Mapping[str, str], key: str, name: str, default: int | N
         bound = f" and at most {maximum}" if maximum is not None else ""
         raise OptionError(f"option {name} must be > 0{bound}, got {value}")
     return value
+
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _duration_s(opts: Mapping[str, str], key: str, name: str, default: float) -> float:
+    """A duration: milliseconds, or a number with ms / s / m / h (``"15m"``)."""
+    raw = str(opts.get(key, "")).strip().lower()
+    if not raw:
+        return default
+    for unit in ("ms", "s", "m", "h"):
+        if raw.endswith(unit) and raw[:-len(unit)].strip().replace(".", "", 1).isdigit():
+            return float(raw[:-len(unit)]) * _UNITS[unit]
+    if raw.isdigit():
+        return int(raw) / 1000
+    raise OptionError(f"option {name} must be milliseconds or a duration like '30s' or '15m', got {raw!r}")
 
 
 def parse_offset_spec(value: str, name: str) -> OffsetSpec:
@@ -229,6 +247,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         starting=parse_offset_spec(starting, "startingOffsets") if starting else None,
         ending=parse_offset_spec(ending, "endingOffsets") if ending else OffsetSpec("latest"),
         max_records_per_trigger=_positive_int(opts, "maxrecordspertrigger", "maxRecordsPerTrigger", None),
+        min_records_per_trigger=_positive_int(opts, "minoffsetspertrigger", "minOffsetsPerTrigger", None),
+        max_trigger_delay_s=_duration_s(opts, "maxtriggerdelay", "maxTriggerDelay", 900.0),
         max_records_per_partition=_positive_int(opts, "maxrecordsperpartition", "maxRecordsPerPartition",
                                                 100_000) or 100_000,
         tags=tags if tags is not None and parse_tags(tags).tags is not None else None, sql_filter=sql_filter,

@@ -422,3 +422,32 @@ def test_stream_offsets_never_go_back_admit_and_stop_at_the_available_now_target
     assert sum(b.num_rows for b in batches) == 490
     assert batches[0].column("queue_offset")[0].as_py() == 10
     assert replicas["leader"].pulls == 0 and replicas["leader"].searches == 0
+
+
+def test_min_offsets_per_trigger_waits_for_enough_new_offsets_up_to_max_trigger_delay(
+        replicas: dict[str, FakeReplica]) -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from spark.datasource import RaftMQStreamReader
+
+    servers = ",".join(r.address for r in replicas.values())
+    r = RaftMQStreamReader(parse_options({"servers": servers, "topic": TOPIC, "minOffsetsPerTrigger": "600",
+                                          "maxTriggerDelay": "30s"}))
+    now = [100.0]
+    r._clock = lambda: now[0]
+    assert r.opts.max_trigger_delay_s == 30.0
+    start = {"g1": {"0": 500}}  # 500 new offsets available (the replicas hold 1000)
+    assert r.latestOffset(start, ReadAllAvailable()) == start  # fewer than 600: no batch yet
+    now[0] += 29.0
+    assert r.latestOffset(start, ReadAllAvailable()) == start
+    now[0] += 1.0  # maxTriggerDelay since the last batch: what there is goes
+    assert r.latestOffset(start, ReadAllAvailable()) == {"g1": {"0": 1000}}
+    assert r.latestOffset({"g1": {"0": 300}}, ReadAllAvailable()) == {"g1": {"0": 1000}}  # 700 >= 600
+    now[0] += 5.0
+    assert r.latestOffset(start, ReadAllAvailable()) == start  # the delay counts from that batch
+    r.prepareForTriggerAvailableNow()  # availableNow never waits
+    assert r.latestOffset(start, ReadAllAvailable()) == {"g1": {"0": 1000}}
+    with pytest.raises(OptionError, match="maxTriggerDelay"):
+        parse_options({"servers": servers, "topic": TOPIC, "maxTriggerDelay": "soon"})
+    ms = parse_options({"servers": servers, "topic": TOPIC, "maxTriggerDelay": "1500"})
+    assert ms.max_trigger_delay_s == 1.5

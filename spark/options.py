@@ -34,7 +34,7 @@ from protocol.sql_filter import FilterSyntaxError, compile_filter
 from protocol.tls import ClientTls
 
 __all__ = ["EARLIEST", "LATEST", "OffsetSpec", "OptionError", "SourceOptions", "parse_offset_spec",
-           "parse_options"]
+           "parse_options", "parse_timestamps_spec"]
 
 READ_FROM = ("follower", "leader", "any")
 EARLIEST = -2
@@ -49,9 +49,10 @@ class OptionError(ValueError):
 class OffsetSpec:
     """Where reading starts or ends: ``kind`` earliest / latest / timestamp / per-queue."""
 
-    kind: Literal["earliest", "latest", "timestamp", "queues"]
+    kind: Literal["earliest", "latest", "timestamp", "queues", "timestamps"]
     timestamp_ms: int | None = None
-    #: kind "queues": (group, queue id) -> offset, or EARLIEST / LATEST
+    #: kind "queues": (group, queue id) -> offset, or EARLIEST / LATEST; kind "timestamps":
+    #: (group, queue id) -> store timestamp ms (``startingOffsetsByTimestamp``)
     queues: tuple[tuple[tuple[str, int], int], ...] = ()
 
     def for_queue(self, group: str, queue_id: int) -> int | None:
@@ -166,6 +167,21 @@ def parse_offset_spec(value: str, name: str) -> OffsetSpec:
     return OffsetSpec("timestamp", timestamp_ms=int(when.timestamp() * 1000))
 
 
+def parse_timestamps_spec(value: str, name: str) -> OffsetSpec:
+    """``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp``: JSON per queue of store
+    timestamps in ms, ``{"g1": {"0": 1764300000000}}``."""
+    try:
+        doc = json.loads(value)
+    except ValueError as e:
+        raise OptionError(f"option {name}: not valid JSON ({e}): {value!r}") from None
+    queues = _queue_offsets(doc, name)
+    for (group, qid), ms in queues:
+        if ms < 0:
+            raise OptionError(f"option {name}: queue {group}#{qid} has timestamp {ms} "
+                              "(ms since the epoch, >= 0)")
+    return OffsetSpec("timestamps", queues=queues)
+
+
 def _queue_offsets(doc: object, name: str) -> tuple[tuple[tuple[str, int], int], ...]:
     shape = f'option {name}: JSON offsets are {{"<broker group>": {{"<queue id>": offset}}}}'
     if not isinstance(doc, dict):
@@ -215,6 +231,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         raise OptionError(f"option readFrom must be one of {', '.join(READ_FROM)}, got {read_from!r}")
     starting = opts.get("startingoffsets")
     ending = opts.get("endingoffsets")
+    by_time = {k: opts.get(f"{k.lower()}bytimestamp") for k in ("startingOffsets", "endingOffsets")}
     tags = opts.get("tags")
     if tags is not None:
         try:
@@ -244,8 +261,12 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     return SourceOptions(
         user=user, password=password,
         topic=topic, namesrv=namesrv, servers=servers, read_from=read_from,
-        starting=parse_offset_spec(starting, "startingOffsets") if starting else None,
-        ending=parse_offset_spec(ending, "endingOffsets") if ending else OffsetSpec("latest"),
+        starting=(parse_timestamps_spec(by_time["startingOffsets"], "startingOffsetsByTimestamp")
+                  if by_time["startingOffsets"] else
+                  parse_offset_spec(starting, "startingOffsets") if starting else None),
+        ending=(parse_timestamps_spec(by_time["endingOffsets"], "endingOffsetsByTimestamp")
+                if by_time["endingOffsets"] else
+                parse_offset_spec(ending, "endingOffsets") if ending else OffsetSpec("latest")),
         max_records_per_trigger=_positive_int(opts, "maxrecordspertrigger", "maxRecordsPerTrigger", None),
         min_records_per_trigger=_positive_int(opts, "minoffsetspertrigger", "minOffsetsPerTrigger", None),
         max_trigger_delay_s=_duration_s(opts, "maxtriggerdelay", "maxTriggerDelay", 900.0),

@@ -156,7 +156,9 @@ async def queue_bounds(core: ClientCore, opts: SourceOptions,
 
 
 def _timestamps(*specs: OffsetSpec | None) -> list[int]:
-    return sorted({s.timestamp_ms for s in specs if s is not None and s.timestamp_ms is not None})
+    found = {s.timestamp_ms for s in specs if s is not None and s.timestamp_ms is not None}
+    found |= {ms for s in specs if s is not None and s.kind == "timestamps" for _, ms in s.queues}
+    return sorted(found)
 
 
 def _resolve(spec: OffsetSpec, b: QueueBounds, missing: int, name: str,
@@ -171,6 +173,8 @@ def _resolve(spec: OffsetSpec, b: QueueBounds, missing: int, name: str,
         assert spec.timestamp_ms is not None
         return b.at_time[spec.timestamp_ms], False
     given = spec.for_queue(b.group, b.queue_id)
+    if spec.kind == "timestamps" and given is not None:
+        return b.at_time[given], False
     value = missing if given is None else given
     if value == EARLIEST:
         return b.low, False

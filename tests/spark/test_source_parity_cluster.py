@@ -6,6 +6,7 @@ micro-batch behind: Spark commits a batch's end to the source when it plans the 
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -64,3 +65,30 @@ def test_group_id_commits_the_query_progress_to_a_consumer_group(
     before_last = source_offsets(tmp_path / "ck", batches[-2])
     assert {(r.queue.group, r.queue.queue_id): r.committed for r in rows} == before_last
     assert all(r.committed == 400 and r.max_offset == 500 and r.lag == 100 for r in rows), rows
+
+
+def test_starting_offsets_by_timestamp_per_queue(spark_session: Any, brokers: LocalGroup) -> None:
+    create_topic(brokers, "parity-time", queues=4)
+    send(brokers, "parity-time", 800, queues=4, prefix="t1")
+    send(brokers, "parity-time", 800, queues=4, prefix="t2")
+    wait_caught_up(brokers)
+    where = ",".join(servers(brokers))
+    every = (spark_session.read.format("raftmq").option("servers", where).option("topic", "parity-time")
+             .load().selectExpr("queue_id", "queue_offset", "cast(body as string) as body",
+                                "unix_millis(store_timestamp) as ms").collect())
+    # per queue 0 and 1: the store time of the second wave's first message; 2 and 3 left out
+    starts = {q: min(r.ms for r in every if r.queue_id == q and r.body.startswith("t2-")) for q in (0, 1)}
+    spec = json.dumps({"g1": {str(q): ms for q, ms in starts.items()}})
+    got = (spark_session.read.format("raftmq").option("servers", where).option("topic", "parity-time")
+           .option("startingOffsets", "latest")  # startingOffsetsByTimestamp wins
+           .option("startingOffsetsByTimestamp", spec).load().select("queue_id", "queue_offset").collect())
+    want = set()
+    for q in range(4):
+        rows = sorted((r.queue_offset, r.ms) for r in every if r.queue_id == q)
+        first = next(o for o, ms in rows if ms >= starts[q]) if q in starts else 0
+        want |= {(q, o) for o, _ in rows if o >= first}
+    assert {(r.queue_id, r.queue_offset) for r in got} == want
+    assert len(got) == len(want) and len(want) < len(every)
+    with pytest.raises(Exception, match="startingOffsetsByTimestamp"):
+        spark_session.read.format("raftmq").option("servers", where).option("topic", "parity-time") \
+            .option("startingOffsetsByTimestamp", '{"g1": {"0": -5}}').load().collect()

@@ -109,3 +109,27 @@ def test_the_same_records_written_again_as_the_same_producer_are_stored_once(bro
     other = write_partition(opts, "spark/test-query/1/0", [batch.slice(0, 10)])
     assert other.duplicates == 0
     wait_caught_up(brokers)
+
+
+def test_deliver_at_ms_holds_a_row_until_its_time(spark_session: Any, brokers: LocalGroup) -> None:
+    """The held row is stored in its queue only when due: its store time is at or after
+    deliver_at_ms, 10 s after a write that takes about a second once Spark is warm."""
+    create_topic(brokers, "sink-delayed", queues=2)
+    spark_session.range(10).count()  # Spark warm (this file may run alone)
+    at = int(time.time() * 1000) + 10_000
+    df = spark_session.createDataFrame([("now", None), ("later", at)], "body string, deliver_at_ms bigint")
+    df.write.format("raftmq").option("servers", ",".join(servers(brokers))).option(
+        "topic", "sink-delayed").mode("append").save()
+    deadline = time.monotonic() + 60
+    while True:
+        rows = (spark_session.read.format("raftmq").option("servers", ",".join(servers(brokers)))
+                .option("topic", "sink-delayed").option("readFrom", "any").load()
+                .selectExpr("cast(body as string) as body", "unix_millis(store_timestamp) as ms").collect())
+        if len(rows) == 2:
+            break
+        assert time.monotonic() < deadline, f"the delayed row never came: {rows}"
+        time.sleep(0.5)
+    stored = {r.body: r.ms for r in rows}
+    assert at <= stored["later"], stored
+    print(f"\nstored: the row without a time {(stored['now'] - at) / 1000:+.1f} s from deliver_at_ms, "
+          f"the held one {(stored['later'] - at) / 1000:+.1f} s")

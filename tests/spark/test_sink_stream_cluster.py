@@ -105,6 +105,7 @@ def test_a_to_b_is_exactly_once_across_two_driver_kills_and_a_leader_kill(
            "--request-messages", "25", "--max-per-trigger", "2000"]
     jvms: list[tuple[int, str]] = []
     killed: list[int] = []
+    p: ManagedProcess | None = None
     wait_caught_up(brokers)
     with ProcessGroup(tmp_path / "logs") as procs:
         try:
@@ -123,7 +124,9 @@ def test_a_to_b_is_exactly_once_across_two_driver_kills_and_a_leader_kill(
             status = p.wait(240)
             assert status == 0, f"run3 exited {status}:\n{p.log_tail()}"
             assert in_write in batch_ids(checkpoint, "commits")
-        finally:
+        finally:  # a run still up (a failed assertion): its JVM and workers too, by PID
+            if p is not None and p.alive:
+                jvms.extend(c for c in descendants(p.pid) if c not in jvms)
             for proc in jvms:
                 kill_pid(proc)
     brokers.start_node(leader)

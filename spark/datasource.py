@@ -1,4 +1,5 @@
-"""PySpark Python Data Source ``raftmq``: batch and Structured Streaming reads from followers.
+"""PySpark Python Data Source ``raftmq``: batch and Structured Streaming reads from followers,
+and writes (the sink: ``spark.sink``).
 
     from spark.datasource import register
     register(session)   # once per SparkSession
@@ -16,19 +17,27 @@ Every method here runs in a Python process of Spark's (driver-side planner proce
 the streaming source runner, the executors' workers): nothing unpicklable is kept on
 ``self``; each ``read`` opens its own client and loop (``spark.range_reader.read_columns``).
 
-Streaming offsets are ``{"<group>": {"<queue id>": next offset}}`` in the checkpoint;
-``commit`` has nothing to do (the checkpoint is the source of truth). A queue added to
+Streaming offsets are ``{"<group>": {"<queue id>": next offset}}`` in the checkpoint, the
+source of truth; ``commit`` copies them to the consumer group ``groupId`` if given. A queue added to
 the topic while a query runs enters the offsets at its earliest offset and is read from
 the next micro-batch on.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -61,7 +70,10 @@ from spark.planning import (
     plan_batch,
     plan_ranges,
 )
+from spark.progress import commit_progress
 from spark.range_reader import read_columns
+from spark.sink import RaftMQBatchWriter, RaftMQStreamWriter, check_sink_schema
+from spark.sink_options import parse_sink_options
 
 __all__ = ["LOCAL_CONF", "SCHEMA", "RaftMQDataSource", "local_session", "register"]
 
@@ -142,6 +154,16 @@ class RaftMQDataSource(DataSource):
         _check_schema(schema)
         return RaftMQStreamReader(parse_options(self.options))
 
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        opts = parse_sink_options(self.options)
+        check_sink_schema(schema, opts)
+        return RaftMQBatchWriter(opts)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        opts = parse_sink_options(self.options)
+        check_sink_schema(schema, opts)
+        return RaftMQStreamWriter(opts)
+
 
 class RaftMQBatchReader(DataSourceReader):
     def __init__(self, opts: SourceOptions) -> None:
@@ -159,6 +181,8 @@ class RaftMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self._target: Offsets | None = None         # Trigger.AvailableNow: never beyond
         self._bounds: list[QueueBounds] | None = None  # from the last latestOffset, for partitions
+        self._clock = time.monotonic
+        self._last_batch_at: float | None = None  # minOffsetsPerTrigger: when a batch last went
 
     def initialOffset(self) -> dict:
         return offsets_to_json(initial_offsets(self.opts))
@@ -190,7 +214,24 @@ class RaftMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end.setdefault(key, offset)
         if isinstance(limit, ReadMaxRows):
             end = admit(begin, end, limit.max_rows)
+        if self._wait_for_more(begin, end):
+            return offsets_to_json(begin)
         return offsets_to_json(end)
+
+    def _wait_for_more(self, begin: Offsets, end: Offsets) -> bool:
+        """minOffsetsPerTrigger: True while fewer new offsets than it are available and the last
+        batch went less than maxTriggerDelay ago (never under Trigger.AvailableNow)."""
+        now = self._clock()
+        if self._last_batch_at is None:
+            self._last_batch_at = now
+        least = self.opts.min_records_per_trigger
+        new = sum(end[k] - begin.get(k, end[k]) for k in end)
+        if least is not None and self._target is None and new < least \
+                and now - self._last_batch_at < self.opts.max_trigger_delay_s:
+            return True
+        if new > 0:
+            self._last_batch_at = now
+        return False
 
     def reportLatestOffset(self) -> dict | None:
         return None
@@ -211,4 +252,5 @@ class RaftMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _read(self.opts, partition)
 
     def commit(self, end: dict) -> None:
-        pass
+        if self.opts.group_id is not None:  # a copy for `raftmq group progress`, best effort
+            commit_progress(self.opts, offsets_from_json(end))

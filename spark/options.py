@@ -28,11 +28,13 @@ from typing import Any, Literal
 
 from client.credentials import Credentials
 from client.tag_filter import SubscriptionError, TagSelector, parse_tags
+from protocol.names import InvalidName, validate_group
 from protocol.pull import MAX_PULL  # the broker's largest page
+from protocol.sql_filter import FilterSyntaxError, compile_filter
 from protocol.tls import ClientTls
 
 __all__ = ["EARLIEST", "LATEST", "OffsetSpec", "OptionError", "SourceOptions", "parse_offset_spec",
-           "parse_options"]
+           "parse_options", "parse_timestamps_spec"]
 
 READ_FROM = ("follower", "leader", "any")
 EARLIEST = -2
@@ -47,9 +49,10 @@ class OptionError(ValueError):
 class OffsetSpec:
     """Where reading starts or ends: ``kind`` earliest / latest / timestamp / per-queue."""
 
-    kind: Literal["earliest", "latest", "timestamp", "queues"]
+    kind: Literal["earliest", "latest", "timestamp", "queues", "timestamps"]
     timestamp_ms: int | None = None
-    #: kind "queues": (group, queue id) -> offset, or EARLIEST / LATEST
+    #: kind "queues": (group, queue id) -> offset, or EARLIEST / LATEST; kind "timestamps":
+    #: (group, queue id) -> store timestamp ms (``startingOffsetsByTimestamp``)
     queues: tuple[tuple[tuple[str, int], int], ...] = ()
 
     def for_queue(self, group: str, queue_id: int) -> int | None:
@@ -69,8 +72,13 @@ class SourceOptions:
     starting: OffsetSpec | None = None      # None: the mode's default (batch earliest, stream latest)
     ending: OffsetSpec = OffsetSpec("latest")
     max_records_per_trigger: int | None = None
+    min_records_per_trigger: int | None = None  # a batch waits for this many new offsets ...
+    max_trigger_delay_s: float = 900.0          # ... at most this long after the last batch
     max_records_per_partition: int = 100_000
     tags: str | None = None
+    sql_filter: str | None = None  # SQL92 over the properties, evaluated by the brokers
+    group_id: str | None = None    # streaming: progress committed to this consumer group
+    fail_on_data_loss: bool = True  # False: what retention removed is skipped with a WARNING
     pull_batch: int = MAX_PULL
     pipeline: int = 2
     arrow_batch_rows: int = 8192
@@ -115,6 +123,22 @@ def _positive_int(opts: Mapping[str, str], key: str, name: str, default: int | N
     return value
 
 
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _duration_s(opts: Mapping[str, str], key: str, name: str, default: float) -> float:
+    """A duration: milliseconds, or a number with ms / s / m / h (``"15m"``)."""
+    raw = str(opts.get(key, "")).strip().lower()
+    if not raw:
+        return default
+    for unit in ("ms", "s", "m", "h"):
+        if raw.endswith(unit) and raw[:-len(unit)].strip().replace(".", "", 1).isdigit():
+            return float(raw[:-len(unit)]) * _UNITS[unit]
+    if raw.isdigit():
+        return int(raw) / 1000
+    raise OptionError(f"option {name} must be milliseconds or a duration like '30s' or '15m', got {raw!r}")
+
+
 def parse_offset_spec(value: str, name: str) -> OffsetSpec:
     """Parse one ``startingOffsets`` / ``endingOffsets`` value (module docstring)."""
     text = value.strip()
@@ -141,6 +165,21 @@ def parse_offset_spec(value: str, name: str) -> OffsetSpec:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return OffsetSpec("timestamp", timestamp_ms=int(when.timestamp() * 1000))
+
+
+def parse_timestamps_spec(value: str, name: str) -> OffsetSpec:
+    """``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp``: JSON per queue of store
+    timestamps in ms, ``{"g1": {"0": 1764300000000}}``."""
+    try:
+        doc = json.loads(value)
+    except ValueError as e:
+        raise OptionError(f"option {name}: not valid JSON ({e}): {value!r}") from None
+    queues = _queue_offsets(doc, name)
+    for (group, qid), ms in queues:
+        if ms < 0:
+            raise OptionError(f"option {name}: queue {group}#{qid} has timestamp {ms} "
+                              "(ms since the epoch, >= 0)")
+    return OffsetSpec("timestamps", queues=queues)
 
 
 def _queue_offsets(doc: object, name: str) -> tuple[tuple[tuple[str, int], int], ...]:
@@ -192,12 +231,28 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         raise OptionError(f"option readFrom must be one of {', '.join(READ_FROM)}, got {read_from!r}")
     starting = opts.get("startingoffsets")
     ending = opts.get("endingoffsets")
+    by_time = {k: opts.get(f"{k.lower()}bytimestamp") for k in ("startingOffsets", "endingOffsets")}
     tags = opts.get("tags")
     if tags is not None:
         try:
             parse_tags(tags)
         except SubscriptionError as e:
             raise OptionError(f"option tags: {e}") from None
+    sql_filter = (opts.get("filter") or "").strip() or None
+    if sql_filter is not None:
+        try:
+            compile_filter(sql_filter)
+        except FilterSyntaxError as e:
+            raise OptionError(f"option filter: {e}") from None
+    lose = str(opts.get("failondataloss", "true")).strip().lower()
+    if lose not in ("true", "false"):
+        raise OptionError(f"option failOnDataLoss must be true or false, got {opts['failondataloss']!r}")
+    group_id = (opts.get("groupid") or "").strip() or None
+    if group_id is not None:
+        try:
+            validate_group(group_id)
+        except InvalidName as e:
+            raise OptionError(f"option groupId: {e}") from None
     tls = _tls(opts)
     wait_ms = _positive_int(opts, "followerwaitms", "followerWaitMs", 30_000)
     timeout_ms = _positive_int(opts, "requesttimeoutms", "requestTimeoutMs", 10_000)
@@ -206,12 +261,19 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     return SourceOptions(
         user=user, password=password,
         topic=topic, namesrv=namesrv, servers=servers, read_from=read_from,
-        starting=parse_offset_spec(starting, "startingOffsets") if starting else None,
-        ending=parse_offset_spec(ending, "endingOffsets") if ending else OffsetSpec("latest"),
+        starting=(parse_timestamps_spec(by_time["startingOffsets"], "startingOffsetsByTimestamp")
+                  if by_time["startingOffsets"] else
+                  parse_offset_spec(starting, "startingOffsets") if starting else None),
+        ending=(parse_timestamps_spec(by_time["endingOffsets"], "endingOffsetsByTimestamp")
+                if by_time["endingOffsets"] else
+                parse_offset_spec(ending, "endingOffsets") if ending else OffsetSpec("latest")),
         max_records_per_trigger=_positive_int(opts, "maxrecordspertrigger", "maxRecordsPerTrigger", None),
+        min_records_per_trigger=_positive_int(opts, "minoffsetspertrigger", "minOffsetsPerTrigger", None),
+        max_trigger_delay_s=_duration_s(opts, "maxtriggerdelay", "maxTriggerDelay", 900.0),
         max_records_per_partition=_positive_int(opts, "maxrecordsperpartition", "maxRecordsPerPartition",
                                                 100_000) or 100_000,
-        tags=tags if tags is not None and parse_tags(tags).tags is not None else None,
+        tags=tags if tags is not None and parse_tags(tags).tags is not None else None, sql_filter=sql_filter,
+        group_id=group_id, fail_on_data_loss=lose == "true",
         pull_batch=_positive_int(opts, "pullbatch", "pullBatch", MAX_PULL, MAX_PULL) or MAX_PULL,
         pipeline=_positive_int(opts, "pipeline", "pipeline", 2, 8) or 2,
         arrow_batch_rows=_positive_int(opts, "arrowbatchrows", "arrowBatchRows", 8192) or 8192,

@@ -117,6 +117,9 @@ def decode_page(rows: Sequence[PullRow], rng: QueueRange, wanted_tags: frozenset
         keep: Sequence[int] | range = range(first, last)
         if wanted_tags is not None:
             keep = [i for i in keep if c.tags[i] in wanted_tags]
+        if row.selected is not None:  # an SQL92 filter: the broker named the messages it kept
+            chosen = set(row.selected)
+            keep = [i for i in keep if i in chosen]
         if isinstance(keep, range):  # every message of the slice: columns sliced, no loop per row
             cols.queue_offset += range(row.offset + first, row.offset + last)
             cols.commit_log_offset += range(row.position + first, row.position + last)
@@ -129,7 +132,7 @@ def decode_page(rows: Sequence[PullRow], rng: QueueRange, wanted_tags: frozenset
             cols.properties += c.properties[first:last]
             cols.body += c.bodies[first:last]
             continue
-        # a tag filter kept some: a selection per message (tag-filtered reads only)
+        # a filter kept some: a selection per message (filtered reads only)
         cols.queue_offset += [row.offset + i for i in keep]
         cols.commit_log_offset += [row.position + i for i in keep]
         cols.store_ms += [row.store_ms] * len(keep)

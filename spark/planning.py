@@ -22,6 +22,7 @@ Streaming offsets
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +50,8 @@ __all__ = [
     "plan_ranges",
     "queue_bounds",
 ]
+
+log = logging.getLogger("spark.raftmq")
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,10 +156,13 @@ async def queue_bounds(core: ClientCore, opts: SourceOptions,
 
 
 def _timestamps(*specs: OffsetSpec | None) -> list[int]:
-    return sorted({s.timestamp_ms for s in specs if s is not None and s.timestamp_ms is not None})
+    found = {s.timestamp_ms for s in specs if s is not None and s.timestamp_ms is not None}
+    found |= {ms for s in specs if s is not None and s.kind == "timestamps" for _, ms in s.queues}
+    return sorted(found)
 
 
-def _resolve(spec: OffsetSpec, b: QueueBounds, missing: int, name: str) -> tuple[int, bool]:
+def _resolve(spec: OffsetSpec, b: QueueBounds, missing: int, name: str,
+             fail_on_data_loss: bool = True) -> tuple[int, bool]:
     """(offset, explicit) of one queue for ``spec``; ``missing`` (EARLIEST/LATEST) when the
     JSON leaves the queue out."""
     if spec.kind == "earliest":
@@ -167,11 +173,18 @@ def _resolve(spec: OffsetSpec, b: QueueBounds, missing: int, name: str) -> tuple
         assert spec.timestamp_ms is not None
         return b.at_time[spec.timestamp_ms], False
     given = spec.for_queue(b.group, b.queue_id)
+    if spec.kind == "timestamps" and given is not None:
+        return b.at_time[given], False
     value = missing if given is None else given
     if value == EARLIEST:
         return b.low, False
     if value == LATEST:
         return b.high, False
+    if value < b.low and not fail_on_data_loss:
+        log.warning("%s: offset %d of queue %s@%s#%d is no longer retained: %d messages skipped from the "
+                    "earliest, %d (failOnDataLoss=false)", name, value, b.topic, b.group, b.queue_id,
+                    b.low - value, b.low)
+        return b.low, True
     if value < b.low:
         raise DataLossError(f"{name}: offset {value} of queue {b.topic}@{b.group}#{b.queue_id} is no "
                             f"longer retained (the earliest is {b.low})")
@@ -214,8 +227,8 @@ async def plan_batch_async(opts: SourceOptions) -> list[QueueRange]:
         bounds = await queue_bounds(core, opts, _timestamps(starting, opts.ending))
         starts, ends = {}, {}
         for b in bounds:
-            start, explicit_start = _resolve(starting, b, EARLIEST, "startingOffsets")
-            end, explicit_end = _resolve(opts.ending, b, LATEST, "endingOffsets")
+            start, explicit_start = _resolve(starting, b, EARLIEST, "startingOffsets", opts.fail_on_data_loss)
+            end, explicit_end = _resolve(opts.ending, b, LATEST, "endingOffsets", opts.fail_on_data_loss)
             if start > end:
                 if explicit_start and explicit_end:
                     raise OptionError(f"queue {b.topic}@{b.group}#{b.queue_id}: startingOffsets {start} "
@@ -292,7 +305,8 @@ def initial_offsets(opts: SourceOptions) -> Offsets:
 
     async def body(core: ClientCore) -> Offsets:
         bounds = await queue_bounds(core, opts, _timestamps(starting))
-        return {b.key: _resolve(starting, b, EARLIEST, "startingOffsets")[0] for b in bounds}
+        return {b.key: _resolve(starting, b, EARLIEST, "startingOffsets", opts.fail_on_data_loss)[0]
+                for b in bounds}
 
     result: Offsets = asyncio.run(_with_core(opts, body))
     return result

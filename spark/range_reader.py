@@ -64,9 +64,11 @@ class RangeReader:
         self._wanted = selector.tags
         hashes = selector.hashes()
         self._hashes = None if hashes is None else tuple(hashes)
+        self._sql = opts.sql_filter  # the brokers answer the messages it selects in each record
         self.cursor = rng.start          # every message before it was received
         self.received = 0                # messages returned (after the tag filter)
         self.skipped = 0                 # messages of records that could not be read (pages.py)
+        self.lost = 0                    # messages retention removed (failOnDataLoss=false)
         self.address: str | None = None  # the replica being read
         self.served_by: set[str] = set()
         self._core: ClientCore | None = None
@@ -82,7 +84,7 @@ class RangeReader:
 
     @property
     def filtered(self) -> bool:
-        return self._hashes is not None
+        return self._hashes is not None or self._sql is not None
 
     def _loop_time(self) -> float:
         return asyncio.get_running_loop().time()
@@ -122,7 +124,7 @@ class RangeReader:
         stripe = True if offset > self.cursor and not self.filtered else None
         request = PullRequest(topic=self.rng.topic, queue_id=self.rng.queue_id, offset=offset,
                               max_msgs=count, suspend_ms=int(suspend_s * 1000), tag_hashes=self._hashes,
-                              stripe=stripe)
+                              sql=self._sql, stripe=stripe)
         return asyncio.create_task(self._core.pool.request(
             self.address, request, timeout=suspend_s + self.opts.request_timeout_s, ok=_PULL_OK))
 
@@ -217,8 +219,16 @@ class RangeReader:
             next_offset = None if pulled is None else pulled.next_offset
             if reply.code == ResponseCode.PULL_OFFSET_MOVED and next_offset is not None \
                     and next_offset > offset:
-                raise DataLossError(f"{self.rng}: messages [{offset}, {next_offset}) are no longer retained "
-                                    f"by {self.address} (retention removed them)")
+                what = (f"{self.rng}: messages [{offset}, {next_offset}) are no longer retained by "
+                        f"{self.address} (retention removed them)")
+                if self.opts.fail_on_data_loss:
+                    raise DataLossError(f"{what}; failOnDataLoss=false skips them")
+                lost = min(next_offset, self.rng.end) - offset
+                log.warning("%s: %d messages skipped (failOnDataLoss=false)", what, lost)
+                self.lost += lost
+                self.cursor = min(next_offset, self.rng.end)
+                self._drop_inflight()
+                return None
             # PULL_NOT_FOUND / moved back / no topic yet: this replica has not applied the range yet
             self._drop_inflight()
             now = self._loop_time()
@@ -301,7 +311,7 @@ class RangeReader:
             await self._choose(f"{self.address} is behind")
 
     def _check_complete(self) -> None:
-        got = self.received + self.skipped
+        got = self.received + self.skipped + self.lost
         if self.cursor != self.rng.end or (not self.filtered and got != self.rng.count):
             raise RangeMismatchError(f"{self.rng}: received {self.received} messages (and skipped "
                                      f"{self.skipped}) up to offset {self.cursor}, expected exactly "

@@ -4,6 +4,7 @@ misbehave (a gap, a crash, a lag, retention)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -344,6 +345,30 @@ def test_retention_is_reported_as_data_loss(replicas: dict[str, FakeReplica]) ->
         _read(replicas)
 
 
+def test_fail_on_data_loss_false_skips_what_retention_removed_and_says_how_many(
+        replicas: dict[str, FakeReplica], caplog: pytest.LogCaptureFixture) -> None:
+    replicas["f1"].min_offset = 100
+    replicas["f2"].min_offset = 100
+    with caplog.at_level("WARNING", logger="spark.raftmq"):
+        got = _read(replicas, failOnDataLoss="false")
+    assert got == list(range(100, 1000))
+    assert "100 messages skipped (failOnDataLoss=false)" in caplog.text
+    with pytest.raises(OptionError, match="failOnDataLoss"):
+        parse_options({"servers": "127.0.0.1:1", "topic": "t", "failOnDataLoss": "maybe"})
+
+
+def test_a_json_start_before_retention_starts_at_the_earliest_without_fail_on_data_loss() -> None:
+    from spark.planning import _resolve
+
+    b = QueueBounds(TOPIC, "g1", QUEUE, 100, 500, ("x",), ("x",))
+    spec = parse_options({"servers": "127.0.0.1:1", "topic": "t",
+                          "startingOffsets": json.dumps({"g1": {str(QUEUE): 40}})}).starting
+    assert spec is not None
+    with pytest.raises(DataLossError, match="no longer retained"):
+        _resolve(spec, b, EARLIEST, "startingOffsets")
+    assert _resolve(spec, b, EARLIEST, "startingOffsets", fail_on_data_loss=False) == (100, True)
+
+
 def test_tag_filter_covers_the_range_without_gaps(replicas: dict[str, FakeReplica]) -> None:
     got = _read(replicas, 10, 990, tags="a || b", pullBatch="64")
     assert got == [i for i in range(10, 990) if i % 3 != 2]
@@ -397,3 +422,32 @@ def test_stream_offsets_never_go_back_admit_and_stop_at_the_available_now_target
     assert sum(b.num_rows for b in batches) == 490
     assert batches[0].column("queue_offset")[0].as_py() == 10
     assert replicas["leader"].pulls == 0 and replicas["leader"].searches == 0
+
+
+def test_min_offsets_per_trigger_waits_for_enough_new_offsets_up_to_max_trigger_delay(
+        replicas: dict[str, FakeReplica]) -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from spark.datasource import RaftMQStreamReader
+
+    servers = ",".join(r.address for r in replicas.values())
+    r = RaftMQStreamReader(parse_options({"servers": servers, "topic": TOPIC, "minOffsetsPerTrigger": "600",
+                                          "maxTriggerDelay": "30s"}))
+    now = [100.0]
+    r._clock = lambda: now[0]
+    assert r.opts.max_trigger_delay_s == 30.0
+    start = {"g1": {"0": 500}}  # 500 new offsets available (the replicas hold 1000)
+    assert r.latestOffset(start, ReadAllAvailable()) == start  # fewer than 600: no batch yet
+    now[0] += 29.0
+    assert r.latestOffset(start, ReadAllAvailable()) == start
+    now[0] += 1.0  # maxTriggerDelay since the last batch: what there is goes
+    assert r.latestOffset(start, ReadAllAvailable()) == {"g1": {"0": 1000}}
+    assert r.latestOffset({"g1": {"0": 300}}, ReadAllAvailable()) == {"g1": {"0": 1000}}  # 700 >= 600
+    now[0] += 5.0
+    assert r.latestOffset(start, ReadAllAvailable()) == start  # the delay counts from that batch
+    r.prepareForTriggerAvailableNow()  # availableNow never waits
+    assert r.latestOffset(start, ReadAllAvailable()) == {"g1": {"0": 1000}}
+    with pytest.raises(OptionError, match="maxTriggerDelay"):
+        parse_options({"servers": servers, "topic": TOPIC, "maxTriggerDelay": "soon"})
+    ms = parse_options({"servers": servers, "topic": TOPIC, "maxTriggerDelay": "1500"})
+    assert ms.max_trigger_delay_s == 1.5

@@ -50,8 +50,8 @@ from broker.scram_auth import (
     ScramExchange,
     unknown_user_key,
 )
+from common.http_errors import require_json
 from dledger.errors import ProposeError
-from dledger.http_errors import require_json
 from protocol.acl import PutUserRequest
 from protocol.login_throttle import LoginThrottle
 from protocol.message_format import peek_topic

@@ -25,8 +25,8 @@ from aiohttp import web
 
 from broker.commands import Perm
 from broker.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from common.http_errors import read_json
 from dledger.errors import NoLeader, NotLeader
-from dledger.http_errors import read_json
 from protocol.message_format import decode_record
 from protocol.query import QueryMessageRequest, QueryResponse, ViewMessageRequest
 from protocol.remoting import Frame, ResponseCode

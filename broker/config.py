@@ -44,7 +44,7 @@ from broker.deferred import parse_delay_levels
 from broker.index_file import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
 from broker.state_machine import DIGEST_EVERY
 from broker.tls import TlsSection
-from dledger.config import ConfigError, read_section, read_toml
+from common.toml_config import ConfigError, read_section, read_toml
 from protocol.message_format import MAX_MESSAGE_BYTES
 
 __all__ = ["MAX_MESSAGE_BYTES_LIMIT", "SECTIONS", "BrokerSection", "read_broker_section"]
@@ -75,7 +75,7 @@ class BrokerSection(msgspec.Struct, forbid_unknown_fields=True):
     acl_token_ttl_s: float = 600.0
     tls: TlsSection | None = None
     #: web pages (``https://host:port``) that may open /ws and POST to the admin API, besides
-    #: the port's own origin (``dledger.http_errors.browser_guard``)
+    #: the port's own origin (``common.http_errors.browser_guard``)
     allowed_origins: list[str] = msgspec.field(default_factory=list)
     max_connections: int | msgspec.UnsetType = msgspec.UNSET
     max_connections_per_address: int | msgspec.UnsetType = msgspec.UNSET

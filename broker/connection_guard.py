@@ -42,7 +42,7 @@ from typing import Any
 from aiohttp import web
 
 from broker.client_limits import ClientLimits
-from dledger.refusal_log import RefusalLog
+from common.refusal_log import RefusalLog
 from protocol.remoting import REFUSED_HEADER
 
 __all__ = ["CLOSE_WAIT_S", "ConnectionGuard", "FdBudget", "Link", "close_reason"]

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dledger.durable_file import atomic_write, read_or_none
+from common.durable_file import atomic_write, read_or_none
 
 __all__ = ["CHECK_EVERY_S", "MARKER", "DivergenceCheck", "Verdict", "judge"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from dledger.config import ConfigError
+from common.toml_config import ConfigError
 from protocol.exposure import ExposureRefused
 from protocol.exposure import check_exposure as check_listen
 

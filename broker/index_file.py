@@ -61,7 +61,7 @@ from broker.index_layout import (  # the defaults and IndexHeader: see __all__
     key_hash,
     time_diff,
 )
-from dledger.durable_file import fsync_directory
+from common.durable_file import fsync_directory
 from dledger.numbered_files import pread_full, pwrite_all
 
 __all__ = [

@@ -33,7 +33,7 @@ from broker.index_layout import (
     index_file_name,
     index_file_size,
 )
-from dledger.durable_file import fsync_directory
+from common.durable_file import fsync_directory
 from dledger.numbered_files import numbered_files
 
 __all__ = ["IndexService"]

@@ -25,8 +25,8 @@ import aiohttp
 import msgspec
 from aiohttp import web
 
+from common.http_errors import read_json
 from dledger.errors import NoLeader, NotLeader, ProposeError
-from dledger.http_errors import read_json
 from dledger.membership import Change, Member
 
 if TYPE_CHECKING:

@@ -45,7 +45,7 @@ from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer
-    from dledger.replicated_log import LeaderChange
+    from dledger.log_events import LeaderChange
 
 __all__ = ["CONTENT_TYPE", "VERSION", "BrokerMetrics"]
 

@@ -52,9 +52,10 @@ from broker.namesrv_config import read_namesrv_config
 from broker.registration_auth import AuthError, RegistrationVerifier, registration_key
 from broker.route_table import EXPIRY_S, Refused, Registration, Resync, RouteTable, TopicDelta, TopicPage
 from broker.tls import server_context
-from dledger.config import ConfigError, load_group_config
-from dledger.refusal_log import RefusalLog
-from dledger.replica_args import configure_logging, control_app, run_alone
+from common.process import configure_logging, control_app, run_alone
+from common.refusal_log import RefusalLog
+from common.toml_config import ConfigError
+from dledger.config import load_group_config
 from protocol.tls import http_url
 
 __all__ = ["EXPIRY_S", "MAX_REQUEST_BYTES", "REGISTER_EVERY_S", "Registration", "RouteTable", "main",

@@ -30,7 +30,7 @@ import msgspec
 
 from broker.registration_auth import SKEW_S, read_key_file
 from broker.tls import TlsSection
-from dledger.config import ConfigError, read_section, read_toml
+from common.toml_config import ConfigError, read_section, read_toml
 
 __all__ = ["NamesrvConfig", "read_namesrv_config", "write_namesrv_config"]
 

@@ -39,9 +39,10 @@ from broker.registrar import Registrar
 from broker.server import AppliedSignal, BrokerServer
 from broker.state_machine import BrokerStateMachine
 from broker.store_format import StoreFormatError, check_store_format
+from common.process import run_alone
 from dledger.applier import Applier
 from dledger.log import Log
-from dledger.replica_args import add_replica_arguments, open_replica, run_alone
+from dledger.replica_args import add_replica_arguments, open_replica
 from protocol.tls import ws_url
 
 __all__ = ["main"]

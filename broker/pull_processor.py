@@ -39,9 +39,9 @@ from broker.inflation import MAX_INFLATED_PER_PULL, inflate
 from broker.long_polls import ParkedPulls
 from broker.metrics import BrokerMetrics
 from broker.state_machine import BrokerStateMachine
+from common.refusal_log import RefusalLog
 from dledger.commitlog import CommitLog
 from dledger.log import Log
-from dledger.refusal_log import RefusalLog
 from protocol.pull import MAX_PULL, MAX_SUSPEND_MS, PullRequest, PullResponse, PullRow
 from protocol.record_batch import MessageFormatError, read_header, record_properties
 from protocol.remoting import Frame, FrameError, ResponseCode

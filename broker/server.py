@@ -73,9 +73,9 @@ from broker.state_machine import BrokerStateMachine
 from broker.topic_processor import TopicProcessor
 from broker.verify_admin import Verifier
 from broker.write_path import WritePath
+from common.http_errors import browser_guard, json_errors
 from dledger.applier import Applier
 from dledger.errors import DiskFull, NoLeader, NotLeader, OutcomeUnknown, ProposeError
-from dledger.http_errors import browser_guard, json_errors
 from dledger.log import Log
 from protocol.message_format import MAX_MESSAGE_BYTES
 from protocol.names import InvalidName
@@ -119,7 +119,7 @@ class BrokerServer:
                  allowed_origins: tuple[str, ...] = ()) -> None:
         """``peer_tls``: how to dial the peers' client ports (None: plain HTTP);
         ``allowed_origins``: web pages that may open ``/ws`` and change state over HTTP
-        besides the port's own origin (``dledger.http_errors.browser_guard``)."""
+        besides the port's own origin (``common.http_errors.browser_guard``)."""
         self.allowed_origins = allowed_origins
         if max_message_bytes < 1:
             raise ValueError("max_message_bytes must be positive")

@@ -51,7 +51,7 @@ from typing import Any
 import mmh3
 import msgpack
 
-from dledger.durable_file import atomic_write
+from common.durable_file import atomic_write
 
 __all__ = ["VERSION", "Snapshot", "SnapshotError", "SnapshotStore", "canonical_bytes", "cq_hash_prefix",
            "cq_hash_step"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dledger.durable_file import atomic_write
+from common.durable_file import atomic_write
 
 __all__ = ["STORE_FORMAT", "StoreFormatError", "check_store_format"]
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import msgspec
 
-from dledger.config import ConfigError
+from common.toml_config import ConfigError
 from protocol.tls import ClientTls, listening_context
 
 __all__ = ["TlsSection", "peer_tls", "server_context"]

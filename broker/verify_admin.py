@@ -42,9 +42,9 @@ from broker.commands import VerifyMarker, encode_admin
 from broker.marker_digest import DONE, READING
 from broker.state_machine import BrokerStateMachine
 from broker.verify_compare import Comparison, compare, needs_rows
-from dledger.durable_file import atomic_write, read_or_none
+from common.durable_file import atomic_write, read_or_none
+from common.http_errors import read_json
 from dledger.errors import NoLeader, NotLeader, ProposeError
-from dledger.http_errors import read_json
 
 if TYPE_CHECKING:
     from broker.server import BrokerServer

@@ -338,7 +338,7 @@ def _literal_host(host: str) -> bool:
 def foreign_request(request: web.Request) -> str | None:
     """Why a request must be refused as a web page's of another site (None: it may go on):
     a POST whose ``Origin`` is not the console's own, or a ``Host`` that is a DNS name on
-    plain http (the same rule as ``dledger.http_errors.browser_guard``, which the console
+    plain http (the same rule as ``common.http_errors.browser_guard``, which the console
     may not import)."""
     if not request.secure and not _literal_host(request.host):
         return (f"the console on plain http answers only at an IP address or localhost, not "

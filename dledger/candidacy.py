@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dledger.refusal_log import Throttle
+from common.refusal_log import Throttle
 
 __all__ = ["DISK_FULL", "HANDOVER_AFTER_TIMEOUTS", "NOT_A_MEMBER", "STORAGE_NOT_RECORDED", "Candidacy"]
 

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dledger.durable_file import atomic_write, fsync_directory, read_or_none
+from common.durable_file import atomic_write, fsync_directory, read_or_none
 from dledger.entry_format import (
     ALIGN,
     Entry,

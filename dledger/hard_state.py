@@ -37,7 +37,7 @@ from pathlib import Path
 
 import msgpack
 
-from dledger.durable_file import atomic_write, read_or_none
+from common.durable_file import atomic_write, read_or_none
 from dledger.numbered_files import pwrite_all
 
 __all__ = ["FILE_SIZE", "MAX_VOTE_BYTES", "SLOT_SIZE", "HardState", "HardStateCorrupt", "HardStateFile",

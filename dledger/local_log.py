@@ -24,8 +24,8 @@ from dledger.disk_guard import DiskGuard
 from dledger.entry_format import Entry, EntryKind
 from dledger.errors import DiskFull, EntryTooLarge, ProposalRejected
 from dledger.latency import LatencyHistogram
+from dledger.log_events import Appended, LeaderChange, Role, SnapshotSource
 from dledger.membership import Change, Member
-from dledger.replicated_log import Appended, LeaderChange, Role, SnapshotSource
 
 __all__ = ["LocalLog"]
 

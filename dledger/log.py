@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from dledger.disk_guard import DiskGuard
     from dledger.entry_format import Entry
     from dledger.latency import LatencyHistogram
+    from dledger.log_events import Appended, LeaderChange, SnapshotSource
     from dledger.membership import Change, Member
-    from dledger.replicated_log import Appended, LeaderChange, SnapshotSource
 
 __all__ = ["Log"]
 

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import msgpack
 
-from dledger.durable_file import atomic_write, read_or_none
+from common.durable_file import atomic_write, read_or_none
 
 __all__ = ["BIND_FUNC_ID", "MEMBERSHIP_PREFIX", "Change", "Member", "MemberHistory", "apply_change",
            "decode_change", "decode_changes", "encode_bindings", "encode_change"]

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
-from dledger.durable_file import fsync_directory
+from common.durable_file import fsync_directory
 
 __all__ = ["NumberedFile", "PendingSync", "SyncBatch", "close_quietly", "delete_files_before",
            "number_name", "numbered_files", "own_descriptor", "pread_full", "pwrite_all", "unlink_file"]

@@ -39,7 +39,7 @@ from typing import Any
 import pysyncobj.tcp_server
 from pysyncobj.tcp_connection import TcpConnection
 
-from dledger.refusal_log import RefusalLog
+from common.refusal_log import RefusalLog
 
 __all__ = [
     "HANDSHAKE_BYTES",

@@ -21,7 +21,6 @@ import concurrent.futures
 import contextlib
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from pysyncobj.config import FAIL_REASON
@@ -30,6 +29,7 @@ from pysyncobj.pipe_notifier import PipeNotifier
 from dledger.commitlog import CommitLog
 from dledger.errors import DiskFull, NoLeader, NotLeader, OutcomeUnknown, ProposalRejected, ProposeError
 from dledger.journal import RaftJournal
+from dledger.log_events import Appended
 from dledger.raft_codec import encode_payload_command
 from dledger.raft_node import GroupConf, RaftNode
 
@@ -39,15 +39,6 @@ __all__ = ["BATCH_ABOVE_BYTES", "Appended", "Proposals", "propose_error"]
 BATCH_ABOVE_BYTES = 128 * 1024
 
 Answer = concurrent.futures.Future["Appended"]
-
-
-@dataclass(frozen=True, slots=True)
-class Appended:
-    """Where a committed proposal landed: the same on every replica."""
-
-    index: int
-    term: int
-    position: int
 
 
 def propose_error(err: int, not_leader: Callable[[], NotLeader | NoLeader]) -> ProposeError:

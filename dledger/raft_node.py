@@ -16,7 +16,6 @@ down after ``leader_lease_ms``, default 2 s).
 
 from __future__ import annotations
 
-import enum
 import logging
 import socket
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from pysyncobj import syncobj as _syncobj_module
 from dledger.candidacy import OUT_OF_REACH_S
 from dledger.config import APPEND_BATCH_BYTES, ConfigError, GroupConfig
 from dledger.journal import EntryNotStored, RaftJournal
+from dledger.log_events import Role
 from dledger.membership import Member
 
 __all__ = ["GroupConf", "RaftNode", "RaftView", "Role", "check_bindable", "group_conf", "hand_journal"]
@@ -39,12 +39,6 @@ SOCKET_BUFFER_BYTES = 4 << 20  # fewer, larger socket writes (the kernel may cla
 _REFUSALS_PER_TICK = 1000
 _CONNECTED = 2  # pysyncobj's partner node status: connected
 _STATUS_TRIES = 10
-
-
-class Role(enum.StrEnum):
-    FOLLOWER = "follower"
-    CANDIDATE = "candidate"
-    LEADER = "leader"
 
 
 ROLE_OF_STATE = {0: Role.FOLLOWER, 1: Role.CANDIDATE, 2: Role.LEADER}

@@ -1,51 +1,22 @@
-"""Plumbing shared by every replica process (log node, broker) and the name server: the
-command line, logging, and the HTTP control API's application."""
+"""The command line shared by every replica process (log node, broker) and opening its
+replica from it (the process plumbing the name server shares too is ``common.process``)."""
 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
-from aiohttp import web
-
-from dledger.config import ConfigError, load_group_config
-from dledger.http_errors import browser_guard, json_errors
+from common.process import configure_logging
+from common.toml_config import ConfigError
+from dledger.config import load_group_config
 from dledger.replicated_log import ReplicatedLog
 
-__all__ = ["add_replica_arguments", "configure_logging", "control_app", "open_replica", "run_alone"]
+__all__ = ["add_replica_arguments", "open_replica"]
 
 T = TypeVar("T")
-
-
-def run_alone(argv: list[str] | None, prog: str, description: str,
-              configure: Callable[[argparse.ArgumentParser], None],
-              run: Callable[[argparse.Namespace], int]) -> int:
-    """A subcommand's ``main`` when it runs alone (``python -m ...``): its own parser
-    named ``prog``, ``configure``d, then ``run`` with the parsed ``argv``."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
-    configure(parser)
-    return run(parser.parse_args(argv))
-
-
-def control_app(routes: list[web.RouteDef], max_body: int = 1 << 20) -> web.Application:
-    """An HTTP control API: ``routes`` plus ``GET /healthz`` ("ok" while the process
-    serves); request bodies up to ``max_body`` bytes; web pages of other origins refused
-    (``dledger.http_errors.browser_guard``)."""
-    async def healthz(request: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    app = web.Application(client_max_size=max_body, middlewares=[json_errors, browser_guard()])
-    app.add_routes([*routes, web.get("/healthz", healthz)])
-    return app
-
-
-def configure_logging(level: str) -> None:
-    """One format for every process's log lines."""
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 def add_replica_arguments(parser: argparse.ArgumentParser) -> None:

@@ -41,7 +41,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from pysyncobj.pipe_notifier import PipeNotifier
@@ -58,22 +57,22 @@ from dledger.hard_state import probe as probe_hard_state
 from dledger.journal import RaftJournal, silence_false_truncation_alarm
 from dledger.latency import LatencyHistogram
 from dledger.leadership_transfer import LeadershipTransfer
+from dledger.log_events import Appended, LeaderChange, Role, SnapshotSource
 from dledger.log_retention import LogRetention
 from dledger.membership import BIND_FUNC_ID, Change, Member, MemberHistory
 from dledger.peer_crypto import install_peer_crypto
 from dledger.prevote import PreVote
-from dledger.proposals import Appended, Proposals
+from dledger.proposals import Proposals
 from dledger.raft_codec import APPEND_FUNC_ID, install_wire_codec
 from dledger.raft_node import (
     ROLE_OF_STATE,
     RaftNode,
     RaftView,
-    Role,
     check_bindable,
     group_conf,
     hand_journal,
 )
-from dledger.retained_start import RetainedStart, SnapshotSource, finish_interrupted_reset
+from dledger.retained_start import RetainedStart, finish_interrupted_reset
 from dledger.retention import RetentionPlan
 from dledger.snapshot_fetch import SnapshotFetch
 from dledger.storage_binding import StorageBinding
@@ -85,13 +84,6 @@ __all__ = ["NOT_A_MEMBER", "Appended", "LeaderChange", "ReplicatedLog", "Role", 
 log = logging.getLogger("dledger.replicated_log")
 
 DISK_CHECK_S = 1.0  # how often the disk's free space is looked at
-
-
-@dataclass(frozen=True, slots=True)
-class LeaderChange:
-    role: Role
-    term: int
-    leader: str | None
 
 
 class ReplicatedLog:

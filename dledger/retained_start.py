@@ -22,14 +22,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import msgpack
 
+from common.durable_file import atomic_write
 from dledger.commitlog import CommitLog
 from dledger.config import ConfigError
-from dledger.durable_file import atomic_write
 from dledger.journal import RaftJournal
+from dledger.log_events import SnapshotSource
 from dledger.log_start import DumpEntry, StateRef, decode_log_start, encode_log_start
 from dledger.membership import Member, MemberHistory
 from dledger.raft_codec import decode_command
@@ -37,16 +38,6 @@ from dledger.raft_codec import decode_command
 __all__ = ["RetainedStart", "SnapshotSource", "finish_interrupted_reset"]
 
 log = logging.getLogger("dledger.replicated_log")
-
-
-class SnapshotSource(Protocol):
-    """A state machine's snapshots: the state after an index, as bytes it can install."""
-
-    def snapshot_indexes(self) -> list[int]: ...
-    def snapshot_bytes(self, index: int) -> bytes | None: ...
-    def prune_snapshots_below(self, index: int) -> None: ...
-    def oldest_held_position(self) -> int | None:
-        """The lowest CommitLog position the state still reads later (a held message)."""
 
 
 class RetainedStart:

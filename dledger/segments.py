@@ -37,7 +37,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from dledger.durable_file import fsync_directory
+from common.durable_file import fsync_directory
 from dledger.entry_format import ALIGN, encode_blank
 from dledger.file_run import FileRun, FileRunStore, RunFile
 from dledger.numbered_files import number_name

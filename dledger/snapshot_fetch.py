@@ -43,7 +43,7 @@ from typing import Any
 
 import msgpack
 
-from dledger.durable_file import atomic_write, read_or_none
+from common.durable_file import atomic_write, read_or_none
 from dledger.log_start import StateRef
 
 __all__ = ["CHUNK_BYTES", "MAX_SNAPSHOT_BYTES", "REQUEST_TIMEOUT_S", "SnapshotFetch"]

@@ -40,8 +40,8 @@ from typing import Any
 
 from pysyncobj.config import FAIL_REASON
 
+from common.refusal_log import Throttle
 from dledger.membership import MemberHistory, encode_bindings
-from dledger.refusal_log import Throttle
 from dledger.storage_identity import StorageIdentity, is_founder_token
 from dledger.storage_rule import counts, self_vote_refusal
 

@@ -52,7 +52,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from dledger.durable_file import atomic_write, read_or_none
+from common.durable_file import atomic_write, read_or_none
 from dledger.hard_state import HardStateFile
 
 __all__ = ["IDENTITY_FILE", "StorageIdentity", "StorageIdentityError", "format_founder", "open_identity",

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from common.durable_file import atomic_write
 from dledger import commitlog as commitlog_module
 from dledger import segments as segments_module
 from dledger.commitlog import (
@@ -18,7 +19,6 @@ from dledger.commitlog import (
     decode_start_marker,
     encode_start_marker,
 )
-from dledger.durable_file import atomic_write
 from dledger.entry_format import HEADER_SIZE, EntryKind, FormatError, record_size
 from dledger.segments import segment_name
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from dledger.durable_file import atomic_write
+from common.durable_file import atomic_write
 from dledger.hard_state import (
     FILE_SIZE,
     MAX_VOTE_BYTES,

@@ -2,6 +2,9 @@
 
     raftmq    ->  anything                     the command line and local-cluster tools;
                                                nothing imports it
+    common    <-  everything                   shared utilities (TOML, HTTP errors, throttled
+                                               logs, process plumbing, durable files):
+                                               common imports nothing of RaftMQ
     protocol  <-  broker, client, spark        protocol imports nothing of RaftMQ
     dledger   <-  broker                       dledger imports none of broker, client, spark, protocol
     client, spark never import broker; broker never imports client
@@ -17,8 +20,9 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("protocol", "dledger", "broker", "client", "spark", "raftmq", "console")
+PACKAGES = ("common", "protocol", "dledger", "broker", "client", "spark", "raftmq", "console")
 FORBIDDEN = {
+    "common": {"protocol", "dledger", "broker", "client", "spark", "raftmq", "console"},
     "protocol": {"dledger", "broker", "client", "spark", "raftmq", "console"},
     "dledger": {"protocol", "broker", "client", "spark", "raftmq", "console"},
     "broker": {"client", "spark", "raftmq", "console"},

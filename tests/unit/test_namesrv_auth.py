@@ -10,7 +10,7 @@ import pytest
 from broker.namesrv import run_key
 from broker.namesrv_config import read_namesrv_config
 from broker.registration_auth import AuthError, RegistrationVerifier, registration_key, sign_registration
-from dledger.config import ConfigError
+from common.toml_config import ConfigError
 from dledger.peer_crypto import PeerCipher
 
 

@@ -27,8 +27,8 @@ from broker.tls import TlsSection, server_context
 from broker.tls import peer_tls as peer_tls_of
 from client import Admin, ClientTls, Message, Producer, PullConsumer
 from client.errors import ClientError, ConnectionLostError, TlsError
+from common.toml_config import ConfigError
 from dledger.applier import Applier
-from dledger.config import ConfigError
 from dledger.log import Log
 from dledger.membership import Member
 from protocol.exposure import is_loopback, missing_protections

@@ -31,7 +31,7 @@ from typing import TypeVar
 import msgspec
 from aiohttp import web
 
-from dledger.refusal_log import Throttle
+from common.refusal_log import Throttle
 
 __all__ = ["browser_guard", "foreign_origin", "json_error", "json_errors", "read_json", "require_json"]
 

@@ -9,6 +9,7 @@
     dledger   <-  broker                       dledger imports none of broker, client, spark, protocol
     client, spark never import broker; broker never imports client
     console   ->  client, protocol             the web console: the client and HTTP only
+    benchmarks, tests                          the checkout's tools: no package imports them
 
 ``KNOWN`` lists the imports that still break it. It may only shrink: a new crossing fails
 here, and so does an entry that is no longer needed.
@@ -31,6 +32,9 @@ FORBIDDEN = {
     "console": {"broker", "dledger", "spark", "raftmq"},
     "raftmq": set(),
 }
+#: tools of the checkout, never imported by an installed package
+for _forbidden in FORBIDDEN.values():
+    _forbidden.update({"benchmarks", "tests"})
 KNOWN: set[tuple[str, str]] = set()
 
 

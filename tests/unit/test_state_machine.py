@@ -581,8 +581,8 @@ def test_a_retried_send_back_is_stored_once_within_its_window(tmp_path: Path) ->
 
 
 def test_the_apply_benchmark_runs(capsys) -> None:  # type: ignore[no-untyped-def]
-    """``python -m broker.bench_apply`` (docs/BENCHMARKS.md) still works, on a small load."""
-    from broker.bench_apply import main
+    """``python -m benchmarks.apply`` (docs/BENCHMARKS.md) still works, on a small load."""
+    from benchmarks.apply import main
 
     assert main(["--entries", "16", "--per-entry", "20"]) == 0
     assert "320 messages applied" in capsys.readouterr().out  # 16 entries x 20

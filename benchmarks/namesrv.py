@@ -1,4 +1,4 @@
-"""``python -m broker.bench_namesrv``: what registering and routing N topics costs.
+"""``python -m benchmarks.namesrv``: what registering and routing N topics costs.
 
 Starts a real name server process (``raftmq namesrv --config``, one group) and registers
 the replicas n1..nR of that group with N topics of 127-character names, through the
@@ -6,7 +6,7 @@ broker's own ``Registrar`` (signed, paged); then measures a one-topic change, a 
 and route lookups over HTTP and in the table alone. Prints one JSON document: wall
 times, the name server's CPU time and resident memory, bytes and requests sent.
 
-    python -m broker.bench_namesrv --topics 100000 --replicas 3
+    python -m benchmarks.namesrv --topics 100000 --replicas 3
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def _table_lookup_us(n_topics: int, n_replicas: int, lookups: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m broker.bench_namesrv", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.namesrv", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--topics", type=int, default=100_000)
     parser.add_argument("--replicas", type=int, default=3)

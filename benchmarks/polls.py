@@ -1,4 +1,4 @@
-"""``python -m raftmq.bench_polls``: send latency on a leader holding many parked long polls.
+"""``python -m benchmarks.polls``: send latency on a leader holding many parked long polls.
 
 A local 3-node broker group (processes, under a temporary directory); on the leader, one
 WebSocket parks ``--parked`` PULLs (30 s long polls, re-parked when they return) on the
@@ -6,8 +6,8 @@ queues of a topic nobody sends to, while another sends ``--sends`` messages one 
 to another topic. Prints the send latency (p50, p99, max) with and without the parked
 pulls, and how the pulls were answered (parked, or SYSTEM_BUSY over a cap)::
 
-    python -m raftmq.bench_polls --parked 3000 --sends 200
-    python -m raftmq.bench_polls --parked 3000 --broker max_parked_pulls_per_connection=3000
+    python -m benchmarks.polls --parked 3000 --sends 200
+    python -m benchmarks.polls --parked 3000 --broker max_parked_pulls_per_connection=3000
 
 Only the broker's wire protocol is used (no client library), so the same script measures a
 broker of any version from the same frames.
@@ -111,7 +111,7 @@ async def _measure(address: str, parked: int, sends: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m raftmq.bench_polls", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.polls", description=__doc__.split("\n")[0])
     parser.add_argument("--parked", type=int, default=3000)
     parser.add_argument("--sends", type=int, default=200)
     parser.add_argument("--broker", action="append", default=[], metavar="KEY=INT",

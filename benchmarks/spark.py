@@ -1,4 +1,4 @@
-"""``python -m raftmq.spark_bench``: rows/s a local[2] Spark batch job reads from the followers.
+"""``python -m benchmarks.spark``: rows/s a local[2] Spark batch job reads from the followers.
 
 Starts a local 3-node broker group on 127.0.0.1 (under ``--dir``, default a temporary
 directory), fills a topic of ``--queues`` queues with ``--messages`` messages of
@@ -191,7 +191,7 @@ def _alone_source(rows: int, partitions: int, body_bytes: int, batch_rows: int) 
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m raftmq.spark_bench", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.spark", description=__doc__.split("\n\n")[0])
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--queues", type=int, default=8)
     ap.add_argument("--body-bytes", type=int, default=256)

@@ -1,4 +1,4 @@
-"""``python -m raftmq.bench_tls``: the CPU TLS adds to one request/response over a WebSocket.
+"""``python -m benchmarks.tls``: the CPU TLS adds to one request/response over a WebSocket.
 
 A client and an echo server in one process (aiohttp, as the client and the broker use it)
 exchange ``--rounds`` frames of ``--size`` bytes, one at a time, plain and then over TLS
@@ -64,7 +64,7 @@ async def cpu_per_round_trip(ca: LocalCA | None, rounds: int, size: int) -> floa
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m raftmq.bench_tls", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.tls", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=20_000)
     parser.add_argument("--size", type=int, default=400, help="bytes per frame (default 400: one send)")

@@ -1,4 +1,4 @@
-"""``python -m broker.bench_apply``: CPU per message of the apply step, in isolation.
+"""``python -m benchmarks.apply``: CPU per message of the apply step, in isolation.
 
 Feeds ``BrokerStateMachine.apply`` entries of 160 messages of 256 B (idempotent
 producers on 8 queues, as ``raftmq bench produce`` sends them) in records of
@@ -6,7 +6,7 @@ producers on 8 queues, as ``raftmq bench produce`` sends them) in records of
 entry per call, in a temporary directory, and prints wall and CPU microseconds per
 message. No network, no Raft: the cost every replica pays for every message it applies.
 
-    python -m broker.bench_apply --entries 1500 [--per-record 64] [--keys 1]
+    python -m benchmarks.apply --entries 1500 [--per-record 64] [--keys 1]
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def _entries(count: int, per_entry: int, body_bytes: int, per_record: int, keys:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m broker.bench_apply", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.apply", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--entries", type=int, default=1500, help="entries to apply (default 1500)")
     ap.add_argument("--per-entry", type=int, default=160, help="messages per entry (default 160)")

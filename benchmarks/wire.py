@@ -1,4 +1,4 @@
-"""``python -m raftmq.bench_wire``: CPU per frame of the send and pull paths' wire work.
+"""``python -m benchmarks.wire``: CPU per frame of the send and pull paths' wire work.
 
 Each step is timed alone (timeit, the best of ``--repeat`` rounds) on one thread, with
 no network: building and encoding a frame, or decoding one and its typed contents, as
@@ -88,7 +88,7 @@ def measure(work: Callable[[], object], repeat: int, budget_s: float = 0.2) -> f
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m raftmq.bench_wire", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.wire", description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=64, help="messages per batch and per page (64)")
     parser.add_argument("--body-bytes", type=int, default=256, help="message body size (256)")
     parser.add_argument("--repeat", type=int, default=7, help="rounds; the best counts (7)")

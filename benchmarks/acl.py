@@ -1,18 +1,18 @@
 """``python -m benchmarks.acl``: CPU of the authorization of one request on the broker --
 a SEND_BATCH of 64 messages of 256 B (one record, as the producer sends one queue's
 messages) and a PULL, by a user whose decision is cached (what every request after a
-connection's first costs): the request's needs read from the frame (``broker.access_map``:
-the records' topics peeked) and looked up (``broker.authorizer``).
+connection's first costs): the request's needs read from the frame (``broker.security.access_map``:
+the records' topics peeked) and looked up (``broker.security.authorizer``).
 Best of 5 repeats, one core."""
 
 from __future__ import annotations
 
 import timeit
 
-from broker.access_map import needs
-from broker.authorizer import Principal
-from broker.commands import Grant, PutUser
+from broker.security.access_map import needs
+from broker.security.authorizer import Principal
 from broker.state.access import AccessTables
+from broker.store.commands import Grant, PutUser
 from protocol.pull import PullRequest
 from protocol.record_batch import encode_record
 from protocol.remoting import Frame

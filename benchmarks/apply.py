@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from broker.commands import CreateTopic, encode_admin
-from broker.entry_batch import pack_entries
-from broker.state_machine import BrokerStateMachine, Outcome
+from broker.state.machine import BrokerStateMachine, Outcome
+from broker.store.commands import CreateTopic, encode_admin
+from broker.store.entry_batch import pack_entries
 from dledger.entry_format import Entry, EntryKind, record_size
 from protocol.record_batch import encode_record
 

@@ -26,11 +26,11 @@ from typing import Any
 
 import aiohttp
 
-from broker.namesrv import write_key_file
-from broker.namesrv_config import write_namesrv_config
+from broker.namesrv.config import write_namesrv_config
+from broker.namesrv.route_table import Registration, RouteTable
+from broker.namesrv.server import write_key_file
 from broker.registrar import Registrar, topic_pages
-from broker.registration_auth import registration_key
-from broker.route_table import Registration, RouteTable
+from broker.security.registration_auth import registration_key
 
 __all__ = ["main"]
 
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(tmp)
         write_key_file(root / "g1.key", registration_key(secret, "g1").hex())
         config = write_namesrv_config(root / "namesrv.toml", address, {"g1": Path("g1.key")})
-        proc = subprocess.Popen([sys.executable, "-m", "broker.namesrv", "--config", str(config),
+        proc = subprocess.Popen([sys.executable, "-m", "broker.namesrv.server", "--config", str(config),
                                  "--log-level", "WARNING"])
         try:
             result = asyncio.run(_measure(address, proc.pid, secret, args.topics, args.replicas,

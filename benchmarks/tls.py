@@ -19,7 +19,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from broker.tls import server_context
+from broker.security.tls import server_context
 from protocol.tls import ws_url
 from raftmq.local_group import free_port
 from raftmq.local_tls import LocalCA

@@ -1,7 +1,7 @@
 """The broker server's background tasks, run while its app serves (``BrokerServer.app``'s
-cleanup context): the leader's deferred-message loop (``broker.deferred_service``), the
-overdue watch (``broker.overdue``), the divergence check (``broker.divergence``), the ACL
-bootstrap (``broker.access_control``), and the trimming of derived files.
+cleanup context): the leader's deferred-message loop (``broker.deferred.service``), the
+overdue watch (``broker.deferred.overdue``), the divergence check (``broker.replication.divergence``), the ACL
+bootstrap (``broker.security.access_control``), and the trimming of derived files.
 
     derived files   ConsumeQueue and IndexFile files that point only at deleted CommitLog
                     segments go with them: checked every ``TRIM_CHECK_S``, off the loop
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 if TYPE_CHECKING:
-    from broker.server import BrokerServer
+    from broker.remoting.server import BrokerServer
 
 __all__ = ["OVERDUE_CHECK_S", "TRIM_CHECK_S", "run_background"]
 

@@ -2,7 +2,7 @@
 
 The CommitLog's segments (``dledger/segments.py``: numbers are byte positions) are kept
 by one. (ConsumeQueue v2 files hold units of varying message counts, so no fixed span of
-queue offsets: ``broker/consume_queue_files.py`` keeps them with the same
+queue offsets: ``broker/store/consume_queue_files.py`` keeps them with the same
 ``dledger/numbered_files.py`` names.) A file holds the numbers from its name up to the next multiple of
 ``span``, ``unit`` bytes each, at byte ``(number - start) * unit`` of the file; the
 files are contiguous and only the last one grows::

@@ -10,7 +10,7 @@ What is kept: every entry above the committed and the applied index, on a leader
 entry a follower still lacks, and every position a held message of the state machine
 still reads (``SnapshotSource.oldest_held_position``; the broker's leader carries held
 messages forward before this floor reaches the size cap or the age limit:
-``broker.carry_forward``). After a cut the members before it are
+``broker.deferred.carry_forward``). After a cut the members before it are
 forgotten, the retained start rewritten (``dledger.retained_start``) and older snapshots
 pruned.
 

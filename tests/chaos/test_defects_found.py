@@ -28,10 +28,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from broker.commands import CreateTopic, encode_admin
-from broker.entry_batch import pack_entries
+from broker.state.machine import BrokerStateMachine
 from broker.state.producers import RECENT_RECORDS
-from broker.state_machine import BrokerStateMachine
+from broker.store.commands import CreateTopic, encode_admin
+from broker.store.entry_batch import pack_entries
 from client.aio import AsyncAdmin, AsyncProducer, AsyncPushConsumer
 from client.aio.connection import Connection
 from client.aio.queue_sender import BATCH_MAX_MESSAGES

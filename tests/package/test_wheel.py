@@ -98,13 +98,13 @@ def test_the_wheel_holds_no_benchmark_or_test_module(tmp_path: Path) -> None:
     _run(sys.executable, "-m", "build", "--wheel", "--outdir", tmp_path, ROOT, cwd=tmp_path)
     (wheel,) = tmp_path.glob("raftmq-*.whl")
     assert not_shipped(wheel) == []
-    assert "broker/server.py" in zipfile.ZipFile(wheel).namelist()  # the check reads a real wheel
+    assert "broker/remoting/server.py" in zipfile.ZipFile(wheel).namelist()  # the check reads a real wheel
 
 
 def test_the_wheel_check_names_a_benchmark_and_a_test_module(tmp_path: Path) -> None:
     wheel = tmp_path / "w.whl"
     with zipfile.ZipFile(wheel, "w") as z:
-        for name in ("broker/server.py", "raftmq/bench.py", "broker/bench_acl.py", "benchmarks/wire.py",
-                     "tests/unit/test_x.py", "raftmq-0.1.0.dist-info/RECORD"):
+        for name in ("broker/remoting/server.py", "raftmq/bench.py", "broker/bench_acl.py",
+                     "benchmarks/wire.py", "tests/unit/test_x.py", "raftmq-0.1.0.dist-info/RECORD"):
             z.writestr(name, "")
     assert not_shipped(wheel) == ["broker/bench_acl.py", "benchmarks/wire.py", "tests/unit/test_x.py"]

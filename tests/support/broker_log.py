@@ -13,8 +13,8 @@ import filecmp
 from collections import defaultdict
 from pathlib import Path
 
-from broker.commands import CommitOffset, RecordKind, decode_admin, record_kind
-from broker.entry_batch import unpack_entry
+from broker.store.commands import CommitOffset, RecordKind, decode_admin, record_kind
+from broker.store.entry_batch import unpack_entry
 from client.queues import MessageQueue
 from dledger.commitlog import CommitLog
 from dledger.entry_format import Entry, EntryKind

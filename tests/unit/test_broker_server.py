@@ -12,9 +12,9 @@ import msgpack
 import yarl
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.guarded_site import GuardedSite
-from broker.server import AppliedSignal, BrokerServer
-from broker.state_machine import BrokerStateMachine
+from broker.remoting.guarded_site import GuardedSite
+from broker.remoting.server import AppliedSignal, BrokerServer
+from broker.state.machine import BrokerStateMachine
 from dledger.applier import Applier
 from dledger.replicated_log import ReplicatedLog
 from protocol.message_format import MAX_MESSAGE_BYTES, Message, decode_message, encode_message

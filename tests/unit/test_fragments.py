@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.commands import RecordKind, record_kind
-from broker.entry_batch import max_message_bytes, pack_entries, unpack_entry
-from broker.fragments import (
+from broker.store.commands import RecordKind, record_kind
+from broker.store.entry_batch import max_message_bytes, pack_entries, unpack_entry
+from broker.store.fragments import (
     SLICE_BYTES,
     MessageGone,
     chain_payloads,

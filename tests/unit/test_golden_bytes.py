@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.commands import (
+from broker.state.snapshot import Snapshot, cq_hash_prefix, cq_hash_step
+from broker.store.commands import (
     CheckHalf,
     CommitOffset,
     CreateTopic,
@@ -29,11 +30,10 @@ from broker.commands import (
     decode_admin,
     encode_admin,
 )
-from broker.consume_queue_layout import UNIT
-from broker.entry_batch import pack_entries, unpack_entry
-from broker.index_file import IndexFile
-from broker.index_layout import key_hash
-from broker.snapshot import Snapshot, cq_hash_prefix, cq_hash_step
+from broker.store.consume_queue_layout import UNIT
+from broker.store.entry_batch import pack_entries, unpack_entry
+from broker.store.index_file import IndexFile
+from broker.store.index_layout import key_hash
 from dledger.entry_format import EntryKind, decode_entry, encode_blank, encode_entry
 from dledger.hard_state import HardState, decode_slot, encode_slot
 from dledger.log_start import DumpEntry, StateRef, decode_log_start, encode_log_start

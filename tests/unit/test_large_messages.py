@@ -6,7 +6,7 @@ import random
 
 import msgpack
 
-from broker.pull_processor import PULL_BODY_BYTES
+from broker.processors.pull import PULL_BODY_BYTES
 from protocol.message_format import MAX_MESSAGE_BYTES, Message, decode_message, encode_message
 from protocol.remoting import DEFAULT_MAX_FRAME, RequestCode, ResponseCode
 from tests.support.broker_client import FrameClient

@@ -1,5 +1,5 @@
 """The processes and tests that need no Raft load none: importing the in-memory log
-(``dledger.local_log``) or the name server (``broker.namesrv``) in a fresh interpreter
+(``dledger.local_log``) or the name server (``broker.namesrv.server``) in a fresh interpreter
 leaves no ``pysyncobj`` module (nor ``dledger.replicated_log``) in ``sys.modules``."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def _loaded_by(module: str) -> list[str]:
     return json.loads(done.stdout)
 
 
-@pytest.mark.parametrize("module", ["dledger.local_log", "broker.namesrv"])
+@pytest.mark.parametrize("module", ["dledger.local_log", "broker.namesrv.server"])
 def test_importing_loads_no_raft_engine(module: str) -> None:
     loaded = _loaded_by(module)
     assert module in loaded  # the probe imported what it names

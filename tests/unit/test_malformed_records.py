@@ -15,7 +15,7 @@ import aiohttp
 import msgpack
 import pytest
 
-from broker.entry_batch import pack_entries
+from broker.store.entry_batch import pack_entries
 from client import ConsumeStatus, PullConsumer, PushConsumer
 from client.queues import MessageQueue
 from protocol.pull import PullResponse

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.namesrv import Registration, RouteTable
+from broker.namesrv.server import Registration, RouteTable
 from dledger.config import FlushPolicy, GroupConfig
 from dledger.log_start import DumpEntry, decode_log_start, encode_log_start
 from dledger.membership import Change, Member, MemberHistory, decode_change, encode_change

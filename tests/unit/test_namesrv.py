@@ -15,9 +15,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from broker.namesrv import EXPIRY_S, Registration, RouteTable, make_app, run
-from broker.registration_auth import RegistrationVerifier, registration_key, sign_registration
-from broker.route_table import Refused, Resync, TopicDelta, TopicPage
+from broker.namesrv.route_table import Refused, Resync, TopicDelta, TopicPage
+from broker.namesrv.server import EXPIRY_S, Registration, RouteTable, make_app, run
+from broker.security.registration_auth import RegistrationVerifier, registration_key, sign_registration
 from client.aio.connection import ConnectionPool
 from client.aio.routes import RouteBook
 from raftmq.local_group import free_port

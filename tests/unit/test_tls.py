@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from broker import guarded_site
 from broker.config import read_broker_section
-from broker.exposure import check_exposure
-from broker.membership_admin import _learner_lag
-from broker.namesrv_config import read_namesrv_config, write_namesrv_config
-from broker.node_tls import read_serving
-from broker.server import AppliedSignal, BrokerServer
-from broker.state_machine import BrokerStateMachine
-from broker.tls import TlsSection, server_context
-from broker.tls import peer_tls as peer_tls_of
+from broker.http_api.membership import _learner_lag
+from broker.namesrv.config import read_namesrv_config, write_namesrv_config
+from broker.remoting import guarded_site
+from broker.remoting.server import AppliedSignal, BrokerServer
+from broker.security.exposure import check_exposure
+from broker.security.node_tls import read_serving
+from broker.security.tls import TlsSection, server_context
+from broker.security.tls import peer_tls as peer_tls_of
+from broker.state.machine import BrokerStateMachine
 from client import Admin, ClientTls, Message, Producer, PullConsumer
 from client.errors import ClientError, ConnectionLostError, TlsError
 from common.toml_config import ConfigError
@@ -199,7 +199,7 @@ def test_a_client_with_the_ca_works_over_wss_and_https(broker: str, broker_ssl_c
 def test_a_stalled_tls_handshake_is_cut_and_the_port_serves_on(
         broker: str, broker_ssl_context: ssl.SSLContext, local_ca: LocalCA,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The TLS port is served by the guarded accept loop (``broker.guarded_site``): a client
+    """The TLS port is served by the guarded accept loop (``broker.remoting.guarded_site``): a client
     that connects and never starts its handshake is closed after the handshake timeout (10 s;
     0.5 s here) instead of holding a descriptor, and others are served meanwhile."""
     monkeypatch.setattr(guarded_site, "HANDSHAKE_TIMEOUT_S", 0.5)

@@ -20,7 +20,7 @@ from pathlib import Path
 from broker.state.machine import BrokerStateMachine, Outcome
 from broker.store.commands import CreateTopic, encode_admin
 from broker.store.entry_batch import pack_entries
-from dledger.entry_format import Entry, EntryKind, record_size
+from dledger.storage.entry_format import Entry, EntryKind, record_size
 from protocol.record_batch import encode_record
 
 QUEUES = 8

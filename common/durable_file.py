@@ -1,5 +1,5 @@
 """Small files replaced atomically and durably (checkpoints, markers, dumps; the Raft term and
-vote are overwritten in place instead: ``dledger.hard_state``).
+vote are overwritten in place instead: ``dledger.storage.hard_state``).
 
 ``atomic_write`` leaves ``path`` holding either the old or the new content, never
 a mix, even across a power loss, and the new content is on disk when it returns:

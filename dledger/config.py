@@ -74,7 +74,7 @@ class GroupConfig:
     leader_lease_ms: int = 2000
     connect_retry_ms: int = 300
     #: a node whose disk filled up writes again once this many bytes are free (hysteresis;
-    #: at most a tenth of the file system counts: dledger.disk_guard)
+    #: at most a tenth of the file system counts: dledger.storage.disk_guard)
     disk_resume_free_bytes: int = 64 << 20
     repair_log: bool = False
     join: bool = False  # a new replica: it catches up as a learner until a member adds it

@@ -12,7 +12,7 @@ a pickled node object, so that the log holds plain data::
     command = b"\\x02" + pickle(["add" | "rem", "<name> <raft host:port> <client host:port>[ <storage>]"])
 
 (``client`` is the broker's listen address, ``-`` when unknown; ``storage`` the token of
-the storage identity recorded for the member, ``dledger.storage_identity``, absent while
+the storage identity recorded for the member, ``dledger.raft.storage_identity``, absent while
 none is.) pysyncobj turns the id into a node through the ``nodeClass`` factory
 ``ReplicatedLog`` hands it; its identity is the Raft address alone.
 

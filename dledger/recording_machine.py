@@ -22,7 +22,7 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from dledger.entry_format import Entry
+from dledger.storage.entry_format import Entry
 
 __all__ = ["GAP_KIND", "RECORD", "RecordingMachine", "read_records"]
 

@@ -12,7 +12,7 @@ from typing import TypeVar
 from common.process import configure_logging
 from common.toml_config import ConfigError
 from dledger.config import load_group_config
-from dledger.replicated_log import ReplicatedLog
+from dledger.raft.replicated_log import ReplicatedLog
 
 __all__ = ["add_replica_arguments", "open_replica"]
 

@@ -2,7 +2,7 @@
 
 A delayed or retried message before its time and a transaction half before its outcome
 are read from their record in the CommitLog, so retention keeps that record
-(``dledger.log_retention``). Left there, a message delayed by 3 days keeps 3 days of log
+(``dledger.raft.log_retention``). Left there, a message delayed by 3 days keeps 3 days of log
 whatever ``retention_bytes`` says. So the leader re-appends a held record before
 retention reaches it, with ``__CARRIED_FROM`` naming the message it carries (its
 identity: the position it was first stored at); applying the copy moves the hold's
@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from broker.deferred.held import Held, Prop
-from dledger.segments import SegmentInfo
+from dledger.storage.segments import SegmentInfo
 from protocol.message_format import Message
 
 __all__ = ["CARRY_BYTES", "carried_copy", "carry_below", "to_carry"]

@@ -55,7 +55,7 @@ def _members_doc(server: BrokerServer) -> dict[str, Any]:
 
 async def _learner_lag(server: BrokerServer, member: Member) -> tuple[int | None, str, str]:
     """(entries behind the leader, why unknown, its storage token) of the replica about to be
-    added: the add records that storage (dledger.storage_rule: it counts once committed)."""
+    added: the add records that storage (dledger.raft.storage_rule: it counts once committed)."""
     try:
         async with server.http_session().get(server.peer_url(member.client, "/status"),
                                       timeout=aiohttp.ClientTimeout(total=3)) as resp:

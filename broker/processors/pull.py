@@ -40,8 +40,8 @@ from broker.state.machine import BrokerStateMachine
 from broker.store.consume_queue_layout import TAG_BLOOM, CqUnit, bloom_bits, summary_may_match
 from broker.store.fragments import MessageGone, read_message
 from common.refusal_log import RefusalLog
-from dledger.commitlog import CommitLog
 from dledger.log import Log
+from dledger.storage.commitlog import CommitLog
 from protocol.pull import MAX_PULL, MAX_SUSPEND_MS, PullRequest, PullResponse, PullRow
 from protocol.record_batch import MessageFormatError, read_header, record_properties
 from protocol.remoting import Frame, FrameError, ResponseCode

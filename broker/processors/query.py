@@ -30,7 +30,7 @@ from broker.store.commands import CommitOffset, encode_admin
 from broker.store.consume_queue import CqUnit
 from broker.store.entry_batch import read_stamp
 from broker.store.fragments import MessageGone, read_message_at
-from dledger.entry_format import HEADER_SIZE
+from dledger.storage.entry_format import HEADER_SIZE
 from protocol.message_format import Message, MessageFormatError, encode_message, message_at
 from protocol.names import validate_group
 from protocol.query import (

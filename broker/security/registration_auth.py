@@ -8,7 +8,7 @@ under a fixed label and the group's name::
 A broker derives it from its own secret; the name server is given only the key (a file
 of 64 hex digits written by ``raftmq namesrv-key``), never the secret. The key is one
 way: it does not give the secret, nor the Raft port's keys (PBKDF2 of the secret,
-``dledger.peer_crypto``). Each group has its own key.
+``dledger.raft.peer_crypto``). Each group has its own key.
 
 A registration ``POST /register`` carries four headers; the signature covers the
 method, the path, the group, the timestamp, the nonce and the body's bytes::

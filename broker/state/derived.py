@@ -62,8 +62,8 @@ from broker.store.consume_queue_layout import tag_summary
 from broker.store.entry_batch import read_records
 from broker.store.index_layout import IndexHeader
 from broker.store.index_service import IndexService
-from dledger.disk_guard import is_out_of_space
-from dledger.entry_format import HEADER_SIZE, Entry
+from dledger.storage.disk_guard import is_out_of_space
+from dledger.storage.entry_format import HEADER_SIZE, Entry
 from protocol.message_format import MessageFormatError, decode_message
 from protocol.record_batch import read_header
 
@@ -77,7 +77,7 @@ _CARRIED = "carried forward: the held message is read from here"
 
 T = TypeVar("T")
 #: ``wait_for_space(what, write)``: run ``write`` until the disk has room for it
-#: (``dledger.disk_guard.DiskGuard.wait_for_space``).
+#: (``dledger.storage.disk_guard.DiskGuard.wait_for_space``).
 WaitForSpace = Callable[[str, Callable[[], T]], T]
 
 

@@ -65,8 +65,8 @@ from broker.state.topics import TopicConfig, Topics
 from broker.store.consume_queue import ConsumeQueue
 from broker.store.index_layout import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
 from broker.store.index_service import IndexService
-from dledger.disk_guard import DiskGuard
-from dledger.entry_format import Entry, EntryKind
+from dledger.storage.disk_guard import DiskGuard
+from dledger.storage.entry_format import Entry, EntryKind
 
 __all__ = ["DIGEST_EVERY", "LOCK_EXPIRY_MS", "PRODUCER_EXPIRY_MS", "RECENT_RECORDS",
            "SENT_BACK_WINDOW_MS", "Applied", "BrokerStateMachine", "Outcome", "TopicConfig"]

@@ -51,7 +51,7 @@ from broker.store.consume_queue_layout import (
     encode_units,
     topic_directory,
 )
-from dledger.numbered_files import (
+from dledger.storage.numbered_files import (
     PendingSync,
     close_quietly,
     delete_files_before,

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from broker.store.consume_queue_layout import UNIT, UNIT_SIZE, CqUnit, used_units
-from dledger.numbered_files import PendingSync, close_quietly, numbered_files, pread_full, unlink_file
+from dledger.storage.numbered_files import PendingSync, close_quietly, numbered_files, pread_full, unlink_file
 
 __all__ = ["ConsumeQueueCorrupt", "QueueFile", "adopt_files", "read_units", "unit_at"]
 

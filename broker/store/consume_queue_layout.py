@@ -48,7 +48,7 @@ import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from dledger.numbered_files import number_name
+from dledger.storage.numbered_files import number_name
 
 __all__ = [
     "DEFAULT_UNITS_PER_FILE",

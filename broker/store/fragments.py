@@ -61,8 +61,8 @@ import msgpack
 
 from broker.store.commands import RecordKind, record_kind
 from broker.store.entry_batch import locate_messages, max_message_bytes, pack_entries
-from dledger.commitlog import CommitLog
-from dledger.entry_format import ALIGN, HEADER_SIZE, Entry, EntryKind, decode_header
+from dledger.storage.commitlog import CommitLog
+from dledger.storage.entry_format import ALIGN, HEADER_SIZE, Entry, EntryKind, decode_header
 
 __all__ = [
     "MAX_TOTAL",

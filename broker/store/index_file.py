@@ -15,7 +15,7 @@ So no store lands on such a page: before a put writes, the file is allocated
 (``os.posix_fallocate``) from its start -- header and slots, which puts touch anywhere --
 to ``RESERVE_ENTRIES`` entries past the new ones (the entries fill in order). A full disk
 then fails the allocation with OSError (ENOSPC) and the put writes nothing; the caller
-may try it again later (``dledger.disk_guard``). A file that was never put to reserves
+may try it again later (``dledger.storage.disk_guard``). A file that was never put to reserves
 nothing, so opening one never needs room.
 
 Determinism: the file is created at its full size (header, slots, entries) by
@@ -62,7 +62,7 @@ from broker.store.index_layout import (  # the defaults and IndexHeader: see __a
     time_diff,
 )
 from common.durable_file import fsync_directory
-from dledger.numbered_files import pread_full, pwrite_all
+from dledger.storage.numbered_files import pread_full, pwrite_all
 
 __all__ = [
     "DEFAULT_INDEX_NUM",

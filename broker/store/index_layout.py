@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import mmh3
 
-from dledger.numbered_files import number_name
+from dledger.storage.numbered_files import number_name
 
 __all__ = [
     "DEFAULT_INDEX_NUM",

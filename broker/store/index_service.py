@@ -34,7 +34,7 @@ from broker.store.index_layout import (
     index_file_size,
 )
 from common.durable_file import fsync_directory
-from dledger.numbered_files import numbered_files
+from dledger.storage.numbered_files import numbered_files
 
 __all__ = ["IndexService"]
 

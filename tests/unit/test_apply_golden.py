@@ -40,7 +40,7 @@ from broker.store import commands as cmd
 from broker.store.commands import encode_admin
 from broker.store.entry_batch import pack_entries, read_records
 from broker.store.fragments import chain_payloads, encode_fragments
-from dledger.entry_format import HEADER_SIZE, Entry, EntryKind, record_size
+from dledger.storage.entry_format import HEADER_SIZE, Entry, EntryKind, record_size
 from protocol.message_format import Message, encode_message
 from protocol.record_batch import encode_record
 

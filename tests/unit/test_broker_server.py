@@ -16,7 +16,7 @@ from broker.remoting.guarded_site import GuardedSite
 from broker.remoting.server import AppliedSignal, BrokerServer
 from broker.state.machine import BrokerStateMachine
 from dledger.applier import Applier
-from dledger.replicated_log import ReplicatedLog
+from dledger.raft.replicated_log import ReplicatedLog
 from protocol.message_format import MAX_MESSAGE_BYTES, Message, decode_message, encode_message
 from protocol.remoting import Frame, RequestCode, ResponseCode
 from raftmq.local_group import free_port

@@ -14,7 +14,7 @@ from broker.deferred.carry_forward import carried_copy, carry_below, to_carry
 from broker.deferred.held import Held, Prop, Timers
 from broker.state.machine import BrokerStateMachine, Outcome
 from broker.store.commands import CheckHalf, CreateTopic, RollbackHalf, encode_admin
-from dledger.segments import SegmentInfo
+from dledger.storage.segments import SegmentInfo
 from protocol.message_format import Message, decode_message, encode_message
 from tests.support.ram_dir import ram_dir
 from tests.unit.test_state_machine import Log

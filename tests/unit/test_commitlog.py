@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from dledger.commitlog import CommitLog, CorruptLogError
-from dledger.entry_format import HEADER_SIZE, EntryKind, encode_blank, record_size
-from dledger.segments import SegmentedFile, segment_name
+from dledger.storage.commitlog import CommitLog, CorruptLogError
+from dledger.storage.entry_format import HEADER_SIZE, EntryKind, encode_blank, record_size
+from dledger.storage.segments import SegmentedFile, segment_name
 
 SEG = 4096
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from common.durable_file import atomic_write
-from dledger import commitlog as commitlog_module
-from dledger import segments as segments_module
-from dledger.commitlog import (
+from dledger.storage import commitlog as commitlog_module
+from dledger.storage import segments as segments_module
+from dledger.storage.commitlog import (
     START_MARKER,
     CommitLog,
     CorruptLogError,
@@ -19,8 +19,8 @@ from dledger.commitlog import (
     decode_start_marker,
     encode_start_marker,
 )
-from dledger.entry_format import HEADER_SIZE, EntryKind, FormatError, record_size
-from dledger.segments import segment_name
+from dledger.storage.entry_format import HEADER_SIZE, EntryKind, FormatError, record_size
+from dledger.storage.segments import segment_name
 
 SEG = 4096
 RESET_AT = 23

@@ -21,9 +21,9 @@ from broker.store.fragments import (
     read_message,
     read_message_at,
 )
-from dledger.commitlog import CommitLog
 from dledger.config import MAX_ENTRY_BYTES
-from dledger.entry_format import HEADER_SIZE, EntryKind
+from dledger.storage.commitlog import CommitLog
+from dledger.storage.entry_format import HEADER_SIZE, EntryKind
 from protocol.message_format import MAX_MESSAGE_BYTES, Message, encode_message, peek_msg_id
 
 ID = bytes(range(16))

@@ -1,4 +1,4 @@
-"""The Raft hard state file (``dledger/hard_state.py``): two slots overwritten in turn, the
+"""The Raft hard state file (``dledger/storage/hard_state.py``): two slots overwritten in turn, the
 newer valid one wins, the earlier msgpack form is converted, and -- the point of it -- a
 term and vote can still be saved when the disk is full."""
 
@@ -11,7 +11,7 @@ import msgpack
 import pytest
 
 from common.durable_file import atomic_write
-from dledger.hard_state import (
+from dledger.storage.hard_state import (
     FILE_SIZE,
     MAX_VOTE_BYTES,
     PAGE,

@@ -1,6 +1,6 @@
 """The processes and tests that need no Raft load none: importing the in-memory log
 (``dledger.local_log``) or the name server (``broker.namesrv.server``) in a fresh interpreter
-leaves no ``pysyncobj`` module (nor ``dledger.replicated_log``) in ``sys.modules``."""
+leaves no ``pysyncobj`` module (nor ``dledger.raft.replicated_log``) in ``sys.modules``."""
 
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ def _loaded_by(module: str) -> list[str]:
 def test_importing_loads_no_raft_engine(module: str) -> None:
     loaded = _loaded_by(module)
     assert module in loaded  # the probe imported what it names
-    heavy = [m for m in loaded if m.split(".")[0] == "pysyncobj" or m == "dledger.replicated_log"]
+    heavy = [m for m in loaded if m.split(".")[0] == "pysyncobj" or m == "dledger.raft.replicated_log"]
     assert heavy == [], f"{module} loads the Raft engine: {heavy}"
 
 
 def test_the_probe_sees_the_raft_engine_when_it_is_imported() -> None:
-    assert "pysyncobj" in _loaded_by("dledger.replicated_log")
+    assert "pysyncobj" in _loaded_by("dledger.raft.replicated_log")

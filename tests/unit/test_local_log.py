@@ -13,7 +13,7 @@ from dledger.errors import EntryTooLarge, ProposalRejected
 from dledger.local_log import LocalLog
 from dledger.log import Log
 from dledger.membership import Change, Member
-from dledger.replicated_log import ReplicatedLog
+from dledger.raft.replicated_log import ReplicatedLog
 from raftmq.local_group import free_port
 from tests.support.founding import founding
 

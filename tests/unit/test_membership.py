@@ -11,9 +11,9 @@ import pytest
 
 from broker.namesrv.server import Registration, RouteTable
 from dledger.config import FlushPolicy, GroupConfig
-from dledger.log_start import DumpEntry, decode_log_start, encode_log_start
 from dledger.membership import Change, Member, MemberHistory, decode_change, encode_change
-from dledger.replicated_log import ReplicatedLog
+from dledger.raft.replicated_log import ReplicatedLog
+from dledger.storage.log_start import DumpEntry, decode_log_start, encode_log_start
 from raftmq.local_group import free_port
 from tests.support.founding import founding
 from tests.support.procs import wait_until

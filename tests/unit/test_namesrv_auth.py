@@ -16,7 +16,7 @@ from broker.security.registration_auth import (
     sign_registration,
 )
 from common.toml_config import ConfigError
-from dledger.peer_crypto import PeerCipher
+from dledger.raft.peer_crypto import PeerCipher
 
 
 class Clock:

@@ -17,10 +17,10 @@ from dledger.config import (
     FlushPolicy,
     GroupConfig,
 )
-from dledger.entry_format import EntryKind
 from dledger.errors import DiskFull, EntryTooLarge, NotLeader
-from dledger.raft_codec import encode_payload_command
-from dledger.replicated_log import ReplicatedLog
+from dledger.raft.codec import encode_payload_command
+from dledger.raft.replicated_log import ReplicatedLog
+from dledger.storage.entry_format import EntryKind
 from raftmq.local_group import free_port
 from tests.support.founding import founding
 
@@ -100,7 +100,7 @@ def test_entry_size_limit_keeps_clear_of_chunking() -> None:
 
 
 def test_chunked_transmission_is_refused_at_the_transport() -> None:
-    from dledger.transport import GroupTransport
+    from dledger.raft.transport import GroupTransport
 
     with pytest.raises(RuntimeError, match="chunked transmission"):
         GroupTransport.send(object.__new__(GroupTransport), None,  # type: ignore[arg-type]
@@ -231,7 +231,7 @@ def test_the_transport_says_a_full_disk_and_sends_a_full_follower_no_entries(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from pysyncobj.transport import TCPTransport
 
-    from dledger.transport import make_transport_class
+    from dledger.raft.transport import make_transport_class
 
     sent: list[tuple[str, dict[str, Any]]] = []
     monkeypatch.setattr(TCPTransport, "send",

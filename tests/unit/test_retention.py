@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from dledger.config import MAX_ENTRY_BYTES, GroupConfig
-from dledger.replicated_log import ReplicatedLog
-from dledger.retention import plan_retention
-from dledger.segments import SegmentInfo
+from dledger.raft.replicated_log import ReplicatedLog
+from dledger.storage.retention import plan_retention
+from dledger.storage.segments import SegmentInfo
 from raftmq.local_group import free_port
 from tests.support.founding import founding
 
@@ -175,11 +175,11 @@ def test_follower_behind_the_retained_start_restarts_its_log_there(tmp_path: Pat
 
 
 def test_a_crash_inside_a_log_restart_is_finished_from_the_received_dump(tmp_path: Path) -> None:
-    from dledger.commitlog import CommitLog
-    from dledger.entry_format import EntryKind, record_size
-    from dledger.log_start import DumpEntry, encode_log_start
-    from dledger.raft_codec import encode_payload_command
-    from dledger.storage_identity import format_founder
+    from dledger.raft.codec import encode_payload_command
+    from dledger.raft.storage_identity import format_founder
+    from dledger.storage.commitlog import CommitLog
+    from dledger.storage.entry_format import EntryKind, record_size
+    from dledger.storage.log_start import DumpEntry, encode_log_start
 
     seg = 4 * MAX_ENTRY_BYTES
     start = 3 * seg + 4096  # a position inside the fourth segment
@@ -223,7 +223,7 @@ class FakeSnapshots:
 
 
 def test_retention_cuts_only_where_a_snapshot_is_held_and_keeps_held_messages(single: ReplicatedLog) -> None:
-    from dledger.log_start import decode_log_start
+    from dledger.storage.log_start import decode_log_start
 
     wait_for(lambda: single.is_leader, 10, "leader")
     single.set_snapshot_source(FakeSnapshots([]))

@@ -23,7 +23,7 @@ from broker.state.machine import BrokerStateMachine
 from client import LocalTransactionState, Message, Producer, TransactionProducer
 from dledger.applier import Applier
 from dledger.config import MAX_ENTRY_BYTES, GroupConfig
-from dledger.replicated_log import ReplicatedLog
+from dledger.raft.replicated_log import ReplicatedLog
 from raftmq.local_group import free_port
 from tests.support.client_calls import collecting_consumer, create_topic_at
 from tests.support.founding import founding

@@ -13,7 +13,7 @@ from broker.state.machine import BrokerStateMachine
 from broker.state.snapshot import Snapshot, SnapshotError
 from broker.store.commands import CommitOffset, CreateTopic, DeleteTopic, LockQueue, encode_admin
 from broker.store.entry_batch import pack_entries
-from dledger.entry_format import Entry, EntryKind, record_size
+from dledger.storage.entry_format import Entry, EntryKind, record_size
 from protocol.message_format import Message, encode_message
 from tests.support.ram_dir import ram_dir
 

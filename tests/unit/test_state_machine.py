@@ -32,10 +32,10 @@ from broker.store.commands import (
 )
 from broker.store.entry_batch import pack_entries, unpack_entry
 from broker.store.fragments import chain_payloads, encode_fragments, read_message, read_message_at
-from dledger import disk_guard
-from dledger.commitlog import CommitLog
-from dledger.disk_guard import DiskGuard
-from dledger.entry_format import Entry, EntryKind, record_size
+from dledger.storage import disk_guard
+from dledger.storage.commitlog import CommitLog
+from dledger.storage.disk_guard import DiskGuard
+from dledger.storage.entry_format import Entry, EntryKind, record_size
 from protocol.message_format import Message, decode_message, encode_message
 from protocol.record_batch import encode_record
 from tests.support.ram_dir import RAM_DIR, ram_dir

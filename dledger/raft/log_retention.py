@@ -1,4 +1,4 @@
-"""Retention on one replica: deleting the log's old segments where ``dledger.retention``'s plan
+"""Retention on one replica: deleting the log's old segments where ``dledger.storage.retention``'s plan
 allows, and a leader's followers that fell behind the retained start.
 
     tick()                        the tick thread: ``enforce`` every ``retention_check_s``
@@ -11,7 +11,7 @@ entry a follower still lacks, and every position a held message of the state mac
 still reads (``SnapshotSource.oldest_held_position``; the broker's leader carries held
 messages forward before this floor reaches the size cap or the age limit:
 ``broker.deferred.carry_forward``). After a cut the members before it are
-forgotten, the retained start rewritten (``dledger.retained_start``) and older snapshots
+forgotten, the retained start rewritten (``dledger.raft.retained_start``) and older snapshots
 pruned.
 
 Threads: ``tick``/``enforce`` on the tick thread only -- pysyncobj computes positions
@@ -25,12 +25,12 @@ import logging
 import time
 from collections.abc import Callable
 
-from dledger.commitlog import CommitLog
 from dledger.config import GroupConfig
 from dledger.membership import MemberHistory
-from dledger.raft_node import RaftView
-from dledger.retained_start import RetainedStart
-from dledger.retention import RetentionPlan, plan_retention
+from dledger.raft.node import RaftView
+from dledger.raft.retained_start import RetainedStart
+from dledger.storage.commitlog import CommitLog
+from dledger.storage.retention import RetentionPlan, plan_retention
 
 __all__ = ["LogRetention"]
 
@@ -62,7 +62,7 @@ class LogRetention:
             log.exception("retention failed; will retry")
 
     def enforce(self, now: float | None = None) -> RetentionPlan:
-        """Delete expired segments (see dledger.retention). Tick thread only."""
+        """Delete expired segments (see dledger.storage.retention). Tick thread only."""
         c, cl, snapshots = self._config, self._commitlog, self._start.snapshots
         node_floor = min(self._committed_index(), self.applied_floor())
         floor = node_floor

@@ -1,6 +1,6 @@
 """Files named by a 20-digit number in one directory, written in place, fsynced in batches.
 
-The plumbing the CommitLog's segments (``dledger/segments.py``) and the broker's derived
+The plumbing the CommitLog's segments (``dledger/storage/segments.py``) and the broker's derived
 files (``broker/store/consume_queue.py``, ``broker/store/index_file.py``, ``broker/store/index_service.py``)
 share::
 

@@ -9,21 +9,21 @@
     transfer_leadership(target)            hand the leadership over (leader only)
     stand_for_election(allowed, reason)    whether this replica may lead
 
-Behind it: a pysyncobj ``SyncObj`` (``dledger.raft_node``: its configuration closes the
+Behind it: a pysyncobj ``SyncObj`` (``dledger.raft.node``: its configuration closes the
 remaining defects) whose journal is ``RaftJournal`` over the segmented ``CommitLog``,
 whose transport is ``GroupTransport`` (flush before send, conflict hints) and whose peers
 are ``PeerNode`` (dialable through a proxy). This module wires the parts, each of which is
 one concern:
 
-    dledger/proposals.py           a leader's proposals in flight, batching by bytes
-    dledger/candidacy.py           the reasons a replica must not lead; hand-over rule
-    dledger/leadership_transfer.py  TimeoutNow transfers and a leader's hand-over
-    dledger/group_members.py       members from the log, pysyncobj's set reconciled
-    dledger/retained_start.py      the log-start dump and the snapshot a follower receives
-    dledger/log_retention.py       old segments deleted, followers behind the start
-    dledger/prevote.py, snapshot_fetch.py   on pysyncobj's peer connections
+    dledger/raft/proposals.py           a leader's proposals in flight, batching by bytes
+    dledger/raft/candidacy.py           the reasons a replica must not lead; hand-over rule
+    dledger/raft/leadership_transfer.py  TimeoutNow transfers and a leader's hand-over
+    dledger/raft/group_members.py       members from the log, pysyncobj's set reconciled
+    dledger/raft/retained_start.py      the log-start dump and the snapshot a follower receives
+    dledger/raft/log_retention.py       old segments deleted, followers behind the start
+    dledger/raft/prevote.py, snapshot_fetch.py   on pysyncobj's peer connections
 
-A full disk (``dledger.disk_guard``): a replica whose disk cannot take an entry does not
+A full disk (``dledger.storage.disk_guard``): a replica whose disk cannot take an entry does not
 stand for election until ``disk_resume_free_bytes`` are free again; a leader hands the
 leadership to a member with room and refuses proposals with ``DiskFull`` naming itself;
 a follower refuses the entries it cannot store and says so in every answer, so the
@@ -45,26 +45,19 @@ from typing import Any
 
 from pysyncobj.pipe_notifier import PipeNotifier
 
-from dledger.candidacy import DISK_FULL, NOT_A_MEMBER, STORAGE_NOT_RECORDED, Candidacy
-from dledger.commitlog import CommitLog
 from dledger.config import MAX_ENTRY_BYTES, FlushPolicy, GroupConfig
-from dledger.disk_guard import DiskGuard
-from dledger.entry_format import Entry
 from dledger.errors import EntryTooLarge, NoLeader, NotLeader
-from dledger.full_disks import FollowerDisks, own_disk_full, refusal
-from dledger.group_members import GroupMembers
-from dledger.hard_state import probe as probe_hard_state
-from dledger.journal import RaftJournal, silence_false_truncation_alarm
 from dledger.latency import LatencyHistogram
-from dledger.leadership_transfer import LeadershipTransfer
 from dledger.log_events import Appended, LeaderChange, Role, SnapshotSource
-from dledger.log_retention import LogRetention
 from dledger.membership import BIND_FUNC_ID, Change, Member, MemberHistory
-from dledger.peer_crypto import install_peer_crypto
-from dledger.prevote import PreVote
-from dledger.proposals import Proposals
-from dledger.raft_codec import APPEND_FUNC_ID, install_wire_codec
-from dledger.raft_node import (
+from dledger.raft.candidacy import DISK_FULL, NOT_A_MEMBER, STORAGE_NOT_RECORDED, Candidacy
+from dledger.raft.codec import APPEND_FUNC_ID, install_wire_codec
+from dledger.raft.full_disks import FollowerDisks, own_disk_full, refusal
+from dledger.raft.group_members import GroupMembers
+from dledger.raft.journal import RaftJournal, silence_false_truncation_alarm
+from dledger.raft.leadership_transfer import LeadershipTransfer
+from dledger.raft.log_retention import LogRetention
+from dledger.raft.node import (
     ROLE_OF_STATE,
     RaftNode,
     RaftView,
@@ -72,12 +65,19 @@ from dledger.raft_node import (
     group_conf,
     hand_journal,
 )
-from dledger.retained_start import RetainedStart, finish_interrupted_reset
-from dledger.retention import RetentionPlan
-from dledger.snapshot_fetch import SnapshotFetch
-from dledger.storage_binding import StorageBinding
-from dledger.storage_identity import StorageIdentity, open_identity
-from dledger.transport import PeerNode, make_transport_class
+from dledger.raft.peer_crypto import install_peer_crypto
+from dledger.raft.prevote import PreVote
+from dledger.raft.proposals import Proposals
+from dledger.raft.retained_start import RetainedStart, finish_interrupted_reset
+from dledger.raft.snapshot_fetch import SnapshotFetch
+from dledger.raft.storage_binding import StorageBinding
+from dledger.raft.storage_identity import StorageIdentity, open_identity
+from dledger.raft.transport import PeerNode, make_transport_class
+from dledger.storage.commitlog import CommitLog
+from dledger.storage.disk_guard import DiskGuard
+from dledger.storage.entry_format import Entry
+from dledger.storage.hard_state import probe as probe_hard_state
+from dledger.storage.retention import RetentionPlan
 
 __all__ = ["NOT_A_MEMBER", "Appended", "LeaderChange", "ReplicatedLog", "Role", "SnapshotSource"]
 
@@ -149,7 +149,7 @@ class ReplicatedLog:
         self.journal.add_commit_listener(self._on_commit)
 
     def _open_identity(self) -> tuple[StorageIdentity, str | None]:
-        """This replica's storage identity (``dledger.storage_identity``): a new one when it may
+        """This replica's storage identity (``dledger.raft.storage_identity``): a new one when it may
         have forgotten what it acknowledged -- a lost or unreadable hard state (moved aside
         as ``raft-state.corrupt``), or a CommitLog cut by repair or below the commit index
         it had learned."""
@@ -169,7 +169,7 @@ class ReplicatedLog:
                              log_holds_entries=self.commitlog.last_index > 0, forgot=forgot)
 
     def _propose_bindings(self, payload: bytes, callback: Any) -> None:
-        """Append a bind entry (``dledger.storage_binding``); tick thread."""
+        """Append a bind entry (``dledger.raft.storage_binding``); tick thread."""
         self._node._bind_storage(payload, callback=callback)
 
     def _start_raft(self, sync: bool) -> None:
@@ -264,7 +264,7 @@ class ReplicatedLog:
         member = self.members().get(leader)
         return NotLeader(leader, member.raft if member else "")
 
-    # -- a full disk (dledger.disk_guard, dledger.full_disks) -------------------------------
+    # -- a full disk (dledger.storage.disk_guard, dledger.raft.full_disks) -------------------------------
     def disk_full_nodes(self) -> list[str]:
         """Members whose disks are full: this replica, and on a leader the followers whose
         last answer said so. Any thread."""
@@ -323,7 +323,7 @@ class ReplicatedLog:
     def stand_for_election(self, allowed: bool, reason: str = "its state is known to be wrong") -> None:
         """Whether this node may become a candidate for ``reason`` (it always votes): a replica
         whose state is wrong or behind what it can apply must not lead. It stands again once
-        no reason is left; a leader that must not lead hands over (``dledger.candidacy``)."""
+        no reason is left; a leader that must not lead hands over (``dledger.raft.candidacy``)."""
         if self.candidacy.set(allowed, reason) and self.is_leader:
             self._transfer.start_hand_over()
         self._apply_candidacy()
@@ -338,7 +338,7 @@ class ReplicatedLog:
     def transfer_leadership(self, target: str | None = None, timeout: float = 3.0) -> str | None:
         """Leader: hand the leadership to ``target`` (default: the connected member with the
         highest match index, passing over members known full or that did not take a transfer
-        lately; ``dledger.leadership_transfer``). Returns the new leader, or None if it did
+        lately; ``dledger.raft.leadership_transfer``). Returns the new leader, or None if it did
         not move within ``timeout``. Any thread but the tick thread."""
         return self._transfer.transfer(target, timeout)
 
@@ -405,7 +405,7 @@ class ReplicatedLog:
         """How long each fsync of this replica's log took (the journal's flushes)."""
         return self.journal.fsync_seconds
 
-    # -- membership (dledger.group_members) --------------------------------------------------
+    # -- membership (dledger.raft.group_members) --------------------------------------------------
     def members(self) -> dict[str, Member]:
         """The group's voting members, by name, as this replica's log says."""
         return self._members.members()
@@ -440,7 +440,7 @@ class ReplicatedLog:
         self._start.at_startup = False
         self._members.tick()
 
-    # -- the retained start and retention (dledger.retained_start, dledger.log_retention) ---
+    # -- the retained start and retention (dledger.raft.retained_start, dledger.raft.log_retention) ---
     def set_snapshot_source(self, source: SnapshotSource) -> None:
         """The state machine whose snapshots go with the retained start: retention then
         cuts the log only where a snapshot of the state before the cut is held."""
@@ -460,7 +460,7 @@ class ReplicatedLog:
         self._retention.applied_floor = applied_index
 
     def enforce_retention(self, now: float | None = None) -> RetentionPlan:
-        """Delete expired segments (see dledger.retention). Tick thread only."""
+        """Delete expired segments (see dledger.storage.retention). Tick thread only."""
         return self._retention.enforce(now)
 
     def followers_behind_retained_start(self) -> list[str]:

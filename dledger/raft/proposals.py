@@ -26,12 +26,12 @@ from typing import Any
 from pysyncobj.config import FAIL_REASON
 from pysyncobj.pipe_notifier import PipeNotifier
 
-from dledger.commitlog import CommitLog
 from dledger.errors import DiskFull, NoLeader, NotLeader, OutcomeUnknown, ProposalRejected, ProposeError
-from dledger.journal import RaftJournal
 from dledger.log_events import Appended
-from dledger.raft_codec import encode_payload_command
-from dledger.raft_node import GroupConf, RaftNode
+from dledger.raft.codec import encode_payload_command
+from dledger.raft.journal import RaftJournal
+from dledger.raft.node import GroupConf, RaftNode
+from dledger.storage.commitlog import CommitLog
 
 __all__ = ["BATCH_ABOVE_BYTES", "Appended", "Proposals", "propose_error"]
 

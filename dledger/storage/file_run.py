@@ -1,9 +1,10 @@
 """FileRun: a run of files that each hold a fixed span of numbers, named by the first.
 
-The CommitLog's segments (``dledger/segments.py``: numbers are byte positions) are kept
+The CommitLog's segments (``dledger/storage/segments.py``: numbers are byte positions) are kept
 by one. (ConsumeQueue v2 files hold units of varying message counts, so no fixed span of
 queue offsets: ``broker/store/consume_queue_files.py`` keeps them with the same
-``dledger/numbered_files.py`` names.) A file holds the numbers from its name up to the next multiple of
+``dledger/storage/numbered_files.py`` names.)
+A file holds the numbers from its name up to the next multiple of
 ``span``, ``unit`` bytes each, at byte ``(number - start) * unit`` of the file; the
 files are contiguous and only the last one grows::
 
@@ -34,8 +35,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from dledger.disk_guard import OUT_OF_SPACE
-from dledger.numbered_files import (
+from dledger.storage.disk_guard import OUT_OF_SPACE
+from dledger.storage.numbered_files import (
     PendingSync,
     close_quietly,
     delete_files_before,

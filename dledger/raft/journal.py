@@ -13,14 +13,14 @@ are enforced:
   any message leaves the node (so a follower's ack and a leader's replication of
   an entry both follow its fsync; many entries added in one tick share one fsync
   -- group commit), and the node calls it before acknowledging a proposal.
-  Term and vote are written in place and fsynced (``dledger.hard_state``) before
+  Term and vote are written in place and fsynced (``dledger.storage.hard_state``) before
   ``setCurrentTerm`` returns, i.e. before pysyncobj answers a vote -- also on a full disk.
 
 * **A full disk refuses, it does not fail half-way.** An ``add`` whose append fails for
-  want of space (``dledger.disk_guard``) appends nothing, raises the disk-full flag, tells
+  want of space (``dledger.storage.disk_guard``) appends nothing, raises the disk-full flag, tells
   ``on_not_stored(command)`` and raises ``EntryNotStored``, which the node catches where
   pysyncobj called it: a leader answers that proposal ``DiskFull``, a follower rejects
-  the append so that the leader resends it later (``dledger.transport``).
+  the append so that the leader resends it later (``dledger.raft.transport``).
 
 * **No matching entry is ever deleted** (defect 1: a stale ``prevLogIdx`` after a
   nextIndex regression made stock pysyncobj delete matching, even committed,
@@ -56,12 +56,12 @@ from typing import Any
 
 from pysyncobj.journal import Journal
 
-from dledger.commitlog import CommitLog, LogGap
-from dledger.disk_guard import DiskGuard
-from dledger.entry_format import Entry, EntryKind
-from dledger.hard_state import HardState, HardStateFile
 from dledger.latency import LatencyHistogram
-from dledger.raft_codec import decode_command, encode_command
+from dledger.raft.codec import decode_command, encode_command
+from dledger.storage.commitlog import CommitLog, LogGap
+from dledger.storage.disk_guard import DiskGuard
+from dledger.storage.entry_format import Entry, EntryKind
+from dledger.storage.hard_state import HardState, HardStateFile
 
 __all__ = ["CommittedEntryConflict", "EntryNotStored", "LogGap", "RaftJournal"]
 
@@ -408,7 +408,7 @@ def silence_false_truncation_alarm() -> None:
 
     "truncating already-applied log entries" is logged before ``deleteEntriesFrom``,
     which RaftJournal turns into a no-op (a real conflict truncation is a WARNING
-    from ``dledger.journal``). "Failed to open file for transmission" repeats on
+    from ``dledger.raft.journal``). "Failed to open file for transmission" repeats on
     every heartbeat for a follower behind the retained start; ReplicatedLog
     reports that follower instead (ERROR, once, and in ``status()``).
     """

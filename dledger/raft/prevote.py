@@ -11,7 +11,7 @@ healthy leader. With pre-vote it first asks every member::
                                          <--pre_vote_response{round, granted}--------
       granted by a majority (itself counted): let pysyncobj stand now
 
-A member grants when it may vote (``dledger.storage_rule``), is not the leader, has not
+A member grants when it may vote (``dledger.raft.storage_rule``), is not the leader, has not
 heard from a leader for the minimum election timeout, the proposed term is above its own,
 and the candidate's log is at least as up to date as its own (the vote rule, §5.4.1). Nothing changes state on
 either side: no term is raised and no vote is cast by a pre-vote.
@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dledger.candidacy import OUT_OF_REACH_S
+from dledger.raft.candidacy import OUT_OF_REACH_S
 
 __all__ = ["PreVote"]
 

@@ -1,6 +1,6 @@
 """The storage rule on pysyncobj's messages, and a leader recording new storages.
 
-``dledger.storage_rule`` says who counts; this module makes pysyncobj (0.3.17, pinned) obey
+``dledger.raft.storage_rule`` says who counts; this module makes pysyncobj (0.3.17, pinned) obey
 it without touching its code, on the messages our transport sees first:
 
     every answer this replica sends        carries its storage token ("storage")
@@ -8,7 +8,7 @@ it without touching its code, on the messages our transport sees first:
       not vote
     response_vote from a storage that      dropped: the candidate does not count it
       does not count
-    pre_vote (dledger.prevote)             not granted by a replica that may not vote
+    pre_vote (dledger.raft.prevote)             not granted by a replica that may not vote
     pre_vote_response                      a grant from a storage that does not count is
                                            read as a refusal
     next_node_idx on a leader, from a      its success is turned into a plain "resume at"
@@ -42,8 +42,8 @@ from pysyncobj.config import FAIL_REASON
 
 from common.refusal_log import Throttle
 from dledger.membership import MemberHistory, encode_bindings
-from dledger.storage_identity import StorageIdentity, is_founder_token
-from dledger.storage_rule import counts, self_vote_refusal
+from dledger.raft.storage_identity import StorageIdentity, is_founder_token
+from dledger.raft.storage_rule import counts, self_vote_refusal
 
 __all__ = ["STAMPED", "StorageBinding"]
 

@@ -1,13 +1,13 @@
 """The retained start of one replica's log: the dump a leader writes of it, what a follower
 behind it does with the leader's, and the state snapshot that goes with it.
 
-    write()                       leader side: ``log-start.dump`` (``dledger.log_start``) of
+    write()                       leader side: ``log-start.dump`` (``dledger.storage.log_start``) of
                                   the first two retained entries, their positions, the
                                   snapshot of the state before them and the members then;
                                   rewritten whenever the first retained entry changes
     read(filename)                pysyncobj's ``deserializer``: a follower behind the leader's
                                   retained start restarts its log there and fetches the
-                                  snapshot (``dledger.snapshot_fetch``)
+                                  snapshot (``dledger.raft.snapshot_fetch``)
     received() / forget_received()  the snapshot a follower received, until its state
                                   machine installed it (``received-snapshot``)
     finish_interrupted_reset(..)  at start: a crash between a log restart and its first two
@@ -27,13 +27,13 @@ from typing import Any
 import msgpack
 
 from common.durable_file import atomic_write
-from dledger.commitlog import CommitLog
 from dledger.config import ConfigError
-from dledger.journal import RaftJournal
 from dledger.log_events import SnapshotSource
-from dledger.log_start import DumpEntry, StateRef, decode_log_start, encode_log_start
 from dledger.membership import Member, MemberHistory
-from dledger.raft_codec import decode_command
+from dledger.raft.codec import decode_command
+from dledger.raft.journal import RaftJournal
+from dledger.storage.commitlog import CommitLog
+from dledger.storage.log_start import DumpEntry, StateRef, decode_log_start, encode_log_start
 
 __all__ = ["RetainedStart", "SnapshotSource", "finish_interrupted_reset"]
 

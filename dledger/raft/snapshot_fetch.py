@@ -1,10 +1,10 @@
 """Snapshot transfer: a follower restarted at the leader's retained start fetches the state
 snapshot in checksummed chunks, and a broken transfer resumes where it stopped.
 
-pysyncobj ships the log-start dump (``dledger.log_start``), which names the snapshot of
+pysyncobj ships the log-start dump (``dledger.storage.log_start``), which names the snapshot of
 the state before the retained start by index, size and SHA-256. The follower then pulls
 the bytes over the group's own authenticated peer connections (pysyncobj's, the way
-``dledger.prevote`` talks), one chunk at a time, from the leader first and from any other
+``dledger.raft.prevote`` talks), one chunk at a time, from the leader first and from any other
 member holding that snapshot when the leader does not answer::
 
     follower                                                member holding the snapshot
@@ -44,7 +44,7 @@ from typing import Any
 import msgpack
 
 from common.durable_file import atomic_write, read_or_none
-from dledger.log_start import StateRef
+from dledger.storage.log_start import StateRef
 
 __all__ = ["CHUNK_BYTES", "MAX_SNAPSHOT_BYTES", "REQUEST_TIMEOUT_S", "SnapshotFetch"]
 

@@ -32,7 +32,7 @@ import pickle
 import types
 import zlib
 
-from dledger.entry_format import EntryKind
+from dledger.storage.entry_format import EntryKind
 
 __all__ = ["APPEND_FUNC_ID", "decode_command", "encode_command", "install_wire_codec"]
 

@@ -17,7 +17,7 @@ here (``CommitLog`` validates and recovers them).
 
 Durability: writes land in the page cache; ``flush`` fsyncs every file written
 or truncated since the last flush, and the directory if segments were created
-or deleted. The files themselves are kept by a ``FileRun`` (``dledger/file_run.py``,
+or deleted. The files themselves are kept by a ``FileRun`` (``dledger/storage/file_run.py``,
 shared with the broker's ConsumeQueue): span = segment size, one byte a number.
 
 Log start: the storage normally starts at the first segment's start. ``reset``
@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.durable_file import fsync_directory
-from dledger.entry_format import ALIGN, encode_blank
-from dledger.file_run import FileRun, FileRunStore, RunFile
-from dledger.numbered_files import number_name
+from dledger.storage.entry_format import ALIGN, encode_blank
+from dledger.storage.file_run import FileRun, FileRunStore, RunFile
+from dledger.storage.numbered_files import number_name
 
 __all__ = ["CorruptLogError", "SegmentInfo", "SegmentedFile", "segment_name"]
 

@@ -54,7 +54,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-from dledger.entry_format import ALIGN, FormatError
+from dledger.storage.entry_format import ALIGN, FormatError
 
 __all__ = ["MAGIC_START", "MAGIC_START_PENDING", "START_MARKER", "StartMarker", "check_start",
            "decode_start_marker", "encode_start_marker"]

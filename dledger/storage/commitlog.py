@@ -25,9 +25,9 @@ Reset (``reset``): a follower whose next entry the leader has already deleted
 throws its log away and restarts it at the leader's first retained entry, at
 the same position as on the leader (DLedger's truncate to the leader's begin
 index), so positions keep naming the same entries on every replica. The start
-is recorded in ``LOG_START`` (``dledger.log_start_marker``: its layout, the
+is recorded in ``LOG_START`` (``dledger.storage.log_start_marker``: its layout, the
 steps of a reset and why a crash at any of them recovers as the reset log).
-Recovery's scan of the records is ``dledger.log_scan``.
+Recovery's scan of the records is ``dledger.storage.log_scan``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.durable_file import atomic_write, fsync_directory, read_or_none
-from dledger.entry_format import (
+from dledger.storage.entry_format import (
     ALIGN,
     Entry,
     EntryKind,
@@ -50,8 +50,8 @@ from dledger.entry_format import (
     encode_entry,
     record_size,
 )
-from dledger.log_scan import scan_segment, valid_record_after
-from dledger.log_start_marker import (
+from dledger.storage.log_scan import scan_segment, valid_record_after
+from dledger.storage.log_start_marker import (
     MAGIC_START,
     MAGIC_START_PENDING,
     START_MARKER,
@@ -60,7 +60,7 @@ from dledger.log_start_marker import (
     decode_start_marker,
     encode_start_marker,
 )
-from dledger.segments import CorruptLogError, SegmentedFile, SegmentInfo
+from dledger.storage.segments import CorruptLogError, SegmentedFile, SegmentInfo
 
 __all__ = [
     "MAGIC_START",

@@ -1,5 +1,5 @@
 """Recovery's scan of a CommitLog's records (``CommitLog`` on open; the record layout:
-``dledger.entry_format``).
+``dledger.storage.entry_format``).
 
     scan_segment(files, info, pos, ...)   the segment's valid entries from ``pos``, each
                                           handed to ``found``; the first bad record, if any
@@ -20,8 +20,15 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dledger.entry_format import ALIGN, HEADER_SIZE, MAGIC_ENTRY, EntryHeader, FormatError, decode_header
-from dledger.segments import SegmentedFile, SegmentInfo
+from dledger.storage.entry_format import (
+    ALIGN,
+    HEADER_SIZE,
+    MAGIC_ENTRY,
+    EntryHeader,
+    FormatError,
+    decode_header,
+)
+from dledger.storage.segments import SegmentedFile, SegmentInfo
 
 __all__ = ["BadRecord", "scan_segment", "valid_record_after"]
 

@@ -29,13 +29,13 @@ from typing import Any
 from pysyncobj.config import FAIL_REASON
 from pysyncobj.pipe_notifier import PipeNotifier
 
-from dledger.candidacy import NOT_A_MEMBER
 from dledger.config import GroupConfig
 from dledger.errors import NoLeader, NotLeader, OutcomeUnknown, ProposalRejected
 from dledger.membership import MEMBERSHIP_PREFIX, Change, Member, MemberHistory, decode_changes, encode_change
-from dledger.proposals import propose_error, wake
-from dledger.raft_node import RaftNode, RaftView
-from dledger.transport import PeerNode
+from dledger.raft.candidacy import NOT_A_MEMBER
+from dledger.raft.node import RaftNode, RaftView
+from dledger.raft.proposals import propose_error, wake
+from dledger.raft.transport import PeerNode
 
 __all__ = ["MEMBER_VIEW_CHECK_S", "GroupMembers"]
 
@@ -159,7 +159,7 @@ class GroupMembers:
     def reconcile(self) -> None:
         """Make pysyncobj's member set the log's again. pysyncobj undoes the changes after a
         stale ``prevLogIdx`` before it asks the journal to delete those entries -- which
-        this journal keeps when they match (dledger.journal) -- and re-applies only the
+        this journal keeps when they match (dledger.raft.journal) -- and re-applies only the
         changes the leader sends again; a real truncation and a log restart change the set
         too. The node this replica receives entries from is kept as well: a member added
         after a snapshot is still to be learned from it. Tick thread only."""

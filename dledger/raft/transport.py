@@ -28,7 +28,7 @@
      (Raft §5.3, the leader just sends more). It never goes below the first
      held entry + 1, which every replica holds identically.
 
-  3. **a full disk is said** (``dledger.disk_guard``): while this node's disk is full,
+  3. **a full disk is said** (``dledger.storage.disk_guard``): while this node's disk is full,
      every ``next_node_idx`` answer carries ``disk_full: True`` (pysyncobj ignores the
      key), so the leader knows which followers cannot store; and a leader sends such a
      follower its appends without their entries (heartbeats: the follower would refuse
@@ -36,17 +36,17 @@
      budget). Sending a follower fewer entries is always safe (Raft §5.3); once its
      answers say it has room, the entries flow again from where it stands.
 
-  4. **the storage token** (``dledger.storage_binding``): every answer -- ``next_node_idx``,
+  4. **the storage token** (``dledger.raft.storage_binding``): every answer -- ``next_node_idx``,
      ``response_vote``, ``pre_vote_response`` -- says which storage identity sent it, so
      the leader and candidates count only the storages the membership records.
 
-On the receive path, ``intercept`` (``dledger.prevote``, the leader's note of full disks)
+On the receive path, ``intercept`` (``dledger.raft.prevote``, the leader's note of full disks)
 sees every message first and consumes pre-vote's own two message types. An append whose
 entries the disk cannot take (the journal raises ``EntryNotStored`` out of pysyncobj's
 handler, which then sent nothing) is answered here: a rejection asking the leader to
 resume after what this node holds -- it resends later -- which also keeps the leader's
 lease, so a full disk starts no elections. Accepted connections are bounded before they
-have proved they belong to the group (``dledger.peer_guard``): frame sizes, bytes, how many
+have proved they belong to the group (``dledger.raft.peer_guard``): frame sizes, bytes, how many
 may be in their handshake at once and for how long. A peer that proves the secret but
 introduces itself under an address that is not one of this replica's members is refused
 (pysyncobj) with a WARNING naming it, once a minute per address: the mark of a
@@ -64,8 +64,8 @@ from pysyncobj.dns_resolver import globalDnsResolver
 from pysyncobj.node import TCPNode
 from pysyncobj.transport import TCPTransport
 
-from dledger.journal import EntryNotStored
-from dledger.peer_guard import PendingHandshakes, install
+from dledger.raft.journal import EntryNotStored
+from dledger.raft.peer_guard import PendingHandshakes, install
 
 log = logging.getLogger("dledger.transport")
 STRANGER_WARN_EVERY_S = 60.0

@@ -1,8 +1,8 @@
 """Which members of a group cannot store entries, as a leader knows it, and what it answers.
 
-A leader knows its own disk's flag (``dledger.disk_guard``) and hears its followers':
+A leader knows its own disk's flag (``dledger.storage.disk_guard``) and hears its followers':
 every answer a follower gives to an append says whether its disk is full
-(``dledger.transport``). A proposal is refused -- ``DiskFull``, naming the full members,
+(``dledger.raft.transport``). A proposal is refused -- ``DiskFull``, naming the full members,
 definitely not committed -- when the leader's own disk is full (it is handing the
 leadership over), or when the members with room are no majority: the entry could not
 commit anyway, and the client learns why at once instead of after a timeout::
@@ -20,8 +20,8 @@ import logging
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
-from dledger.disk_guard import DiskGuard
 from dledger.errors import DiskFull
+from dledger.storage.disk_guard import DiskGuard
 
 __all__ = ["FollowerDisks", "own_disk_full", "refusal"]
 
@@ -49,7 +49,7 @@ class FollowerDisks:
 
     def note_answer(self, node: Any, message: dict[str, Any], names: Callable[[], dict[str, str]]) -> bool:
         """Transport intercept (tick thread): every answer of a follower to an append says
-        whether its disk is full (``dledger.transport``); ``names()``: Raft address -> member.
+        whether its disk is full (``dledger.raft.transport``); ``names()``: Raft address -> member.
         Consumes nothing (returns False)."""
         if message.get("type") == "next_node_idx":
             name = getattr(node, "name", "") or names().get(getattr(node, "address", ""))

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dledger.segments import SegmentInfo
+from dledger.storage.segments import SegmentInfo
 
 __all__ = ["RetentionPlan", "plan_retention"]
 

@@ -8,7 +8,7 @@ leader without acknowledged entries (issue 24). So every data directory carries 
 identity, and the group's membership records which identity each voter has
 (``dledger.membership``: the ``storage`` of a member); a replica whose identity is not
 the recorded one neither votes nor stands nor counts for a commit until the leader has
-fed it the log and recorded its identity (``dledger.storage_rule``, ``storage_binding``).
+fed it the log and recorded its identity (``dledger.raft.storage_rule``, ``storage_binding``).
 
     <data_dir>/storage-id  (26 bytes, written whole by ``durable_file.atomic_write``)
     ┌───────────┬────────────┬───────────┬───────────┬───────────┐
@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.durable_file import atomic_write, read_or_none
-from dledger.hard_state import HardStateFile
+from dledger.storage.hard_state import HardStateFile
 
 __all__ = ["IDENTITY_FILE", "StorageIdentity", "StorageIdentityError", "format_founder", "open_identity",
            "read_identity", "write_identity"]

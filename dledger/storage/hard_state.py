@@ -38,7 +38,7 @@ from pathlib import Path
 import msgpack
 
 from common.durable_file import atomic_write, read_or_none
-from dledger.numbered_files import pwrite_all
+from dledger.storage.numbered_files import pwrite_all
 
 __all__ = ["FILE_SIZE", "MAX_VOTE_BYTES", "SLOT_SIZE", "HardState", "HardStateCorrupt", "HardStateFile",
            "decode_slot", "encode_slot", "probe"]

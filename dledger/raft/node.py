@@ -24,11 +24,11 @@ from typing import Any
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj import syncobj as _syncobj_module
 
-from dledger.candidacy import OUT_OF_REACH_S
 from dledger.config import APPEND_BATCH_BYTES, ConfigError, GroupConfig
-from dledger.journal import EntryNotStored, RaftJournal
 from dledger.log_events import Role
 from dledger.membership import Member
+from dledger.raft.candidacy import OUT_OF_REACH_S
+from dledger.raft.journal import EntryNotStored, RaftJournal
 
 __all__ = ["GroupConf", "RaftNode", "RaftView", "Role", "check_bindable", "group_conf", "hand_journal"]
 
@@ -80,7 +80,7 @@ class GroupConf(SyncObjConf):
 def group_conf(config: GroupConfig, journal_key: str, dump_path: str,
                deserializer: Callable[[str], Any], standing: bool) -> GroupConf:
     """The conf of one replica's SyncObj. ``deserializer`` reads a leader's log-start dump
-    (``dledger.retained_start``); serializing is refused (no log compaction). A replica
+    (``dledger.raft.retained_start``); serializing is refused (no log compaction). A replica
     that must not stand (``standing`` false) gets its election timeouts out of reach
     before pysyncobj draws its first election deadline. ConfigError without the cluster
     secret unless ``config.insecure`` (then a WARNING: the port runs whatever it is sent)."""

@@ -4,15 +4,15 @@ A replica always votes. It stands for election only while no reason holds it bac
 
     NOT_A_MEMBER   a learner, or a replica removed from the group (never stands)
     STORAGE_NOT_RECORDED  a member whose storage is new or replaced, until the leader has
-                   recorded it (never stands; it does not vote either: dledger.storage_rule)
-    DISK_FULL      its disk cannot take an entry (``dledger.disk_guard``)
+                   recorded it (never stands; it does not vote either: dledger.raft.storage_rule)
+    DISK_FULL      its disk cannot take an entry (``dledger.storage.disk_guard``)
     others         given by the broker: its state is known wrong, a snapshot is awaited
 
 A member that must not lead still stands when no leader has been heard for
 ``HANDOVER_AFTER_TIMEOUTS`` maximum election timeouts: it still holds the log, which may
 hold committed entries no other reachable member has, and then no other member can win
 an election (their logs are older). It stands only to hand the leadership over at once
-(``dledger.leadership_transfer``).
+(``dledger.raft.leadership_transfer``).
 
 How it acts on pysyncobj (0.3.17, pinned): the election timeouts of our conf object,
 read at each use, are set out of reach (1e9 s) while the replica must not stand; and a
@@ -37,7 +37,7 @@ __all__ = ["DISK_FULL", "HANDOVER_AFTER_TIMEOUTS", "NOT_A_MEMBER", "STORAGE_NOT_
 log = logging.getLogger("dledger.replicated_log")
 
 NOT_A_MEMBER = "this replica is not a voting member of the group"
-#: A member whose storage is not the one the group recorded for it (``dledger.storage_rule``):
+#: A member whose storage is not the one the group recorded for it (``dledger.raft.storage_rule``):
 #: it may have forgotten what it acknowledged, so it never stands, not even to hand over.
 STORAGE_NOT_RECORDED = "its storage is not (yet) the one the group recorded for it"
 #: Why a replica whose disk is full does not stand (``stand_for_election``'s reason).
@@ -87,7 +87,7 @@ class Candidacy:
         """The (min, max) election timeouts in force: the configured ones, or out of reach
         while a reason holds and no hand-over is due. pysyncobj never stands while it is
         connected to no peer; a node whose link drops messages while the connection stays
-        up would, but ``dledger.prevote`` makes it ask the members first."""
+        up would, but ``dledger.raft.prevote`` makes it ask the members first."""
         lo, hi = self._timeouts
         if self._reasons and not self._may_stand_to_hand_over(is_leader, leader_heard_at):
             return OUT_OF_REACH_S, OUT_OF_REACH_S

@@ -1,7 +1,7 @@
 """Who counts as a voter: a member's recorded storage identity against the one answering.
 
 Pure decisions (issue 24), used by the vote, the pre-vote, the leader's commit count and
-a replica's own candidacy (``dledger.storage_binding`` applies them to messages):
+a replica's own candidacy (``dledger.raft.storage_binding`` applies them to messages):
 
     the member's record       the storage answering     counts (votes, is counted)
     ------------------------  ------------------------  ------------------------------------
@@ -27,7 +27,7 @@ overlap the old ones. A founder's record only names the storage that already cou
 from __future__ import annotations
 
 from dledger.membership import Member
-from dledger.storage_identity import is_founder_token
+from dledger.raft.storage_identity import is_founder_token
 
 __all__ = ["counts", "self_vote_refusal"]
 

@@ -51,10 +51,10 @@ from dledger.latency import LatencyHistogram
 from dledger.log_events import Appended, LeaderChange, Role, SnapshotSource
 from dledger.membership import BIND_FUNC_ID, Change, Member, MemberHistory
 from dledger.raft.candidacy import DISK_FULL, NOT_A_MEMBER, STORAGE_NOT_RECORDED, Candidacy
-from dledger.raft.codec import APPEND_FUNC_ID, install_wire_codec
+from dledger.raft.codec import APPEND_FUNC_ID
 from dledger.raft.full_disks import FollowerDisks, own_disk_full, refusal
 from dledger.raft.group_members import GroupMembers
-from dledger.raft.journal import RaftJournal, silence_false_truncation_alarm
+from dledger.raft.journal import RaftJournal
 from dledger.raft.leadership_transfer import LeadershipTransfer
 from dledger.raft.log_retention import LogRetention
 from dledger.raft.node import (
@@ -65,7 +65,7 @@ from dledger.raft.node import (
     group_conf,
     hand_journal,
 )
-from dledger.raft.peer_crypto import install_peer_crypto
+from dledger.raft.patches import install_patches
 from dledger.raft.prevote import PreVote
 from dledger.raft.proposals import Proposals
 from dledger.raft.retained_start import RetainedStart, finish_interrupted_reset
@@ -90,9 +90,7 @@ class ReplicatedLog:
     """One replica of a group's CommitLog (see module docstring)."""
 
     def __init__(self, config: GroupConfig) -> None:
-        install_wire_codec()
-        install_peer_crypto()
-        silence_false_truncation_alarm()
+        install_patches()
         self.config = config
         check_bindable(config.address)
         config.data_dir.mkdir(parents=True, exist_ok=True)

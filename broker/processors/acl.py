@@ -15,7 +15,7 @@ from __future__ import annotations
 import string
 
 from broker.processors.base import Processor
-from broker.processors.send import answer
+from broker.processors.outcomes import answer
 from broker.security.access_control import CONNECTION_AUTH
 from broker.security.scram_auth import AuthFailed
 from broker.state.outcome import Outcome

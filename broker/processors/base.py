@@ -1,6 +1,6 @@
 """The base of the request processors (``broker/processors/*.py``, RocketMQ's processor per
 request family): each holds the server whose state it reads and whose write path it
-proposes through, and answers the frames ``BrokerServer``'s dispatch table routes to it.
+proposes through, and answers the frames ``BrokerContext``'s dispatch table routes to it.
 
 Threads: the server's event loop only.
 """
@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker.processors.send import answer
+from broker.processors.outcomes import answer
 from broker.store.commands import AdminRecord, encode_admin
 from protocol.remoting import Frame
 
 if TYPE_CHECKING:
-    from broker.remoting.server import BrokerServer
+    from broker.processors.context import BrokerContext
 
 __all__ = ["Processor"]
 
@@ -22,7 +22,7 @@ __all__ = ["Processor"]
 class Processor:
     """One request family's handlers over ``server``."""
 
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: BrokerContext) -> None:
         self._server = server
 
     async def _through_log(self, frame: Frame, command: AdminRecord) -> Frame:

@@ -8,7 +8,6 @@ replica: it is not in the log. (The layouts: ``protocol.consumer``.)
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import itertools
 import logging
 from collections.abc import Mapping
@@ -18,6 +17,7 @@ from aiohttp import web
 
 from broker.processors.base import Processor
 from broker.processors.consumer_registry import ClientIdTaken, TooManyMembers, check_subscriptions
+from broker.processors.context import CONNECTION
 from broker.processors.retry_topics import RetryQuotaExceeded
 from broker.security.access_control import current_user
 from broker.store.commands import CreateTopic, Perm, encode_admin
@@ -34,19 +34,15 @@ from protocol.remoting import Frame, FrameError, ResponseCode
 from protocol.wire import EmptyResponse
 
 if TYPE_CHECKING:
-    from broker.remoting.server import BrokerServer
+    from broker.processors.context import BrokerContext
 
-__all__ = ["CONNECTION", "ConsumerProcessor"]
+__all__ = ["ConsumerProcessor"]
 
 log = logging.getLogger("broker.consumers")
 
 #: The WebSocket the frame being handled arrived on (consumer membership is per connection).
-CONNECTION: contextvars.ContextVar[web.WebSocketResponse | None] = contextvars.ContextVar(
-    "connection", default=None)
-
-
 class ConsumerProcessor(Processor):
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: BrokerContext) -> None:
         super().__init__(server)
         self._opaques = itertools.count(1)  # of the requests this broker sends to clients
 

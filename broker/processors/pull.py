@@ -19,7 +19,7 @@ a tag filter keeps a record when its unit's tag summary and then its tag-hash ar
 message may match (the client drops the messages that do not); an SQL92 filter decodes only properties and
 lists the messages that matched (a record it cannot read -- stored before leaders checked
 records -- is left out with a WARNING naming its queue and offsets), on an inflating thread
-and answering once it decompressed ``MAX_INFLATED_PER_PULL`` (``broker.remoting.inflation``). Records the
+and answering once it decompressed ``MAX_INFLATED_PER_PULL`` (``broker.store.inflation``). Records the
 ConsumeQueue lists one after the other mostly share an entry, which is read once
 (``_EntryWindow``). A replica that knows no leader marks its answers ``leaderless`` and
 holds long polls at most ``LEADERLESS_SUSPEND_S``, so clients try another replica first.
@@ -31,14 +31,13 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Protocol
 
-from broker.http_api.metrics import BrokerMetrics
-from broker.processors.consumer import CONNECTION
+from broker.processors.context import CONNECTION, ProcessorMetrics
 from broker.processors.long_polls import ParkedPulls
-from broker.remoting.inflation import MAX_INFLATED_PER_PULL, inflate
 from broker.security.access_control import current_user
 from broker.state.machine import BrokerStateMachine
 from broker.store.consume_queue_layout import TAG_BLOOM, CqUnit, bloom_bits, summary_may_match
 from broker.store.fragments import MessageGone, read_message
+from broker.store.inflation import MAX_INFLATED_PER_PULL, inflate
 from common.refusal_log import RefusalLog
 from dledger.log import Log
 from dledger.storage.commitlog import CommitLog
@@ -75,7 +74,7 @@ class QueueWaiter(Protocol):
 
 class PullProcessor:
     def __init__(self, machine: BrokerStateMachine, rlog: Log, signal: QueueWaiter,
-                 metrics: BrokerMetrics, parked: ParkedPulls | None = None) -> None:
+                 metrics: ProcessorMetrics, parked: ParkedPulls | None = None) -> None:
         self._machine = machine
         self._parked = parked or ParkedPulls()
         self._rlog = rlog

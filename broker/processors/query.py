@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from broker.processors.base import Processor
-from broker.processors.send import OUTCOME_CODE
+from broker.processors.outcomes import OUTCOME_CODE
 from broker.state.machine import Outcome
 from broker.store.commands import CommitOffset, encode_admin
 from broker.store.consume_queue import CqUnit
@@ -46,7 +46,7 @@ from protocol.query import (
 from protocol.remoting import Frame, FrameError, ResponseCode
 
 if TYPE_CHECKING:
-    from broker.remoting.server import BrokerServer
+    from broker.processors.context import BrokerContext
 
 __all__ = ["QUERY_BODY_BYTES", "QueryProcessor"]
 
@@ -56,7 +56,7 @@ QUERY_BODY_BYTES = 4 << 20
 
 
 class QueryProcessor(Processor):
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: BrokerContext) -> None:
         super().__init__(server)
         self._stamps: dict[int, int] = {}  # entry record position -> store time (committed: immutable)
 

@@ -5,7 +5,7 @@ not copied) -- before any record of the request is proposed; a malformed one ref
 request with INVALID_ARGUMENT naming the message and field (and one whose messages would
 inflate past ``max_message_bytes``, or records inflating past ``MAX_INFLATED_PER_REQUEST``
 in all, MESSAGE_TOO_LARGE from their headers, before anything is decompressed; compressed
-records are read on an inflating thread, ``broker.remoting.inflation``). Replicas never decode them.
+records are read on an inflating thread, ``broker.store.inflation``). Replicas never decode them.
 A SPECIAL record (a property the broker acts on: a delay, a transaction) is decoded and
 split into records of one, each prepared
 (``DeferredService.prepare``: a delay becomes a delivery time). The ``WritePath`` then packs
@@ -26,10 +26,11 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from broker.deferred.held import Prop
-from broker.remoting.inflation import MAX_INFLATED_PER_REQUEST, inflate
+from broker.processors.outcomes import OUTCOME_CODE, answer, written
 from broker.security.authorizer import Need
 from broker.state.machine import Applied, Outcome
 from broker.store.entry_batch import MessageTooLarge
+from broker.store.inflation import MAX_INFLATED_PER_REQUEST, inflate
 from protocol.acl import Action, ResourceType
 from protocol.message_format import Message, encode_message, message_of
 from protocol.names import validate_topic
@@ -41,43 +42,15 @@ from protocol.record_batch import (
     read_header,
 )
 from protocol.remoting import Frame, FrameError, ResponseCode
-from protocol.send import SendBatchRequest, SendBatchResponse, SendMessageRequest, SendRow, WriteResponse
+from protocol.send import SendBatchRequest, SendBatchResponse, SendMessageRequest, SendRow
 
 if TYPE_CHECKING:
-    from broker.remoting.server import BrokerServer
+    from broker.processors.context import BrokerContext
 
 __all__ = ["OUTCOME_CODE", "SendProcessor", "answer", "written"]
 
-OUTCOME_CODE = {
-    Outcome.STORED: ResponseCode.SUCCESS,
-    Outcome.DUPLICATE: ResponseCode.SUCCESS,
-    Outcome.DONE: ResponseCode.SUCCESS,
-    Outcome.TOPIC_NOT_EXIST: ResponseCode.TOPIC_NOT_EXIST,
-    Outcome.NO_PERMISSION: ResponseCode.NO_PERMISSION,
-    Outcome.INVALID: ResponseCode.INVALID_ARGUMENT,
-    Outcome.SEQUENCE_GAP: ResponseCode.SEQUENCE_GAP,
-    Outcome.LOCKED: ResponseCode.NO_PERMISSION,
-    Outcome.ABANDONED: ResponseCode.SYSTEM_BUSY,  # not stored; a retry may succeed
-    Outcome.FRAGMENT: ResponseCode.SYSTEM_ERROR,  # never a caller's outcome
-}
-
-
-def answer(frame: Frame, applied: Applied) -> Frame:
-    """The response to one record's apply outcome: a WriteResponse, or the error's remark."""
-    code = OUTCOME_CODE[applied.outcome]
-    if code != ResponseCode.SUCCESS:
-        return frame.response(code, remark=applied.reason)
-    return written(applied).reply(frame)
-
-
-def written(applied: Applied) -> WriteResponse:
-    """Where a successfully applied record went."""
-    return WriteResponse(queue_id=applied.queue_id, queue_offset=applied.queue_offset,
-                         position=applied.position, duplicate=applied.outcome == Outcome.DUPLICATE)
-
-
 class SendProcessor:
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: BrokerContext) -> None:
         self._server = server
 
     def _header(self, record: bytes, checked_topics: set[str]) -> RecordHeader:

@@ -51,8 +51,9 @@ from broker.http_api.membership import member_routes
 from broker.http_api.metrics import VERSION, BrokerMetrics
 from broker.http_api.verify import Verifier
 from broker.processors.acl import AclProcessor
-from broker.processors.consumer import CONNECTION, ConsumerProcessor
+from broker.processors.consumer import ConsumerProcessor
 from broker.processors.consumer_registry import ConsumerRegistry
+from broker.processors.context import CONNECTION
 from broker.processors.deferred import DeferredProcessor
 from broker.processors.long_polls import AppliedSignal, ParkedPulls
 from broker.processors.offset import OffsetProcessor

@@ -42,7 +42,7 @@ from broker.store.format import StoreFormatError, check_store_format
 from common.process import run_alone
 from dledger.applier import Applier
 from dledger.log import Log
-from dledger.replica_args import add_replica_arguments, open_replica
+from dledger.process.replica_args import add_replica_arguments, open_replica
 from protocol.tls import ws_url
 
 __all__ = ["main"]

@@ -2,6 +2,6 @@
 
 import sys
 
-from dledger.log_node import main
+from dledger.process.log_node import main
 
 sys.exit(main())

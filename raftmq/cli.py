@@ -36,7 +36,7 @@ from broker import node
 from broker.namesrv import server as namesrv
 from client.cli import CLIENT_COMMANDS, add_client_commands, run_client_command
 from console import command as console_command
-from dledger import log_node
+from dledger.process import log_node
 from raftmq import bench, bench_log, cluster_cmd, replica_cmd
 
 __all__ = ["main"]

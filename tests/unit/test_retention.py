@@ -120,7 +120,7 @@ def test_follower_behind_the_retained_start_restarts_its_log_there(tmp_path: Pat
     log restarts at the leader's first retained entry, at the same position; the gap
     is reported in status and in its state machine, and it then follows normally."""
     from dledger.applier import Applier
-    from dledger.recording_machine import GAP_KIND, RecordingMachine, read_records
+    from dledger.process.recording_machine import GAP_KIND, RecordingMachine, read_records
 
     peers = {f"n{i}": f"127.0.0.1:{free_port()}" for i in (1, 2, 3)}
     seg = 4 * MAX_ENTRY_BYTES

@@ -31,9 +31,9 @@ from aiohttp import web
 from common.process import control_app, run_alone
 from dledger.applier import Applier
 from dledger.errors import EntryTooLarge, NoLeader, NotLeader, OutcomeUnknown, ProposeError
+from dledger.process.recording_machine import RecordingMachine
+from dledger.process.replica_args import add_replica_arguments, open_replica
 from dledger.raft.replicated_log import ReplicatedLog
-from dledger.recording_machine import RecordingMachine
-from dledger.replica_args import add_replica_arguments, open_replica
 
 __all__ = ["main"]
 

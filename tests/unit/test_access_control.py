@@ -139,6 +139,7 @@ def test_admin_tokens_expire_and_die_with_a_password_change() -> None:
 
 
 # -- over the wire ------------------------------------------------------------------------------
+@pytest.mark.sockets
 def test_anonymous_requests_are_refused_and_users_get_only_their_rights(
         broker: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, "raftmq.audit")
@@ -180,6 +181,7 @@ def test_anonymous_requests_are_refused_and_users_get_only_their_rights(
     assert any("change by user=root" in line and "user 'alice' added" in line for line in audit), audit
 
 
+@pytest.mark.sockets
 def test_a_replayed_scram_exchange_is_refused(broker: str) -> None:
     _admin(broker).close()
 
@@ -203,6 +205,7 @@ def test_a_replayed_scram_exchange_is_refused(broker: str) -> None:
     assert asyncio.run(exchange(None, (first, final)))[2] == ResponseCode.AUTH_FAILED
 
 
+@pytest.mark.sockets
 def test_admin_http_needs_a_token_and_the_right(broker: str) -> None:
     admin = _admin(broker)
     try:

@@ -9,6 +9,7 @@ from typing import Any
 
 import aiohttp
 import msgpack
+import pytest
 import yarl
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -21,6 +22,9 @@ from protocol.message_format import MAX_MESSAGE_BYTES, Message, decode_message, 
 from protocol.remoting import Frame, RequestCode, ResponseCode
 from raftmq.local_group import free_port
 from tests.support.broker_client import FrameClient
+
+#: these tests open IP sockets (a real port, the Raft transport or a client connection)
+pytestmark = pytest.mark.sockets
 
 
 async def serve(parts: tuple[ReplicatedLog, BrokerStateMachine, Applier],

@@ -226,6 +226,7 @@ def test_a_parked_pull_wakes_only_for_its_queue() -> None:
 
 # -- requests in flight ------------------------------------------------------------------
 
+@pytest.mark.sockets
 def test_a_connection_at_its_in_flight_bound_is_not_read_until_a_request_completes(tmp_path: Path) -> None:
     async def main() -> None:
         async with serving_broker(tmp_path, limits=ClientLimits(max_inflight_bytes=4096)) as (
@@ -255,6 +256,7 @@ async def _all(tasks: list[asyncio.Task[Any]]) -> list[asyncio.Task[Any]]:
     return tasks
 
 
+@pytest.mark.sockets
 def test_the_accept_loop_survives_a_connection_aborted_before_accept_and_a_transient_error(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """accept(2) may fail for one connection (ECONNABORTED: the peer gave up in the backlog;

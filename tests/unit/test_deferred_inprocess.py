@@ -25,6 +25,9 @@ from tests.support.client_calls import Listener, collecting_consumer, create_top
 from tests.support.ledger import Ledger
 from tests.support.procs import wait_until
 
+#: these tests open IP sockets (a real port, the Raft transport or a client connection)
+pytestmark = pytest.mark.sockets
+
 BROKER_OPTIONS = {"delay_levels": "300ms 600ms 1s", "retry_delays": "200ms 300ms"}
 
 #: short polls and intervals: the one broker answers at once

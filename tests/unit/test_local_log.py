@@ -47,6 +47,7 @@ def test_proposals_commit_at_once_and_read_back_in_order(tmp_path: Path) -> None
         reopened.close()
 
 
+@pytest.mark.sockets
 def test_it_offers_what_the_broker_uses_with_the_same_status_shape(tmp_path: Path) -> None:
     local = LocalLog(GroupConfig(node="n1", peers={"n1": "127.0.0.1:1"}, data_dir=tmp_path / "a"))
     real = ReplicatedLog(founding(GroupConfig(node="n1", peers={"n1": f"127.0.0.1:{free_port()}"},

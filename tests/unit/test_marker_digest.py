@@ -236,6 +236,7 @@ def test_verdicts_name_the_odd_replica_or_say_what_was_not_compared() -> None:
     assert "unreadable: short" in bad.mismatches[0]["detail"]
 
 
+@pytest.mark.sockets
 def test_post_admin_verify_compares_at_a_marker_and_status_shows_it(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with serving_broker(tmp_path) as (server, address), aiohttp.ClientSession() as http:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from broker.namesrv.route_table import RouteTable
@@ -18,6 +19,9 @@ from broker.registrar import Registrar
 from broker.security.registration_auth import RegistrationVerifier, registration_key
 from broker.state.machine import TopicConfig
 from raftmq.local_group import free_port
+
+#: these tests open IP sockets (a real port, the Raft transport or a client connection)
+pytestmark = pytest.mark.sockets
 
 SECRET = "group secret"
 

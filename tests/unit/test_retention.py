@@ -67,6 +67,7 @@ def single(tmp_path: Path) -> Iterator[ReplicatedLog]:
     rlog.close()
 
 
+@pytest.mark.sockets
 def test_old_segments_are_deleted_and_the_rest_still_serves(single: ReplicatedLog) -> None:
     wait_for(lambda: single.is_leader, 10, "leader")
     single.set_applied_floor(lambda: 9)  # a state machine that has applied up to 9
@@ -84,6 +85,7 @@ def test_old_segments_are_deleted_and_the_rest_still_serves(single: ReplicatedLo
     assert single.read(more.index)[0].body == b"after retention"
 
 
+@pytest.mark.sockets
 def test_leader_keeps_what_a_lagging_follower_needs(tmp_path: Path) -> None:
     peers = {f"n{i}": f"127.0.0.1:{free_port()}" for i in (1, 2, 3)}
 
@@ -115,6 +117,7 @@ def test_leader_keeps_what_a_lagging_follower_needs(tmp_path: Path) -> None:
             n.close()
 
 
+@pytest.mark.sockets
 def test_follower_behind_the_retained_start_restarts_its_log_there(tmp_path: Path) -> None:
     """The size cap deletes what a stopped follower still needs: when it returns, its
     log restarts at the leader's first retained entry, at the same position; the gap
@@ -174,6 +177,7 @@ def test_follower_behind_the_retained_start_restarts_its_log_there(tmp_path: Pat
             close(rlog)
 
 
+@pytest.mark.sockets
 def test_a_crash_inside_a_log_restart_is_finished_from_the_received_dump(tmp_path: Path) -> None:
     from dledger.raft.codec import encode_payload_command
     from dledger.raft.storage_identity import format_founder
@@ -222,6 +226,7 @@ class FakeSnapshots:
         return self.held
 
 
+@pytest.mark.sockets
 def test_retention_cuts_only_where_a_snapshot_is_held_and_keeps_held_messages(single: ReplicatedLog) -> None:
     from dledger.storage.log_start import decode_log_start
 

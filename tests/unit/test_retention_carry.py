@@ -29,6 +29,9 @@ from tests.support.client_calls import collecting_consumer, create_topic_at
 from tests.support.founding import founding
 from tests.support.procs import wait_until
 
+#: these tests open IP sockets (a real port, the Raft transport or a client connection)
+pytestmark = pytest.mark.sockets
+
 SEGMENT = 4 * MAX_ENTRY_BYTES
 CAP = 4 * SEGMENT
 QUICK_CONSUMER = {"long_poll_s": 0.5, "rebalance_interval": 1.0, "commit_interval": 0.2, "suspend_s": 0.1}

@@ -38,10 +38,10 @@ from typing import Any
 
 import msgspec
 
-from broker.deferred.held import parse_delay_levels
 from broker.remoting.client_limits import ClientLimits
 from broker.security.access_control import read_bootstrap
 from broker.security.tls import TlsSection
+from broker.state.held import parse_delay_levels
 from broker.state.machine import DIGEST_EVERY
 from broker.store.index_file import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
 from common.toml_config import ConfigError, read_section, read_toml

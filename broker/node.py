@@ -33,10 +33,10 @@ import sys
 from typing import Any
 
 from broker.config import SECTIONS
+from broker.node_tls import ServingTls, read_serving
 from broker.registrar import Registrar
 from broker.remoting.guarded_site import GuardedSite
 from broker.remoting.server import AppliedSignal, BrokerServer
-from broker.security.node_tls import ServingTls, read_serving
 from broker.state.machine import BrokerStateMachine
 from broker.store.format import StoreFormatError, check_store_format
 from common.process import run_alone

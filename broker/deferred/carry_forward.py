@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from broker.deferred.held import Held, Prop
+from broker.state.held import Held, Prop
 from dledger.storage.segments import SegmentInfo
 from protocol.message_format import Message
 

@@ -1,5 +1,5 @@
 """The leader's side of deferred messages: turning requests into held messages, and
-releasing them when due (see ``broker.deferred.held`` for the replicated state).
+releasing them when due (see ``broker.state.held`` for the replicated state).
 
     send with DELAY / TIMER_DELIVER_MS ─▶ prepare(): __DELIVER_AT_MS = leader's now + delay
     CONSUMER_SEND_MSG_BACK ─▶ retry_copy(): %RETRY%group, reconsume + 1, delayed by the
@@ -29,8 +29,10 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from broker.clients.registry import ConsumerRegistry
 from broker.deferred.carry_forward import carried_copy, carry_below, to_carry
-from broker.deferred.held import (
+from broker.replication.write_path import WritePath
+from broker.state.held import (
     DEFAULT_DELAY_LEVELS,
     MAX_CHECKS,
     MAX_TIMER_AHEAD_MS,
@@ -39,8 +41,6 @@ from broker.deferred.held import (
     parse_delay_levels,
     retry_delay_ms,
 )
-from broker.processors.consumer_registry import ConsumerRegistry
-from broker.replication.write_path import WritePath
 from broker.state.machine import BrokerStateMachine
 from broker.store.commands import CheckHalf, RollbackHalf, encode_admin
 from broker.store.fragments import MessageGone, read_message

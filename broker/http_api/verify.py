@@ -1,5 +1,5 @@
 """``raftmq cluster verify`` on the brokers: the leader proposes a verify marker, every
-replica digests at it (``broker.replication.marker_digest``), the leader gathers their answers and
+replica digests at it (``broker.state.marker_digest``), the leader gathers their answers and
 compares them (``broker.replication.verify_compare``)::
 
     POST /admin/verify            on the leader, {"timeout_s": 30} (optional): propose a marker
@@ -38,9 +38,9 @@ import aiohttp
 import msgspec
 from aiohttp import web
 
-from broker.replication.marker_digest import DONE, READING
 from broker.replication.verify_compare import Comparison, compare, needs_rows
 from broker.state.machine import BrokerStateMachine
+from broker.state.marker_digest import DONE, READING
 from broker.store.commands import VerifyMarker, encode_admin
 from common.durable_file import atomic_write, read_or_none
 from common.http_errors import read_json

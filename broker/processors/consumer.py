@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from broker.clients.registry import ClientIdTaken, TooManyMembers, check_subscriptions
+from broker.clients.retry_topics import RetryQuotaExceeded
 from broker.processors.base import Processor
-from broker.processors.consumer_registry import ClientIdTaken, TooManyMembers, check_subscriptions
 from broker.processors.context import CONNECTION
-from broker.processors.retry_topics import RetryQuotaExceeded
 from broker.security.access_control import current_user
 from broker.store.commands import CreateTopic, Perm, encode_admin
 from dledger.errors import ProposeError
@@ -85,7 +85,7 @@ class ConsumerProcessor(Processor):
         """The leader creates ``%RETRY%group`` (one queue) for a group that subscribes to it
         (clustering consumers do), as RocketMQ does at the heartbeat: the consumer routes and
         pulls its retry queue from the start, so the first redelivery is on time. At most
-        the user's quota (``broker.processors.retry_topics``): past it, NO_PERMISSION."""
+        the user's quota (``broker.clients.retry_topics``): past it, NO_PERMISSION."""
         missing = [retry_topic(g) for g, topics in sorted(subscriptions.items())
                    if retry_topic(g) in topics and retry_topic(g) not in self._server.machine.topics]
         if not missing or not self._server.rlog.is_leader:

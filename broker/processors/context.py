@@ -15,9 +15,9 @@ from aiohttp import web
 from prometheus_client import Counter, Histogram
 
 if TYPE_CHECKING:
+    from broker.clients.registry import ConsumerRegistry
+    from broker.clients.retry_topics import RetryTopicQuota
     from broker.deferred.service import DeferredService
-    from broker.processors.consumer_registry import ConsumerRegistry
-    from broker.processors.retry_topics import RetryTopicQuota
     from broker.replication.write_path import WritePath
     from broker.security.access_control import AccessControl
     from broker.state.machine import BrokerStateMachine

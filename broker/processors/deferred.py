@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import msgspec
 
+from broker.clients.retry_topics import RetryQuotaExceeded
 from broker.processors.base import Processor
 from broker.processors.outcomes import OUTCOME_CODE, written
-from broker.processors.retry_topics import RetryQuotaExceeded
 from broker.security.access_control import current_user
 from broker.store.consume_queue import OffsetOutOfRange
 from broker.store.fragments import MessageGone, read_message_at

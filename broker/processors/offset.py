@@ -6,8 +6,8 @@ new leader knows every offset and lock; QUERY_OFFSET from any replica (the layou
 
 from __future__ import annotations
 
+from broker.clients.registry import ClientIdTaken
 from broker.processors.base import Processor
-from broker.processors.consumer_registry import ClientIdTaken
 from broker.security.access_control import current_user
 from broker.state.machine import Outcome
 from broker.store.commands import CommitOffset, LockQueue, encode_admin

@@ -25,9 +25,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from broker.deferred.held import Prop
 from broker.processors.outcomes import OUTCOME_CODE, answer, written
 from broker.security.authorizer import Need
+from broker.state.held import Prop
 from broker.state.machine import Applied, Outcome
 from broker.store.entry_batch import MessageTooLarge
 from broker.store.inflation import MAX_INFLATED_PER_REQUEST, inflate

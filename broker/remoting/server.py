@@ -42,7 +42,8 @@ from typing import Any
 import aiohttp
 from aiohttp import WSCloseCode, web
 
-from broker.deferred.held import DEFAULT_DELAY_LEVELS, RETRY_DELAYS
+from broker.clients.registry import ConsumerRegistry
+from broker.clients.retry_topics import RetryTopicQuota
 from broker.deferred.overdue import DEFAULT_THRESHOLD_S as DEFAULT_OVERDUE_S
 from broker.deferred.overdue import OverdueWatch
 from broker.deferred.service import DeferredService
@@ -52,14 +53,12 @@ from broker.http_api.metrics import VERSION, BrokerMetrics
 from broker.http_api.verify import Verifier
 from broker.processors.acl import AclProcessor
 from broker.processors.consumer import ConsumerProcessor
-from broker.processors.consumer_registry import ConsumerRegistry
 from broker.processors.context import CONNECTION
 from broker.processors.deferred import DeferredProcessor
 from broker.processors.long_polls import AppliedSignal, ParkedPulls
 from broker.processors.offset import OffsetProcessor
 from broker.processors.pull import PullProcessor
 from broker.processors.query import QueryProcessor
-from broker.processors.retry_topics import RetryTopicQuota
 from broker.processors.send import SendProcessor
 from broker.processors.topic import TopicProcessor
 from broker.remoting.client_limits import ClientLimits
@@ -71,6 +70,7 @@ from broker.replication.divergence import MARKER as DIVERGENT_MARKER
 from broker.replication.divergence import DivergenceCheck
 from broker.replication.write_path import WritePath
 from broker.security.access_control import AccessControl
+from broker.state.held import DEFAULT_DELAY_LEVELS, RETRY_DELAYS
 from broker.state.machine import BrokerStateMachine
 from broker.store.commands import PutUser
 from broker.store.entry_batch import MessageTooLarge

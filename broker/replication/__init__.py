@@ -1,2 +1,3 @@
 """The leader's write path into the Raft log and the replicas' checks of each other: divergence
-digests, verify-marker digests and their comparison."""
+digests and the comparison of verify-marker digests (the apply step takes those:
+``broker.state.marker_digest``)."""

@@ -1,7 +1,7 @@
 """The comparison of a group's replicas at one verify marker (pure: ``broker.http_api.verify``
 gathers what each replica answers, ``raftmq cluster verify`` prints the verdict).
 
-Each replica answers its ``broker.replication.marker_digest.MarkerResult.summary()`` (digests of its
+Each replica answers its ``broker.state.marker_digest.MarkerResult.summary()`` (digests of its
 derived state and of its ConsumeQueue units read back), or why it could not be asked::
 
     every replica done, all digests equal            "equal"

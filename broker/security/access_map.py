@@ -17,7 +17,7 @@ a code or serves an admin route that has no row here.
                                      pub on the producer group (at most 64 groups of 256
                                      topics: INVALID_ARGUMENT before any check)
     UNREGISTER_CLIENT                sub on the group (if named); only this connection's
-                                     registrations go (broker.processors.consumer_registry)
+                                     registrations go (broker.clients.registry)
     GET_CONSUMER_LIST                sub on the group
     CONSUMER_SEND_MSG_BACK           sub on the group, sub on the topic of the message sent
                                      back (read at its position)
@@ -47,7 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Protocol
 
-from broker.processors.consumer_registry import check_subscriptions
+from broker.clients.registry import check_subscriptions
 from broker.security.authorizer import Need
 from protocol.acl import Action, ResourceType
 from protocol.consumer import ConsumerListRequest, HeartbeatRequest, UnregisterRequest

@@ -32,10 +32,10 @@ from dataclasses import astuple
 from pathlib import Path
 from typing import Any, TypeVar
 
-from broker.deferred.held import Prop
 from broker.state.access import AccessTables
 from broker.state.chain import ChainCollector, Whole
 from broker.state.deferral import Deferral
+from broker.state.held import Prop
 from broker.state.locks import QueueLocks
 from broker.state.offsets import ConsumerOffsets
 from broker.state.outcome import DONE, STORED, Kept, Outcome, kept
@@ -243,7 +243,7 @@ class DerivedState:
 
     def take_markers(self) -> list[VerifyMarker]:
         """The verify markers applied since the last call (the machine digests the state
-        after their entry: ``broker.replication.marker_digest``)."""
+        after their entry: ``broker.state.marker_digest``)."""
         taken, self.markers = self.markers, []
         return taken
 

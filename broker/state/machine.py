@@ -19,7 +19,7 @@ typed tables of ``broker.state``, the ConsumeQueues, the IndexFiles). Files
 
 Digests of the state are taken at every snapshot, after every ``digest_every``-th entry,
 and after every entry holding a verify marker (``raftmq cluster verify``), where the
-ConsumeQueue units are also read back from their files (``broker.replication.marker_digest``).
+ConsumeQueue units are also read back from their files (``broker.state.marker_digest``).
 
 At most every CHECKPOINT_EVERY_S (and when idle) the apply thread takes the state
 and a checkpoint thread fsyncs the ConsumeQueues and IndexFiles -- which then hold
@@ -50,12 +50,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from broker.deferred.held import Halves, Timers
-from broker.replication.marker_digest import MarkerDigests
 from broker.state.access import AccessTables
 from broker.state.checkpoint import CheckpointWriter, read_checkpoint
 from broker.state.derived import DerivedState
+from broker.state.held import Halves, Timers
 from broker.state.locks import LOCK_EXPIRY_MS
+from broker.state.marker_digest import MarkerDigests
 from broker.state.offsets import ConsumerOffsets
 from broker.state.outcome import Applied, Kept, Outcome, applied
 from broker.state.producers import PRODUCER_EXPIRY_MS, RECENT_RECORDS
@@ -126,7 +126,7 @@ class BrokerStateMachine:
                     self._digests[index] = snap.digest
         self._state = DerivedState(store, checkpoint, cq_units_per_file, index_slots, index_entries,
                                    disk.wait_for_space if disk is not None else None)
-        #: the digests taken at verify markers (broker.replication.marker_digest; read by any thread)
+        #: the digests taken at verify markers (broker.state.marker_digest; read by any thread)
         self.markers = MarkerDigests(self._state.queue_files)
 
     # -- the state, for readers (see each table's thread contract) -------------------

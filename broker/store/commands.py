@@ -29,7 +29,7 @@ state command::
                                                                      ConsumeQueue units from
                                                                      CommitLog position
                                                                      from_position here
-                                                                     (broker.replication.marker_digest)
+                                                                     (broker.state.marker_digest)
 
 Kinds 1..19 are kept for message format versions (1, a msgpack message of one, is no
 longer read: a store of that format is refused at start). A fragment is always the only
@@ -166,7 +166,7 @@ class Revoke(Grant):
 class VerifyMarker:
     """``raftmq cluster verify`` (``broker.http_api.verify``): where every replica digests its
     derived state and reads back its ConsumeQueue units at CommitLog positions from
-    ``from_position`` on (``broker.replication.marker_digest``). ``marker_id``: the proposer's name
+    ``from_position`` on (``broker.state.marker_digest``). ``marker_id``: the proposer's name
     for it (1..64 characters), by which it finds the entry's index."""
 
     marker_id: str

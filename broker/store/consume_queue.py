@@ -253,7 +253,7 @@ class ConsumeQueue:
     def read_stored(self, offset: int, max_units: int) -> bytes:
         """The bytes of up to ``max_units`` units as the files hold them (``UNIT_SIZE`` each,
         nothing decoded or checked), from the unit holding ``offset`` on, across files; empty
-        at ``max_offset``. What a verify marker hashes (``broker.replication.marker_digest``). Raises as
+        at ``max_offset``. What a verify marker hashes (``broker.state.marker_digest``). Raises as
         ``read``, and ConsumeQueueCorrupt or OSError when a file cannot be read."""
         if max_units < 1:
             raise ValueError(f"max_units must be >= 1, not {max_units}")

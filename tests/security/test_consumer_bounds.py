@@ -5,7 +5,7 @@ subscribes to it, needing only ``sub`` on the group and without limit (a user wi
 ``group:m-*`` made thousands), and DELETE_TOPIC refused those names, so nobody could remove
 them; a heartbeat could name any number of groups and topics, and one connection register
 any number of client ids. Now heartbeats and send-backs create at most
-``MAX_RETRY_TOPICS_PER_USER`` retry topics per user (``broker.processors.retry_topics``), a group's
+``MAX_RETRY_TOPICS_PER_USER`` retry topics per user (``broker.clients.retry_topics``), a group's
 retry and dead-letter topics can be deleted with ``update`` on the group, and a heartbeat
 names at most ``MAX_GROUPS`` groups of at most ``MAX_TOPICS`` topics, a connection holds
 at most ``MAX_MEMBERS_PER_CONNECTION`` memberships. Three broker processes with ACLs on,
@@ -18,8 +18,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from broker.processors.consumer_registry import MAX_GROUPS, MAX_MEMBERS_PER_CONNECTION, MAX_TOPICS
-from broker.processors.retry_topics import MAX_RETRY_TOPICS_PER_USER
+from broker.clients.registry import MAX_GROUPS, MAX_MEMBERS_PER_CONNECTION, MAX_TOPICS
+from broker.clients.retry_topics import MAX_RETRY_TOPICS_PER_USER
 from client import Admin, Credentials
 from protocol.consumer import HeartbeatRequest
 from protocol.names import retry_topic

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import msgpack
 
-from broker.deferred.held import (
+from broker.state.held import (
     Prop,
 )
 from broker.state.machine import BrokerStateMachine

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from broker.deferred.carry_forward import carried_copy, carry_below, to_carry
-from broker.deferred.held import Held, Prop, Timers
+from broker.state.held import Held, Prop, Timers
 from broker.state.machine import BrokerStateMachine, Outcome
 from broker.store.commands import CheckHalf, CreateTopic, RollbackHalf, encode_admin
 from dledger.storage.segments import SegmentInfo

@@ -14,9 +14,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from broker.replication.marker_digest import DONE, MarkerResult, read_back
 from broker.replication.verify_compare import EQUAL, INCOMPLETE, MISMATCH, compare, needs_rows
 from broker.state.machine import BrokerStateMachine, Outcome
+from broker.state.marker_digest import DONE, MarkerResult, read_back
 from broker.store.commands import CreateTopic, DeleteTopic, VerifyMarker, encode_admin
 from broker.store.consume_queue import ConsumeQueue
 from broker.store.consume_queue_layout import UNIT_SIZE

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.deferred.held import Prop
 from broker.deferred.overdue import OverdueRetries, OverdueWatch, overdue_delays, overdue_retries
+from broker.state.held import Prop
 from broker.state.machine import BrokerStateMachine
 from broker.store.commands import CommitOffset, CreateTopic, encode_admin
 from protocol.message_format import Message, encode_message

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.deferred.held import Prop
+from broker.state.held import Prop
 from broker.state.machine import BrokerStateMachine
 from broker.state.snapshot import Snapshot, SnapshotError
 from broker.store.commands import CommitOffset, CreateTopic, DeleteTopic, LockQueue, encode_admin

@@ -549,7 +549,7 @@ def test_queue_locks_are_decided_by_the_log_and_expire_by_store_time(tmp_path: P
 def test_a_retried_send_back_is_stored_once_within_its_window(tmp_path: Path) -> None:
     """Retry copies carry where they came from; a consumer that retried its send-back after an
     unknown outcome does not get the message twice (within SENT_BACK_WINDOW_MS of store time)."""
-    from broker.deferred.held import Prop
+    from broker.state.held import Prop
     from broker.state.machine import SENT_BACK_WINDOW_MS
 
     t0 = 1_700_000_000_000

@@ -18,10 +18,10 @@ import pytest
 from broker.config import read_broker_section
 from broker.http_api.membership import _learner_lag
 from broker.namesrv.config import read_namesrv_config, write_namesrv_config
+from broker.node_tls import read_serving
 from broker.remoting import guarded_site
 from broker.remoting.server import AppliedSignal, BrokerServer
 from broker.security.exposure import check_exposure
-from broker.security.node_tls import read_serving
 from broker.security.tls import TlsSection, server_context
 from broker.security.tls import peer_tls as peer_tls_of
 from broker.state.machine import BrokerStateMachine

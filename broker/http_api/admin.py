@@ -11,7 +11,7 @@
     POST /admin/leader/transfer            {"to": node} or empty (on the leader)
 
 Requests that change state go through the same frame handlers as the WebSocket
-(``BrokerServer.handle``); ``http_reply`` maps their response codes to HTTP statuses.
+(``ServerView.handle``); ``http_reply`` maps their response codes to HTTP statuses.
 The group's members: ``broker.http_api.membership``.
 """
 
@@ -35,7 +35,7 @@ from protocol.topic import CreateTopicRequest
 from protocol.wire import NotLeaderResponse, Request, Response
 
 if TYPE_CHECKING:
-    from broker.remoting.server import BrokerServer
+    from broker.http_api.server_view import ServerView
 
 __all__ = ["admin_routes", "http_reply"]
 
@@ -64,14 +64,14 @@ def http_reply(reply: Frame, success: type[Response] | None = None) -> web.Respo
     return web.json_response(body, status=status)
 
 
-def admin_routes(server: BrokerServer) -> list[web.RouteDef]:
+def admin_routes(server: ServerView) -> list[web.RouteDef]:
     return AdminApi(server).routes()
 
 
 class AdminApi:
-    """One handler per admin route (module docstring), over one ``BrokerServer``."""
+    """One handler per admin route (module docstring), over one ``ServerView``."""
 
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: ServerView) -> None:
         self._server = server
 
     def routes(self) -> list[web.RouteDef]:

@@ -30,7 +30,7 @@ from dledger.errors import NoLeader, NotLeader, ProposeError
 from dledger.membership import Change, Member
 
 if TYPE_CHECKING:
-    from broker.remoting.server import BrokerServer
+    from broker.http_api.server_view import ServerView
 
 __all__ = ["CATCH_UP_SLACK", "member_routes"]
 
@@ -44,7 +44,7 @@ class _ChangeDoc(msgspec.Struct):
     client: str | None = None
 
 
-def _members_doc(server: BrokerServer) -> dict[str, Any]:
+def _members_doc(server: ServerView) -> dict[str, Any]:
     rlog = server.rlog
     clients = rlog.client_addresses()
     return {"group": rlog.config.group, "node": rlog.config.node, "leader": rlog.leader,
@@ -53,7 +53,7 @@ def _members_doc(server: BrokerServer) -> dict[str, Any]:
             "changed_at": rlog.status()["members_changed_at"]}
 
 
-async def _learner_lag(server: BrokerServer, member: Member) -> tuple[int | None, str, str]:
+async def _learner_lag(server: ServerView, member: Member) -> tuple[int | None, str, str]:
     """(entries behind the leader, why unknown, its storage token) of the replica about to be
     added: the add records that storage (dledger.raft.storage_rule: it counts once committed)."""
     try:
@@ -73,7 +73,7 @@ async def _learner_lag(server: BrokerServer, member: Member) -> tuple[int | None
     return max(0, server.rlog.committed_index - held), "", storage if isinstance(storage, str) else ""
 
 
-def member_routes(server: BrokerServer) -> list[web.RouteDef]:
+def member_routes(server: ServerView) -> list[web.RouteDef]:
     async def get_members(request: web.Request) -> web.Response:
         return web.json_response(_members_doc(server))
 

@@ -44,7 +44,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from broker.remoting.server import BrokerServer
+    from broker.http_api.server_view import ServerView
     from dledger.log_events import LeaderChange
 
 __all__ = ["CONTENT_TYPE", "VERSION", "BrokerMetrics"]
@@ -61,7 +61,7 @@ _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 class BrokerMetrics:
     """The registry of one broker replica and the instruments its request paths update."""
 
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: ServerView) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         labels = {"group": server.rlog.config.group, "node": server.rlog.config.node}
         names, values = list(labels), list(labels.values())
@@ -112,7 +112,7 @@ class BrokerMetrics:
 
 
 class _ReplicaCollector(Collector):
-    def __init__(self, server: BrokerServer, labels: dict[str, str]) -> None:
+    def __init__(self, server: ServerView, labels: dict[str, str]) -> None:
         self._server = server
         self._labels = labels
 

@@ -47,7 +47,7 @@ from common.http_errors import read_json
 from dledger.errors import NoLeader, NotLeader, ProposeError
 
 if TYPE_CHECKING:
-    from broker.remoting.server import BrokerServer
+    from broker.http_api.server_view import ServerView
 
 __all__ = ["DEFAULT_TIMEOUT_S", "DOWN_AFTER_S", "LAST_VERIFY", "Verifier", "replica_answer"]
 
@@ -86,9 +86,9 @@ def replica_answer(machine: BrokerStateMachine, index: int, with_rows: bool = Fa
 
 
 class Verifier:
-    """The verify routes of one ``BrokerServer`` (event loop only) and its last comparison."""
+    """The verify routes of one ``ServerView`` (event loop only) and its last comparison."""
 
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: ServerView) -> None:
         self._server = server
         self._path = server.rlog.config.data_dir / LAST_VERIFY
         self.last: dict[str, Any] | None = None

@@ -13,7 +13,7 @@ RocketMQ's remoting server does: sends (``broker.processors.send``), pulls
 topics (``broker.processors.topic``), offsets and locks (``broker.processors.offset``),
 consumer membership (``broker.processors.consumer``), send-backs and transactions
 (``broker.processors.deferred``). This module owns the connections, the dispatch and the
-health gate; ``broker.replica_tasks`` the background tasks.
+health gate; ``broker.remoting.replica_tasks`` the background tasks.
 
 Writes go through the leader's ``WritePath``; a follower answers NOT_LEADER naming the
 leader. A message may be up to ``max_message_bytes`` encoded (4 MiB by default; larger
@@ -65,7 +65,7 @@ from broker.remoting.client_limits import ClientLimits
 from broker.remoting.connection_guard import ConnectionGuard
 from broker.remoting.frame_reader import FrameReader, open_websocket
 from broker.remoting.guarded_site import GuardedRunner
-from broker.replica_tasks import run_background
+from broker.remoting.replica_tasks import run_background
 from broker.replication.divergence import MARKER as DIVERGENT_MARKER
 from broker.replication.divergence import DivergenceCheck
 from broker.replication.write_path import WritePath

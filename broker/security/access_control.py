@@ -32,7 +32,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 from aiohttp import web
@@ -58,7 +58,11 @@ from protocol.message_format import peek_topic
 from protocol.remoting import Frame, FrameError, RequestCode, ResponseCode
 
 if TYPE_CHECKING:
-    from broker.remoting.server import BrokerServer
+    from prometheus_client import Counter
+
+    from broker.replication.write_path import WritePath
+    from broker.state.machine import BrokerStateMachine
+    from dledger.log import Log
 
 __all__ = ["AUDIT", "AccessControl", "ConnectionAuth", "SuperUserRecord", "current_user", "read_bootstrap"]
 
@@ -128,8 +132,32 @@ def current_user() -> str | None:
     return None if conn is None else conn.user
 
 
+class AuthCounters(Protocol):
+    """The series access control feeds (``broker.http_api.metrics.BrokerMetrics`` has them)."""
+
+    @property
+    def auth_throttled(self) -> Counter: ...
+    @property
+    def auth_failures(self) -> Counter: ...
+
+
+class AccessServer(Protocol):
+    """What access control reads of its broker (``BrokerServer`` satisfies it:
+    tests/typing_conformance.py): the log, the state machine's access tables, the write path
+    for the bootstrap user, the counters."""
+
+    @property
+    def rlog(self) -> Log: ...
+    @property
+    def machine(self) -> BrokerStateMachine: ...
+    @property
+    def write(self) -> WritePath: ...
+    @property
+    def metrics(self) -> AuthCounters: ...
+
+
 class AccessControl:
-    def __init__(self, server: BrokerServer, *, enabled: bool, bootstrap: PutUser | None = None,
+    def __init__(self, server: AccessServer, *, enabled: bool, bootstrap: PutUser | None = None,
                  token_ttl_s: float = TOKEN_TTL_S) -> None:
         self.enabled = enabled
         self._server = server

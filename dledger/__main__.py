@@ -1,4 +1,4 @@
-"""``python -m dledger``: run one CommitLog replica (see dledger.log_node)."""
+"""``python -m dledger``: run one CommitLog replica (see dledger.process.log_node)."""
 
 import sys
 

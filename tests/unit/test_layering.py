@@ -233,3 +233,17 @@ def test_no_import_cycle_between_packages() -> None:
 def test_the_cycle_check_finds_a_cycle() -> None:
     assert _a_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _a_cycle({"a": {"b"}, "b": {"c"}}) == []
+
+
+#: a folder of ours holds at most this many modules directly (``__init__``/``__main__`` aside)
+MODULES_PER_FOLDER = 20
+
+
+def test_no_folder_holds_more_than_about_twenty_modules() -> None:
+    crowded = {}
+    for package in PACKAGES:
+        for folder in [ROOT / package, *(p.parent for p in (ROOT / package).rglob("*/__init__.py"))]:
+            modules = [m for m in folder.glob("*.py") if m.name not in ("__init__.py", "__main__.py")]
+            if len(modules) > MODULES_PER_FOLDER:
+                crowded[str(folder.relative_to(ROOT))] = len(modules)
+    assert crowded == {}

@@ -19,9 +19,9 @@
     # max_connections = 4096, max_connections_per_address = 256, fd_reserve = 256,
     # idle_timeout_s = 120, frame_deadline_s = 30, max_partial_frame_bytes, max_inflight_bytes,
     # max_parked_pulls_per_connection = 1024, max_parked_pulls = 16384
-    #                                   # the client port's bounds (broker.client_limits)
+    #                                   # the client port's bounds (broker.remoting.client_limits)
 
-    [broker.tls]                        # TLS on the client port (wss://, https://): broker.tls
+    [broker.tls]                        # TLS on the client port (wss://, https://): broker.security.tls
     cert_file = "tls/broker1.pem"
     key_file = "tls/broker1.key"
     ca_file = "tls/ca.pem"
@@ -38,13 +38,13 @@ from typing import Any
 
 import msgspec
 
-from broker.access_control import read_bootstrap
-from broker.client_limits import ClientLimits
-from broker.deferred import parse_delay_levels
-from broker.index_file import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
-from broker.state_machine import DIGEST_EVERY
-from broker.tls import TlsSection
-from dledger.config import ConfigError, read_section, read_toml
+from broker.remoting.client_limits import ClientLimits
+from broker.security.access_control import read_bootstrap
+from broker.security.tls import TlsSection
+from broker.state.held import parse_delay_levels
+from broker.state.machine import DIGEST_EVERY
+from broker.store.index_file import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
+from common.toml_config import ConfigError, read_section, read_toml
 from protocol.message_format import MAX_MESSAGE_BYTES
 
 __all__ = ["MAX_MESSAGE_BYTES_LIMIT", "SECTIONS", "BrokerSection", "read_broker_section"]
@@ -68,14 +68,14 @@ class BrokerSection(msgspec.Struct, forbid_unknown_fields=True):
     index_slots: int = DEFAULT_SLOT_NUM
     index_entries: int = DEFAULT_INDEX_NUM
     cq_units_per_file: int = 300_000
-    #: Whether every request is authenticated and authorized (``broker.access_control``);
-    #: what a check of a secure start looks at (``broker.exposure``).
+    #: Whether every request is authenticated and authorized (``broker.security.access_control``);
+    #: what a check of a secure start looks at (``broker.security.exposure``).
     acl: bool = False
     acl_bootstrap_file: str | None = None
     acl_token_ttl_s: float = 600.0
     tls: TlsSection | None = None
     #: web pages (``https://host:port``) that may open /ws and POST to the admin API, besides
-    #: the port's own origin (``dledger.http_errors.browser_guard``)
+    #: the port's own origin (``common.http_errors.browser_guard``)
     allowed_origins: list[str] = msgspec.field(default_factory=list)
     max_connections: int | msgspec.UnsetType = msgspec.UNSET
     max_connections_per_address: int | msgspec.UnsetType = msgspec.UNSET

@@ -33,15 +33,16 @@ import sys
 from typing import Any
 
 from broker.config import SECTIONS
-from broker.guarded_site import GuardedSite
 from broker.node_tls import ServingTls, read_serving
 from broker.registrar import Registrar
-from broker.server import AppliedSignal, BrokerServer
-from broker.state_machine import BrokerStateMachine
-from broker.store_format import StoreFormatError, check_store_format
+from broker.remoting.guarded_site import GuardedSite
+from broker.remoting.server import AppliedSignal, BrokerServer
+from broker.state.machine import BrokerStateMachine
+from broker.store.format import StoreFormatError, check_store_format
+from common.process import run_alone
 from dledger.applier import Applier
 from dledger.log import Log
-from dledger.replica_args import add_replica_arguments, open_replica, run_alone
+from dledger.process.replica_args import add_replica_arguments, open_replica
 from protocol.tls import ws_url
 
 __all__ = ["main"]

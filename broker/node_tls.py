@@ -1,6 +1,6 @@
 """What a broker replica serves its clients with: its ``[broker]`` section checked for
-exposure (``broker.exposure``: off loopback, TLS and ACLs or ``--insecure``) and the TLS of
-its client port (``broker.tls``)."""
+exposure (``broker.security.exposure``: off loopback, TLS and ACLs or ``--insecure``) and the TLS of
+its client port (``broker.security.tls``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.config import BrokerSection, read_broker_section
-from broker.exposure import check_exposure
-from broker.tls import peer_tls, server_context
+from broker.security.exposure import check_exposure
+from broker.security.tls import peer_tls, server_context
 from protocol.tls import ClientTls
 
 __all__ = ["ServingTls", "read_serving"]

@@ -1,4 +1,4 @@
-"""A broker replica's registrations with its name servers (``broker.namesrv`` for the wire).
+"""A broker replica's registrations with its name servers (``broker.namesrv.server`` for the wire).
 
 Every 0.5 s the registrar looks at the replica's role, term, members and topic table; it
 registers with each name server when one of them changed, and every 30 s regardless.
@@ -14,8 +14,8 @@ The topic table travels as changes, not whole:
 
 Versions are ``<random per process>:<counter>``: tokens between this process and one name
 server, not shared with other replicas. Each request is signed with the group's
-registration key (``broker.registration_auth``), derived from the group's secret, and sent
-over https when the replica serves TLS (``broker.tls``). A
+registration key (``broker.security.registration_auth``), derived from the group's secret, and sent
+over https when the replica serves TLS (``broker.security.tls``). A
 replica that is not (yet) a member -- a learner being added -- does not register.
 """
 
@@ -33,8 +33,8 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from broker.namesrv import REGISTER_EVERY_S
-from broker.registration_auth import registration_key, sign_registration
+from broker.namesrv.server import REGISTER_EVERY_S
+from broker.security.registration_auth import registration_key, sign_registration
 from dledger.log import Log
 from protocol.tls import ClientTls, http_url
 

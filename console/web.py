@@ -33,7 +33,6 @@ refused right ``403`` -- the remark names the user, the action and the resource.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 import time
@@ -46,6 +45,7 @@ from aiohttp import web
 from client.credentials import Credentials
 from client.errors import AuthFailedError, ClientError, NoPermissionError
 from client.queues import MessageQueue
+from common.http_errors import literal_host
 from console.gateway import ClusterGateway, message_json
 from console.sampler import Sampler
 from console.sessions import Session, Sessions
@@ -322,25 +322,12 @@ async def _body(request: web.Request, *required: str) -> dict[str, Any]:
     return dict(doc)
 
 
-def _literal_host(host: str) -> bool:
-    """Whether ``host`` (a Host header) names an IP address or localhost, not a DNS name."""
-    name = host if host.endswith("]") else host.rsplit(":", 1)[0]
-    name = name.strip("[]").lower()
-    if name == "localhost":
-        return True
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    return True
-
-
 def foreign_request(request: web.Request) -> str | None:
     """Why a request must be refused as a web page's of another site (None: it may go on):
     a POST whose ``Origin`` is not the console's own, or a ``Host`` that is a DNS name on
-    plain http (the same rule as ``dledger.http_errors.browser_guard``, which the console
+    plain http (the same rule as ``common.http_errors.browser_guard``, which the console
     may not import)."""
-    if not request.secure and not _literal_host(request.host):
+    if not request.secure and not literal_host(request.host):
         return (f"the console on plain http answers only at an IP address or localhost, not "
                 f"{request.host!r} (a DNS name could be rebound to this host)")
     origin = request.headers.get("Origin")

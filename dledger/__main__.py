@@ -1,7 +1,7 @@
-"""``python -m dledger``: run one CommitLog replica (see dledger.log_node)."""
+"""``python -m dledger``: run one CommitLog replica (see dledger.process.log_node)."""
 
 import sys
 
-from dledger.log_node import main
+from dledger.process.log_node import main
 
 sys.exit(main())

@@ -20,9 +20,9 @@ import threading
 from collections.abc import Sequence
 from typing import Protocol
 
-from dledger.commitlog import LogGap
-from dledger.entry_format import Entry
 from dledger.log import Log
+from dledger.storage.commitlog import LogGap
+from dledger.storage.entry_format import Entry
 
 __all__ = ["Applier", "StateMachine"]
 

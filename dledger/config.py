@@ -29,15 +29,14 @@ After the first start the member set comes from the log (``dledger.membership``)
 from __future__ import annotations
 
 import enum
-import re
-import tomllib
-import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
+
+from common.toml_config import ConfigError, read_section, read_toml
 
 __all__ = ["ConfigError", "FlushPolicy", "GroupConfig", "load_group_config", "read_section", "read_toml"]
 
@@ -46,10 +45,6 @@ __all__ = ["ConfigError", "FlushPolicy", "GroupConfig", "load_group_config", "re
 #: batch size is kept well above it, so that path is never taken.
 APPEND_BATCH_BYTES = 1024 * 1024
 MAX_ENTRY_BYTES = 60 * 1024
-
-
-class ConfigError(ValueError):
-    """A configuration that cannot start a node; the message says what to fix."""
 
 
 class FlushPolicy(enum.StrEnum):
@@ -84,7 +79,7 @@ class GroupConfig:
     leader_lease_ms: int = 300
     connect_retry_ms: int = 300
     #: a node whose disk filled up writes again once this many bytes are free (hysteresis;
-    #: at most a tenth of the file system counts: dledger.disk_guard)
+    #: at most a tenth of the file system counts: dledger.storage.disk_guard)
     disk_resume_free_bytes: int = 64 << 20
     repair_log: bool = False
     join: bool = False  # a new replica: it catches up as a learner until a member adds it
@@ -182,60 +177,6 @@ class _RaftSection(msgspec.Struct, forbid_unknown_fields=True):
     leader_lease_ms: int | _Unset = msgspec.UNSET
     connect_retry_ms: int | _Unset = msgspec.UNSET
     disk_resume_free_bytes: int | _Unset = msgspec.UNSET
-
-
-S = TypeVar("S", bound=msgspec.Struct)
-
-
-def read_toml(path: Path, sections: Iterable[str]) -> dict[str, Any]:
-    """The TOML document at ``path``; a top-level key other than ``sections`` is refused."""
-    try:
-        doc = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: {e}") from None
-    known = list(sections)
-    for key in doc:
-        if key not in known:
-            names = ", ".join(f"[{k}]" for k in known)
-            raise ConfigError(f"{path}: unknown section [{key}] (known: {names})")
-    return doc
-
-
-def read_section(path: Path, doc: dict[str, Any], name: str, schema: type[S]) -> S:
-    """``doc[name]`` checked against ``schema``: unknown keys and wrong types are refused
-    with the file, the section and the key."""
-    table = doc.get(name, {})
-    if not isinstance(table, dict):
-        raise ConfigError(f"{path}: {name} must be a section ([{name}]), not a value")
-    try:
-        return msgspec.convert(table, schema)
-    except msgspec.ValidationError as e:
-        text = str(e)
-        unknown = re.fullmatch(r"Object contains unknown field `(.+?)`( - at `\$(.*)`)?", text)
-        if unknown:
-            inner = unknown.group(3) or ""
-            where = f"{name}{inner}"
-            fields = ", ".join(_fields_at(schema, inner.strip(".").split(".") if inner else []))
-            raise ConfigError(f"{path}: [{where}] has no key {unknown.group(1)!r} "
-                              f"(the keys of [{where}] are: {fields})") from None
-        located = re.fullmatch(r"(.*) - at `\$\.?(.*)`", text)
-        if located:
-            raise ConfigError(f"{path}: {name}.{located.group(2)}: {located.group(1)}") from None
-        raise ConfigError(f"{path}: [{name}]: {text}") from None
-
-
-def _fields_at(schema: type[msgspec.Struct], keys: list[str]) -> tuple[str, ...]:
-    """The keys of the table at ``keys`` inside ``schema`` (a nested Struct, optional or not)."""
-    for key in keys:
-        hint = typing.get_type_hints(schema).get(key)
-        nested = [t for t in typing.get_args(hint) or (hint,)
-                  if isinstance(t, type) and issubclass(t, msgspec.Struct)]
-        if not nested:
-            return ()
-        schema = nested[0]
-    return tuple(schema.__struct_fields__)
 
 
 def load_group_config(path: Path, *, insecure: bool = False, repair_log: bool = False,

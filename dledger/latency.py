@@ -1,6 +1,6 @@
 """``LatencyHistogram``: cumulative counts of durations in fixed buckets, as Prometheus
 histograms count them, kept without a metrics library (dledger imports nothing above it;
-``broker.metrics`` exposes it at scrape time).
+``broker.http_api.metrics`` exposes it at scrape time).
 
 One writer thread (the caller of ``observe``); readers take ``snapshot()``, a consistent
 enough copy for monitoring (a count may be one observation ahead of the sum).

@@ -18,14 +18,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dledger.commitlog import CommitLog
 from dledger.config import MAX_ENTRY_BYTES, FlushPolicy, GroupConfig
-from dledger.disk_guard import DiskGuard
-from dledger.entry_format import Entry, EntryKind
 from dledger.errors import DiskFull, EntryTooLarge, ProposalRejected
 from dledger.latency import LatencyHistogram
+from dledger.log_events import Appended, LeaderChange, Role, SnapshotSource
 from dledger.membership import Change, Member
-from dledger.replicated_log import Appended, LeaderChange, Role, SnapshotSource
+from dledger.storage.commitlog import CommitLog
+from dledger.storage.disk_guard import DiskGuard
+from dledger.storage.entry_format import Entry, EntryKind
 
 __all__ = ["LocalLog"]
 
@@ -139,7 +139,7 @@ class LocalLog:
             "members": {me.name: {"raft": me.raft, "client": me.client, "storage": ""}}, "member": True,
             "members_changed_at": 0, "pre_vote_rounds": 0, "pre_vote_won": 0, "snapshot_fetch": None,
             "disk": self.disk.status(), "disk_full_members": self.disk_full_nodes(),
-            # one replica, no Raft: nothing to forget or record (dledger.storage_rule)
+            # one replica, no Raft: nothing to forget or record (dledger.raft.storage_rule)
             "storage": "", "voter": True, "vote_refusal": None, "storages_catching_up": {}, "forgot": None,
         }
 

@@ -11,13 +11,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from dledger.commitlog import CommitLog
     from dledger.config import GroupConfig
-    from dledger.disk_guard import DiskGuard
-    from dledger.entry_format import Entry
     from dledger.latency import LatencyHistogram
+    from dledger.log_events import Appended, LeaderChange, SnapshotSource
     from dledger.membership import Change, Member
-    from dledger.replicated_log import Appended, LeaderChange, SnapshotSource
+    from dledger.storage.commitlog import CommitLog
+    from dledger.storage.disk_guard import DiskGuard
+    from dledger.storage.entry_format import Entry
 
 __all__ = ["Log"]
 

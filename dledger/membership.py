@@ -12,7 +12,7 @@ a pickled node object, so that the log holds plain data::
     command = b"\\x02" + pickle(["add" | "rem", "<name> <raft host:port> <client host:port>[ <storage>]"])
 
 (``client`` is the broker's listen address, ``-`` when unknown; ``storage`` the token of
-the storage identity recorded for the member, ``dledger.storage_identity``, absent while
+the storage identity recorded for the member, ``dledger.raft.storage_identity``, absent while
 none is.) pysyncobj turns the id into a node through the ``nodeClass`` factory
 ``ReplicatedLog`` hands it; its identity is the Raft address alone.
 
@@ -39,7 +39,7 @@ from pathlib import Path
 
 import msgpack
 
-from dledger.durable_file import atomic_write, read_or_none
+from common.durable_file import atomic_write, read_or_none
 
 __all__ = ["BIND_FUNC_ID", "MEMBERSHIP_PREFIX", "Change", "Member", "MemberHistory", "apply_change",
            "decode_change", "decode_changes", "encode_bindings", "encode_change"]

@@ -11,7 +11,7 @@ reach starts only with its protections on, or with an explicit ``--insecure``.
 Without them the process refuses to start (``ExposureRefused``: an ``error:`` line naming
 what is missing and how to add it, exit 2); ``--insecure`` lets it start and logs a WARNING
 saying so at every start. A host name counts as loopback only when every address it
-resolves to is one. Shared by the broker (``broker.exposure``: a refusal is a
+resolves to is one. Shared by the broker (``broker.security.exposure``: a refusal is a
 ``ConfigError``) and the console, hence here, with no import of ours.
 """
 

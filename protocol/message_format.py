@@ -10,7 +10,7 @@ messages included).
 
 The broker accepts records up to ``MAX_MESSAGE_BYTES`` (configurable per broker,
 ``[broker] max_message_bytes``); one larger than a Raft entry is stored as a chain of
-fragments (``broker.fragments``).
+fragments (``broker.store.fragments``).
 
 What the broker assigns at apply time -- queue offset, store time (the leader's, from
 the entry), CommitLog position -- is not written into these bytes; it comes from the

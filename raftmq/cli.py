@@ -32,10 +32,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from broker import namesrv, node
+from broker import node
+from broker.namesrv import server as namesrv
 from client.cli import CLIENT_COMMANDS, add_client_commands, run_client_command
 from console import command as console_command
-from dledger import log_node
+from dledger.process import log_node
 from raftmq import bench, bench_log, cluster_cmd, replica_cmd
 
 __all__ = ["main"]

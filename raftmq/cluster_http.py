@@ -28,7 +28,7 @@ from raftmq.admin_auth import fetch_admin_token
 
 __all__ = ["ClusterHttp"]
 
-#: paths that need a token when ACLs are on (``broker.access_map``: the rest are open)
+#: paths that need a token when ACLs are on (``broker.security.access_map``: the rest are open)
 ADMIN_PREFIX = "/admin"
 
 

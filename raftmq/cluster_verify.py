@@ -1,5 +1,5 @@
 """``raftmq cluster verify``: every group's replicas compared at a marker its leader
-proposes for the purpose (``broker.verify_admin``), and what they report besides.
+proposes for the purpose (``broker.http_api.verify``), and what they report besides.
 
 Per group, in order:
 

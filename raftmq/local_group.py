@@ -33,7 +33,7 @@ from typing import Any
 import msgpack
 import msgspec
 
-from dledger.storage_identity import StorageIdentityError, format_founder
+from dledger.raft.storage_identity import StorageIdentityError, format_founder
 from raftmq.cluster_http import ClusterHttp
 from raftmq.local_tls import LocalCA
 

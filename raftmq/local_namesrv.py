@@ -13,10 +13,10 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from broker.namesrv import write_key_file
-from broker.namesrv_config import write_namesrv_config
-from broker.registration_auth import registration_key
-from broker.tls import TlsSection
+from broker.namesrv.config import write_namesrv_config
+from broker.namesrv.server import write_key_file
+from broker.security.registration_auth import registration_key
+from broker.security.tls import TlsSection
 from raftmq.local_group import LocalGroup
 
 __all__ = ["configure_namesrv", "namesrv_argv"]
@@ -37,4 +37,4 @@ def configure_namesrv(root: Path, listen: str, groups: Iterable[LocalGroup],
 
 def namesrv_argv(config: Path) -> list[str]:
     """The command that runs a name server with ``config``."""
-    return [sys.executable, "-m", "broker.namesrv", "--config", str(config)]
+    return [sys.executable, "-m", "broker.namesrv.server", "--config", str(config)]

@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from broker.tls import TlsSection
+from broker.security.tls import TlsSection
 from protocol.tls import ClientTls
 
 __all__ = ["LocalCA"]

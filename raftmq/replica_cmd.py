@@ -205,7 +205,7 @@ def _init(configs: list[str]) -> int:
     """Format each replica's empty data directory as a founding storage of a new group."""
     from broker.config import SECTIONS
     from dledger.config import ConfigError, load_group_config
-    from dledger.storage_identity import StorageIdentityError, format_founder
+    from dledger.raft.storage_identity import StorageIdentityError, format_founder
 
     if not configs:
         raise SystemExit("raftmq replica: error: init needs --config NODE_TOML")

@@ -1,5 +1,5 @@
 """The broker's replicated state, one small typed table per module, composed by
-``broker.state.derived.DerivedState`` and driven by ``broker.state_machine``.
+``broker.state.derived.DerivedState`` and driven by ``broker.state.machine``.
 
 Each table owns its data under typed keys (``broker.state.keys``), the apply operations
 on it, ``forget_topic`` where a deleted topic leaves something behind, expiry by store

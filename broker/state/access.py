@@ -13,7 +13,7 @@ canonical form, and digest, it always had)::
     "policies": {"user\\0resource\\0decision\\0source": [actions, sorted]}
 
 ``version`` counts the changes this replica applied or loaded (not replicated): a
-decision cached under one version is stale under another (``broker.authorizer``).
+decision cached under one version is stale under another (``broker.security.authorizer``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from broker.commands import DeleteUser, Grant, PutUser, Revoke
+from broker.store.commands import DeleteUser, Grant, PutUser, Revoke
 
 __all__ = ["AccessTables", "Statement", "UserCredentials"]
 

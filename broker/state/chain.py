@@ -1,5 +1,5 @@
 """The chain of fragments being collected: a message too large for one entry, applied when
-its last fragment is (rules in ``broker.fragments``).
+its last fragment is (rules in ``broker.store.fragments``).
 
 Not replicated state and never in a checkpoint: while a chain is pending the checkpoint
 records the entry before its first fragment as applied, so a restart re-applies the chain
@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from broker.fragments import parse_fragment
 from broker.state.outcome import Kept, Outcome, kept
+from broker.store.fragments import parse_fragment
 
 __all__ = ["ChainCollector", "Whole"]
 

@@ -1,8 +1,8 @@
 """The checkpoint: ``store/state.checkpoint``, what a restart starts from.
 
-msgpack map, written atomically (``dledger.durable_file.atomic_write``)::
+msgpack map, written atomically (``common.durable_file.atomic_write``)::
 
-    the replicated state (``broker.snapshot``'s "state": last_store_ms, topics, queues,
+    the replicated state (``broker.state.snapshot``'s "state": last_store_ms, topics, queues,
         offsets, producers, timers, halves, locks, sent_back, cq_hash; users and policies
         when there are any), and
     "applied"      the entry it describes the state after (``checkpoint_index``)
@@ -23,9 +23,9 @@ from typing import Any
 
 import msgpack
 
-from broker.consume_queue import ConsumeQueue
-from broker.index_service import IndexService
-from dledger.durable_file import atomic_write, read_or_none
+from broker.store.consume_queue import ConsumeQueue
+from broker.store.index_service import IndexService
+from common.durable_file import atomic_write, read_or_none
 
 __all__ = ["CheckpointWriter", "read_checkpoint"]
 

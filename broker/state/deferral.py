@@ -1,5 +1,5 @@
 """Held messages in the apply step: delayed and retried messages (``Timers``), transaction
-halves (``Halves``) and the send-backs seen (replicated state; see ``broker.deferred``).
+halves (``Halves``) and the send-backs seen (replicated state; see ``broker.state.held``).
 
 ``route`` decides where a valid message is stored: its own queue; held (a delivery time
 after its store time: ``SCHEDULE_TOPIC_XXXX`` queue = its delay level, or 0; a transaction
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.deferred import (
+from broker.state.held import (
     Halves,
     Prop,
     Timers,

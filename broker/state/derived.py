@@ -19,9 +19,9 @@ operations and its checkpoint form -- with the files derived alongside::
 
 ``apply_entry`` applies one DATA entry's records in order: message records (stored whole,
 held or refused, their bodies never decoded), fragments of a chain, admin records
-(``broker.commands``). Every decision depends
+(``broker.store.commands``). Every decision depends
 only on the entries, so every replica derives the same state; ``state`` is its canonical
-form (``broker.snapshot``), what checkpoints and snapshots hold and digests are over.
+form (``broker.state.snapshot``), what checkpoints and snapshots hold and digests are over.
 """
 
 from __future__ import annotations
@@ -32,7 +32,17 @@ from dataclasses import astuple
 from pathlib import Path
 from typing import Any, TypeVar
 
-from broker.commands import (
+from broker.state.access import AccessTables
+from broker.state.chain import ChainCollector, Whole
+from broker.state.deferral import Deferral
+from broker.state.held import Prop
+from broker.state.locks import QueueLocks
+from broker.state.offsets import ConsumerOffsets
+from broker.state.outcome import DONE, STORED, Kept, Outcome, kept
+from broker.state.producers import ProducerWindows
+from broker.state.queues import QueueFiles
+from broker.state.topics import TopicConfig, Topics
+from broker.store.commands import (
     CheckHalf,
     CommitOffset,
     CreateTopic,
@@ -48,22 +58,12 @@ from broker.commands import (
     decode_admin,
     record_kind,
 )
-from broker.consume_queue_layout import tag_summary
-from broker.deferred import Prop
-from broker.entry_batch import read_records
-from broker.index_layout import IndexHeader
-from broker.index_service import IndexService
-from broker.state.access import AccessTables
-from broker.state.chain import ChainCollector, Whole
-from broker.state.deferral import Deferral
-from broker.state.locks import QueueLocks
-from broker.state.offsets import ConsumerOffsets
-from broker.state.outcome import DONE, STORED, Kept, Outcome, kept
-from broker.state.producers import ProducerWindows
-from broker.state.queues import QueueFiles
-from broker.state.topics import TopicConfig, Topics
-from dledger.disk_guard import is_out_of_space
-from dledger.entry_format import HEADER_SIZE, Entry
+from broker.store.consume_queue_layout import tag_summary
+from broker.store.entry_batch import read_records
+from broker.store.index_layout import IndexHeader
+from broker.store.index_service import IndexService
+from dledger.storage.disk_guard import is_out_of_space
+from dledger.storage.entry_format import HEADER_SIZE, Entry
 from protocol.message_format import MessageFormatError, decode_message
 from protocol.record_batch import read_header
 
@@ -77,7 +77,7 @@ _CARRIED = "carried forward: the held message is read from here"
 
 T = TypeVar("T")
 #: ``wait_for_space(what, write)``: run ``write`` until the disk has room for it
-#: (``dledger.disk_guard.DiskGuard.wait_for_space``).
+#: (``dledger.storage.disk_guard.DiskGuard.wait_for_space``).
 WaitForSpace = Callable[[str, Callable[[], T]], T]
 
 
@@ -243,7 +243,7 @@ class DerivedState:
 
     def take_markers(self) -> list[VerifyMarker]:
         """The verify markers applied since the last call (the machine digests the state
-        after their entry: ``broker.marker_digest``)."""
+        after their entry: ``broker.state.marker_digest``)."""
         taken, self.markers = self.markers, []
         return taken
 
@@ -277,7 +277,7 @@ class DerivedState:
         self.deferral.send_backs.forget_expired(now)
 
     def state(self) -> dict[str, Any]:
-        """The replicated state now: ``broker.snapshot``'s "state" (it shares the tables'
+        """The replicated state now: ``broker.state.snapshot``'s "state" (it shares the tables'
         lists and maps: encode it before the next entry is applied)."""
         deferral = self.deferral.state()
         return {

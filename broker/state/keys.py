@@ -1,6 +1,6 @@
 """The keys of the state tables, and their form in checkpoints and snapshots.
 
-In memory a table is keyed by a tuple; a checkpoint or snapshot (``broker.snapshot``)
+In memory a table is keyed by a tuple; a checkpoint or snapshot (``broker.state.snapshot``)
 writes such a key as one string, its parts joined by NUL (msgpack maps want atoms, and
 the digest is over these bytes, so the form is fixed)::
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from broker.commands import LockQueue
 from broker.state.keys import GroupQueue, join_key, split_key
 from broker.state.outcome import Kept, Outcome, kept
+from broker.store.commands import LockQueue
 
 __all__ = ["LOCK_EXPIRY_MS", "QueueLocks"]
 

@@ -14,7 +14,7 @@ holding ``"stored"`` or an int is untracked; one holding ``Outcome.STORED`` (``S
 or an ``IntEnum`` member stays tracked. Building the kept tuple directly costs 0.015 us
 against 0.22 us for an ``Applied`` NamedTuple converted with ``tuple()`` (what the apply
 step did before); turning a kept tuple back into an ``Applied`` with its ``Outcome`` costs
-0.3 us, on the proposer's side only. ``python -m broker.bench_apply`` (240,000 messages,
+0.3 us, on the proposer's side only. ``python -m benchmarks.apply`` (240,000 messages,
 best of 3 runs interleaved on a shared 2-core box): 5.22 us CPU per message with an
 ``Applied`` per message and plain-string outcomes, 4.59 us with the kept tuples built
 directly and the typed tables of ``broker.state``.

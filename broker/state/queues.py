@@ -1,8 +1,8 @@
-"""The ConsumeQueues of every queue, as the apply step writes them (``broker.consume_queue``).
+"""The ConsumeQueues of every queue, as the apply step writes them (``broker.store.consume_queue``).
 
 Units assigned during one ``apply`` call are gathered per queue and written once at its end
 (``write_appends``), before the applied index that covers them is published. The running
-ConsumeQueue hash (``broker.snapshot.cq_hash_step``: equal only if the same units went to
+ConsumeQueue hash (``broker.state.snapshot.cq_hash_step``: equal only if the same units went to
 the same queues at the same offsets, in order) is replicated state: a snapshot carries it
 as ``"cq_hash"``, 16 bytes; the queues themselves appear as ``{topic: {queue id: next
 offset}}`` (``next_offsets``).
@@ -20,8 +20,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.consume_queue import ConsumeQueue, topic_directory
-from broker.snapshot import cq_hash_prefix, cq_hash_step
+from broker.state.snapshot import cq_hash_prefix, cq_hash_step
+from broker.store.consume_queue import ConsumeQueue, topic_directory
 
 __all__ = ["QueueFiles"]
 

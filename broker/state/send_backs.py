@@ -1,7 +1,7 @@
 """Send-backs seen: a retry or dead-letter copy of one message by one group is stored once
 within SENT_BACK_WINDOW_MS of store time (replicated state).
 
-A copy carries ``__SENT_BACK`` = "group:position" (``broker.deferred``); a consumer that
+A copy carries ``__SENT_BACK`` = "group:position" (``broker.state.held``); a consumer that
 retried its send-back after an unknown outcome must not get the message twice. The value is
 kept as the leader wrote it: it is only ever compared whole.
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from broker.commands import Perm
+from broker.store.commands import Perm
 from protocol.names import DLQ_PREFIX, RETRY_PREFIX
 
 __all__ = ["TopicConfig", "Topics"]

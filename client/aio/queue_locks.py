@@ -1,6 +1,6 @@
 """Orderly clustering consumers' queue locks on the brokers (RocketMQ's lockBatchMQ): a
 queue is consumed only while this client holds its lock, decided by the apply step of
-the queue's broker group (``broker.offset_processor``), so two members never consume one
+the queue's broker group (``broker.processors.offset``), so two members never consume one
 queue at the same time.
 
     LOCK_BATCH_MQ / UNLOCK_BATCH_MQ   to each broker group's leader, one request per

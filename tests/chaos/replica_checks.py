@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from broker.consume_queue_layout import UNIT, UNIT_SIZE
+from broker.store.consume_queue_layout import UNIT, UNIT_SIZE
 
 __all__ = ["MIN_CQ_UNITS", "MIN_DIGEST_INDEXES", "MIN_MONITOR_SAMPLES", "compare_consume_queues",
            "compare_digests", "consume_queue_units", "monitor_shortfall"]

@@ -28,16 +28,16 @@ from typing import Any
 import aiohttp
 import pytest
 
-from broker.commands import CreateTopic, encode_admin
-from broker.entry_batch import pack_entries
+from broker.state.machine import BrokerStateMachine
 from broker.state.producers import RECENT_RECORDS
-from broker.state_machine import BrokerStateMachine
+from broker.store.commands import CreateTopic, encode_admin
+from broker.store.entry_batch import pack_entries
 from client.aio import AsyncAdmin, AsyncProducer, AsyncPushConsumer
 from client.aio.connection import Connection
 from client.aio.queue_sender import BATCH_MAX_MESSAGES
 from client.errors import ClientError, RequestTimeoutError
 from client.message import Message, encode_batch, new_msg_id
-from dledger.entry_format import Entry, EntryKind
+from dledger.storage.entry_format import Entry, EntryKind
 from protocol.remoting import RequestCode, ResponseCode
 from tests.chaos.brokers import ChaosBrokers
 from tests.chaos.toxi import Toxi
@@ -112,7 +112,7 @@ def test_a_stopping_leader_hands_over_without_black_holing_requests(brokers: Cha
 @pytest.mark.timeout(90)
 def test_a_leader_that_steps_down_answers_its_pending_sends_at_once(brokers: ChaosBrokers) -> None:
     """Regression test (found by ``test_leader_cut_from_peers_while_clients_reach_it``: 5 s
-    failovers; fixed in ``dledger/replicated_log.py``, which now fails in-flight proposals with
+    failovers; fixed in ``dledger/raft/replicated_log.py``, which now fails in-flight proposals with
     OutcomeUnknown when the leadership is lost): pysyncobj calls a proposal back only when its
     entry is applied, so a send pending on a leader whose lease expired was answered only by
     WritePath's 10 s timeout, 8 s after the node had stepped down."""

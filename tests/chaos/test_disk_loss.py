@@ -23,28 +23,16 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
 from tests.chaos.scenario import Scenario
+from tests.support.log_damage import flip_a_byte
 
 pytestmark = [pytest.mark.chaos, pytest.mark.cluster, pytest.mark.timeout(240)]
 
 MakeScenario = Callable[..., Scenario]
 NO_LEADER_WINDOW_S = 6.0  # F1's election timeouts are 0.4-1.2 s: it asks many times in this window
-
-
-def _flip_a_byte_mid_log(commitlog: Path, position: int) -> None:
-    """Corrupt the record at ``position`` of a stopped replica's CommitLog (valid records
-    follow it: repair, not a torn tail)."""
-    segments = sorted((int(p.name), p) for p in commitlog.iterdir() if p.name.isdigit())
-    start, path = max((s, p) for s, p in segments if s <= position)
-    with open(path, "r+b") as f:
-        f.seek(position - start)
-        byte = f.read(1)
-        f.seek(position - start)
-        f.write(bytes([byte[0] ^ 0xFF]))
 
 
 def _never_a_leader(s: Scenario, among: list[str], window: float) -> None:
@@ -81,7 +69,7 @@ def test_a_replica_that_forgot_never_votes_acknowledged_messages_away(
         if forget == "wiped":
             s.brokers.wipe(f2)
         elif forget == "repaired":
-            _flip_a_byte_mid_log(s.brokers.base / f2 / "commitlog", position // 2)
+            flip_a_byte(s.brokers.base / f2 / "commitlog", position // 2)
         else:
             (s.brokers.base / f2 / "raft-state").unlink()
         s.event(f"kill -9 {f2}; {forget}")

@@ -19,7 +19,7 @@ from tests.support.broker_group import create_topic, running_brokers, servers
 
 pytestmark = [pytest.mark.cluster]
 
-#: the low byte of the first unit's store time (broker.consume_queue_layout): nothing a
+#: the low byte of the first unit's store time (broker.store.consume_queue_layout): nothing a
 #: restart checks when it adopts the file, so the replica starts and serves with it
 FLIPPED_BYTE = 31
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dledger.entry_format import HEADER_SIZE
+from dledger.storage.entry_format import HEADER_SIZE
 from raftmq.local_group import LocalGroup
 from tests.support.history import History
 from tests.support.log_checks import assert_replicas_agree, converge

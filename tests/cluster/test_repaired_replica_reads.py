@@ -21,21 +21,11 @@ from client import Message, Producer
 from protocol.remoting import RequestCode, ResponseCode
 from tests.support.broker_client import FrameClient
 from tests.support.broker_group import create_topic, running_brokers, servers
+from tests.support.log_damage import flip_a_byte
 
 pytestmark = [pytest.mark.cluster]
 
 SENT = 300
-
-
-def _flip_a_byte(commitlog: Path, position: int) -> None:
-    """Corrupt the record at ``position`` (valid records follow it: repair, not a torn tail)."""
-    segments = sorted((int(p.name), p) for p in commitlog.iterdir() if p.name.isdigit())
-    start, path = max((s, p) for s, p in segments if s <= position)
-    with open(path, "r+b") as f:
-        f.seek(position - start)
-        byte = f.read(1)
-        f.seek(position - start)
-        f.write(bytes([byte[0] ^ 0xFF]))
 
 
 async def _pull(address: str, offset: int) -> tuple[int, str]:
@@ -63,7 +53,7 @@ def test_a_replica_whose_log_ends_before_its_applied_state_does_not_serve_reads(
         position = group.status(repaired)["write_position"]  # type: ignore[index]
         for name in [repaired, *(n for n in group.nodes if n != repaired)]:
             group.kill(name)  # the others too: nobody to fetch the cut entries from
-        _flip_a_byte(group.base / repaired / "commitlog", position // 2)
+        flip_a_byte(group.base / repaired / "commitlog", position // 2)
         group.start_node(repaired, "--repair-log")
         status = group.wait_status(repaired, lambda s: True, 30, "up")
         assert status["applied_index"] > status["last_index"], status  # the premise: state ahead of log

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import urllib.request
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,10 @@ from tests.support.procs import stop_popen
 pytestmark = [pytest.mark.package, pytest.mark.cluster]
 
 ROOT = Path(__file__).resolve().parents[2]
+#: the packages users run; benchmarks/ and tests/ stay in the checkout
+PACKAGES = {"common", "protocol", "dledger", "broker", "client", "spark", "raftmq", "console"}
+#: benchmarks that are CLI commands (``raftmq bench``, ``raftmq bench-log``) ship
+CLI_BENCHMARKS = {"raftmq/bench.py", "raftmq/bench_log.py"}
 
 
 def _run(*args: str | Path, cwd: Path, timeout: float = 300,
@@ -34,6 +39,7 @@ def test_the_wheel_installs_in_a_clean_venv_and_runs_a_cluster(tmp_path: Path) -
     dist = tmp_path / "dist"
     _run(sys.executable, "-m", "build", "--wheel", "--outdir", dist, ROOT, cwd=tmp_path)
     (wheel,) = dist.glob("raftmq-*.whl")
+    assert not_shipped(wheel) == []
     venv = tmp_path / "venv"
     _run(sys.executable, "-m", "venv", venv, cwd=tmp_path)
     _run(venv / "bin" / "python", "-m", "pip", "install", "--quiet", wheel, cwd=tmp_path)
@@ -71,3 +77,34 @@ def _console_serves_its_assets(raftmq: Path, d: Path, cwd: Path) -> None:
                 assert needle in resp.read(), path
     finally:
         stop_popen(proc)
+
+
+def not_shipped(wheel: Path) -> list[str]:
+    """The files of ``wheel`` that should not be in it: anything outside our packages and
+    the dist-info, a test module, a benchmark that is no CLI command."""
+    wrong = []
+    for name in zipfile.ZipFile(wheel).namelist():
+        top, _, rest = name.partition("/")
+        module = name.rsplit("/", 1)[-1]
+        if top.endswith(".dist-info"):
+            continue
+        if (top not in PACKAGES or module.startswith(("test_", "conftest")) or ("bench" in rest
+                and name not in CLI_BENCHMARKS)):
+            wrong.append(name)
+    return wrong
+
+
+def test_the_wheel_holds_no_benchmark_or_test_module(tmp_path: Path) -> None:
+    _run(sys.executable, "-m", "build", "--wheel", "--outdir", tmp_path, ROOT, cwd=tmp_path)
+    (wheel,) = tmp_path.glob("raftmq-*.whl")
+    assert not_shipped(wheel) == []
+    assert "broker/remoting/server.py" in zipfile.ZipFile(wheel).namelist()  # the check reads a real wheel
+
+
+def test_the_wheel_check_names_a_benchmark_and_a_test_module(tmp_path: Path) -> None:
+    wheel = tmp_path / "w.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for name in ("broker/remoting/server.py", "raftmq/bench.py", "broker/bench_acl.py",
+                     "benchmarks/wire.py", "tests/unit/test_x.py", "raftmq-0.1.0.dist-info/RECORD"):
+            z.writestr(name, "")
+    assert not_shipped(wheel) == ["broker/bench_acl.py", "benchmarks/wire.py", "tests/unit/test_x.py"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +38,8 @@ from tests.support.broker_client import FrameClient, client_session
 from tests.support.broker_group import running_brokers, servers
 from tests.support.procs import wait_until
 
-__all__ = ["ROOT", "Sample", "acl_brokers", "leader_address", "login", "run", "samples", "session_call"]
+__all__ = ["ROOT", "Sample", "acl_brokers", "leader_address", "login", "prepared_acl_brokers", "run",
+           "samples", "session_call"]
 
 ROOT = Credentials("root", "root-password")
 
@@ -57,6 +58,28 @@ def acl_brokers(base: Path, tls: bool = False, **broker: Any) -> Iterator[LocalG
         admin = Admin(servers=servers(group), credentials=ROOT, tls=group.client_tls or False)
         try:
             wait_until(lambda: admin.topics() is not None, 20, what="the bootstrap super user")
+        finally:
+            admin.close()
+        yield group
+
+
+Grants = Sequence[tuple[str, Sequence[str]]]  # (resource, actions) of one user
+
+
+@contextmanager
+def prepared_acl_brokers(base: Path, topics: Sequence[str],
+                         users: Sequence[tuple[Credentials, Grants]]) -> Iterator[LocalGroup]:
+    """``acl_brokers`` with ``topics`` created (one queue each) and each user made, with its
+    grants, by root."""
+    with acl_brokers(base) as group:
+        admin = Admin(servers=servers(group), credentials=ROOT)
+        try:
+            for topic in topics:
+                admin.create_topic(topic, queues=1)
+            for who, grants in users:
+                admin.put_user(who.user, who.password)
+                for resource, actions in grants:
+                    admin.grant(who.user, resource, list(actions))
         finally:
             admin.close()
         yield group

@@ -1,5 +1,5 @@
 """Issue 15 row 2 and the hostile-client suite for users and ACLs, against real broker
-processes -- serving TLS, as a group reachable from other hosts must (``broker.exposure``).
+processes -- serving TLS, as a group reachable from other hosts must (``broker.security.exposure``).
 
 Row 2 as found: with no ACLs (today's default, and still the default on loopback) an
 anonymous client produces, pulls, creates and deletes topics, commits and resets another
@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from broker.access_map import ACCESS, OPEN
+from broker.security.access_map import ACCESS, OPEN
 from client import Admin, Credentials, Message, Producer
 from client.aio.auth import admin_token
 from client.errors import AuthFailedError

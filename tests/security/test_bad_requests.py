@@ -23,9 +23,9 @@ import msgpack
 import pytest
 from aiohttp import WSMsgType, web
 
-from broker.client_limits import ClientLimits
-from broker.namesrv import make_app
-from broker.route_table import RouteTable
+from broker.namesrv.route_table import RouteTable
+from broker.namesrv.server import make_app
+from broker.remoting.client_limits import ClientLimits
 from protocol.remoting import Frame, RequestCode, ResponseCode, decode_frame
 from raftmq.local_group import free_port
 from tests.support.inprocess_broker import serving_broker

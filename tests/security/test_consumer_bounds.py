@@ -5,7 +5,7 @@ subscribes to it, needing only ``sub`` on the group and without limit (a user wi
 ``group:m-*`` made thousands), and DELETE_TOPIC refused those names, so nobody could remove
 them; a heartbeat could name any number of groups and topics, and one connection register
 any number of client ids. Now heartbeats and send-backs create at most
-``MAX_RETRY_TOPICS_PER_USER`` retry topics per user (``broker.retry_topics``), a group's
+``MAX_RETRY_TOPICS_PER_USER`` retry topics per user (``broker.clients.retry_topics``), a group's
 retry and dead-letter topics can be deleted with ``update`` on the group, and a heartbeat
 names at most ``MAX_GROUPS`` groups of at most ``MAX_TOPICS`` topics, a connection holds
 at most ``MAX_MEMBERS_PER_CONNECTION`` memberships. Three broker processes with ACLs on,
@@ -18,15 +18,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from broker.consumer_registry import MAX_GROUPS, MAX_MEMBERS_PER_CONNECTION, MAX_TOPICS
-from broker.retry_topics import MAX_RETRY_TOPICS_PER_USER
+from broker.clients.registry import MAX_GROUPS, MAX_MEMBERS_PER_CONNECTION, MAX_TOPICS
+from broker.clients.retry_topics import MAX_RETRY_TOPICS_PER_USER
 from client import Admin, Credentials
 from protocol.consumer import HeartbeatRequest
 from protocol.names import retry_topic
 from protocol.remoting import ResponseCode
 from protocol.topic import DeleteTopicRequest
 from raftmq.local_group import LocalGroup
-from tests.security.acl_cluster import ROOT, acl_brokers, leader_address, run, session_call
+from tests.security.acl_cluster import ROOT, leader_address, prepared_acl_brokers, run, session_call
 from tests.support.broker_group import servers
 
 pytestmark = [pytest.mark.cluster]
@@ -36,15 +36,8 @@ MALLORY = Credentials("mallory", "mallory-password")
 
 @pytest.fixture(scope="module")
 def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGroup]:
-    with acl_brokers(tmp_path_factory.mktemp("hb") / "g") as g:
-        admin = Admin(servers=servers(g), credentials=ROOT)
-        try:
-            admin.create_topic("orders", queues=1)
-            admin.put_user(MALLORY.user, MALLORY.password)
-            admin.grant(MALLORY.user, "group:m-*", ["sub", "update"])
-            admin.grant(MALLORY.user, "topic:*", ["sub"])
-        finally:
-            admin.close()
+    with prepared_acl_brokers(tmp_path_factory.mktemp("hb") / "g", ["orders"],
+                              [(MALLORY, [("group:m-*", ["sub", "update"]), ("topic:*", ["sub"])])]) as g:
         yield g
 
 

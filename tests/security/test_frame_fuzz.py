@@ -38,7 +38,7 @@ import scramp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.commands import PutUser
+from broker.store.commands import PutUser
 from client.credentials import Credentials, scram_record
 from protocol.acl import MECHANISM, AuthFinishRequest, AuthResponse, AuthStartRequest
 from protocol.catalog import CATALOG

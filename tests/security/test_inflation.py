@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from broker.inflation import MAX_INFLATED_PER_PULL, MAX_INFLATED_PER_REQUEST
+from broker.store.inflation import MAX_INFLATED_PER_PULL, MAX_INFLATED_PER_REQUEST
 from protocol.pull import PullRequest, PullResponse
 from protocol.record_batch import encode_record
 from protocol.remoting import ResponseCode

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from broker.registration_auth import registration_key, sign_registration
+from broker.security.registration_auth import registration_key, sign_registration
 from tests.security.namesrv_cluster import Cluster, http_json, local_cluster, raftmq
 
 pytestmark = [pytest.mark.cluster]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import aiohttp
 
-from broker.long_polls import MAX_PARKED_PER_CONNECTION
+from broker.processors.long_polls import MAX_PARKED_PER_CONNECTION
 from protocol.message_format import Message, encode_message
 from protocol.remoting import RequestCode, ResponseCode
 from tests.support.broker_client import FrameClient

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import aiohttp
 import pytest
 
-from broker.access_control import MAX_HTTP_EXCHANGES_PER_SOURCE
+from broker.security.access_control import MAX_HTTP_EXCHANGES_PER_SOURCE
 from client import Admin, Credentials
 from client.credentials import scram_record
 from protocol.acl import DEFAULT_ITERATIONS

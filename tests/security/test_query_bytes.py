@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.query_processor import QUERY_BODY_BYTES
+from broker.processors.query import QUERY_BODY_BYTES
 from protocol.message_format import Message, encode_message
 from protocol.query import QueryMessageRequest, QueryResponse
 from protocol.remoting import ResponseCode

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dledger.peer_guard import HANDSHAKE_TIMEOUT_S, MAX_PENDING_HANDSHAKES
+from dledger.raft.peer_guard import HANDSHAKE_TIMEOUT_S, MAX_PENDING_HANDSHAKES
 from raftmq.local_group import LocalGroup
 from tests.support.procs import led, rss_bytes
 

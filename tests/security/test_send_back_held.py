@@ -20,7 +20,7 @@ from protocol.message_format import Message, encode_message
 from protocol.remoting import ResponseCode
 from protocol.send import SendMessageRequest, WriteResponse
 from raftmq.local_group import LocalGroup
-from tests.security.acl_cluster import ROOT, acl_brokers, leader_address, run, session_call
+from tests.security.acl_cluster import ROOT, leader_address, prepared_acl_brokers, run, session_call
 from tests.support.broker_group import servers
 
 pytestmark = [pytest.mark.cluster]
@@ -30,16 +30,8 @@ CAROL = Credentials("carol", "carol-password")
 
 @pytest.fixture(scope="module")
 def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGroup]:
-    with acl_brokers(tmp_path_factory.mktemp("sendback") / "g") as g:
-        admin = Admin(servers=servers(g), credentials=ROOT)
-        try:
-            for topic in ("orders", "doomed"):
-                admin.create_topic(topic, queues=1)
-            admin.put_user(CAROL.user, CAROL.password)
-            admin.grant(CAROL.user, "topic:*", ["pub", "sub"])
-            admin.grant(CAROL.user, "group:*", ["pub", "sub"])
-        finally:
-            admin.close()
+    with prepared_acl_brokers(tmp_path_factory.mktemp("sendback") / "g", ["orders", "doomed"],
+                              [(CAROL, [("topic:*", ["pub", "sub"]), ("group:*", ["pub", "sub"])])]) as g:
         yield g
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.registration_auth import registration_key
+from broker.security.registration_auth import registration_key
 from client import Admin, ClientTls, Message, Producer, PullConsumer
 from client.errors import AuthFailedError, ClientError, TlsError
 from raftmq.cluster_http import ClusterHttp
@@ -196,7 +196,7 @@ def test_mutual_tls_refuses_a_client_without_a_certificate_of_the_ca(mtls_cluste
 
 def test_a_replica_is_added_and_removed_with_every_call_over_mutual_tls(mtls_cluster: Cluster) -> None:
     """``raftmq replica add`` asks the leader, which checks the learner's catch-up at its
-    ``/status`` (``broker.membership_admin``): both calls present certificates."""
+    ``/status`` (``broker.http_api.membership``): both calls present certificates."""
     c = mtls_cluster
     group = LocalGroup(c.root / "g1", 3, module="broker", group="g1", broker={"namesrv": [c.ns]},
                        log_level="WARNING", tls=LocalCA(c.root / "tls"), mutual_tls=True)
@@ -267,7 +267,7 @@ def test_a_name_server_bound_to_all_interfaces_needs_tls_or_insecure(tmp_path: P
     (tmp_path / "g1.key").write_text(key.hex())
     config = tmp_path / "namesrv.toml"
     config.write_text(f'[namesrv]\nlisten = "0.0.0.0:{port}"\n[groups.g1]\nkey_file = "g1.key"\n')
-    argv = [sys.executable, "-m", "broker.namesrv", "--config", str(config)]
+    argv = [sys.executable, "-m", "broker.namesrv.server", "--config", str(config)]
     with ProcessGroup(tmp_path / "logs") as procs:
         refused = procs.start("refused", argv)
         assert refused.wait(60) == 2

@@ -14,14 +14,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from client import Admin, Credentials
+from client import Credentials
 from protocol.deferred import EndTransactionRequest, EndTransactionResponse
 from protocol.message_format import Message, encode_message
 from protocol.remoting import ResponseCode
 from protocol.send import SendMessageRequest, WriteResponse
 from raftmq.local_group import LocalGroup
-from tests.security.acl_cluster import ROOT, acl_brokers, leader_address, run, session_call
-from tests.support.broker_group import servers
+from tests.security.acl_cluster import leader_address, prepared_acl_brokers, run, session_call
 
 pytestmark = [pytest.mark.cluster]
 
@@ -31,16 +30,9 @@ BOB = Credentials("bob", "bob-password")
 
 @pytest.fixture(scope="module")
 def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGroup]:
-    with acl_brokers(tmp_path_factory.mktemp("tx") / "g") as g:
-        admin = Admin(servers=servers(g), credentials=ROOT)
-        try:
-            admin.create_topic("payments", queues=1)
-            for who in (ALICE, BOB):
-                admin.put_user(who.user, who.password)
-                admin.grant(who.user, "topic:payments", ["pub", "sub"])
-                admin.grant(who.user, f"group:{who.user}-producers", ["pub"])
-        finally:
-            admin.close()
+    users = [(who, [("topic:payments", ["pub", "sub"]), (f"group:{who.user}-producers", ["pub"])])
+             for who in (ALICE, BOB)]
+    with prepared_acl_brokers(tmp_path_factory.mktemp("tx") / "g", ["payments"], users) as g:
         yield g
 
 

@@ -1,5 +1,5 @@
 """In-process fake broker replicas for the reader's unit tests: the PULL_MESSAGE and
-SEARCH_OFFSET answers of ``broker.server`` over one queue, plus ``/status`` with a role
+SEARCH_OFFSET answers of ``broker.remoting.server`` over one queue, plus ``/status`` with a role
 -- and knobs to misbehave (a gap, a lag, a crash after some pulls, retention). The queue's
 messages are stored in records of ``records_of`` messages; a pull answers whole records as
 the broker does (stripes too, unless ``stripes`` is False: a broker that ignores them).

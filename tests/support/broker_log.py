@@ -1,6 +1,6 @@
 """Offline checks of broker replicas' CommitLogs (read from disk after the processes stopped).
 
-``read_log`` opens a replica's ``<data_dir>/commitlog`` with ``dledger.commitlog.CommitLog``
+``read_log`` opens a replica's ``<data_dir>/commitlog`` with ``dledger.storage.commitlog.CommitLog``
 (only after its process has exited: opening runs recovery, which may cut a torn tail)
 and returns every entry. ``log_differences`` compares replicas entry by entry (index,
 term, kind, position, body) and segment file by segment file. ``committed_offsets``
@@ -13,11 +13,11 @@ import filecmp
 from collections import defaultdict
 from pathlib import Path
 
-from broker.commands import CommitOffset, RecordKind, decode_admin, record_kind
-from broker.entry_batch import unpack_entry
+from broker.store.commands import CommitOffset, RecordKind, decode_admin, record_kind
+from broker.store.entry_batch import unpack_entry
 from client.queues import MessageQueue
-from dledger.commitlog import CommitLog
-from dledger.entry_format import Entry, EntryKind
+from dledger.storage.commitlog import CommitLog
+from dledger.storage.entry_format import Entry, EntryKind
 
 __all__ = ["committed_offsets", "log_differences", "read_log"]
 

@@ -1,10 +1,10 @@
 """Test groups formed as operators form them: each initial replica's empty data directory
-formatted as a founding storage first (``raftmq replica init``; dledger.storage_identity)."""
+formatted as a founding storage first (``raftmq replica init``; dledger.raft.storage_identity)."""
 
 from __future__ import annotations
 
 from dledger.config import GroupConfig
-from dledger.storage_identity import format_founder, read_identity
+from dledger.raft.storage_identity import format_founder, read_identity
 
 __all__ = ["founding"]
 

@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from dledger.recording_machine import GAP_KIND
+from dledger.process.recording_machine import GAP_KIND
 
 __all__ = ["History", "Violation", "check_applied", "check_history", "check_identical"]
 

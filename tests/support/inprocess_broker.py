@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from broker.guarded_site import GuardedSite
-from broker.server import AppliedSignal, BrokerServer
-from broker.state_machine import BrokerStateMachine
+from broker.remoting.guarded_site import GuardedSite
+from broker.remoting.server import AppliedSignal, BrokerServer
+from broker.state.machine import BrokerStateMachine
 from dledger.applier import Applier
 from dledger.config import GroupConfig
 from dledger.local_log import LocalLog

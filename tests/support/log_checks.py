@@ -5,7 +5,7 @@ from __future__ import annotations
 import filecmp
 from typing import Any
 
-from dledger.recording_machine import read_records
+from dledger.process.recording_machine import read_records
 from raftmq.local_group import LocalGroup
 from tests.support.history import History, check_applied, check_history, check_identical
 

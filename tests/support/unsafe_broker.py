@@ -13,11 +13,11 @@ import logging
 import sys
 from typing import Any
 
-import broker.server
-from broker.commands import RecordKind, record_kind
+import broker.remoting.server
 from broker.node import main
-from broker.state_machine import Applied, Outcome
-from broker.write_path import WritePath
+from broker.replication.write_path import WritePath
+from broker.state.machine import Applied, Outcome
+from broker.store.commands import RecordKind, record_kind
 from protocol.record_batch import MessageFormatError, read_header
 
 log = logging.getLogger("tests.unsafe_broker")
@@ -52,5 +52,5 @@ class UnsafeWritePath(WritePath):
 
 
 if __name__ == "__main__":
-    broker.server.WritePath = UnsafeWritePath  # type: ignore[misc]
+    broker.remoting.server.WritePath = UnsafeWritePath  # type: ignore[misc]
     sys.exit(main())

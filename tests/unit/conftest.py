@@ -1,8 +1,11 @@
-"""Fixtures shared by the unit tests."""
+"""Fixtures shared by the unit tests, and the guard that keeps them off the network: a unit
+test that binds or connects an IP socket fails unless it is marked ``@pytest.mark.sockets``
+(for the tests whose subject is a connection, a port or the Raft transport)."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -11,14 +14,51 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from broker.guarded_site import GuardedSite
-from broker.server import AppliedSignal, BrokerServer
-from broker.state_machine import BrokerStateMachine
+from broker.remoting.guarded_site import GuardedSite
+from broker.remoting.server import AppliedSignal, BrokerServer
+from broker.state.machine import BrokerStateMachine
 from dledger.applier import Applier
 from dledger.config import GroupConfig
 from dledger.local_log import LocalLog
 from dledger.log import Log
 from raftmq.local_group import free_port
+
+
+class NetworkForbidden(AssertionError):
+    """A unit test not marked ``sockets`` opened an IP socket."""
+
+
+_IP_FAMILIES = (socket.AF_INET, socket.AF_INET6)
+
+
+@pytest.fixture(autouse=True)
+def no_network_unless_marked(request: pytest.FixtureRequest,
+                             monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Fail a test that binds or connects an IP socket, unless marked ``sockets`` -- also
+    when the code under test caught the error (each attempt is recorded in the yielded list
+    and reported at teardown)."""
+    if request.node.get_closest_marker("sockets") is not None:
+        yield []
+        return
+    opened: list[str] = []
+
+    def guarded(name: str):  # type: ignore[no-untyped-def]
+        original = getattr(socket.socket, name)
+
+        def call(self: socket.socket, *args: object, **kw: object) -> object:
+            if self.family in _IP_FAMILIES:
+                opened.append(f"socket.{name}{args}")
+                raise NetworkForbidden(f"socket.{name}{args} in a unit test not marked "
+                                       "@pytest.mark.sockets (run it in memory, or mark it)")
+            return original(self, *args, **kw)
+
+        return call
+
+    for name in ("bind", "connect", "connect_ex"):
+        monkeypatch.setattr(socket.socket, name, guarded(name))
+    yield opened
+    if opened:
+        pytest.fail(f"NetworkForbidden: opened IP sockets without @pytest.mark.sockets: {opened[:3]}")
 
 
 @pytest.fixture

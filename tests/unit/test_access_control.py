@@ -12,12 +12,12 @@ import aiohttp
 import pytest
 import scramp
 
-from broker.access_map import ACCESS, HTTP_ACCESS, OPEN, SUPER_ONLY
-from broker.authorizer import Need, allowed
-from broker.commands import DeleteUser, Grant, PutUser, Revoke, decode_admin, encode_admin
-from broker.scram_auth import AdminTokens, AuthFailed
-from broker.server import AppliedSignal, BrokerServer
+from broker.remoting.server import AppliedSignal, BrokerServer
+from broker.security.access_map import ACCESS, HTTP_ACCESS, OPEN, SUPER_ONLY
+from broker.security.authorizer import Need, allowed
+from broker.security.scram_auth import AdminTokens, AuthFailed
 from broker.state.access import AccessTables
+from broker.store.commands import DeleteUser, Grant, PutUser, Revoke, decode_admin, encode_admin
 from client import Admin, Credentials, Message, Producer, PullConsumer
 from client.aio.auth import admin_token
 from client.credentials import scram_record
@@ -139,6 +139,7 @@ def test_admin_tokens_expire_and_die_with_a_password_change() -> None:
 
 
 # -- over the wire ------------------------------------------------------------------------------
+@pytest.mark.sockets
 def test_anonymous_requests_are_refused_and_users_get_only_their_rights(
         broker: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, "raftmq.audit")
@@ -180,6 +181,7 @@ def test_anonymous_requests_are_refused_and_users_get_only_their_rights(
     assert any("change by user=root" in line and "user 'alice' added" in line for line in audit), audit
 
 
+@pytest.mark.sockets
 def test_a_replayed_scram_exchange_is_refused(broker: str) -> None:
     _admin(broker).close()
 
@@ -203,6 +205,7 @@ def test_a_replayed_scram_exchange_is_refused(broker: str) -> None:
     assert asyncio.run(exchange(None, (first, final)))[2] == ResponseCode.AUTH_FAILED
 
 
+@pytest.mark.sockets
 def test_admin_http_needs_a_token_and_the_right(broker: str) -> None:
     admin = _admin(broker)
     try:
@@ -234,8 +237,8 @@ def test_admin_http_needs_a_token_and_the_right(broker: str) -> None:
 
 
 def test_users_are_in_the_checkpoint_and_digest_and_leave_no_trace_when_gone(tmp_path: Path) -> None:
-    from broker.snapshot import Snapshot
-    from broker.state_machine import BrokerStateMachine
+    from broker.state.machine import BrokerStateMachine
+    from broker.state.snapshot import Snapshot
     from tests.unit.test_state_machine import Log
 
     log, sm = Log(), BrokerStateMachine(tmp_path / "s", index_slots=8, index_entries=32)
@@ -256,8 +259,8 @@ def test_users_are_in_the_checkpoint_and_digest_and_leave_no_trace_when_gone(tmp
 
 
 def test_a_replica_installing_a_snapshot_gets_the_users_and_policies(tmp_path: Path) -> None:
-    from broker.snapshot import Snapshot
-    from broker.state_machine import BrokerStateMachine
+    from broker.state.machine import BrokerStateMachine
+    from broker.state.snapshot import Snapshot
     from tests.unit.test_state_machine import Log
 
     log = Log()

@@ -31,16 +31,16 @@ from pathlib import Path
 
 import msgpack
 
-from broker import commands as cmd
-from broker.commands import encode_admin
-from broker.deferred import (
+from broker.state.held import (
     Prop,
 )
-from broker.entry_batch import pack_entries, read_records
-from broker.fragments import chain_payloads, encode_fragments
-from broker.snapshot import canonical_bytes
-from broker.state_machine import BrokerStateMachine
-from dledger.entry_format import HEADER_SIZE, Entry, EntryKind, record_size
+from broker.state.machine import BrokerStateMachine
+from broker.state.snapshot import canonical_bytes
+from broker.store import commands as cmd
+from broker.store.commands import encode_admin
+from broker.store.entry_batch import pack_entries, read_records
+from broker.store.fragments import chain_payloads, encode_fragments
+from dledger.storage.entry_format import HEADER_SIZE, Entry, EntryKind, record_size
 from protocol.message_format import Message, encode_message
 from protocol.record_batch import encode_record
 

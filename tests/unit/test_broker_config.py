@@ -79,7 +79,7 @@ def test_acl_settings_are_checked(tmp_path: Path) -> None:
 
 
 def test_the_client_ports_bounds_are_optional_and_checked(tmp_path: Path) -> None:
-    from broker.client_limits import ClientLimits
+    from broker.remoting.client_limits import ClientLimits
 
     path = write(tmp_path, '[broker]\nlisten = "127.0.0.1:1"\nmax_connections = 100\nfd_reserve = 64\n'
                            'frame_deadline_s = 5\nidle_timeout_s = 10.5\n')

@@ -9,18 +9,22 @@ from typing import Any
 
 import aiohttp
 import msgpack
+import pytest
 import yarl
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.guarded_site import GuardedSite
-from broker.server import AppliedSignal, BrokerServer
-from broker.state_machine import BrokerStateMachine
+from broker.remoting.guarded_site import GuardedSite
+from broker.remoting.server import AppliedSignal, BrokerServer
+from broker.state.machine import BrokerStateMachine
 from dledger.applier import Applier
-from dledger.replicated_log import ReplicatedLog
+from dledger.raft.replicated_log import ReplicatedLog
 from protocol.message_format import MAX_MESSAGE_BYTES, Message, decode_message, encode_message
 from protocol.remoting import Frame, RequestCode, ResponseCode
 from raftmq.local_group import free_port
 from tests.support.broker_client import FrameClient
+
+#: these tests open IP sockets (a real port, the Raft transport or a client connection)
+pytestmark = pytest.mark.sockets
 
 
 async def serve(parts: tuple[ReplicatedLog, BrokerStateMachine, Applier],

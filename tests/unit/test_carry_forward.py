@@ -1,4 +1,4 @@
-"""Carrying held messages forward (``broker.carry_forward``): the leader's choice of what to
+"""Carrying held messages forward (``broker.deferred.carry_forward``): the leader's choice of what to
 carry, and the apply step deciding by log order -- a carried copy moves where a held
 message is read from, never its identity; a release, commit or rollback applied before
 or after it delivers the message once."""
@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from broker.carry_forward import carried_copy, carry_below, to_carry
-from broker.commands import CheckHalf, CreateTopic, RollbackHalf, encode_admin
-from broker.deferred import Held, Prop, Timers
-from broker.state_machine import BrokerStateMachine, Outcome
-from dledger.segments import SegmentInfo
+from broker.deferred.carry_forward import carried_copy, carry_below, to_carry
+from broker.state.held import Held, Prop, Timers
+from broker.state.machine import BrokerStateMachine, Outcome
+from broker.store.commands import CheckHalf, CreateTopic, RollbackHalf, encode_admin
+from dledger.storage.segments import SegmentInfo
 from protocol.message_format import Message, decode_message, encode_message
 from tests.support.ram_dir import ram_dir
 from tests.unit.test_state_machine import Log

@@ -13,6 +13,9 @@ from client.backoff import Deadline
 from client.errors import InvalidNameError, MessageTooLargeError, TopicNotExistError
 from tests.support.procs import wait_until
 
+#: these tests open IP sockets (a real port, the Raft transport or a client connection)
+pytestmark = pytest.mark.sockets
+
 
 def test_ordered_sends_pull_back_in_order_and_compressed_bodies_round_trip(broker: str) -> None:
     admin = Admin(servers=[broker])

@@ -77,6 +77,7 @@ def fetched(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, ClientTls |
     return calls
 
 
+@pytest.mark.sockets
 def test_a_token_goes_only_to_admin_paths_and_only_with_a_user(replica: str, fetched: list[Any]) -> None:
     ClusterHttp().get(replica, "/status")
     assert ClusterHttp().call(replica, "/admin/members")[0] == 401  # no user: the replica refuses
@@ -88,6 +89,7 @@ def test_a_token_goes_only_to_admin_paths_and_only_with_a_user(replica: str, fet
     assert fetched == [(replica, "admin", None)]  # one fetch per replica, kept
 
 
+@pytest.mark.sockets
 def test_a_refused_token_is_renewed_once(replica: str, fetched: list[Any]) -> None:
     http = ClusterHttp.with_tls(None, USER)
     http.get(replica, "/admin/cluster")

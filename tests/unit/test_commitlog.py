@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from dledger.commitlog import CommitLog, CorruptLogError
-from dledger.entry_format import HEADER_SIZE, EntryKind, encode_blank, record_size
-from dledger.segments import SegmentedFile, segment_name
+from dledger.storage.commitlog import CommitLog, CorruptLogError
+from dledger.storage.entry_format import HEADER_SIZE, EntryKind, encode_blank, record_size
+from dledger.storage.segments import SegmentedFile, segment_name
 
 SEG = 4096
 
@@ -194,35 +194,18 @@ def test_bad_crc_of_the_last_record_is_cut(tmp_path: Path) -> None:
     log.close()
 
 
-def test_bad_crc_mid_last_segment_refuses_then_repairs(tmp_path: Path) -> None:
-    log = open_log(tmp_path)
-    fill(log, 40)
-    victim = log.index_at_position(log.segments()[-1].start)
-    assert victim is not None and victim + 3 < 40
-    position = log.position_of(victim + 2)
-    log.close()
-    last_file = segment_files(tmp_path)[-1]
-    offset = position - int(last_file.name)
-    patch_file(last_file, offset + HEADER_SIZE, b"#")
-    with pytest.raises(CorruptLogError) as err:
-        open_log(tmp_path)
-    message = str(err.value)
-    assert last_file.name in message and f"offset {offset}" in message
-    assert "CRC mismatch" in message and "repair" in message and "peers" in message
-    log = open_log(tmp_path, repair=True)
-    check_entries(log, 1, victim + 1)
-    assert log.recovery.cut_at == position
-    log.close()
+TERM_FIELD = 16  # the term's 8 bytes in an entry header (dledger.storage.entry_format)
 
 
-TERM_FIELD = 16  # the term's 8 bytes in an entry header (dledger.entry_format)
-
-
-@pytest.mark.parametrize("term", [b"\xff" + bytes(7), (3).to_bytes(8, "big")],
-                         ids=["out-of-range", "plausible"])
-def test_corrupt_term_mid_last_segment_refuses_then_repairs(tmp_path: Path, term: bytes) -> None:
-    """A flipped byte in a header's term (not the body) is corruption like a bad CRC: found
-    on open, cut by repair -- never an OverflowError, never a wrong term kept silently (a
+@pytest.mark.parametrize(("field", "data", "why"), [
+    (HEADER_SIZE, b"#", "CRC mismatch"),  # a body byte
+    (TERM_FIELD, b"\xff" + bytes(7), "out of range"),  # a term beyond 2**63
+    (TERM_FIELD, (3).to_bytes(8, "big"), "CRC mismatch"),  # a plausible term: under the CRC
+], ids=["body", "term-out-of-range", "term-plausible"])
+def test_damage_mid_last_segment_refuses_then_repairs(tmp_path: Path, field: int, data: bytes,
+                                                      why: str) -> None:
+    """A damaged record followed by valid ones is found on open and cut by repair -- a
+    flipped byte in a header's term too, never an OverflowError nor a wrong term kept (a
     chaos run's --repair-log start died on ``OverflowError: int too big to convert``)."""
     log = open_log(tmp_path)
     fill(log, 40)
@@ -232,10 +215,12 @@ def test_corrupt_term_mid_last_segment_refuses_then_repairs(tmp_path: Path, term
     log.close()
     last_file = segment_files(tmp_path)[-1]
     offset = position - int(last_file.name)
-    patch_file(last_file, offset + TERM_FIELD, term)
+    patch_file(last_file, offset + field, data)
     with pytest.raises(CorruptLogError) as err:
         open_log(tmp_path)
-    assert f"offset {offset}" in str(err.value) and "repair" in str(err.value)
+    message = str(err.value)
+    assert last_file.name in message and f"offset {offset}" in message
+    assert why in message and "repair" in message and "peers" in message
     log = open_log(tmp_path, repair=True)
     check_entries(log, 1, victim + 1)
     assert log.recovery.cut_at == position

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from dledger import commitlog as commitlog_module
-from dledger import segments as segments_module
-from dledger.commitlog import (
+from common.durable_file import atomic_write
+from dledger.storage import commitlog as commitlog_module
+from dledger.storage import segments as segments_module
+from dledger.storage.commitlog import (
     START_MARKER,
     CommitLog,
     CorruptLogError,
@@ -18,9 +19,8 @@ from dledger.commitlog import (
     decode_start_marker,
     encode_start_marker,
 )
-from dledger.durable_file import atomic_write
-from dledger.entry_format import HEADER_SIZE, EntryKind, FormatError, record_size
-from dledger.segments import segment_name
+from dledger.storage.entry_format import HEADER_SIZE, EntryKind, FormatError, record_size
+from dledger.storage.segments import segment_name
 
 SEG = 4096
 RESET_AT = 23

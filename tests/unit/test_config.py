@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from dledger.config import ConfigError, FlushPolicy, GroupConfig, load_group_config
-from dledger.raft_node import group_conf
+from dledger.raft.node import group_conf
 
 PEERS = {"n1": "127.0.0.1:7001", "n2": "127.0.0.1:7002", "n3": "127.0.0.1:7003"}
 

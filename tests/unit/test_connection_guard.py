@@ -1,6 +1,6 @@
 """The client port's bounds as units: descriptors, connection caps, frames still arriving,
-parked pulls by queue, requests in flight (broker/connection_guard.py, broker/long_polls.py,
-broker/frame_reader.py)."""
+parked pulls by queue, requests in flight (broker/remoting/connection_guard.py,
+broker/processors/long_polls.py, broker/remoting/frame_reader.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from broker.client_limits import ClientLimits
-from broker.connection_guard import CONTROL_FRAME_OVERHEAD, ConnectionGuard, FdBudget
-from broker.long_polls import AppliedSignal, ParkedPulls
+from broker.processors.long_polls import AppliedSignal, ParkedPulls
+from broker.remoting.client_limits import ClientLimits
+from broker.remoting.connection_guard import CONTROL_FRAME_OVERHEAD, ConnectionGuard, FdBudget
 from protocol.message_format import Message, encode_message
 from protocol.remoting import FrameError, RequestCode, ResponseCode
 from tests.support.broker_client import FrameClient
@@ -83,7 +83,7 @@ def test_the_descriptor_budget_keeps_the_reserve_and_counts_what_it_let_in() -> 
 
 
 def test_no_descriptor_left_to_count_with_means_no_room(monkeypatch: pytest.MonkeyPatch) -> None:
-    from broker import connection_guard
+    from broker.remoting import connection_guard
 
     def listdir(_path: str) -> list[str]:
         raise OSError(errno.EMFILE, "Too many open files")
@@ -226,6 +226,7 @@ def test_a_parked_pull_wakes_only_for_its_queue() -> None:
 
 # -- requests in flight ------------------------------------------------------------------
 
+@pytest.mark.sockets
 def test_a_connection_at_its_in_flight_bound_is_not_read_until_a_request_completes(tmp_path: Path) -> None:
     async def main() -> None:
         async with serving_broker(tmp_path, limits=ClientLimits(max_inflight_bytes=4096)) as (
@@ -255,6 +256,7 @@ async def _all(tasks: list[asyncio.Task[Any]]) -> list[asyncio.Task[Any]]:
     return tasks
 
 
+@pytest.mark.sockets
 def test_the_accept_loop_survives_a_connection_aborted_before_accept_and_a_transient_error(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """accept(2) may fail for one connection (ECONNABORTED: the peer gave up in the backlog;
@@ -262,7 +264,7 @@ def test_the_accept_loop_survives_a_connection_aborted_before_accept_and_a_trans
     does, instead of its accept loop ending silently."""
     from aiohttp import web
 
-    from broker import guarded_site
+    from broker.remoting import guarded_site
     from raftmq.local_group import free_port
 
     monkeypatch.setattr(guarded_site, "ACCEPT_RETRY_S", 0.01)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from client.credentials import Credentials
@@ -15,6 +16,7 @@ from protocol.login_throttle import USER_FREE
 from protocol.remoting import ResponseCode
 
 
+@pytest.mark.sockets
 def test_page_assets_session_and_bad_requests() -> None:
     async def main() -> None:
         console = Console(["127.0.0.1:1"], sample_interval_s=60)  # no cluster there
@@ -78,6 +80,7 @@ class _OfflineConsole(Console):
         return _Gateway(credentials.password if credentials else "")
 
 
+@pytest.mark.sockets
 def test_sign_in_guesses_are_delayed_per_user_and_source() -> None:
     """Issue 25, row 7: the console's own throttle (its clients' addresses, which the brokers
     never see: they count the console as one source)."""

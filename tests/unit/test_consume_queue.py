@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.consume_queue import ConsumeQueue, ConsumeQueueCorrupt, OffsetOutOfRange
-from broker.consume_queue_layout import (
+from broker.store.consume_queue import ConsumeQueue, ConsumeQueueCorrupt, OffsetOutOfRange
+from broker.store.consume_queue_layout import (
     TAG_BLOOM,
     TAG_ONE,
     UNIT,

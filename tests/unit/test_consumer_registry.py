@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.consumer_registry import (
+from broker.clients.registry import (
     MAX_MEMBERS_PER_CONNECTION,
     ClientIdTaken,
     ConsumerRegistry,

@@ -25,6 +25,9 @@ from tests.support.client_calls import Listener, collecting_consumer, create_top
 from tests.support.ledger import Ledger
 from tests.support.procs import wait_until
 
+#: these tests open IP sockets (a real port, the Raft transport or a client connection)
+pytestmark = pytest.mark.sockets
+
 BROKER_OPTIONS = {"delay_levels": "300ms 600ms 1s", "retry_delays": "200ms 300ms"}
 
 #: short polls and intervals: the one broker answers at once
@@ -134,7 +137,7 @@ def test_failed_messages_are_retried_on_schedule_then_dead_lettered(broker: str)
 
 
 def test_transactions_commit_rollback_and_check_back(broker: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import broker.deferred as deferred
+    import broker.state.held as deferred
 
     monkeypatch.setattr(deferred, "TRANSACTION_TIMEOUT_MS", 300)
     create_topic_at([broker], "pay", 1)
@@ -157,7 +160,7 @@ def test_transactions_commit_rollback_and_check_back(broker: str, monkeypatch) -
 
 
 def test_an_open_transaction_is_rolled_back_after_15_checks(broker: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import broker.deferred as deferred
+    import broker.state.held as deferred
 
     monkeypatch.setattr(deferred, "TRANSACTION_TIMEOUT_MS", 20)
     create_topic_at([broker], "pay2", 1)

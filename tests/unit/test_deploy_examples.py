@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from broker.config import read_broker_section
-from broker.namesrv_config import read_namesrv_config
+from broker.namesrv.config import read_namesrv_config
 from client.credentials import scram_record
 from dledger.config import load_group_config
 from protocol.exposure import missing_protections
@@ -41,7 +41,7 @@ def test_example_config_loads(name: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["broker-n1.toml", "broker-n2.toml", "broker-n3.toml"])
 def test_example_brokers_may_listen_on_their_hosts_address(name: str, tmp_path: Path) -> None:
-    """Off loopback a broker needs TLS and ACLs (broker/exposure.py): the examples have both,
+    """Off loopback a broker needs TLS and ACLs (broker/security/exposure.py): the examples have both,
     each with its own certificate."""
     broker = read_broker_section(example_broker(name, tmp_path))
     assert broker.tls is not None and broker.tls.ca_file == "/etc/raftmq/tls/ca.pem"

@@ -1,5 +1,5 @@
-"""The disk-full flag (``dledger/disk_guard.py``) and what a leader refuses with it
-(``dledger/full_disks.py``): raised by a write that failed for want of space, lowered only
+"""The disk-full flag (``dledger/storage/disk_guard.py``) and what a leader refuses with it
+(``dledger/raft/full_disks.py``): raised by a write that failed for want of space, lowered only
 once the resume threshold is free again; a writer that cannot skip its write waits."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from dledger import disk_guard
-from dledger.disk_guard import DiskGuard, is_out_of_space
 from dledger.errors import DiskFull
-from dledger.full_disks import FollowerDisks, refusal
+from dledger.raft.full_disks import FollowerDisks, refusal
+from dledger.storage import disk_guard
+from dledger.storage.disk_guard import DiskGuard, is_out_of_space
 
 ENOSPC = OSError(errno.ENOSPC, "No space left on device")
 

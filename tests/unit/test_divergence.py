@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.divergence import DivergenceCheck, Verdict, judge
+from broker.replication.divergence import DivergenceCheck, Verdict, judge
 
 A, B = "a" * 64, "b" * 64
 

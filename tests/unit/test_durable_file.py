@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dledger import durable_file
-from dledger.durable_file import atomic_write, read_or_none
+from common import durable_file
+from common.durable_file import atomic_write, read_or_none
 
 
 def test_write_read_replace(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.entry_batch import MessageTooLarge, max_message_bytes, pack_entries, unpack_entry
+from broker.store.entry_batch import MessageTooLarge, max_message_bytes, pack_entries, unpack_entry
 from dledger.config import MAX_ENTRY_BYTES
 
 
@@ -38,7 +38,7 @@ def test_garbage_is_refused(bad: bytes) -> None:
 
 @given(st.lists(st.binary(max_size=3000), max_size=30), st.integers(0, 2**40))
 def test_locate_messages_points_at_each_message(messages: list[bytes], stamp: int) -> None:
-    from broker.entry_batch import locate_messages
+    from broker.store.entry_batch import locate_messages
 
     for payload in pack_entries(messages, stamp) or [pack_entries([b""], stamp)[0]]:
         got_stamp, spans = locate_messages(payload)
@@ -47,7 +47,7 @@ def test_locate_messages_points_at_each_message(messages: list[bytes], stamp: in
 
 
 def test_locate_refuses_garbage() -> None:
-    from broker.entry_batch import locate_messages
+    from broker.store.entry_batch import locate_messages
 
     for bad in (b"", b"\x93\x01\x05\x91\x01", b"\x93\x01\x05\x90\xc0", b"\x92\x01\x02"):
         with pytest.raises(ValueError):

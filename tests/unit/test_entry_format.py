@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dledger.entry_format import (
+from dledger.storage.entry_format import (
     ALIGN,
     HEADER,
     HEADER_SIZE,

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.commands import RecordKind, record_kind
-from broker.entry_batch import max_message_bytes, pack_entries, unpack_entry
-from broker.fragments import (
+from broker.store.commands import RecordKind, record_kind
+from broker.store.entry_batch import max_message_bytes, pack_entries, unpack_entry
+from broker.store.fragments import (
     SLICE_BYTES,
     MessageGone,
     chain_payloads,
@@ -21,9 +21,9 @@ from broker.fragments import (
     read_message,
     read_message_at,
 )
-from dledger.commitlog import CommitLog
 from dledger.config import MAX_ENTRY_BYTES
-from dledger.entry_format import HEADER_SIZE, EntryKind
+from dledger.storage.commitlog import CommitLog
+from dledger.storage.entry_format import HEADER_SIZE, EntryKind
 from protocol.message_format import MAX_MESSAGE_BYTES, Message, encode_message, peek_msg_id
 
 ID = bytes(range(16))

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.commands import (
+from broker.state.snapshot import Snapshot, cq_hash_prefix, cq_hash_step
+from broker.store.commands import (
     CheckHalf,
     CommitOffset,
     CreateTopic,
@@ -29,15 +30,14 @@ from broker.commands import (
     decode_admin,
     encode_admin,
 )
-from broker.consume_queue_layout import UNIT
-from broker.entry_batch import pack_entries, unpack_entry
-from broker.index_file import IndexFile
-from broker.index_layout import key_hash
-from broker.snapshot import Snapshot, cq_hash_prefix, cq_hash_step
-from dledger.entry_format import EntryKind, decode_entry, encode_blank, encode_entry
-from dledger.hard_state import HardState, decode_slot, encode_slot
-from dledger.log_start import DumpEntry, StateRef, decode_log_start, encode_log_start
+from broker.store.consume_queue_layout import UNIT
+from broker.store.entry_batch import pack_entries, unpack_entry
+from broker.store.index_file import IndexFile
+from broker.store.index_layout import key_hash
 from dledger.membership import MEMBERSHIP_PREFIX, Change, Member, decode_change, encode_change
+from dledger.storage.entry_format import EntryKind, decode_entry, encode_blank, encode_entry
+from dledger.storage.hard_state import HardState, decode_slot, encode_slot
+from dledger.storage.log_start import DumpEntry, StateRef, decode_log_start, encode_log_start
 from protocol.message_format import decode_message
 from protocol.pull import PullRequest, PullResponse, PullRow
 from protocol.record_batch import decode_messages, encode_record

@@ -1,4 +1,4 @@
-"""The Raft hard state file (``dledger/hard_state.py``): two slots overwritten in turn, the
+"""The Raft hard state file (``dledger/storage/hard_state.py``): two slots overwritten in turn, the
 newer valid one wins, the earlier msgpack form is converted, and -- the point of it -- a
 term and vote can still be saved when the disk is full."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from dledger.durable_file import atomic_write
-from dledger.hard_state import (
+from common.durable_file import atomic_write
+from dledger.storage.hard_state import (
     FILE_SIZE,
     MAX_VOTE_BYTES,
     PAGE,

@@ -1,9 +1,9 @@
-"""The held-message tables of ``broker.deferred``: what a deleted topic takes with it, and
+"""The held-message tables of ``broker.state.held``: what a deleted topic takes with it, and
 checkpoints written before the tables kept each message's topic."""
 
 from __future__ import annotations
 
-from broker.deferred import TRANSACTION_TIMEOUT_MS, Halves, Timers
+from broker.state.held import TRANSACTION_TIMEOUT_MS, Halves, Timers
 
 
 def test_forgetting_a_topic_drops_only_its_transaction_halves() -> None:

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.index_file import RESERVE_ENTRIES, IndexFile
-from broker.index_layout import (
+from broker.store.index_file import RESERVE_ENTRIES, IndexFile
+from broker.store.index_layout import (
     DEFAULT_INDEX_NUM,
     DEFAULT_SLOT_NUM,
     ENTRY,
@@ -30,7 +30,7 @@ from broker.index_layout import (
     index_file_size,
     key_hash,
 )
-from broker.index_service import IndexService
+from broker.store.index_service import IndexService
 from tests.support.tmpfs import require_mount, tmpfs
 
 T0 = 1_700_000_000_000  # a store time in ms
@@ -421,7 +421,7 @@ def test_an_idle_index_is_small_and_files_grow_with_the_load(tmp_path: Path) -> 
 def test_a_records_keys_put_at_once_give_the_bytes_of_putting_them_one_by_one(tmp_path: Path) -> None:
     """IndexService.put_messages (a record's messages, one write when they fit the last file)
     leaves the same files as put_keys per message, also where a record crosses into a new file."""
-    from broker.index_service import IndexService
+    from broker.store.index_service import IndexService
 
     batched, single = IndexService(tmp_path / "b", 8, 64), IndexService(tmp_path / "s", 8, 64)
     try:
@@ -467,7 +467,7 @@ def test_a_put_allocates_the_pages_it_will_store_into_first(tmp_path: Path, put:
 _FILL_THEN_PUT = """
 import errno, sys
 from pathlib import Path
-from broker.index_file import IndexFile
+from broker.store.index_file import IndexFile
 disk = Path(sys.argv[1])
 f = IndexFile.create(disk / "idx", 1024, 200_000)  # 4 MB apparent, sparse
 filler = open(disk / "filler", "wb")
@@ -515,7 +515,7 @@ def test_a_records_keys_that_find_the_disk_full_are_put_again_whole(tmp_path: Pa
     back, so the apply step's retry leaves the bytes of a put that never failed."""
     import errno
 
-    from broker import index_file
+    from broker.store import index_file
 
     calm, full = IndexService(tmp_path / "calm", 8, 64), IndexService(tmp_path / "full", 8, 64)
     real_create = index_file.IndexFile.create

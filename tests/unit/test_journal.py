@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from pysyncobj.journal import MemoryJournal
 
-from dledger.commitlog import CommitLog
-from dledger.entry_format import EntryKind
-from dledger.hard_state import HardStateFile
-from dledger.journal import CommittedEntryConflict, EntryNotStored, RaftJournal
-from dledger.raft_codec import decode_command, encode_command, encode_payload_command
+from dledger.raft.codec import decode_command, encode_command, encode_payload_command
+from dledger.raft.journal import CommittedEntryConflict, EntryNotStored, RaftJournal
+from dledger.storage.commitlog import CommitLog
+from dledger.storage.entry_format import EntryKind
+from dledger.storage.hard_state import HardStateFile
 
 NOOP = b"\x01"
 

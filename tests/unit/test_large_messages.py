@@ -5,12 +5,16 @@ from __future__ import annotations
 import random
 
 import msgpack
+import pytest
 
-from broker.pull_processor import PULL_BODY_BYTES
+from broker.processors.pull import PULL_BODY_BYTES
 from protocol.message_format import MAX_MESSAGE_BYTES, Message, decode_message, encode_message
 from protocol.remoting import DEFAULT_MAX_FRAME, RequestCode, ResponseCode
 from tests.support.broker_client import FrameClient
 from tests.unit.test_broker_server import run
+
+#: these tests open IP sockets (a real port, the Raft transport or a client connection)
+pytestmark = pytest.mark.sockets
 
 _rnd = random.Random(42)
 

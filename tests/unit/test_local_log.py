@@ -13,7 +13,7 @@ from dledger.errors import EntryTooLarge, ProposalRejected
 from dledger.local_log import LocalLog
 from dledger.log import Log
 from dledger.membership import Change, Member
-from dledger.replicated_log import ReplicatedLog
+from dledger.raft.replicated_log import ReplicatedLog
 from raftmq.local_group import free_port
 from tests.support.founding import founding
 
@@ -47,6 +47,7 @@ def test_proposals_commit_at_once_and_read_back_in_order(tmp_path: Path) -> None
         reopened.close()
 
 
+@pytest.mark.sockets
 def test_it_offers_what_the_broker_uses_with_the_same_status_shape(tmp_path: Path) -> None:
     local = LocalLog(GroupConfig(node="n1", peers={"n1": "127.0.0.1:1"}, data_dir=tmp_path / "a"))
     real = ReplicatedLog(founding(GroupConfig(node="n1", peers={"n1": f"127.0.0.1:{free_port()}"},

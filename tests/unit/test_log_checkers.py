@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from dledger.entry_format import Entry, EntryKind
-from dledger.recording_machine import GAP_KIND
+from dledger.process.recording_machine import GAP_KIND
+from dledger.storage.entry_format import Entry, EntryKind
 from tests.support.broker_log import log_differences
 from tests.support.history import History, Violation, check_applied, check_history, check_identical
 

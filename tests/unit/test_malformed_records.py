@@ -15,7 +15,7 @@ import aiohttp
 import msgpack
 import pytest
 
-from broker.entry_batch import pack_entries
+from broker.store.entry_batch import pack_entries
 from client import ConsumeStatus, PullConsumer, PushConsumer
 from client.queues import MessageQueue
 from protocol.pull import PullResponse
@@ -96,6 +96,7 @@ def test_a_sound_record_passes_the_check_and_each_malformed_one_is_named() -> No
         assert what
 
 
+@pytest.mark.sockets
 def test_the_leader_refuses_a_record_whose_messages_do_not_decode(one_node_broker) -> None:  # type: ignore[no-untyped-def]
     async def scenario(c: FrameClient) -> None:
         r = await c.call(RequestCode.CREATE_TOPIC, {"topic": "orders", "queues": 1})
@@ -156,6 +157,7 @@ def a_store_with_a_malformed_record(one_node_broker, broker: str) -> str:  # typ
     return broker
 
 
+@pytest.mark.sockets
 def test_the_pull_consumer_skips_and_reports_a_malformed_record(a_store_with_a_malformed_record: str,
                                                                  caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, "client.pull")
@@ -175,6 +177,7 @@ def test_the_pull_consumer_skips_and_reports_a_malformed_record(a_store_with_a_m
     assert "orders@g1#0" in warning and "offsets 3..4" in warning and "2 messages skipped" in warning
 
 
+@pytest.mark.sockets
 def test_the_push_consumer_skips_and_reports_a_malformed_record(a_store_with_a_malformed_record: str,
                                                                  caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, "client.pull")
@@ -191,6 +194,7 @@ def test_the_push_consumer_skips_and_reports_a_malformed_record(a_store_with_a_m
     assert any("offsets 3..4" in w for w in warnings_about(caplog, "client.pull"))
 
 
+@pytest.mark.sockets
 def test_spark_skips_and_reports_a_malformed_record(a_store_with_a_malformed_record: str,
                                                     caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, "spark.raftmq")
@@ -213,6 +217,7 @@ def test_spark_skips_and_reports_a_malformed_record(a_store_with_a_malformed_rec
     assert got == [1, 2, 5, 6, 7]
 
 
+@pytest.mark.sockets
 def test_a_filtered_pull_skips_and_reports_a_malformed_record_on_the_broker(
         a_store_with_a_malformed_record: str, caplog: pytest.LogCaptureFixture) -> None:
     """An SQL92 filter reads properties on the broker: the record it cannot read is left out
@@ -232,6 +237,7 @@ def test_a_filtered_pull_skips_and_reports_a_malformed_record_on_the_broker(
     assert "topic 'orders' queue 0" in warning and "offsets 3..4" in warning
 
 
+@pytest.mark.sockets
 def test_a_record_that_inflates_past_the_limit_is_refused_before_it_is_decompressed(
         one_node_broker) -> None:  # type: ignore[no-untyped-def]
     """The leader decompresses what it checks: a small record whose section claims to inflate

@@ -2,7 +2,7 @@
 units at the marker's entry, identically; a byte flipped in a ConsumeQueue file behind the
 replica's back shows there, naming the queue; units below the marker's CommitLog position
 are left out, so a replica restored from a snapshot compares with its peers; and the
-verdicts of ``broker.verify_compare``. In memory, no network, but for one in-process
+verdicts of ``broker.replication.verify_compare``. In memory, no network, but for one in-process
 broker answering ``POST /admin/verify``."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from broker.commands import CreateTopic, DeleteTopic, VerifyMarker, encode_admin
-from broker.consume_queue import ConsumeQueue
-from broker.consume_queue_layout import UNIT_SIZE
-from broker.marker_digest import DONE, MarkerResult, read_back
-from broker.state_machine import BrokerStateMachine, Outcome
-from broker.verify_compare import EQUAL, INCOMPLETE, MISMATCH, compare, needs_rows
+from broker.replication.verify_compare import EQUAL, INCOMPLETE, MISMATCH, compare, needs_rows
+from broker.state.machine import BrokerStateMachine, Outcome
+from broker.state.marker_digest import DONE, MarkerResult, read_back
+from broker.store.commands import CreateTopic, DeleteTopic, VerifyMarker, encode_admin
+from broker.store.consume_queue import ConsumeQueue
+from broker.store.consume_queue_layout import UNIT_SIZE
 from tests.support.inprocess_broker import serving_broker
 from tests.support.ram_dir import ram_dir
 from tests.unit.test_snapshots import SEGMENT, SegmentedLog, message
@@ -236,6 +236,7 @@ def test_verdicts_name_the_odd_replica_or_say_what_was_not_compared() -> None:
     assert "unreadable: short" in bad.mismatches[0]["detail"]
 
 
+@pytest.mark.sockets
 def test_post_admin_verify_compares_at_a_marker_and_status_shows_it(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with serving_broker(tmp_path) as (server, address), aiohttp.ClientSession() as http:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from broker.namesrv import Registration, RouteTable
+from broker.namesrv.server import Registration, RouteTable
 from dledger.config import FlushPolicy, GroupConfig
-from dledger.log_start import DumpEntry, decode_log_start, encode_log_start
 from dledger.membership import Change, Member, MemberHistory, decode_change, encode_change
-from dledger.replicated_log import ReplicatedLog
+from dledger.raft.replicated_log import ReplicatedLog
+from dledger.storage.log_start import DumpEntry, decode_log_start, encode_log_start
 from raftmq.local_group import free_port
 from tests.support.founding import founding
 from tests.support.procs import wait_until
@@ -84,6 +84,7 @@ def open_logs(tmp_path: Path) -> Iterator[Callable[..., ReplicatedLog]]:
         rlog.close()
 
 
+@pytest.mark.sockets
 def test_a_learner_catches_up_without_a_vote_then_counts_and_a_removed_member_stops_counting(
         open_logs: Callable[..., ReplicatedLog]) -> None:
     peers = {f"n{i}": f"127.0.0.1:{free_port()}" for i in (1, 2)}
@@ -114,6 +115,7 @@ def test_a_learner_catches_up_without_a_vote_then_counts_and_a_removed_member_st
     leader.propose(b"two of two").result(timeout=10)
 
 
+@pytest.mark.sockets
 def test_pysyncobjs_member_set_is_put_back_to_the_logs(open_logs: Callable[..., ReplicatedLog]) -> None:
     peers = {f"n{i}": f"127.0.0.1:{free_port()}" for i in (1, 2, 3)}
     logs = {n: open_logs(n, peers) for n in peers}

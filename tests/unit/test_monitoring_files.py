@@ -1,4 +1,4 @@
-"""deploy/prometheus and deploy/grafana name only series broker/metrics.py exposes (a
+"""deploy/prometheus and deploy/grafana name only series broker/http_api/metrics.py exposes (a
 renamed metric must not silently empty a dashboard panel or disarm an alert)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ SUFFIXES = ("_total", "_bucket", "_count", "_sum")
 
 
 def _exposed() -> set[str]:
-    source = (ROOT / "broker" / "metrics.py").read_text()
+    source = (ROOT / "broker" / "http_api" / "metrics.py").read_text()
     return set(re.findall(r'"(raftmq_[a-z_]+)"', source))
 
 
@@ -32,7 +32,7 @@ def test_rules_and_dashboard_use_exposed_series() -> None:
     used = set(SERIES.findall(rules)) | {s for e in exprs for s in SERIES.findall(e)}
     assert used, "no RaftMQ series found"
     unknown = sorted(s for s in used if s not in exposed and _base(s) not in exposed)
-    assert not unknown, f"not exposed by broker/metrics.py: {unknown}"
+    assert not unknown, f"not exposed by broker/http_api/metrics.py: {unknown}"
 
 
 def test_the_dashboard_covers_what_the_alerts_watch() -> None:

@@ -15,9 +15,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from broker.namesrv import EXPIRY_S, Registration, RouteTable, make_app, run
-from broker.registration_auth import RegistrationVerifier, registration_key, sign_registration
-from broker.route_table import Refused, Resync, TopicDelta, TopicPage
+from broker.namesrv.route_table import Refused, Resync, TopicDelta, TopicPage
+from broker.namesrv.server import EXPIRY_S, Registration, RouteTable, make_app, run
+from broker.security.registration_auth import RegistrationVerifier, registration_key, sign_registration
 from client.aio.connection import ConnectionPool
 from client.aio.routes import RouteBook
 from raftmq.local_group import free_port
@@ -168,6 +168,7 @@ def run_async(f: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(f())  # type: ignore[arg-type]
 
 
+@pytest.mark.sockets
 def test_http_api() -> None:
     async def main() -> None:
         async with namesrv(RegistrationVerifier({"g1": KEY})) as ns, aiohttp.ClientSession() as s:
@@ -223,6 +224,7 @@ TRICKY_TOPICS = ["%RETRY%acc-retry-g", "%RETRY%acc-g", "%RETRY%ab", "%RETRY%1f",
 
 
 @pytest.mark.parametrize("topic", TRICKY_TOPICS)
+@pytest.mark.sockets
 def test_the_client_looks_up_exactly_the_topic_it_names(topic: str) -> None:
     async def main() -> None:
         pool = ConnectionPool()

@@ -7,11 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from broker.namesrv import run_key
-from broker.namesrv_config import read_namesrv_config
-from broker.registration_auth import AuthError, RegistrationVerifier, registration_key, sign_registration
-from dledger.config import ConfigError
-from dledger.peer_crypto import PeerCipher
+from broker.namesrv.config import read_namesrv_config
+from broker.namesrv.server import run_key
+from broker.security.registration_auth import (
+    AuthError,
+    RegistrationVerifier,
+    registration_key,
+    sign_registration,
+)
+from common.toml_config import ConfigError
+from dledger.raft.peer_crypto import PeerCipher
 
 
 class Clock:

@@ -78,6 +78,7 @@ def test_cli_tls_from_flags_else_the_cluster_json_else_the_environment(
     assert resolve_tls(_where(_args(dir="run"))["tls"]) == from_state  # the cluster's own CA wins
 
 
+@pytest.mark.sockets
 def test_cluster_up_takes_the_wanted_port_when_free_else_says_which(
         capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as held:

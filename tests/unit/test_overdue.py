@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from broker.commands import CommitOffset, CreateTopic, encode_admin
-from broker.deferred import Prop
-from broker.overdue import OverdueRetries, OverdueWatch, overdue_delays, overdue_retries
-from broker.state_machine import BrokerStateMachine
+from broker.deferred.overdue import OverdueRetries, OverdueWatch, overdue_delays, overdue_retries
+from broker.state.held import Prop
+from broker.state.machine import BrokerStateMachine
+from broker.store.commands import CommitOffset, CreateTopic, encode_admin
 from protocol.message_format import Message, encode_message
 from tests.unit.test_state_machine import Log
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dledger.peer_crypto import HEADER, InvalidToken, PeerCipher
+from dledger.raft.peer_crypto import HEADER, InvalidToken, PeerCipher
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgpack
+import pytest
 
 from client.message import received_all
 from client.queues import MessageQueue
@@ -46,6 +47,7 @@ async def pull(c: FrameClient, offset: int, **ext: Any) -> tuple[Frame, list[Any
     return r, got
 
 
+@pytest.mark.sockets
 def test_records_of_many_end_to_end(one_node_broker) -> None:  # type: ignore[no-untyped-def]
     async def scenario(c: FrameClient) -> None:
         r = await c.call(RequestCode.CREATE_TOPIC, {"topic": "orders", "queues": 1})
@@ -90,6 +92,7 @@ def test_records_of_many_end_to_end(one_node_broker) -> None:  # type: ignore[no
     run(one_node_broker, scenario)
 
 
+@pytest.mark.sockets
 def test_a_special_record_is_split_into_records_of_one(one_node_broker) -> None:  # type: ignore[no-untyped-def]
     async def scenario(c: FrameClient) -> None:
         await c.call(RequestCode.CREATE_TOPIC, {"topic": "orders", "queues": 1})
@@ -104,6 +107,7 @@ def test_a_special_record_is_split_into_records_of_one(one_node_broker) -> None:
     run(one_node_broker, scenario)
 
 
+@pytest.mark.sockets
 def test_a_stripe_ships_only_the_records_that_start_in_it(one_node_broker) -> None:  # type: ignore[no-untyped-def]
     async def rows(c: FrameClient, offset: int, max_msgs: int, **ext: Any) -> tuple[list[int], int]:
         r = await c.call(RequestCode.PULL_MESSAGE, {"topic": "orders", "queueId": 0, "offset": offset,

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from dledger.refusal_log import RefusalLog, Throttle
+from common.refusal_log import RefusalLog, Throttle
 
 
 def test_each_reason_is_logged_once_a_minute_with_a_count(caplog: pytest.LogCaptureFixture) -> None:

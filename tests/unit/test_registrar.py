@@ -10,14 +10,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp import web
 
-from broker.namesrv import MAX_REQUEST_BYTES, make_app
+from broker.namesrv.route_table import RouteTable
+from broker.namesrv.server import MAX_REQUEST_BYTES, make_app
 from broker.registrar import Registrar
-from broker.registration_auth import RegistrationVerifier, registration_key
-from broker.route_table import RouteTable
-from broker.state_machine import TopicConfig
+from broker.security.registration_auth import RegistrationVerifier, registration_key
+from broker.state.machine import TopicConfig
 from raftmq.local_group import free_port
+
+#: these tests open IP sockets (a real port, the Raft transport or a client connection)
+pytestmark = pytest.mark.sockets
 
 SECRET = "group secret"
 

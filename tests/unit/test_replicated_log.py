@@ -17,10 +17,10 @@ from dledger.config import (
     FlushPolicy,
     GroupConfig,
 )
-from dledger.entry_format import EntryKind
 from dledger.errors import DiskFull, EntryTooLarge, NotLeader
-from dledger.raft_codec import encode_payload_command
-from dledger.replicated_log import ReplicatedLog
+from dledger.raft.codec import encode_payload_command
+from dledger.raft.replicated_log import ReplicatedLog
+from dledger.storage.entry_format import EntryKind
 from raftmq.local_group import free_port
 from tests.support.founding import founding
 
@@ -61,6 +61,7 @@ def leader_of(logs: dict[str, ReplicatedLog], timeout: float = 15.0) -> Replicat
     return found[0]
 
 
+@pytest.mark.sockets
 def test_single_node_propose_and_read(make_group: Callable[..., dict[str, ReplicatedLog]]) -> None:
     (rlog,) = make_group(1).values()
     leader_of({"n1": rlog})
@@ -74,6 +75,7 @@ def test_single_node_propose_and_read(make_group: Callable[..., dict[str, Replic
     assert rlog.status()["last_fsync_time"] is not None
 
 
+@pytest.mark.sockets
 def test_three_nodes_replicate_and_followers_redirect(
         make_group: Callable[..., dict[str, ReplicatedLog]]) -> None:
     logs = make_group(3)
@@ -100,13 +102,14 @@ def test_entry_size_limit_keeps_clear_of_chunking() -> None:
 
 
 def test_chunked_transmission_is_refused_at_the_transport() -> None:
-    from dledger.transport import GroupTransport
+    from dledger.raft.transport import GroupTransport
 
     with pytest.raises(RuntimeError, match="chunked transmission"):
         GroupTransport.send(object.__new__(GroupTransport), None,  # type: ignore[arg-type]
                             {"type": "append_entries", "transmission": "start", "data": b""})
 
 
+@pytest.mark.sockets
 def test_async_flush_policy(make_group: Callable[..., dict[str, ReplicatedLog]]) -> None:
     logs = make_group(3, flush="async")
     leader = leader_of(logs)
@@ -118,6 +121,7 @@ def test_async_flush_policy(make_group: Callable[..., dict[str, ReplicatedLog]])
         assert rlog.status()["flush"] == "async"
 
 
+@pytest.mark.sockets
 def test_oversized_entry_is_refused(make_group: Callable[..., dict[str, ReplicatedLog]]) -> None:
     (rlog,) = make_group(1).values()
     leader_of({"n1": rlog})
@@ -127,6 +131,7 @@ def test_oversized_entry_is_refused(make_group: Callable[..., dict[str, Replicat
     assert rlog.read(ok.index)[0].body == b"y" * MAX_ENTRY_BYTES
 
 
+@pytest.mark.sockets
 def test_wrong_secret_peer_never_joins(make_group: Callable[..., dict[str, ReplicatedLog]]) -> None:
     logs = make_group(3, secrets={"n3": "a-different-secret"})
     leader = leader_of(logs)
@@ -141,6 +146,7 @@ def test_wrong_secret_peer_never_joins(make_group: Callable[..., dict[str, Repli
     assert intruder.status()["peers_connected"] == {"n1": False, "n2": False}
 
 
+@pytest.mark.sockets
 def test_address_in_use_is_a_clear_error(tmp_path: Path,
                                          make_group: Callable[..., dict[str, ReplicatedLog]]) -> None:
     (rlog,) = make_group(1).values()
@@ -173,6 +179,7 @@ def terms(logs: dict[str, ReplicatedLog]) -> set[int]:
     return {r.status()["term"] for r in logs.values()}
 
 
+@pytest.mark.sockets
 def test_two_full_followers_refuse_without_elections_then_resume(
         make_group: Callable[..., dict[str, ReplicatedLog]]) -> None:
     """The leader keeps its lease (the full followers still answer), learns from their answers
@@ -206,6 +213,7 @@ def test_two_full_followers_refuse_without_elections_then_resume(
     assert after.index > committed.index and terms(logs) == term and leader.is_leader
 
 
+@pytest.mark.sockets
 def test_a_full_leader_hands_over_and_stands_again_once_there_is_room(
         make_group: Callable[..., dict[str, ReplicatedLog]]) -> None:
     logs = make_group(3)
@@ -231,7 +239,7 @@ def test_the_transport_says_a_full_disk_and_sends_a_full_follower_no_entries(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from pysyncobj.transport import TCPTransport
 
-    from dledger.transport import make_transport_class
+    from dledger.raft.transport import make_transport_class
 
     sent: list[tuple[str, dict[str, Any]]] = []
     monkeypatch.setattr(TCPTransport, "send",
@@ -254,6 +262,7 @@ def test_the_transport_says_a_full_disk_and_sends_a_full_follower_no_entries(
     assert sent[3][1] == {**rejection, "next_node_idx": 7, "disk_full": True}
 
 
+@pytest.mark.sockets
 def test_a_replica_that_must_not_lead_refuses_a_leadership_transfer(
         make_group: Callable[..., dict[str, ReplicatedLog]]) -> None:
     """A full disk (or a snapshot awaited, or a divergent state) keeps a replica from standing;

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from dledger.config import MAX_ENTRY_BYTES, GroupConfig
-from dledger.replicated_log import ReplicatedLog
-from dledger.retention import plan_retention
-from dledger.segments import SegmentInfo
+from dledger.raft.replicated_log import ReplicatedLog
+from dledger.storage.retention import plan_retention
+from dledger.storage.segments import SegmentInfo
 from raftmq.local_group import free_port
 from tests.support.founding import founding
 
@@ -67,6 +67,7 @@ def single(tmp_path: Path) -> Iterator[ReplicatedLog]:
     rlog.close()
 
 
+@pytest.mark.sockets
 def test_old_segments_are_deleted_and_the_rest_still_serves(single: ReplicatedLog) -> None:
     wait_for(lambda: single.is_leader, 10, "leader")
     single.set_applied_floor(lambda: 9)  # a state machine that has applied up to 9
@@ -84,6 +85,7 @@ def test_old_segments_are_deleted_and_the_rest_still_serves(single: ReplicatedLo
     assert single.read(more.index)[0].body == b"after retention"
 
 
+@pytest.mark.sockets
 def test_leader_keeps_what_a_lagging_follower_needs(tmp_path: Path) -> None:
     peers = {f"n{i}": f"127.0.0.1:{free_port()}" for i in (1, 2, 3)}
 
@@ -115,12 +117,13 @@ def test_leader_keeps_what_a_lagging_follower_needs(tmp_path: Path) -> None:
             n.close()
 
 
+@pytest.mark.sockets
 def test_follower_behind_the_retained_start_restarts_its_log_there(tmp_path: Path) -> None:
     """The size cap deletes what a stopped follower still needs: when it returns, its
     log restarts at the leader's first retained entry, at the same position; the gap
     is reported in status and in its state machine, and it then follows normally."""
     from dledger.applier import Applier
-    from dledger.recording_machine import GAP_KIND, RecordingMachine, read_records
+    from dledger.process.recording_machine import GAP_KIND, RecordingMachine, read_records
 
     peers = {f"n{i}": f"127.0.0.1:{free_port()}" for i in (1, 2, 3)}
     seg = 4 * MAX_ENTRY_BYTES
@@ -174,12 +177,13 @@ def test_follower_behind_the_retained_start_restarts_its_log_there(tmp_path: Pat
             close(rlog)
 
 
+@pytest.mark.sockets
 def test_a_crash_inside_a_log_restart_is_finished_from_the_received_dump(tmp_path: Path) -> None:
-    from dledger.commitlog import CommitLog
-    from dledger.entry_format import EntryKind, record_size
-    from dledger.log_start import DumpEntry, encode_log_start
-    from dledger.raft_codec import encode_payload_command
-    from dledger.storage_identity import format_founder
+    from dledger.raft.codec import encode_payload_command
+    from dledger.raft.storage_identity import format_founder
+    from dledger.storage.commitlog import CommitLog
+    from dledger.storage.entry_format import EntryKind, record_size
+    from dledger.storage.log_start import DumpEntry, encode_log_start
 
     seg = 4 * MAX_ENTRY_BYTES
     start = 3 * seg + 4096  # a position inside the fourth segment
@@ -222,8 +226,9 @@ class FakeSnapshots:
         return self.held
 
 
+@pytest.mark.sockets
 def test_retention_cuts_only_where_a_snapshot_is_held_and_keeps_held_messages(single: ReplicatedLog) -> None:
-    from dledger.log_start import decode_log_start
+    from dledger.storage.log_start import decode_log_start
 
     wait_for(lambda: single.is_leader, 10, "leader")
     single.set_snapshot_source(FakeSnapshots([]))

@@ -17,17 +17,20 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from broker.guarded_site import GuardedSite
-from broker.server import AppliedSignal, BrokerServer
-from broker.state_machine import BrokerStateMachine
+from broker.remoting.guarded_site import GuardedSite
+from broker.remoting.server import AppliedSignal, BrokerServer
+from broker.state.machine import BrokerStateMachine
 from client import LocalTransactionState, Message, Producer, TransactionProducer
 from dledger.applier import Applier
 from dledger.config import MAX_ENTRY_BYTES, GroupConfig
-from dledger.replicated_log import ReplicatedLog
+from dledger.raft.replicated_log import ReplicatedLog
 from raftmq.local_group import free_port
 from tests.support.client_calls import collecting_consumer, create_topic_at
 from tests.support.founding import founding
 from tests.support.procs import wait_until
+
+#: these tests open IP sockets (a real port, the Raft transport or a client connection)
+pytestmark = pytest.mark.sockets
 
 SEGMENT = 4 * MAX_ENTRY_BYTES
 CAP = 4 * SEGMENT

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from dledger import numbered_files as numbered_files_module
-from dledger import segments as segments_module
-from dledger.entry_format import MAGIC_BLANK, decode_header
-from dledger.segments import CorruptLogError, SegmentedFile, segment_name
+from dledger.storage import numbered_files as numbered_files_module
+from dledger.storage import segments as segments_module
+from dledger.storage.entry_format import MAGIC_BLANK, decode_header
+from dledger.storage.segments import CorruptLogError, SegmentedFile, segment_name
 
 SEG = 4096
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from dledger.log_start import StateRef
-from dledger.snapshot_fetch import CHUNK_BYTES, PART, REQUEST_TIMEOUT_S, SnapshotFetch
+from dledger.raft.snapshot_fetch import CHUNK_BYTES, PART, REQUEST_TIMEOUT_S, SnapshotFetch
+from dledger.storage.log_start import StateRef
 
 SNAP = bytes(range(256)) * (CHUNK_BYTES * 4 // 256) + b"tail"  # 4 chunks and 4 bytes
 REF = StateRef(41, len(SNAP), hashlib.sha256(SNAP).hexdigest())

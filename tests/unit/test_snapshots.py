@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from broker.commands import CommitOffset, CreateTopic, DeleteTopic, LockQueue, encode_admin
-from broker.deferred import Prop
-from broker.entry_batch import pack_entries
-from broker.snapshot import Snapshot, SnapshotError
-from broker.state_machine import BrokerStateMachine
-from dledger.entry_format import Entry, EntryKind, record_size
+from broker.state.held import Prop
+from broker.state.machine import BrokerStateMachine
+from broker.state.snapshot import Snapshot, SnapshotError
+from broker.store.commands import CommitOffset, CreateTopic, DeleteTopic, LockQueue, encode_admin
+from broker.store.entry_batch import pack_entries
+from dledger.storage.entry_format import Entry, EntryKind, record_size
 from protocol.message_format import Message, encode_message
 from tests.support.ram_dir import ram_dir
 

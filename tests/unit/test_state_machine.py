@@ -19,8 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker import consume_queue, index_file
-from broker.commands import (
+from broker.state.machine import BrokerStateMachine, Outcome
+from broker.store import consume_queue, index_file
+from broker.store.commands import (
     CommitOffset,
     CreateTopic,
     DeleteTopic,
@@ -29,13 +30,12 @@ from broker.commands import (
     encode_admin,
     record_kind,
 )
-from broker.entry_batch import pack_entries, unpack_entry
-from broker.fragments import chain_payloads, encode_fragments, read_message, read_message_at
-from broker.state_machine import BrokerStateMachine, Outcome
-from dledger import disk_guard
-from dledger.commitlog import CommitLog
-from dledger.disk_guard import DiskGuard
-from dledger.entry_format import Entry, EntryKind, record_size
+from broker.store.entry_batch import pack_entries, unpack_entry
+from broker.store.fragments import chain_payloads, encode_fragments, read_message, read_message_at
+from dledger.storage import disk_guard
+from dledger.storage.commitlog import CommitLog
+from dledger.storage.disk_guard import DiskGuard
+from dledger.storage.entry_format import Entry, EntryKind, record_size
 from protocol.message_format import Message, decode_message, encode_message
 from protocol.record_batch import encode_record
 from tests.support.ram_dir import RAM_DIR, ram_dir
@@ -448,7 +448,7 @@ def test_chains_apply_deterministically_and_replay(items: list[tuple], step: int
 def test_an_idempotent_producer_silent_for_a_day_is_forgotten(tmp_path: Path) -> None:
     """Its table entry goes (by the entries' store times, the same on every replica); its
     next message must start a new sequence, and the checkpoint no longer carries it."""
-    from broker.state_machine import PRODUCER_EXPIRY_MS
+    from broker.state.machine import PRODUCER_EXPIRY_MS
 
     sm = BrokerStateMachine(tmp_path / "s", index_slots=8, index_entries=64)
     log = Log()
@@ -467,7 +467,7 @@ def test_an_idempotent_producer_silent_for_a_day_is_forgotten(tmp_path: Path) ->
 def test_a_resend_is_answered_with_its_offset_for_the_last_recent_records(tmp_path: Path) -> None:
     """A producer's stored records keep their queue offsets (the last RECENT_RECORDS, also
     across a restart from the checkpoint); older resends are still refused, with offset -1."""
-    from broker.state_machine import RECENT_RECORDS as RECENT_SEQUENCES
+    from broker.state.machine import RECENT_RECORDS as RECENT_SEQUENCES
 
     n = 2 * RECENT_SEQUENCES + 40  # past the point where the in-memory window is trimmed
     log = Log()
@@ -511,8 +511,8 @@ def test_recent_results_are_not_tracked_by_the_garbage_collector(tmp_path: Path)
 def test_queue_locks_are_decided_by_the_log_and_expire_by_store_time(tmp_path: Path) -> None:
     """One client holds a queue's consume lock at a time; it expires LOCK_EXPIRY_MS (store
     time) after its last renewal; replicas and a restart from the checkpoint decide alike."""
-    from broker.commands import LockQueue
-    from broker.state_machine import LOCK_EXPIRY_MS
+    from broker.state.machine import LOCK_EXPIRY_MS
+    from broker.store.commands import LockQueue
 
     t0 = 1_700_000_000_000
 
@@ -549,8 +549,8 @@ def test_queue_locks_are_decided_by_the_log_and_expire_by_store_time(tmp_path: P
 def test_a_retried_send_back_is_stored_once_within_its_window(tmp_path: Path) -> None:
     """Retry copies carry where they came from; a consumer that retried its send-back after an
     unknown outcome does not get the message twice (within SENT_BACK_WINDOW_MS of store time)."""
-    from broker.deferred import Prop
-    from broker.state_machine import SENT_BACK_WINDOW_MS
+    from broker.state.held import Prop
+    from broker.state.machine import SENT_BACK_WINDOW_MS
 
     t0 = 1_700_000_000_000
 
@@ -581,8 +581,8 @@ def test_a_retried_send_back_is_stored_once_within_its_window(tmp_path: Path) ->
 
 
 def test_the_apply_benchmark_runs(capsys) -> None:  # type: ignore[no-untyped-def]
-    """``python -m broker.bench_apply`` (docs/BENCHMARKS.md) still works, on a small load."""
-    from broker.bench_apply import main
+    """``python -m benchmarks.apply`` (docs/BENCHMARKS.md) still works, on a small load."""
+    from benchmarks.apply import main
 
     assert main(["--entries", "16", "--per-entry", "20"]) == 0
     assert "320 messages applied" in capsys.readouterr().out  # 16 entries x 20
@@ -665,7 +665,7 @@ def test_a_topic_deleted_and_created_again_after_the_checkpoint_replays_alike(tm
     (shorter, or longer, than its next offset), so the replay must not continue them -- the
     messages applied again before the delete get the offsets they got the first time, and the
     state digests stay the peers'."""
-    from broker.commands import LockQueue
+    from broker.store.commands import LockQueue
 
     for recreated in (7, 1):  # the new topic's queue: longer, then shorter than the checkpoint's
         log = Log()

@@ -23,7 +23,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from broker.commands import (
+from broker.state.machine import Applied, BrokerStateMachine, Outcome
+from broker.store.commands import (
     CommitOffset,
     CreateTopic,
     DeleteTopic,
@@ -33,7 +34,6 @@ from broker.commands import (
     Revoke,
     encode_admin,
 )
-from broker.state_machine import Applied, BrokerStateMachine, Outcome
 from tests.support.ram_dir import RAM_DIR
 from tests.unit.test_state_machine import Log, msg
 

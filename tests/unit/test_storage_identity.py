@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dledger.hard_state import HardState, HardStateFile
 from dledger.membership import BIND_FUNC_ID, Change, Member, MemberHistory, decode_changes, encode_bindings
-from dledger.storage_identity import (
+from dledger.raft.storage_identity import (
     IDENTITY_FILE,
     StorageIdentity,
     StorageIdentityError,
@@ -19,7 +18,8 @@ from dledger.storage_identity import (
     open_identity,
     read_identity,
 )
-from dledger.storage_rule import counts, self_vote_refusal
+from dledger.raft.storage_rule import counts, self_vote_refusal
+from dledger.storage.hard_state import HardState, HardStateFile
 
 F = "f-" + "11" * 16
 F2 = "f-" + "22" * 16
@@ -156,7 +156,7 @@ def test_a_bind_entry_records_storages_and_when(tmp_path: Path) -> None:
 
 
 def test_hard_state_probe_changes_nothing(tmp_path: Path) -> None:
-    from dledger.hard_state import probe
+    from dledger.storage.hard_state import probe
     assert probe(tmp_path / "none") == ("absent", None)
     f = HardStateFile(tmp_path / "hs")
     f.save(HardState(3, "n1", 40))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.store_format import STORE_FORMAT, StoreFormatError, check_store_format
+from broker.store.format import STORE_FORMAT, StoreFormatError, check_store_format
 
 
 def test_a_new_directory_is_marked_and_accepted_again(tmp_path: Path) -> None:

@@ -15,20 +15,20 @@ from pathlib import Path
 
 import pytest
 
-from broker import guarded_site
 from broker.config import read_broker_section
-from broker.exposure import check_exposure
-from broker.membership_admin import _learner_lag
-from broker.namesrv_config import read_namesrv_config, write_namesrv_config
+from broker.http_api.membership import _learner_lag
+from broker.namesrv.config import read_namesrv_config, write_namesrv_config
 from broker.node_tls import read_serving
-from broker.server import AppliedSignal, BrokerServer
-from broker.state_machine import BrokerStateMachine
-from broker.tls import TlsSection, server_context
-from broker.tls import peer_tls as peer_tls_of
+from broker.remoting import guarded_site
+from broker.remoting.server import AppliedSignal, BrokerServer
+from broker.security.exposure import check_exposure
+from broker.security.tls import TlsSection, server_context
+from broker.security.tls import peer_tls as peer_tls_of
+from broker.state.machine import BrokerStateMachine
 from client import Admin, ClientTls, Message, Producer, PullConsumer
 from client.errors import ClientError, ConnectionLostError, TlsError
+from common.toml_config import ConfigError
 from dledger.applier import Applier
-from dledger.config import ConfigError
 from dledger.log import Log
 from dledger.membership import Member
 from protocol.exposure import is_loopback, missing_protections
@@ -174,6 +174,7 @@ def test_spark_tls_options(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # -- the client against a broker serving TLS ----------------------------------------------------
+@pytest.mark.sockets
 def test_a_client_with_the_ca_works_over_wss_and_https(broker: str, broker_ssl_context: ssl.SSLContext,
                                                        local_ca: LocalCA) -> None:
     tls = local_ca.client_tls()
@@ -196,10 +197,11 @@ def test_a_client_with_the_ca_works_over_wss_and_https(broker: str, broker_ssl_c
         urllib.request.urlopen(f"http://{broker}/status", timeout=5)
 
 
+@pytest.mark.sockets
 def test_a_stalled_tls_handshake_is_cut_and_the_port_serves_on(
         broker: str, broker_ssl_context: ssl.SSLContext, local_ca: LocalCA,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The TLS port is served by the guarded accept loop (``broker.guarded_site``): a client
+    """The TLS port is served by the guarded accept loop (``broker.remoting.guarded_site``): a client
     that connects and never starts its handshake is closed after the handshake timeout (10 s;
     0.5 s here) instead of holding a descriptor, and others are served meanwhile."""
     monkeypatch.setattr(guarded_site, "HANDSHAKE_TIMEOUT_S", 0.5)
@@ -214,6 +216,7 @@ def test_a_stalled_tls_handshake_is_cut_and_the_port_serves_on(
         assert time.monotonic() - started < 4
 
 
+@pytest.mark.sockets
 def test_a_client_without_the_ca_is_refused_at_once(broker: str, broker_ssl_context: ssl.SSLContext,
                                                      local_ca: LocalCA) -> None:
     other = LocalCA(local_ca.dir.parent / "other").ensure()
@@ -229,6 +232,7 @@ def test_a_client_without_the_ca_is_refused_at_once(broker: str, broker_ssl_cont
         assert time.monotonic() - started < 5, "a certificate refusal is not retried until the timeout"
 
 
+@pytest.mark.sockets
 def test_plain_websocket_to_a_tls_port_fails_saying_so(broker: str,
                                                        broker_ssl_context: ssl.SSLContext) -> None:
     with Producer(servers=[broker], tls=False, send_timeout=2) as p, \
@@ -237,6 +241,7 @@ def test_plain_websocket_to_a_tls_port_fails_saying_so(broker: str,
         p.send(Message("t", b"x"))
 
 
+@pytest.mark.sockets
 def test_tls_to_a_plain_port_fails_saying_so(broker: str, local_ca: LocalCA) -> None:
     admin = Admin(servers=[broker], tls=local_ca.client_tls(), timeout=2)
     try:
@@ -246,6 +251,7 @@ def test_tls_to_a_plain_port_fails_saying_so(broker: str, local_ca: LocalCA) -> 
         admin.close()
 
 
+@pytest.mark.sockets
 def test_the_broker_calls_its_peers_over_https_with_its_certificate(
         broker: str, broker_ssl_context: ssl.SSLContext, local_ca: LocalCA,
         one_node_broker: tuple[Log, BrokerStateMachine, Applier]) -> None:
@@ -268,6 +274,7 @@ def test_the_broker_calls_its_peers_over_https_with_its_certificate(
     asyncio.run(main())
 
 
+@pytest.mark.sockets
 def test_the_spark_reader_plans_and_reads_over_wss(broker: str, broker_ssl_context: ssl.SSLContext,
                                                    local_ca: LocalCA) -> None:
     """The Spark-free planner and partition reader with ``caFile`` (the role check over https,

@@ -303,6 +303,6 @@ def test_the_leaderless_mark_of_any_read() -> None:
 
 
 def test_the_wire_benchmark_runs() -> None:
-    from raftmq.bench_wire import steps
+    from benchmarks.wire import steps
     for work in steps(4, 16).values():
         work()

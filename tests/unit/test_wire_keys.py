@@ -24,10 +24,11 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = tuple(sorted(p.parent.name for p in ROOT.glob("*/__init__.py")
                         if p.parent.name not in ("protocol", "tests")))
 #: modules that handle frames: their bodies go through protocol's classes, never msgpack
-FRAME_MODULES = ("client/**/*.py", "spark/**/*.py", "console/**/*.py", "broker/*_processor.py",
-                 "broker/server.py", "broker/admin_api.py", "broker/namesrv.py", "broker/deferred_service.py")
+FRAME_MODULES = ("client/**/*.py", "spark/**/*.py", "console/**/*.py", "broker/processors/*.py",
+                 "broker/remoting/server.py", "broker/http_api/admin.py", "broker/namesrv/server.py",
+                 "broker/deferred/service.py")
 #: the same spelling, not a frame's key: (file, key) -> what it is
-ALLOWED = {("broker/admin_api.py", "msgId"): "the query parameter of GET /admin/messages?msgId="}
+ALLOWED = {("broker/http_api/admin.py", "msgId"): "the query parameter of GET /admin/messages?msgId="}
 
 
 def _wire_keys() -> set[str]:

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from broker.commands import CreateTopic, RecordKind, encode_admin, record_kind
-from broker.entry_batch import MessageTooLarge, max_message_bytes, read_stamp, unpack_entry
-from broker.fragments import parse_fragment, read_message
-from broker.state_machine import BrokerStateMachine, Outcome
-from broker.write_path import WritePath
+from broker.replication.write_path import WritePath
+from broker.state.machine import BrokerStateMachine, Outcome
+from broker.store.commands import CreateTopic, RecordKind, encode_admin, record_kind
+from broker.store.entry_batch import MessageTooLarge, max_message_bytes, read_stamp, unpack_entry
+from broker.store.fragments import parse_fragment, read_message
 from dledger.applier import Applier
 from dledger.log import Log
 from protocol.message_format import Message, decode_message, encode_message

@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from broker.remoting.connection_guard import CLOSE_WAIT_S, ConnectionGuard, close_reason
+
+log = logging.getLogger("broker.server")
 
 __all__ = ["MIN_CHARGE", "FrameReader", "open_websocket"]
 
@@ -120,6 +123,11 @@ class FrameReader:
         self._inflight -= charge
         if self._inflight < self._max_inflight:
             self._room.set()
+        error = None if task.cancelled() else task.exception()
+        if isinstance(error, ConnectionResetError):  # the client went away mid-answer
+            log.debug("an answer was not sent: the connection is closing (%s)", error)
+        elif error is not None:
+            log.error("serving a request failed", exc_info=error)
 
     async def _wait_for_room(self) -> None:
         if self._room.is_set():

@@ -224,7 +224,7 @@ def test_a_full_leader_hands_over_and_stands_again_once_there_is_room(
         old.propose(b"no room here").result(timeout=5)
     assert refused.value.nodes == [old.config.node]
     others = {n: r for n, r in logs.items() if r is not old}
-    new = leader_of({r.config.node: r for r in others}, timeout=15)
+    new = leader_of(others, timeout=15)
     wait_for(lambda: not old.is_leader, 10, "the full leader stepping down")
     done = new.propose(b"on the new leader").result(timeout=10)  # two of three have room
     time.sleep(2.0)  # several election timeouts: the full replica does not stand

@@ -8,6 +8,14 @@ overlaps stored sequences any other way is refused (INVALID: a resend must be th
 record as first sent); a gap (base > last + 1) is refused. A producer silent on a queue
 for PRODUCER_EXPIRY_MS of store time is forgotten: its next sequence must be 0 again.
 
+The table is bounded: a new window beyond MAX_PRODUCER_WINDOWS first drops the expired ones
+(as of the entry's store time) and then, if still full, the tenth written longest ago
+(oldest last store time, then key), which are forgotten as if expired. Both depend only on
+the windows lookups see -- not on when a replica's checkpoint last pruned expired ones --
+so every replica evicts alike. A producer silent while about MAX_PRODUCER_WINDOWS / 10
+others start may thus lose its window early: its resend of an old record is then stored
+again (a Spark sink's replay after a failure comes within minutes; see docs/SPARK.md).
+
 Checkpoint form: ``{"producer\\0topic\\0queue id": [last sequence, [[base sequence, count,
 base offset], ... oldest first], store ms of the last]}``.
 """
@@ -21,12 +29,15 @@ from typing import Any
 from broker.state.keys import ProducerQueue, join_key, split_key
 from broker.state.outcome import Kept, Outcome, kept
 
-__all__ = ["PRODUCER_EXPIRY_MS", "RECENT_RECORDS", "ProducerWindows"]
+__all__ = ["MAX_PRODUCER_WINDOWS", "PRODUCER_EXPIRY_MS", "RECENT_RECORDS", "ProducerWindows"]
 
 RECENT_RECORDS = 256  # per producer and queue: records answered on a retry (a batch of 256
 #                     messages split into records of one, e.g. delayed ones, is answered whole)
 #: An idempotent producer silent on a queue this long is forgotten (its next sequence must be 0).
 PRODUCER_EXPIRY_MS = 24 * 3600 * 1000
+#: At most this many windows (each at most 2 x RECENT_RECORDS records): a client inventing
+#: producer ids, or a Spark sink's id per batch and partition, cannot grow the state unbounded.
+MAX_PRODUCER_WINDOWS = 50_000
 
 
 @dataclass(slots=True)
@@ -82,6 +93,8 @@ class ProducerWindows:
         (-1: held) at store time ``stamp``."""
         window = self._windows.get(key)
         if window is None:
+            if len(self._windows) >= MAX_PRODUCER_WINDOWS:
+                self._make_room(stamp)
             self._windows[key] = _Window(base + count - 1, [[base, count, queue_offset]], stamp)
             return
         window.last_sequence, window.last_ms = base + count - 1, stamp
@@ -89,6 +102,20 @@ class ProducerWindows:
         records.append([base, count, queue_offset])
         if len(records) > 2 * RECENT_RECORDS:  # trimmed now and then: amortised O(1)
             del records[:-RECENT_RECORDS]
+
+    def _make_room(self, now_ms: int) -> None:
+        """The table is full: drop the expired windows, then (still full) the tenth written
+        longest ago. Whether a replica gets here depends on when it last pruned, what stays
+        does not: if the windows not expired at ``now_ms`` fill the table, every replica
+        gets here and evicts the same ones; if not, none evicts any."""
+        self.forget_expired(now_ms)
+        excess = len(self._windows) - MAX_PRODUCER_WINDOWS + 1
+        if excess <= 0:
+            return
+        drop = max(excess, MAX_PRODUCER_WINDOWS // 10)
+        oldest = sorted(self._windows, key=lambda k: (self._windows[k].last_ms, join_key(k)))[:drop]
+        for key in oldest:
+            del self._windows[key]
 
     def forget_expired(self, now_ms: int) -> None:
         """Drop what lookups already treat as absent (producers silent for PRODUCER_EXPIRY_MS),

@@ -14,6 +14,13 @@ hand it on again) and members that did not take a transfer in the last
 
 A replica that must not lead and leads anyway (it won an election, or was found wrong
 while leading) hands over from a thread of its own, as soon as a member has every entry.
+
+A leader whose lease lapsed (no majority answered within ``leader_lease_ms``; pysyncobj
+made it a follower in the same term) sends TimeoutNow to the member it last knew furthest
+ahead (``after_lease_lapsed``). When only its inbound side failed -- a *deaf* leader, whose
+peers still hear it -- that member stands at once instead of waiting out an election
+timeout after the last heartbeat (issue 35: 1.0 s -> about the lease). When its messages
+are lost too, nothing changes. Either way an election decides, with every vote's checks.
 """
 
 from __future__ import annotations
@@ -65,6 +72,7 @@ class LeadershipTransfer:
         self._not_taken: dict[str, float] = {}  # member -> when a transfer to it timed out
         self._hand_over_thread: threading.Thread | None = None
         self._hand_over_lock = threading.Lock()
+        self.lease_hand_offs = 0  # TimeoutNow sent after a lapsed lease (status)
 
     @property
     def paused(self) -> bool:
@@ -127,6 +135,26 @@ class LeadershipTransfer:
             self._target = None  # TimeoutNow sent; the caller waits for the election
             log.info("leadership transfer: TimeoutNow sent to %s", target.address)
         # REQUEST_DENIED: the target lacks an entry yet -- offered again next tick
+
+    def after_lease_lapsed(self) -> None:
+        """Tick thread, just after this replica stopped leading because its lease lapsed:
+        TimeoutNow, at the term it led in, to the member with the highest match index it
+        knew, passing over full disks and members that did not take a transfer lately."""
+        node = self._node
+        names = self._view.address_names()
+        by_name = {names[n.address]: n for n in node._SyncObj__otherNodes if n.address in names}
+        matches = {name: node._SyncObj__raftMatchIndex.get(n, 0) for name, n in by_name.items()}
+        recent = time.monotonic() - TRANSFER_NOT_TAKEN_S
+        fit = {n: i for n, i in matches.items()
+               if not self._follower_disks.is_full(n) and self._not_taken.get(n, -1e18) < recent}
+        if not fit:
+            return
+        target = max(fit, key=lambda n: (fit[n], n))
+        node._SyncObj__transport.send(by_name[target], {"type": "timeout_now",
+                                                        "term": node._SyncObj__raftCurrentTerm})
+        self.lease_hand_offs += 1
+        log.info("no majority answered within the leader lease: stepped down; TimeoutNow sent to %s "
+                 "(it stands at once if it still hears this replica)", target)
 
     def start_hand_over(self) -> None:
         """A leader that must not lead: hand over from a thread (one at a time)."""

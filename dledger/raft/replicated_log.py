@@ -360,6 +360,8 @@ class ReplicatedLog:
         was_leader = self._last_change is not None and self._last_change.role == Role.LEADER
         if was_leader and change.role != Role.LEADER:
             self._proposals.fail_in_flight()
+            if self._last_change is not None and change.term == self._last_change.term:
+                self._transfer.after_lease_lapsed()  # no newer term deposed it: its lease lapsed
         self._last_change = change
         for listener in self._listeners:
             listener(change)
@@ -384,6 +386,7 @@ class ReplicatedLog:
             "last_fsync_time": self.journal.last_fsync_time,
             "flush": self.config.flush.value,
             "conflict_truncations": self.journal.conflict_truncations,
+            "lease_hand_offs": self._transfer.lease_hand_offs,
             "followers_behind_retained_start": self.followers_behind_retained_start(),
             "log_resets": [list(r) for r in self.journal.log_resets],
             "members": {n: {"raft": m.raft, "client": m.client, "storage": m.storage}

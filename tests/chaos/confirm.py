@@ -31,14 +31,18 @@ def _confirmed(s: Scenario, what: str) -> None:
 
 
 def stepped_down(s: Scenario, node: str, timeout: float = 10.0) -> None:
-    """``node`` (the leader the fault hit) stops leading within ``timeout``."""
+    """``node`` (the leader the fault hit) stops leading within ``timeout``. Looked at after
+    the failover was measured: the time said is from the fault to when it was seen."""
     began = time.monotonic()
+    fault_at = s.last_fault_at
     try:
         s.brokers.wait_status(node, lambda st: st["role"] != "leader", timeout, "stepping down")
     except TimeoutError as e:
         raise FaultNotApplied(f"fault not applied: {node} still leads {timeout:g}s after the fault: "
                               f"{e}") from None
-    _confirmed(s, f"{node} stepped down in {time.monotonic() - began:.2f}s")
+    seen = time.monotonic()
+    since = f"{seen - fault_at:.2f}s after the fault" if fault_at is not None else f"in {seen - began:.2f}s"
+    _confirmed(s, f"{node} was seen stepped down {since} (looked at once the failover was measured)")
 
 
 def match_frozen(s: Scenario, leader: str, follower: str, *, own_log_frozen: bool = False,

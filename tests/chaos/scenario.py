@@ -110,6 +110,7 @@ class Scenario:
         self.failovers: list[float] = []
         #: fault kind -> its failovers (``failover_after(kind=...)``); the report's by-fault column
         self.failovers_by_fault: dict[str, list[float]] = {}
+        self.last_fault_at: float | None = None  # when the last leader fault was applied
         self.catch_ups: list[float] = []
         self.events: list[tuple[float, str]] = []
         self.started = time.monotonic()
@@ -153,7 +154,8 @@ class Scenario:
         leader's name."""
         leader = self.leader()
         fault(leader)
-        self.failover_after(self.event(what.format(leader=leader)), kind)
+        self.last_fault_at = self.event(what.format(leader=leader))
+        self.failover_after(self.last_fault_at, kind)
         return leader
 
     def failover_after(self, fault_at: float, kind: str = "") -> float:

@@ -282,3 +282,23 @@ def test_a_replica_that_must_not_lead_refuses_a_leadership_transfer(
     # the default choice passes over the member that did not take it, whatever the match indexes
     assert leader.transfer_leadership(timeout=5.0) == other.config.node
     target.stand_for_election(True, "a test's reason")
+
+
+@pytest.mark.sockets
+def test_a_deaf_leader_whose_lease_lapsed_has_a_follower_stand_at_once(
+        make_group: Callable[..., dict[str, ReplicatedLog]]) -> None:
+    """A leader that hears nothing (its peers still hear it) steps down when its lease
+    lapses, and its last heartbeats kept its followers from standing for an election
+    timeout more: it sends TimeoutNow to the member furthest ahead, which stands at once
+    -- without a pre-vote round, as after any TimeoutNow (issue 35: the deaf leader's
+    failover was the lease plus an election timeout)."""
+    logs = make_group(3)
+    leader = leader_of(logs)
+    leader.propose(b"before").result(timeout=10)
+    others = [r for r in logs.values() if r is not leader]
+    wait_for(lambda: all(r.commitlog.last_index >= 2 for r in others), 10, "followers holding every entry")
+    won_before = {r.config.node: r.status()["pre_vote_won"] for r in others}
+    leader._transport.intercept = lambda node, message: True  # deaf: every message dropped
+    new = leader_of({r.config.node: r for r in others}, timeout=15)
+    assert leader.status()["lease_hand_offs"] == 1
+    assert new.status()["pre_vote_won"] == won_before[new.config.node], "stood on TimeoutNow, not a pre-vote"

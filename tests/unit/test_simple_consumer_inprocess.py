@@ -1,0 +1,99 @@
+"""``client.SimpleConsumer`` and ``client.aio.AsyncSimpleConsumer`` (issue 29) against a
+one-node broker served in process: several consumers of one group share a 2-queue topic
+and each message is acked once; an unacked message comes back; a stale receipt is refused;
+a tag selector; the group's retry policy set through the admin."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from client import Admin, Message, Producer, SimpleConsumer
+from client.aio import AsyncSimpleConsumer
+from client.backoff import Deadline
+from client.errors import BrokerError
+
+pytestmark = pytest.mark.sockets
+
+
+def _admin(broker: str, topic: str, queues: int,
+           policy: tuple[str, tuple[float, ...], int] | None = None) -> None:
+    admin = Admin(servers=[broker])
+    try:
+        admin.create_topic(topic, queues=queues)
+        if policy is not None:
+            admin.group_config(*policy)
+    finally:
+        admin.close()
+
+
+def _produce(broker: str, topic: str, count: int, tags: str | None = None) -> set[bytes]:
+    bodies = {f"job-{i}".encode() for i in range(count)}
+    with Producer(servers=[broker], group="p") as p:
+        for i, body in enumerate(sorted(bodies)):
+            p.send(Message(topic, body, tags=tags), shard_key=str(i))
+    return bodies
+
+
+def test_consumers_of_one_group_share_the_queues_and_ack_each_message_once(broker: str) -> None:
+    _admin(broker, "jobs", 2)
+    sent = _produce(broker, "jobs", 200)
+
+    async def drain() -> tuple[list[bytes], list[int]]:
+        consumers = [AsyncSimpleConsumer(group="workers", topic="jobs", servers=[broker]) for _ in range(4)]
+        got: list[bytes] = []
+        per_consumer = [0] * len(consumers)
+        deadline = Deadline(60)
+
+        async def work(i: int, c: AsyncSimpleConsumer) -> None:
+            while len(got) < len(sent) and not deadline.expired():
+                batch = await c.receive(max_messages=8, invisible_duration_s=60, wait_s=0.5)
+                for m in batch:
+                    got.append(m.body)
+                    per_consumer[i] += 1
+                    await c.ack(m)
+        try:
+            await asyncio.gather(*(work(i, c) for i, c in enumerate(consumers)))
+        finally:
+            for c in consumers:
+                await c.close()
+        return got, per_consumer
+
+    got, per_consumer = asyncio.run(asyncio.wait_for(drain(), 90))
+    assert sorted(got) == sorted(sent)  # every message, each once
+    assert all(n > 0 for n in per_consumer)  # all four did work, on 2 queues
+    with SimpleConsumer(servers=[broker], group="workers", topic="jobs") as late:
+        assert late.receive(wait_s=0) == []  # acked: never delivered again
+
+
+def test_an_unacked_message_comes_back_and_its_old_receipt_is_stale(broker: str) -> None:
+    _admin(broker, "tasks", 1)
+    _produce(broker, "tasks", 1)
+    with SimpleConsumer(servers=[broker], group="g", topic="tasks") as a, \
+            SimpleConsumer(servers=[broker], group="g", topic="tasks") as b:
+        (first,) = a.receive(invisible_duration_s=1, wait_s=5)
+        assert first.delivery == 1
+        assert b.receive(wait_s=0) == []  # invisible to the group's other consumers
+        (again,) = b.receive(invisible_duration_s=30, wait_s=10)  # after the second, from b
+        assert (again.body, again.delivery) == (first.body, 2)
+        with pytest.raises(BrokerError, match="stale"):
+            a.ack(first)
+        b.ack(again)
+
+
+def test_a_selector_skips_other_tags_and_a_nack_follows_the_policy(broker: str) -> None:
+    _admin(broker, "mixed", 2, ("picky", (1.0,), 2))
+    _produce(broker, "mixed", 3, tags="red")
+    wanted = _produce(broker, "mixed", 1, tags="blue")
+    with SimpleConsumer(servers=[broker], group="picky", topic="mixed", selector="blue") as c:
+        got = []
+        deadline = Deadline(20)
+        while not got and not deadline.expired():
+            got = c.receive(wait_s=1)
+        assert [m.body for m in got] == sorted(wanted)
+        assert c.nack(got[0]) is False  # back after 1 s
+        (second,) = c.receive(wait_s=10)
+        assert second.delivery == 2
+        assert c.nack(second) is True  # the group's max of 2 deliveries: dead-lettered
+        assert c.receive(wait_s=1.5) == []  # the red ones were acked on receipt, the blue one is gone

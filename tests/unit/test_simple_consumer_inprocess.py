@@ -9,10 +9,16 @@ import asyncio
 
 import pytest
 
+from broker.state.machine import BrokerStateMachine
+from broker.state.pops import RetryPolicy
 from client import Admin, Message, Producer, SimpleConsumer
 from client.aio import AsyncSimpleConsumer
 from client.backoff import Deadline
+from client.cli import durations_s
 from client.errors import BrokerError
+from dledger.applier import Applier
+from dledger.log import Log
+from raftmq.cli import main
 
 pytestmark = pytest.mark.sockets
 
@@ -97,3 +103,15 @@ def test_a_selector_skips_other_tags_and_a_nack_follows_the_policy(broker: str) 
         assert second.delivery == 2
         assert c.nack(second) is True  # the group's max of 2 deliveries: dead-lettered
         assert c.receive(wait_s=1.5) == []  # the red ones were acked on receipt, the blue one is gone
+
+
+def test_raftmq_group_config_sets_the_policy_through_the_log(
+        broker: str, one_node_broker: tuple[Log, BrokerStateMachine, Applier],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    machine = one_node_broker[1]
+    assert main(["group", "config", "cli-g", "--retry", "500ms 2s 1m", "--max-deliveries", "5",
+                 "--servers", broker]) == 0
+    assert machine.pops.policy("cli-g") == RetryPolicy((500, 2_000, 60_000), 5)
+    assert "at most 5 deliveries" in capsys.readouterr().out
+    assert main(["group", "config", "cli-g", "--retry", "5 parsecs", "--servers", broker]) == 2
+    assert durations_s("1s, 30 2m 1h") == [1.0, 30.0, 120.0, 3600.0]

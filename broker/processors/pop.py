@@ -16,7 +16,8 @@ A POP chooses, then claims through the log, then reads::
 POPs of one (group, topic) on this leader run their steps 1-3 one at a time (an asyncio
 lock), so two never claim the same new offsets; each waits one commit. Nothing is
 claimed when the long poll finds no message: it waits for a queue of the topic to grow or
-for the earliest invisibility to end, with the request's deadline.
+for the earliest invisibility to end, with the request's deadline, holding a slot of the
+broker's parked long polls (``broker.processors.long_polls``: the caps pulls have).
 
 Threads: the server's event loop only.
 """
@@ -31,6 +32,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from broker.clients.retry_topics import RetryQuotaExceeded
 from broker.processors.base import Processor
+from broker.processors.context import CONNECTION
+from broker.processors.long_polls import ParkedPulls
 from broker.processors.outcomes import OUTCOME_CODE
 from broker.security.access_control import current_user
 from broker.state.machine import Outcome
@@ -71,9 +74,11 @@ class QueueWaiter(Protocol):
 
 class PopProcessor(Processor):
 
-    def __init__(self, server: BrokerContext, signal: QueueWaiter) -> None:
+    def __init__(self, server: BrokerContext, signal: QueueWaiter, parked: ParkedPulls | None = None) -> None:
+        """``parked``: the caps on long polls held at once (shared with pulls)."""
         super().__init__(server)
         self._signal = signal
+        self._parked = parked or ParkedPulls()
         self._claiming: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
         self._turn = itertools.count()  # which queue a POP looks at first
 
@@ -92,7 +97,8 @@ class PopProcessor(Processor):
                 claimed = await self._claim(group, topic, config.queues, req.max_msgs, req.invisible_ms)
             if claimed or loop.time() >= deadline:
                 return PopResponse(records=self._read(topic, claimed) or None).reply(frame)
-            await self._wait(group, topic, config.queues, deadline)
+            with self._parked.slot(CONNECTION.get(), current_user()):
+                await self._wait(group, topic, config.queues, deadline)
             self._server.require_leader()
 
     async def _claim(self, group: str, topic: str, queues: int, most: int,

@@ -160,10 +160,10 @@ class BrokerServer:
         self.leader_address = leader_address
         self.metrics = BrokerMetrics(self)
         self.started_at = time.time()  # /status: uptime
-        self.pulls = PullProcessor(machine, rlog, signal, self.metrics,
-                                   ParkedPulls(self.connections.limits.max_parked_pulls_per_connection,
-                                               self.connections.limits.max_parked_pulls))
-        self.pop_requests = PopProcessor(self, signal)
+        parked = ParkedPulls(self.connections.limits.max_parked_pulls_per_connection,
+                             self.connections.limits.max_parked_pulls)  # long pulls and POPs alike
+        self.pulls = PullProcessor(machine, rlog, signal, self.metrics, parked)
+        self.pop_requests = PopProcessor(self, signal, parked)
         self.access = AccessControl(self, enabled=acl, bootstrap=acl_bootstrap,  # every request checked
                                     token_ttl_s=acl_token_ttl_s)
         self.acl_requests = AclProcessor(self)

@@ -167,6 +167,10 @@ class PopTables:
     def policy(self, group: str) -> RetryPolicy:
         return self._policies.get(group, DEFAULT_POLICY)
 
+    def explicit_policy(self, group: str) -> RetryPolicy | None:
+        """The policy set for ``group`` (``raftmq group config``), None if none was."""
+        return self._policies.get(group)
+
     def next_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         """The first offset of the queue the group never claimed (None: no window yet)."""
         window = self._windows.get(GroupQueue(group, topic, queue_id))

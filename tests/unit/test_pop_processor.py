@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from broker.clients.registry import ConsumerRegistry
 from broker.clients.retry_topics import RetryTopicQuota
 from broker.deferred.service import DeferredService
+from broker.processors.deferred import DeferredProcessor
 from broker.processors.long_polls import AppliedSignal
 from broker.processors.pop import PopProcessor
 from broker.replication.write_path import WritePath
@@ -20,6 +21,7 @@ from broker.store.commands import CreateTopic, encode_admin
 from dledger.applier import Applier
 from dledger.errors import NotLeader
 from dledger.log import Log
+from protocol.deferred import SendBackRequest, SendBackResponse
 from protocol.message_format import Message, encode_message
 from protocol.pop import (
     AckRequest,
@@ -236,5 +238,33 @@ def test_a_follower_refuses_a_pop(one_node_broker: tuple[Log, BrokerStateMachine
         else:
             raise AssertionError("a follower served a POP")
         assert h.context.rlog.committed_index == before
+
+    _run(one_node_broker, scenario)
+
+
+def test_a_push_consumers_send_back_follows_the_groups_policy(
+        one_node_broker: tuple[Log, BrokerStateMachine, Applier]) -> None:
+    async def scenario(h: Harness) -> None:
+        send_backs = DeferredProcessor(h.context)  # type: ignore[arg-type]  # a partial context
+        await h.send("jobs", 0, b"retry me")
+        position = h.context.machine.queue("jobs", 0).get(0).position  # type: ignore[union-attr]
+
+        async def send_back(group: str) -> SendBackResponse:
+            frame = await h.call(send_backs.send_back, SendBackRequest(group=group, position=position,
+                                                                      max_reconsume_times=16))
+            assert frame.code == ResponseCode.SUCCESS, frame.remark
+            return SendBackResponse.from_frame(frame)
+
+        plain = await send_back("plain")  # no policy: the broker's schedule (first step 10 s)
+        assert plain.topic == "%RETRY%plain"
+        config = GroupConfigRequest(group="tuned", backoff_ms=(3_000,), max_deliveries=2)
+        await h.call(h.processor.group_config, config)
+        tuned = await send_back("tuned")
+        assert (tuned.topic, tuned.reconsume_times) == ("%RETRY%tuned", 1)
+        due = sorted(held.due_ms for held in h.context.machine.timers.held())
+        assert due == [T0 + 3_000, T0 + 10_000]  # the tuned group's 3 s, the plain group's 10 s
+        once = GroupConfigRequest(group="once", backoff_ms=(3_000,), max_deliveries=1)
+        await h.call(h.processor.group_config, once)
+        assert (await send_back("once")).topic == "%DLQ%once"  # the request said 16; the group says 1
 
     _run(one_node_broker, scenario)

@@ -96,7 +96,13 @@ class PopProcessor(Processor):
             async with self._claiming[(group, topic)]:
                 claimed = await self._claim(group, topic, config.queues, req.max_msgs, req.invisible_ms)
             if claimed or loop.time() >= deadline:
-                return PopResponse(records=self._read(topic, claimed) or None).reply(frame)
+                records, gone = self._read(topic, claimed)
+                if gone:  # retention deleted them: nothing to deliver, settled now
+                    await self._server.write.send([encode_admin(PopDead(group, topic, q, offset, delivery))
+                                                   for q, offset, delivery in gone])
+                if records or loop.time() >= deadline:
+                    return PopResponse(records=records or None).reply(frame)
+                continue
             with self._parked.slot(CONNECTION.get(), current_user()):
                 await self._wait(group, topic, config.queues, deadline)
             self._server.require_leader()
@@ -163,26 +169,29 @@ class PopProcessor(Processor):
             for w in waits:
                 w.cancel()
 
-    def _read(self, topic: str, claimed: list[tuple[int, int, int]]) -> list[PoppedRecord]:
-        """The records holding the claimed messages, each with its claimed (offset, delivery)s.
-        A message retention deleted meanwhile is left out (its claim ends with its deadline)."""
+    def _read(self, topic: str, claimed: list[tuple[int, int, int]]) -> tuple[
+            list[PoppedRecord], list[tuple[int, int, int]]]:
+        """The records holding the claimed messages, each with its claimed (offset, delivery)s,
+        and the claims whose message retention deleted (or whose topic went)."""
         by_record: dict[tuple[int, int], tuple[PullRow, list[tuple[int, int]]]] = {}
+        gone: list[tuple[int, int, int]] = []
         commitlog = self._server.rlog.commitlog
         for q, offset, delivery in sorted(claimed):
             cq = self._server.machine.queue(topic, q)
-            if cq is None:
-                continue
             try:
+                if cq is None:
+                    raise MessageGone(f"topic {topic!r} has no queue {q}")
                 unit = cq.get(offset)
                 key = (q, unit.base)
                 if key not in by_record:
                     record = read_message(commitlog, unit.position, unit.size)
                     by_record[key] = (PullRow(unit.base, unit.position, unit.store_ms, record), [])
             except (OffsetOutOfRange, MessageGone, ValueError):
+                gone.append((q, offset, delivery))
                 continue
             by_record[key][1].append((offset, delivery))
         return [PoppedRecord(q, row, tuple(Claim(o, n) for o, n in claims))
-                for (q, _), (row, claims) in by_record.items()]
+                for (q, _), (row, claims) in by_record.items()], gone
 
     async def _dead_letter(self, group: str, topic: str, held: InFlight) -> bool:
         """Store a copy of ``held`` in %DLQ%group and settle it, in one write; False when the

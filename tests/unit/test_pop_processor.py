@@ -9,15 +9,19 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+import pytest
+
 from broker.clients.registry import ConsumerRegistry
 from broker.clients.retry_topics import RetryTopicQuota
 from broker.deferred.service import DeferredService
+from broker.processors import pop as pop_module
 from broker.processors.deferred import DeferredProcessor
 from broker.processors.long_polls import AppliedSignal
 from broker.processors.pop import PopProcessor
 from broker.replication.write_path import WritePath
 from broker.state.machine import BrokerStateMachine
 from broker.store.commands import CreateTopic, encode_admin
+from broker.store.fragments import MessageGone
 from dledger.applier import Applier
 from dledger.errors import NotLeader
 from dledger.log import Log
@@ -266,5 +270,22 @@ def test_a_push_consumers_send_back_follows_the_groups_policy(
         once = GroupConfigRequest(group="once", backoff_ms=(3_000,), max_deliveries=1)
         await h.call(h.processor.group_config, once)
         assert (await send_back("once")).topic == "%DLQ%once"  # the request said 16; the group says 1
+
+    _run(one_node_broker, scenario)
+
+
+def test_a_claimed_message_retention_deleted_is_settled_not_left_in_flight(
+        one_node_broker: tuple[Log, BrokerStateMachine, Applier], monkeypatch: pytest.MonkeyPatch) -> None:
+    def deleted(*_: object) -> bytes:
+        raise MessageGone("retention deleted it")
+
+    async def scenario(h: Harness) -> None:
+        await h.send("jobs", 0, b"old")
+        monkeypatch.setattr(pop_module, "read_message", deleted)
+        assert await h.pop() == []
+        assert h.context.machine.pops.in_flight("workers", "jobs") == []  # settled, not held
+        monkeypatch.undo()
+        h.clock.now_ms += 3_600_000
+        assert await h.pop() == []  # and never handed out
 
     _run(one_node_broker, scenario)

@@ -6,8 +6,10 @@ a tag selector; the group's retry policy set through the admin."""
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from broker.state.machine import BrokerStateMachine
 from broker.state.pops import RetryPolicy
@@ -85,7 +87,18 @@ def test_an_unacked_message_comes_back_and_its_old_receipt_is_stale(broker: str)
         assert (again.body, again.delivery) == (first.body, 2)
         with pytest.raises(BrokerError, match="stale"):
             a.ack(first)
+        assert _in_flight_metric(broker, "g") == 1
         b.ack(again)
+        assert _in_flight_metric(broker, "g") == 0
+
+
+def _in_flight_metric(broker: str, group: str) -> float:
+    """``raftmq_pop_in_flight_messages`` of ``group`` on the broker's ``/metrics``."""
+    with urllib.request.urlopen(f"http://{broker}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    (value,) = [s.value for family in text_string_to_metric_families(text) for s in family.samples
+                if s.name == "raftmq_pop_in_flight_messages" and s.labels.get("consumer_group") == group]
+    return value
 
 
 def test_a_selector_skips_other_tags_and_a_nack_follows_the_policy(broker: str) -> None:

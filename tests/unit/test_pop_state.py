@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from broker.state import pops
 from broker.state.machine import BrokerStateMachine, Outcome
@@ -169,3 +171,44 @@ def test_tables_load_their_own_form() -> None:
     assert tables.in_flight("g", "jobs") == [InFlight(1, 3, 98, 1), InFlight(1, 2, 99, 3)]
     assert tables.span("g") == 3 and tables.groups() == {"g": 2}
     assert tables.state()["pops"] == {"g\x00jobs\x001": [5, 2, [4], [[2, 99, 3], [3, 98, 1]]]}
+
+
+_OPS = st.lists(st.tuples(st.sampled_from(["claim", "ack", "invisible", "dead"]), st.integers(0, 7),
+                          st.integers(1, 3), st.integers(0, 5_000), st.integers(0, 3_000)),
+                max_size=60)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=_OPS)
+def test_any_history_keeps_the_window_invariants_and_replicas_agree(
+        ops: list[tuple[str, int, int, int, int]]) -> None:
+    """Random claims, acks, changes and dead-letters (offsets 0..7, deliveries 1..3, store
+    times moving forward): a message is never in flight and settled at once, the floor only
+    moves past settled offsets, the span is what the windows hold, nothing settled is claimed
+    again; a replica applying the same records from the checkpoint form agrees."""
+    tables, now, queue_end = PopTables(), T0, 6
+    settled: set[int] = set()
+    for kind, offset, delivery, ms, advance in ops:
+        now += advance
+        record = {"claim": PopClaim("g", "jobs", 0, offset, ms),
+                  "ack": PopAck("g", "jobs", 0, offset, delivery),
+                  "invisible": PopInvisible("g", "jobs", 0, offset, delivery, ms),
+                  "dead": PopDead("g", "jobs", 0, offset, delivery)}[kind]
+        outcome = tables.apply(record, now, queue_end)[0]
+        if kind == "claim" and offset in settled:
+            assert outcome == Outcome.DUPLICATE  # a settled message is never handed out again
+        if kind in ("ack", "dead") and outcome == Outcome.DONE:
+            settled.add(offset)
+        state = tables.state().get("pops", {}).get("g\x00jobs\x000")
+        if state is None:
+            continue
+        next_offset, floor, above, held = state
+        held_offsets = {o for o, _, _ in held}
+        assert floor <= next_offset <= queue_end
+        assert not held_offsets & set(above) and all(floor < o < next_offset for o in above)
+        assert held_offsets <= set(range(floor, next_offset))
+        assert set(range(floor, next_offset)) == held_offsets | set(above)
+        assert {o for o in settled if o >= floor} == set(above)  # the ones acked above the floor
+        assert tables.span("g") == next_offset - floor
+        replica = PopTables(tables.state().get("pops"), tables.state().get("retry"))
+        assert replica.state() == tables.state() and replica.span("g") == tables.span("g")

@@ -288,9 +288,10 @@ async def _group_config(args: argparse.Namespace) -> int:
         print(f"--retry: {e}", file=sys.stderr)
         return 2
     async with AsyncAdmin(**_where(args)) as admin:
-        made = await admin.group_config(args.group, retry, args.max_deliveries)
+        made = await admin.group_config(args.group, retry, args.max_deliveries, ordered=args.ordered)
     print(f"group {args.group}: retry after {' '.join(f'{s:g}s' for s in retry)}, at most "
-          f"{args.max_deliveries} deliveries, on {', '.join(g or 'the group' for g in made)}")
+          f"{args.max_deliveries} deliveries{', ordered' if args.ordered else ''}, on "
+          f"{', '.join(g or 'the group' for g in made)}")
     return 0
 
 
@@ -410,6 +411,9 @@ def _add_group_and_dlq(sub: Any) -> None:
                    help='config: the backoff of a nacked message, per delivery (default "1s 5s 10s 30s 60s")')
     g.add_argument("--max-deliveries", type=int, default=16,
                    help="config: deliveries before a message goes to %%DLQ%%GROUP (default 16)")
+    g.add_argument("--ordered", action="store_true",
+                   help="config: hand out a queue's messages one at a time, in order (each shard key "
+                        "in order)")
     _add_cluster_options(g)
 
     d = sub.add_parser("dlq", help="list or re-send a consumer group's dead letters",

@@ -323,8 +323,8 @@ class Admin:
         return self._loop.run(self._a.delete_topic(topic, groups))
 
     def group_config(self, group: str, retry_s: Sequence[float], max_deliveries: int,
-                     groups: Sequence[str] | None = None) -> list[str]:
-        return self._loop.run(self._a.group_config(group, retry_s, max_deliveries, groups))
+                     groups: Sequence[str] | None = None, *, ordered: bool = False) -> list[str]:
+        return self._loop.run(self._a.group_config(group, retry_s, max_deliveries, groups, ordered=ordered))
 
     def topics(self) -> dict[str, dict[str, list[int]]]:
         return self._loop.run(self._a.topics())

@@ -23,7 +23,9 @@
                                      policy says when it is visible again, or dead-letters it
         response                ext  deadLettered bool, backoffMs int
     UPDATE_GROUP_CONFIG (53)    ext  group str, backoffMs [int 0..12 h] (1..32 steps),
-                                     maxDeliveries int 1..1000
+                                     maxDeliveries int 1..1000, ordered bool (absent: false:
+                                     a queue's next message waits until the one before is
+                                     settled)
         response                     a WriteResponse
 
 A receipt whose delivery the message outlived (its invisibility ended and it went to
@@ -115,3 +117,4 @@ class GroupConfigRequest(Request, frozen=True):
     group: str
     backoff_ms: Annotated[tuple[_Invisible, ...], msgspec.Meta(min_length=1, max_length=32)]
     max_deliveries: Annotated[int, msgspec.Meta(ge=1, le=1000)]
+    ordered: bool | None = None

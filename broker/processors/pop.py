@@ -8,7 +8,8 @@ A POP chooses, then claims through the log, then reads::
        delivered again -- or, delivered max_deliveries times already, dead-lettered
        (a copy to %DLQ%group and a PopDead record in one write)
     2. new messages: from each queue's window end (``next``), queues taken in turn,
-       within the group's cap of messages in flight
+       within the group's cap of messages in flight (an ordered group: one of each queue
+       that has none in flight)
     3. a PopClaim record per message, proposed in one write; the apply step decides each
        at the entry's store time (another consumer may have taken one meanwhile: LOCKED)
     4. the claimed messages' records read from the CommitLog, as a pull reads them
@@ -126,20 +127,26 @@ class PopProcessor(Processor):
         for held in dead:
             await self._dead_letter(group, topic, held)
         room = min(most - len(wanted), MAX_IN_FLIGHT - pops.span(group))
-        wanted += self._new_offsets(group, topic, queues, room)
+        wanted += self._new_offsets(group, topic, queues, room, policy.ordered,
+                                    {q for q, _ in wanted})
         if not wanted:
             return []
         outcomes = await self._server.write.send([
             encode_admin(PopClaim(group, topic, q, offset, invisible_ms)) for q, offset in wanted])
         return [(a.queue_id, a.queue_offset, a.position) for a in outcomes if a.outcome == Outcome.DONE]
 
-    def _new_offsets(self, group: str, topic: str, queues: int, room: int) -> list[tuple[int, int]]:
-        """Up to ``room`` offsets no consumer of the group was given, from the queues in turn."""
+    def _new_offsets(self, group: str, topic: str, queues: int, room: int, ordered: bool,
+                     again: set[int]) -> list[tuple[int, int]]:
+        """Up to ``room`` offsets no consumer of the group was given, from the queues in turn;
+        ``ordered``: one of a queue with nothing in flight (``again``: the queues of the
+        messages this POP delivers again)."""
         found: list[tuple[int, int]] = []
         first = next(self._turn) % queues
         for q in [(first + i) % queues for i in range(queues)]:
             if len(found) >= room:
                 break
+            if ordered and (q in again or self._server.machine.pops.held_in(group, topic, q)):
+                continue
             cq = self._server.machine.queue(topic, q)
             if cq is None:
                 continue
@@ -148,7 +155,7 @@ class PopProcessor(Processor):
                 committed = self._server.machine.committed_offset(group, topic, q)
                 low = self._server.machine.retained_min_offset(cq, self._server.rlog.commitlog.start_position)
                 start = max(low, committed or 0)
-            end = min(cq.max_offset, start + room - len(found))
+            end = min(cq.max_offset, start + (1 if ordered else room - len(found)))
             found += [(q, offset) for offset in range(start, end)]
         return found
 
@@ -259,4 +266,4 @@ class PopProcessor(Processor):
         self._server.require_leader()
         req = GroupConfigRequest.from_frame(frame)
         return await self._through_log(frame, GroupPolicy(validate_group(req.group), req.backoff_ms,
-                                                          req.max_deliveries))
+                                                          req.max_deliveries, bool(req.ordered)))

@@ -19,6 +19,9 @@ A group's POP view of one queue is a window of offsets::
   is one, with the group's backoff).
 * Time is the apply step's clock: the latest store time of the entries applied
   (``DerivedState.last_store_ms``), so every replica decides alike.
+* An ordered group (its policy's ``ordered``): a claim of a new offset is refused (LOCKED)
+  while a message of the queue is in flight, so a queue's messages go out one at a time,
+  in order; one comes back (nack, invisibility end) before any later one is handed out.
 * Bounded: a claim that would make a group's windows (next - floor, over its queues) span
   more than ``MAX_IN_FLIGHT`` messages is refused (IN_FLIGHT_CAP) -- a stuck message holds
   its window open, so the cap bounds the acked set kept above it too.
@@ -30,7 +33,7 @@ Checkpoint form (only when not empty, so a state without POP keeps its form)::
 
     "pops":     {"group\\0topic\\0queue id": [next, floor, [settled offsets above floor],
                                               [[offset, deadline ms, delivery], ...]]}
-    "retry":    {group: [[backoff ms, ...], max deliveries]}
+    "retry":    {group: [[backoff ms, ...], max deliveries(, true: ordered)]}
 
 Threads: the apply thread writes; the leader's event loop reads (each read copies under
 the GIL: one dict or list operation).
@@ -54,6 +57,7 @@ MAX_IN_FLIGHT = 10_000
 class RetryPolicy(NamedTuple):
     backoff_ms: tuple[int, ...]
     max_deliveries: int
+    ordered: bool = False  # one message of a queue in flight at a time (module docstring)
 
     def backoff_after(self, delivery: int) -> int:
         """How long a nacked ``delivery`` (1, 2, ...) stays invisible."""
@@ -98,7 +102,8 @@ class PopTables:
             self._windows[GroupQueue(*split_key(text))] = _Window(
                 next_offset, floor, set(settled), {o: [d, n] for o, d, n in in_flight})
         self._policies: dict[str, RetryPolicy] = {
-            group: RetryPolicy(tuple(backoff), most) for group, (backoff, most) in (retry or {}).items()}
+            group: RetryPolicy(tuple(row[0]), row[1], len(row) > 2 and row[2])
+            for group, row in (retry or {}).items()}
         self._span: dict[str, int] = {}  # group -> sum of its windows' next - floor
         for key, window in self._windows.items():
             self._span[key.group] = self._span.get(key.group, 0) + window.next - window.floor
@@ -108,7 +113,7 @@ class PopTables:
         """Apply one record at store time ``now_ms``; ``queue_end``: the next offset of the
         record's queue (0 when it has none)."""
         if isinstance(cmd, GroupPolicy):
-            self._policies[cmd.group] = RetryPolicy(cmd.backoff_ms, cmd.max_deliveries)
+            self._policies[cmd.group] = RetryPolicy(cmd.backoff_ms, cmd.max_deliveries, cmd.ordered)
             return kept(Outcome.DONE)
         key = GroupQueue(cmd.group, cmd.topic, cmd.queue_id)
         if isinstance(cmd, PopClaim):
@@ -147,6 +152,9 @@ class PopTables:
             return kept(Outcome.DUPLICATE, qid, offset, reason=f"offset {offset} is settled")
         if offset > window.next:
             return kept(Outcome.INVALID, qid, offset, reason=f"claims go in order: the next is {window.next}")
+        if window.in_flight and self.policy(key.group).ordered:
+            return kept(Outcome.LOCKED, qid, offset, reason=(
+                f"ordered group: offset {min(window.in_flight)} of queue {qid} is not settled yet"))
         span = self._span.get(key.group, 0)
         if span >= MAX_IN_FLIGHT:
             return kept(Outcome.IN_FLIGHT_CAP, qid, offset, reason=(
@@ -176,6 +184,11 @@ class PopTables:
         window = self._windows.get(GroupQueue(group, topic, queue_id))
         return None if window is None else window.next
 
+    def held_in(self, group: str, topic: str, queue_id: int) -> int:
+        """How many messages of the queue the group has in flight."""
+        window = self._windows.get(GroupQueue(group, topic, queue_id))
+        return 0 if window is None else len(window.in_flight)
+
     def span(self, group: str) -> int:
         return self._span.get(group, 0)
 
@@ -203,6 +216,6 @@ class PopTables:
                                          [[o, d, n] for o, (d, n) in sorted(w.in_flight.items())]]
                            for k, w in sorted(self._windows.items())}
         if self._policies:
-            out["retry"] = {g: [list(p.backoff_ms), p.max_deliveries]
+            out["retry"] = {g: [list(p.backoff_ms), p.max_deliveries, *([True] if p.ordered else [])]
                             for g, p in sorted(self._policies.items())}
         return out

@@ -6,7 +6,9 @@ decides at the entry's store time::
 
     kind  record                                                   effect at apply
     ----  -------------------------------------------------------  ------------------------------
-     160  [160, group, [backoff ms, ...], max_deliveries]          the group's retry policy
+     160  [160, group, [backoff ms, ...], max_deliveries(,        the group's retry policy; an
+           ordered)]                                               ordered group has one message
+                                                                   of a queue in flight at a time
      161  [161, group, topic, queue_id, offset, invisible_ms]      claim one message: invisible
                                                                    to the group until store time
                                                                    + invisible_ms; delivery + 1
@@ -54,11 +56,14 @@ POP_KINDS = frozenset(int(k) for k in PopKind)
 class GroupPolicy:
     """A group's retry policy: a nacked delivery n comes back after ``backoff_ms[n - 1]``
     (the last step for every later one); a message is dead-lettered once it was delivered
-    ``max_deliveries`` times and is handed back again."""
+    ``max_deliveries`` times and is handed back again. ``ordered``: a queue's next message
+    is handed out only once the one before is settled (acked or dead-lettered), so each
+    queue -- each shard key -- is consumed in order (RocketMQ 5's FIFO groups, by queue)."""
 
     group: str
     backoff_ms: tuple[int, ...]
     max_deliveries: int
+    ordered: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +107,9 @@ def pop_row(record: PopRecord) -> list[object]:
     """The msgpack array of ``record``."""
     match record:
         case GroupPolicy():
-            return [PopKind.GROUP_POLICY, record.group, list(record.backoff_ms), record.max_deliveries]
+            row: list[object] = [PopKind.GROUP_POLICY, record.group, list(record.backoff_ms),
+                                 record.max_deliveries]
+            return [*row, True] if record.ordered else row
         case PopClaim():
             return [PopKind.POP_CLAIM, record.group, record.topic, record.queue_id, record.offset,
                     record.invisible_ms]
@@ -124,14 +131,17 @@ def _natural(value: object, limit: int | None = None) -> bool:
 def decode_pop(kind: int, args: list[object]) -> PopRecord:
     """The record of ``kind`` with fields ``args``; ValueError (or TypeError) if malformed."""
     if kind == PopKind.GROUP_POLICY:
-        group, backoff, max_deliveries = args
+        group, backoff, max_deliveries, *flags = args
+        ordered = flags == [True]
+        if flags and not ordered:
+            raise ValueError("bad group-policy flags")
         if not (isinstance(group, str) and group and isinstance(backoff, list)
                 and 0 < len(backoff) <= MAX_BACKOFF_STEPS
                 and all(_natural(b, MAX_INVISIBLE_MS) for b in backoff)
                 and _natural(max_deliveries, MAX_DELIVERIES) and max_deliveries):
             raise ValueError("bad group-policy record")
         assert isinstance(max_deliveries, int)
-        return GroupPolicy(group, tuple(b for b in backoff if isinstance(b, int)), max_deliveries)
+        return GroupPolicy(group, tuple(b for b in backoff if isinstance(b, int)), max_deliveries, ordered)
     group, topic, queue_id, offset, *rest = args
     if not (isinstance(group, str) and group and isinstance(topic, str) and topic
             and _natural(queue_id, 1023) and _natural(offset)):

@@ -289,3 +289,25 @@ def test_a_claimed_message_retention_deleted_is_settled_not_left_in_flight(
         assert await h.pop() == []  # and never handed out
 
     _run(one_node_broker, scenario)
+
+
+def test_an_ordered_group_gets_each_queue_in_order_one_at_a_time(
+        one_node_broker: tuple[Log, BrokerStateMachine, Applier]) -> None:
+    async def scenario(h: Harness) -> None:
+        config = GroupConfigRequest(group="workers", backoff_ms=(1_000,), max_deliveries=9, ordered=True)
+        assert (await h.call(h.processor.group_config, config)).code == ResponseCode.SUCCESS
+        await h.send("jobs", 0, b"a0", b"a1", b"a2")
+        await h.send("jobs", 1, b"b0", b"b1")
+        first = await h.pop(most=16)
+        assert sorted(m.message.body for m in first) == [b"a0", b"b0"]  # one of each queue
+        assert await h.pop() == []  # the next of each waits for its predecessor
+        a0 = next(m for m in first if m.queue_id == 0)
+        await h.receipt(h.processor.nack, a0, NackRequest)
+        h.clock.now_ms += 1_000
+        (again,) = await h.pop()
+        assert (again.message.body, again.delivery) == (b"a0", 2)  # a nacked one comes back first
+        await h.receipt(h.processor.ack, again)
+        (a1,) = await h.pop()
+        assert a1.message.body == b"a1"
+
+    _run(one_node_broker, scenario)

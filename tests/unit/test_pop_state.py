@@ -212,3 +212,20 @@ def test_any_history_keeps_the_window_invariants_and_replicas_agree(
         assert tables.span("g") == next_offset - floor
         replica = PopTables(tables.state().get("pops"), tables.state().get("retry"))
         assert replica.state() == tables.state() and replica.span("g") == tables.span("g")
+
+
+def test_an_ordered_group_has_one_message_of_a_queue_in_flight_at_a_time(tmp_path: Path) -> None:
+    sm, log = _machine(tmp_path), Log()
+    _with_messages(sm, log, count=3)
+    policy = GroupPolicy("g", (1_000,), 5, ordered=True)
+    assert decode_admin(encode_admin(policy)) == policy
+    _apply(sm, log, [encode_admin(policy)], T0)
+    got = _apply(sm, log, [claim(0, 10_000), claim(1, 10_000)], T0)
+    assert [g[0] for g in got] == [Outcome.DONE, Outcome.LOCKED]  # 1 waits for 0
+    _apply(sm, log, [invisible(0, 1, 0)], T0 + 1)  # a nack: 0 comes back first, 1 still waits
+    got = _apply(sm, log, [claim(1, 10_000), claim(0, 10_000)], T0 + 2)
+    assert [g[0] for g in got] == [Outcome.LOCKED, Outcome.DONE]
+    _apply(sm, log, [ack(0, 2)], T0 + 3)
+    assert _apply(sm, log, [claim(1, 10_000)], T0 + 3)[0][0] == Outcome.DONE
+    assert sm.pops.state()["retry"] == {"g": [[1_000], 5, True]}
+    assert PopTables(None, sm.pops.state()["retry"]).policy("g").ordered

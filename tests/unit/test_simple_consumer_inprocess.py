@@ -128,3 +128,37 @@ def test_raftmq_group_config_sets_the_policy_through_the_log(
     assert "at most 5 deliveries" in capsys.readouterr().out
     assert main(["group", "config", "cli-g", "--retry", "5 parsecs", "--servers", broker]) == 2
     assert durations_s("1s, 30 2m 1h") == [1.0, 30.0, 120.0, 3600.0]
+
+
+def test_an_ordered_group_consumes_each_queue_in_order_with_many_consumers(broker: str) -> None:
+    assert main(["topic", "create", "fifo", "--queues", "2", "--servers", broker]) == 0
+    assert main(["group", "config", "fifo-g", "--retry", "1s", "--ordered", "--servers", broker]) == 0
+    with Producer(servers=[broker], group="p") as p:
+        for i in range(60):
+            p.send(Message("fifo", f"{i % 4}:{i:03d}".encode()), shard_key=f"key-{i % 4}")
+
+    async def consume() -> list[tuple[int, int, bytes]]:
+        consumers = [AsyncSimpleConsumer(group="fifo-g", topic="fifo", servers=[broker]) for _ in range(4)]
+        done: list[tuple[int, int, bytes]] = []  # (queue, offset, body) in the order acked
+        deadline = Deadline(60)
+
+        async def work(c: AsyncSimpleConsumer) -> None:
+            while len(done) < 60 and not deadline.expired():
+                for m in await c.receive(max_messages=4, wait_s=0.5):
+                    done.append((m.message.queue_id, m.message.queue_offset, m.body))
+                    await c.ack(m)
+        try:
+            await asyncio.gather(*(work(c) for c in consumers))
+        finally:
+            for c in consumers:
+                await c.close()
+        return done
+
+    done = asyncio.run(asyncio.wait_for(consume(), 90))
+    assert len(done) == 60 and len({body for _, _, body in done}) == 60
+    for q in (0, 1):
+        offsets = [o for queue, o, _ in done if queue == q]
+        assert offsets == sorted(offsets)  # each queue handed out and acked in order
+    for key in "0123":  # so each shard key's messages in send order
+        bodies = [b for _, _, b in done if b.startswith(key.encode())]
+        assert bodies == sorted(bodies)

@@ -37,7 +37,7 @@ a code or serves an admin route that has no row here.
     REVOKE, LIST_USERS, LIST_POLICIES  without ``super`` is a password change, allowed
     HTTP GET /admin/topics, /admin/cluster, /admin/members   get on the cluster
     HTTP GET /admin/groups           list on the cluster
-    HTTP GET /admin/groups/{g}/offsets  get on the group
+    HTTP GET /admin/groups/{g}/offsets, /admin/groups/{g}/in-flight  get on the group
     HTTP GET /admin/verify/{index}   get on the cluster
     HTTP POST /admin/leader/transfer, /admin/members, /admin/verify   update on the cluster
     HTTP POST /admin/topics, GET /admin/messages   as CREATE_TOPIC, QUERY/VIEW (through the
@@ -211,6 +211,7 @@ HTTP_ACCESS: Mapping[tuple[str, str], Callable[[Mapping[str, str]], Sequence[Nee
     ("GET", "/admin/cluster"): lambda _m: [Need(CLUSTER, "", GET)],
     ("GET", "/admin/groups"): lambda _m: [Need(CLUSTER, "", LIST)],
     ("GET", "/admin/groups/{group}/offsets"): lambda m: [Need(GROUP, m["group"], GET)],
+    ("GET", "/admin/groups/{group}/in-flight"): lambda m: [Need(GROUP, m["group"], GET)],
     ("GET", "/admin/messages"): lambda _m: [],  # QUERY_MESSAGE's or VIEW_MESSAGE_BY_ID's row
     ("POST", "/admin/leader/transfer"): lambda _m: [Need(CLUSTER, "", UPDATE)],
     ("GET", "/admin/members"): lambda _m: [Need(CLUSTER, "", GET)],

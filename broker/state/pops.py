@@ -201,6 +201,15 @@ class PopTables:
                 found += [InFlight(key.queue_id, offset, d, n) for offset, (d, n) in held]
         return sorted(found, key=lambda m: (m.deadline_ms, m.queue_id, m.offset))
 
+    def held_by(self, group: str) -> list[tuple[str, InFlight]]:
+        """(topic, message) of every message ``group`` has in flight, earliest deadline first."""
+        found = []
+        for key, window in list(self._windows.items()):
+            if key.group == group:
+                held = list(window.in_flight.items())
+                found += [(key.topic, InFlight(key.queue_id, offset, d, n)) for offset, (d, n) in held]
+        return sorted(found, key=lambda row: (row[1].deadline_ms, row[0], row[1].queue_id, row[1].offset))
+
     def groups(self) -> dict[str, int]:
         """Every group with a window -> how many of its messages are in flight."""
         counts: dict[str, int] = {}

@@ -6,6 +6,8 @@ a tag selector; the group's retry policy set through the admin."""
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 import urllib.request
 
 import pytest
@@ -88,6 +90,14 @@ def test_an_unacked_message_comes_back_and_its_old_receipt_is_stale(broker: str)
         with pytest.raises(BrokerError, match="stale"):
             a.ack(first)
         assert _in_flight_metric(broker, "g") == 1
+        with urllib.request.urlopen(f"http://{broker}/admin/groups/g/in-flight", timeout=10) as r:
+            doc = json.loads(r.read())
+        (row,) = doc["in_flight"]
+        assert (doc["count"], row["topic"], row["delivery"]) == (1, "tasks", 2)
+        assert row["offset"] == again.receipt.offset
+        assert row["deadline_ms"] > time.time() * 1000 + 20_000  # the 30 s lease b took
+        assert doc["policy"] == {"retry_ms": [1_000, 5_000, 10_000, 30_000, 60_000], "max_deliveries": 16,
+                                 "ordered": False, "set": False}
         b.ack(again)
         assert _in_flight_metric(broker, "g") == 0
 

@@ -22,6 +22,7 @@ from broker.replication.write_path import WritePath
 from broker.state.machine import BrokerStateMachine
 from broker.store.commands import CreateTopic, encode_admin
 from broker.store.fragments import MessageGone
+from client.backoff import Deadline
 from dledger.applier import Applier
 from dledger.errors import NotLeader
 from dledger.log import Log
@@ -223,7 +224,10 @@ def test_a_long_poll_returns_a_message_sent_while_it_waits(
         one_node_broker: tuple[Log, BrokerStateMachine, Applier]) -> None:
     async def scenario(h: Harness) -> None:
         waiting = asyncio.ensure_future(h.pop(wait_ms=20_000))
-        await asyncio.sleep(0)  # let the POP find nothing and park (no timing is asserted)
+        parked = Deadline(10)
+        while h.processor._parked.count == 0:  # found nothing: parked on the topic's queues
+            assert not parked.expired() and not waiting.done(), "the POP did not park"
+            await asyncio.sleep(0.01)
         await h.send("jobs", 1, b"late")
         (m,) = await asyncio.wait_for(waiting, 20)
         assert m.message.body == b"late"

@@ -22,6 +22,7 @@ from client.cli import durations_s
 from client.errors import BrokerError
 from dledger.applier import Applier
 from dledger.log import Log
+from raftmq import bench
 from raftmq.cli import main
 
 pytestmark = pytest.mark.sockets
@@ -172,3 +173,11 @@ def test_an_ordered_group_consumes_each_queue_in_order_with_many_consumers(broke
     for key in "0123":  # so each shard key's messages in send order
         bodies = [b for _, _, b in done if b.startswith(key.encode())]
         assert bodies == sorted(bodies)
+
+
+def test_raftmq_bench_receive_drains_what_it_loaded(broker: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The benchmark's receive mode runs (its figures are not asserted)."""
+    assert bench.main(["receive", "--servers", broker, "--topic", "bench", "--messages", "300",
+                       "--consumers", "3", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (result["mode"], result["messages"], result["expected"]) == ("receive", 300, 300)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from broker.state import pops
 from broker.state.machine import BrokerStateMachine, Outcome
 from broker.state.pops import DEFAULT_POLICY, InFlight, PopTables, RetryPolicy
+from broker.state.snapshot import Snapshot
 from broker.store.commands import CreateTopic, DeleteTopic, decode_admin, encode_admin
 from broker.store.pop_commands import GroupPolicy, PopAck, PopClaim, PopDead, PopInvisible
 from tests.support.ram_dir import ram_dir
@@ -229,3 +230,26 @@ def test_an_ordered_group_has_one_message_of_a_queue_in_flight_at_a_time(tmp_pat
     assert _apply(sm, log, [claim(1, 10_000)], T0 + 3)[0][0] == Outcome.DONE
     assert sm.pops.state()["retry"] == {"g": [[1_000], 5, True]}
     assert PopTables(None, sm.pops.state()["retry"]).policy("g").ordered
+
+
+def test_a_replica_installing_a_snapshot_keeps_the_deadlines_and_the_acks(tmp_path: Path) -> None:
+    """A follower behind the retained log start gets the POP state in the snapshot: the
+    claims' deadlines, deliveries and acks carry on as on its peer (no acked message comes
+    back, no lease is lost)."""
+    log, peer = Log(), _machine(tmp_path / "peer")
+    _with_messages(peer, log, count=3)
+    _apply(peer, log, [encode_admin(GroupPolicy("g", (2_000,), 4)), claim(0, 30_000), claim(1, 30_000)], T0)
+    _apply(peer, log, [ack(0, 1)], T0 + 5)
+    index = log.entries[-1].index
+    data = Snapshot.of(index, peer._state.state()).encode()
+    new = _machine(tmp_path / "new")
+    try:
+        new.install_snapshot(index, data)
+        assert new.pops.state() == peer.pops.state() and new.pops.policy("g") == RetryPolicy((2_000,), 4)
+        for sm in (peer, new):  # the next entries, the same on both
+            got = _apply(sm, Log(), [claim(0, 1_000), claim(1, 1_000), claim(2, 1_000)], T0 + 10)
+            assert [g[0] for g in got] == [Outcome.DUPLICATE, Outcome.LOCKED, Outcome.DONE]
+        assert new._state.state()["pops"] == peer._state.state()["pops"]
+    finally:
+        peer.close()
+        new.close()

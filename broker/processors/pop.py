@@ -117,8 +117,8 @@ class PopProcessor(Processor):
         now = self._server.deferred.clock_ms()
         wanted: list[tuple[int, int]] = []
         dead: list[InFlight] = []
-        for held in pops.in_flight(group, topic):
-            if held.deadline_ms > now or len(wanted) >= most:
+        for held in pops.expired(group, topic, now):
+            if len(wanted) >= most:
                 break
             if held.delivery >= policy.max_deliveries:
                 dead.append(held)
@@ -164,9 +164,9 @@ class PopProcessor(Processor):
         again at least every _LOOK_AGAIN_S), or ``deadline``."""
         loop = asyncio.get_running_loop()
         timeout = min(deadline - loop.time(), _LOOK_AGAIN_S)
-        held = self._server.machine.pops.in_flight(group, topic)
-        if held:
-            timeout = min(timeout, max(0.0, (held[0].deadline_ms - self._server.deferred.clock_ms()) / 1000))
+        soonest = self._server.machine.pops.earliest_deadline(group, topic)
+        if soonest is not None:
+            timeout = min(timeout, max(0.0, (soonest - self._server.deferred.clock_ms()) / 1000))
         if timeout <= 0:
             return
         waits = [asyncio.ensure_future(self._signal.wait((topic, q), timeout)) for q in range(queues)]

@@ -201,6 +201,26 @@ class PopTables:
                 found += [InFlight(key.queue_id, offset, d, n) for offset, (d, n) in held]
         return sorted(found, key=lambda m: (m.deadline_ms, m.queue_id, m.offset))
 
+    def expired(self, group: str, topic: str, now_ms: int) -> list[InFlight]:
+        """The group's messages of ``topic`` whose invisibility ended by ``now_ms``, earliest
+        deadline first (what a POP delivers again; cheaper than ``in_flight`` when many are held)."""
+        found = []
+        for key, window in list(self._windows.items()):
+            if key.group == group and key.topic == topic:
+                found += [InFlight(key.queue_id, offset, d, n)
+                          for offset, (d, n) in list(window.in_flight.items()) if d <= now_ms]
+        return sorted(found, key=lambda m: (m.deadline_ms, m.queue_id, m.offset))
+
+    def earliest_deadline(self, group: str, topic: str) -> int | None:
+        """The soonest deadline of the group's messages of ``topic`` in flight (None: none)."""
+        soonest: int | None = None
+        for key, window in list(self._windows.items()):
+            if key.group == group and key.topic == topic:
+                for deadline, _ in list(window.in_flight.values()):
+                    if soonest is None or deadline < soonest:
+                        soonest = deadline
+        return soonest
+
     def held_by(self, group: str) -> list[tuple[str, InFlight]]:
         """(topic, message) of every message ``group`` has in flight, earliest deadline first."""
         found = []

@@ -253,3 +253,12 @@ def test_a_replica_installing_a_snapshot_keeps_the_deadlines_and_the_acks(tmp_pa
     finally:
         peer.close()
         new.close()
+
+
+def test_expired_and_earliest_deadline_read_what_a_pop_needs() -> None:
+    tables = PopTables()
+    for q, offset, ms in ((0, 0, 500), (0, 1, 100), (1, 0, 300)):
+        tables.apply(PopClaim("g", "jobs", q, offset, ms), 0, 10)
+    assert tables.earliest_deadline("g", "jobs") == 100 and tables.earliest_deadline("g", "other") is None
+    assert tables.expired("g", "jobs", 300) == [InFlight(0, 1, 100, 1), InFlight(1, 0, 300, 1)]
+    assert tables.expired("g", "jobs", 99) == [] and tables.held_in("g", "jobs", 0) == 2

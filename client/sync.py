@@ -277,7 +277,11 @@ class SimpleConsumer:
     def __init__(self, namesrv: str | Sequence[str] | None = None, group: str = "DEFAULT_CONSUMER",
                  topic: str = "", **options: Any) -> None:
         self._loop = _Loop(f"simple-{group}")
-        self._c = self._loop.make(lambda: AsyncSimpleConsumer(namesrv, group, topic, **options))
+        try:
+            self._c = self._loop.make(lambda: AsyncSimpleConsumer(namesrv, group, topic, **options))
+        except BaseException:  # bad options: no loop thread left behind
+            self._loop.stop()
+            raise
 
     def start(self) -> SimpleConsumer:
         return self

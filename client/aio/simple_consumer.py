@@ -8,7 +8,9 @@ ends) its lease, ``nack`` gives it back -- visible again after the group's backo
 acked nor nacked comes back when its invisibility ends (``delivery`` counts up). Every call
 goes to the leader of each broker group holding the topic (``protocol.pop``).
 
-A ``selector`` of tags is applied here: a message it does not select is acked on receipt.
+A ``selector`` of tags or an ``sql`` SQL92 filter on properties is applied here: a message
+it does not select is acked on receipt (the broker claims it all the same: a group meant to
+read a part of a topic pays for the whole).
 
 Delivery is at least once: a message whose ack was lost with a leader, or a POP whose
 answer was lost, comes back after its invisibility (counted by ``SimpleMessage.delivery``).
@@ -40,6 +42,7 @@ from protocol.pop import (
     PopResponse,
 )
 from protocol.remoting import Frame
+from protocol.sql_filter import compile_filter
 from protocol.tls import ClientTls
 
 __all__ = ["AsyncSimpleConsumer", "Receipt", "SimpleMessage"]
@@ -74,13 +77,18 @@ class SimpleMessage:
 
 class AsyncSimpleConsumer:
     def __init__(self, namesrv: str | Sequence[str] | None = None, group: str = "DEFAULT_CONSUMER",
-                 topic: str = "", *, selector: str | None = None, servers: Sequence[str] | None = None,
+                 topic: str = "", *, selector: str | None = None, sql: str | None = None,
+                 servers: Sequence[str] | None = None,
                  address_map: Mapping[str, str] | None = None, core: ClientCore | None = None,
                  tls: ClientTls | bool | None = None, credentials: Credentials | None = None,
                  timeout: float = 10.0) -> None:
-        """``timeout``: how long an ack, nack or change is retried (failovers included)."""
+        """``timeout``: how long an ack, nack or change is retried (failovers included).
+        ``selector`` (tags) or ``sql`` (SQL92 on properties; FilterSyntaxError if invalid)."""
         if not topic:
             raise ValueError("a SimpleConsumer needs a topic")
+        if selector is not None and sql is not None:
+            raise ValueError("give a selector or an sql filter, not both")
+        self.sql = None if sql is None else compile_filter(sql)
         self.group, self.topic, self.timeout = group, topic, timeout
         self.selector = parse_tags(selector)
         self.core = core or ClientCore(namesrv, servers, address_map=address_map, tls=tls,
@@ -131,7 +139,7 @@ class AsyncSimpleConsumer:
             for claim in record.claimed:
                 m = messages[claim.offset - row.offset]
                 receipt = Receipt(group, self.topic, record.queue_id, claim.offset, claim.delivery)
-                if self.selector.matches(m.tags):
+                if self.selector.matches(m.tags) and (self.sql is None or self.sql.matches(m.properties)):
                     out.append(SimpleMessage(m, receipt))
                 else:
                     unwanted.append(receipt)

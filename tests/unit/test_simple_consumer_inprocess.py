@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from broker.state.machine import BrokerStateMachine
 from broker.state.pops import RetryPolicy
-from client import Admin, Message, Producer, SimpleConsumer
+from client import Admin, Message, Producer, SimpleConsumer, SimpleMessage
 from client.aio import AsyncSimpleConsumer
 from client.backoff import Deadline
 from client.cli import durations_s
@@ -181,3 +181,22 @@ def test_raftmq_bench_receive_drains_what_it_loaded(broker: str, capsys: pytest.
                        "--consumers", "3", "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert (result["mode"], result["messages"], result["expected"]) == ("receive", 300, 300)
+
+
+def test_an_sql_filter_selects_by_properties(broker: str) -> None:
+    _admin(broker, "props", 1)
+    with Producer(servers=[broker], group="p") as p:
+        for region, amount in (("eu", 50), ("eu", 500), ("us", 900)):
+            p.send(Message("props", f"{region}-{amount}".encode(),
+                           properties={"region": region, "amount": str(amount)}))
+    with SimpleConsumer(servers=[broker], group="big-eu", topic="props",
+                        sql="region = 'eu' AND amount > 100") as c:
+        got: list[SimpleMessage] = []
+        deadline = Deadline(20)
+        while not got and not deadline.expired():
+            got = c.receive(wait_s=1)
+        assert [m.body for m in got] == [b"eu-500"]
+        c.ack(got[0])
+        assert c.receive(wait_s=0) == []  # the others were acked on receipt
+    with pytest.raises(ValueError):
+        SimpleConsumer(servers=[broker], group="g", topic="props", selector="a", sql="b = 1")

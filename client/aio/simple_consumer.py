@@ -120,8 +120,12 @@ class AsyncSimpleConsumer:
         while True:
             # a long poll is held by the broker within the client's request timeout
             wait_ms = int(max(0.0, min(deadline.remaining(), self.core.request_timeout - 1.0)) * 1000)
-            batches = await asyncio.gather(*(self._pop(g, share, invisible_ms, wait_ms) for g in groups))
-            got = [m for batch in batches for m in batch]
+            answers = await asyncio.gather(*(self._pop(g, share, invisible_ms, wait_ms) for g in groups),
+                                           return_exceptions=True)
+            got = [m for batch in answers if isinstance(batch, list) for m in batch]
+            errors = [e for e in answers if isinstance(e, BaseException)]
+            if errors and not got:
+                raise errors[0]  # a broker group that failed does not cost the others' messages
             if got or deadline.expired():
                 return got
 

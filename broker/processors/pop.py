@@ -10,7 +10,8 @@ A POP chooses, then claims through the log, then reads::
     2. new messages: from each queue's window end (``next``), queues taken in turn,
        within the group's cap of messages in flight (an ordered group: one of each queue
        that has none in flight)
-    3. a PopClaim record per message, proposed in one write; the apply step decides each
+    3. a PopClaim record per message (as many as records of POP_BODY_BYTES hold: the answer
+       ships whole records), proposed in one write; the apply step decides each
        at the entry's store time (another consumer may have taken one meanwhile: LOCKED)
     4. the claimed messages' records read from the CommitLog, as a pull reads them
 
@@ -41,6 +42,7 @@ from broker.state.machine import Outcome
 from broker.state.pops import MAX_IN_FLIGHT, InFlight
 from broker.store.commands import encode_admin
 from broker.store.consume_queue import OffsetOutOfRange
+from broker.store.consume_queue_layout import CqUnit
 from broker.store.fragments import MessageGone, read_message, read_message_at
 from broker.store.pop_commands import GroupPolicy, PopAck, PopClaim, PopDead, PopInvisible
 from protocol.message_format import MessageFormatError, encode_message, message_at
@@ -62,10 +64,13 @@ from protocol.remoting import Frame, FrameError, ResponseCode
 if TYPE_CHECKING:
     from broker.processors.context import BrokerContext
 
-__all__ = ["PopProcessor"]
+__all__ = ["POP_BODY_BYTES", "PopProcessor"]
 
 #: Longest a parked POP sleeps before it looks again for invisibilities that ended.
 _LOOK_AGAIN_S = 1.0
+#: A POP claims no more messages than whole records of this many bytes hold (at least one):
+#: the answer then fits the frame size clients accept by default, as a pull's page does.
+POP_BODY_BYTES = 4 * 1024 * 1024
 
 
 class QueueWaiter(Protocol):
@@ -129,11 +134,35 @@ class PopProcessor(Processor):
         room = min(most - len(wanted), MAX_IN_FLIGHT - pops.span(group))
         wanted += self._new_offsets(group, topic, queues, room, policy.ordered,
                                     {q for q, _ in wanted})
+        wanted = self._within_bytes(topic, wanted)
         if not wanted:
             return []
         outcomes = await self._server.write.send([
             encode_admin(PopClaim(group, topic, q, offset, invisible_ms)) for q, offset in wanted])
         return [(a.queue_id, a.queue_offset, a.position) for a in outcomes if a.outcome == Outcome.DONE]
+
+    def _within_bytes(self, topic: str, wanted: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """The first of ``wanted`` whose records add up to at most POP_BODY_BYTES (at least
+        one): the answer ships whole records, and must fit a client's frame. A prefix, so the
+        new offsets of each queue stay in order."""
+        size, records = 0, set[tuple[int, int]]()
+        last: tuple[int, CqUnit] | None = None
+        for i, (q, offset) in enumerate(wanted):
+            if last is not None and last[0] == q and last[1].base <= offset < last[1].end:
+                continue  # in the record counted just before
+            cq = self._server.machine.queue(topic, q)
+            try:
+                unit = cq.get(offset) if cq is not None else None
+            except OffsetOutOfRange:
+                unit = None  # gone: claimed, then settled by the read
+            if unit is None or (q, unit.base) in records:
+                continue
+            if records and size + unit.size > POP_BODY_BYTES:
+                return wanted[:i]
+            size += unit.size
+            records.add((q, unit.base))
+            last = (q, unit)
+        return wanted
 
     def _new_offsets(self, group: str, topic: str, queues: int, room: int, ordered: bool,
                      again: set[int]) -> list[tuple[int, int]]:

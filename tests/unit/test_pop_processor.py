@@ -315,3 +315,18 @@ def test_an_ordered_group_gets_each_queue_in_order_one_at_a_time(
         assert a1.message.body == b"a1"
 
     _run(one_node_broker, scenario)
+
+
+def test_a_pop_claims_no_more_than_its_answer_can_carry(
+        one_node_broker: tuple[Log, BrokerStateMachine, Applier], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pop_module, "POP_BODY_BYTES", 600)  # two records of ~300 B, not three
+
+    async def scenario(h: Harness) -> None:
+        for i in range(3):  # three records (one message each), each about 300 B
+            await h.send("jobs", 0, bytes([65 + i]) * 200)
+        first = await h.pop(most=16)
+        assert [m.message.body[:1] for m in first] == [b"A", b"B"]
+        (last,) = await h.pop(most=16)
+        assert last.message.body[:1] == b"C"  # left unclaimed, so the next POP got it
+
+    _run(one_node_broker, scenario)

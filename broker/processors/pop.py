@@ -17,8 +17,10 @@ A POP chooses, then claims through the log, then reads::
 
 POPs of one (group, topic) on this leader run their steps 1-3 one at a time (an asyncio
 lock), so two never claim the same new offsets; each waits one commit. Nothing is
-claimed when the long poll finds no message: it waits for a queue of the topic to grow or
-for the earliest invisibility to end, with the request's deadline, holding a slot of the
+claimed when the long poll finds no message: it waits for a queue of the topic to grow,
+for the earliest invisibility to end or for a receipt of the group's topic to change
+something here (an ack frees an ordered queue; a nack may be due sooner), with the
+request's deadline, holding a slot of the
 broker's parked long polls (``broker.processors.long_polls``: the caps pulls have).
 
 Threads: the server's event loop only.
@@ -87,6 +89,8 @@ class PopProcessor(Processor):
         self._parked = parked or ParkedPulls()
         self._claiming: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
         self._turn = itertools.count()  # which queue a POP looks at first
+        #: set when a receipt of the (group, topic) changed something: parked POPs look again
+        self._changed: dict[tuple[str, str], asyncio.Event] = {}
 
     # -- POP ------------------------------------------------------------------------------
     async def pop(self, frame: Frame) -> Frame:
@@ -198,7 +202,9 @@ class PopProcessor(Processor):
             timeout = min(timeout, max(0.0, (soonest - self._server.deferred.clock_ms()) / 1000))
         if timeout <= 0:
             return
+        changed = self._changed.setdefault((group, topic), asyncio.Event())
         waits = [asyncio.ensure_future(self._signal.wait((topic, q), timeout)) for q in range(queues)]
+        waits.append(asyncio.ensure_future(changed.wait()))
         try:
             await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -229,6 +235,13 @@ class PopProcessor(Processor):
         return [PoppedRecord(q, row, tuple(Claim(o, n) for o, n in claims))
                 for (q, _), (row, claims) in by_record.items()], gone
 
+    def _look_again(self, group: str, topic: str) -> None:
+        """A receipt settled a message or moved a deadline: wake the POPs parked on the group's
+        topic (an ordered queue's next message, a nacked one due sooner than they planned)."""
+        changed = self._changed.pop((group, topic), None)
+        if changed is not None:
+            changed.set()
+
     async def _dead_letter(self, group: str, topic: str, held: InFlight) -> bool:
         """Store a copy of ``held`` in %DLQ%group and settle it, in one write; False when the
         message is gone (retention) -- then it is only settled."""
@@ -258,15 +271,22 @@ class PopProcessor(Processor):
     async def ack(self, frame: Frame) -> Frame:
         self._server.require_leader()
         req = AckRequest.from_frame(frame)
-        return await self._through_log(frame, PopAck(validate_group(req.group), validate_topic(req.topic),
-                                                     req.queue_id, req.offset, req.delivery))
+        group, topic = validate_group(req.group), validate_topic(req.topic)
+        try:
+            ack = PopAck(group, topic, req.queue_id, req.offset, req.delivery)
+            return await self._through_log(frame, ack)
+        finally:
+            self._look_again(group, topic)
 
     async def change_invisible(self, frame: Frame) -> Frame:
         self._server.require_leader()
         req = ChangeInvisibleRequest.from_frame(frame)
-        return await self._through_log(frame, PopInvisible(
-            validate_group(req.group), validate_topic(req.topic), req.queue_id, req.offset, req.delivery,
-            req.invisible_ms))
+        group, topic = validate_group(req.group), validate_topic(req.topic)
+        try:
+            return await self._through_log(frame, PopInvisible(group, topic, req.queue_id, req.offset,
+                                                               req.delivery, req.invisible_ms))
+        finally:
+            self._look_again(group, topic)
 
     async def nack(self, frame: Frame) -> Frame:
         """Give a message back: visible again after the group's backoff for its delivery, or,
@@ -274,6 +294,12 @@ class PopProcessor(Processor):
         self._server.require_leader()
         req = NackRequest.from_frame(frame)
         group, topic = validate_group(req.group), validate_topic(req.topic)
+        try:
+            return await self._nack(frame, req, group, topic)
+        finally:
+            self._look_again(group, topic)
+
+    async def _nack(self, frame: Frame, req: NackRequest, group: str, topic: str) -> Frame:
         policy = self._server.machine.pops.policy(group)
         if req.delivery >= policy.max_deliveries:
             current = [m for m in self._server.machine.pops.in_flight(group, topic)

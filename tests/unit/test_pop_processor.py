@@ -330,3 +330,26 @@ def test_a_pop_claims_no_more_than_its_answer_can_carry(
         assert last.message.body[:1] == b"C"  # left unclaimed, so the next POP got it
 
     _run(one_node_broker, scenario)
+
+
+def test_an_ack_wakes_a_pop_parked_on_an_ordered_queue(
+        one_node_broker: tuple[Log, BrokerStateMachine, Applier], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing grows and no deadline passes: only the ack can wake the parked POP (its own
+    look-again is set beyond the test's deadline)."""
+    monkeypatch.setattr(pop_module, "_LOOK_AGAIN_S", 60.0)
+
+    async def scenario(h: Harness) -> None:
+        config = GroupConfigRequest(group="workers", backoff_ms=(1_000,), max_deliveries=9, ordered=True)
+        await h.call(h.processor.group_config, config)
+        await h.send("jobs", 0, b"first", b"second")
+        (first,) = await h.pop(invisible_ms=60_000)
+        waiting = asyncio.ensure_future(h.pop(wait_ms=30_000))
+        parked = Deadline(10)
+        while h.processor._parked.count == 0:
+            assert not parked.expired() and not waiting.done(), "the POP did not park"
+            await asyncio.sleep(0.01)
+        await h.receipt(h.processor.ack, first)
+        (second,) = await asyncio.wait_for(waiting, 10)
+        assert second.message.body == b"second"
+
+    _run(one_node_broker, scenario)

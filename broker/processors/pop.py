@@ -29,9 +29,10 @@ Threads: the server's event loop only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import itertools
-from collections import defaultdict
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Protocol
 
 from broker.clients.retry_topics import RetryQuotaExceeded
@@ -87,10 +88,13 @@ class PopProcessor(Processor):
         super().__init__(server)
         self._signal = signal
         self._parked = parked or ParkedPulls()
-        self._claiming: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
+        #: one claim at a time per (group, topic): its lock and how many POPs use it (dropped
+        #: at none -- group names are the client's, so nothing is kept for a group not served)
+        self._claiming: dict[tuple[str, str], tuple[asyncio.Lock, list[int]]] = {}
         self._turn = itertools.count()  # which queue a POP looks at first
         #: set when a receipt of the (group, topic) changed something: parked POPs look again
-        self._changed: dict[tuple[str, str], asyncio.Event] = {}
+        #: (dropped when set, or when the last POP parked on it leaves)
+        self._changed: dict[tuple[str, str], tuple[asyncio.Event, list[int]]] = {}
 
     # -- POP ------------------------------------------------------------------------------
     async def pop(self, frame: Frame) -> Frame:
@@ -103,7 +107,7 @@ class PopProcessor(Processor):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + req.wait_ms / 1000
         while True:
-            async with self._claiming[(group, topic)]:
+            async with self._claim_turn((group, topic)):
                 claimed = await self._claim(group, topic, config.queues, req.max_msgs, req.invisible_ms)
             if claimed or loop.time() >= deadline:
                 records, gone = self._read(topic, claimed)
@@ -202,7 +206,9 @@ class PopProcessor(Processor):
             timeout = min(timeout, max(0.0, (soonest - self._server.deferred.clock_ms()) / 1000))
         if timeout <= 0:
             return
-        changed = self._changed.setdefault((group, topic), asyncio.Event())
+        key = (group, topic)
+        changed, users = self._changed.setdefault(key, (asyncio.Event(), [0]))
+        users[0] += 1
         waits = [asyncio.ensure_future(self._signal.wait((topic, q), timeout)) for q in range(queues)]
         waits.append(asyncio.ensure_future(changed.wait()))
         try:
@@ -210,6 +216,22 @@ class PopProcessor(Processor):
         finally:
             for w in waits:
                 w.cancel()
+            users[0] -= 1
+            if users[0] == 0 and self._changed.get(key, (None,))[0] is changed:
+                del self._changed[key]
+
+    @contextlib.asynccontextmanager
+    async def _claim_turn(self, key: tuple[str, str]) -> AsyncIterator[None]:
+        """The (group, topic)'s claim lock, held; the entry goes when no POP uses it."""
+        lock, users = self._claiming.setdefault(key, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if users[0] == 0:
+                del self._claiming[key]
 
     def _read(self, topic: str, claimed: list[tuple[int, int, int]]) -> tuple[
             list[PoppedRecord], list[tuple[int, int, int]]]:
@@ -238,9 +260,9 @@ class PopProcessor(Processor):
     def _look_again(self, group: str, topic: str) -> None:
         """A receipt settled a message or moved a deadline: wake the POPs parked on the group's
         topic (an ordered queue's next message, a nacked one due sooner than they planned)."""
-        changed = self._changed.pop((group, topic), None)
-        if changed is not None:
-            changed.set()
+        entry = self._changed.pop((group, topic), None)
+        if entry is not None:
+            entry[0].set()
 
     async def _dead_letter(self, group: str, topic: str, held: InFlight) -> bool:
         """Store a copy of ``held`` in %DLQ%group and settle it, in one write; False when the

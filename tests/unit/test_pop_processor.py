@@ -353,3 +353,18 @@ def test_an_ack_wakes_a_pop_parked_on_an_ordered_queue(
         assert second.message.body == b"second"
 
     _run(one_node_broker, scenario)
+
+
+def test_the_processors_per_group_maps_hold_only_groups_being_served(
+        one_node_broker: tuple[Log, BrokerStateMachine, Applier]) -> None:
+    """Group names are the client's: a map entry per (group, topic) ever popped grew without a
+    bound (guarantee 5). The claim locks and wake-up events are dropped once nobody uses them."""
+    async def scenario(h: Harness) -> None:
+        await h.send("jobs", 0, b"a0")
+        for i in range(50):
+            await h.pop(group=f"g{i}")
+        waiting = asyncio.ensure_future(h.pop(wait_ms=300, group="quiet"))
+        await asyncio.wait_for(waiting, 10)
+        assert h.processor._claiming == {} and h.processor._changed == {}
+
+    _run(one_node_broker, scenario)

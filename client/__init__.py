@@ -9,12 +9,13 @@ A cluster serving TLS: ``Producer(..., tls=ClientTls(ca_file="ca.pem"))`` (every
 ``tls`` is not given).
 """
 
+from client.aio.simple_consumer import Receipt, SimpleMessage
 from client.aio.transaction import LocalTransactionState, TransactionResult
 from client.credentials import Credentials
 from client.errors import ClientError
 from client.message import ConsumeStatus, Message, ReceivedMessage, SendResult, SendStatus
 from client.queues import MessageQueue
-from client.sync import Admin, Producer, PullConsumer, PushConsumer, TransactionProducer
+from client.sync import Admin, Producer, PullConsumer, PushConsumer, SimpleConsumer, TransactionProducer
 from protocol.tls import ClientTls
 
 __all__ = [
@@ -29,9 +30,12 @@ __all__ = [
            "Producer",
            "PullConsumer",
            "PushConsumer",
+           "Receipt",
            "ReceivedMessage",
            "SendResult",
            "SendStatus",
+           "SimpleConsumer",
+           "SimpleMessage",
            "TransactionProducer",
            "TransactionResult",
 ]

@@ -236,7 +236,30 @@ async def _query(args: argparse.Namespace) -> int:
     return 0
 
 
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def durations_s(text: str) -> list[float]:
+    """"1s 5s 30s 2m" -> [1.0, 5.0, 30.0, 120.0] (units ms, s, m, h; a bare number is seconds).
+    Raises ValueError naming the token it cannot read."""
+    out = []
+    for token in text.replace(",", " ").split():
+        number, unit = token.rstrip("smh"), token[len(token.rstrip("smh")):] or "s"
+        try:
+            out.append(float(number) * _UNIT_S[unit])
+        except (KeyError, ValueError):
+            raise ValueError(f"cannot read the duration {token!r} (e.g. 500ms, 5s, 2m, 1h)") from None
+    if not out:
+        raise ValueError("no duration given (e.g. --retry \"1s 5s 30s\")")
+    return out
+
+
 async def _group(args: argparse.Namespace) -> int:
+    if args.action == "config":
+        return await _group_config(args)
+    if args.topic is None:
+        print(f"raftmq group {args.action} needs a TOPIC", file=sys.stderr)
+        return 2
     async with AsyncAdmin(**_where(args)) as admin:
         if args.action == "progress":
             rows = await admin.progress(args.group, args.topic)
@@ -254,6 +277,21 @@ async def _group(args: argparse.Namespace) -> int:
             offsets = await admin.reset_offsets(args.group, args.topic, _time_ms(args.to))
             for q, off in sorted(offsets.items()):
                 print(f"{q!s:30} -> {off}")
+    return 0
+
+
+async def _group_config(args: argparse.Namespace) -> int:
+    """A group's retry policy for SimpleConsumers (issue 29), through each broker group's log."""
+    try:
+        retry = durations_s(args.retry)
+    except ValueError as e:
+        print(f"--retry: {e}", file=sys.stderr)
+        return 2
+    async with AsyncAdmin(**_where(args)) as admin:
+        made = await admin.group_config(args.group, retry, args.max_deliveries, ordered=args.ordered)
+    print(f"group {args.group}: retry after {' '.join(f'{s:g}s' for s in retry)}, at most "
+          f"{args.max_deliveries} deliveries{', ordered' if args.ordered else ''}, on "
+          f"{', '.join(g or 'the group' for g in made)}")
     return 0
 
 
@@ -361,13 +399,21 @@ def _add_consume_and_query(sub: Any) -> None:
 
 def _add_group_and_dlq(sub: Any) -> None:
     """``raftmq group`` and ``raftmq dlq``."""
-    g = sub.add_parser("group", help="consumer group progress and offset reset",
+    g = sub.add_parser("group", help="consumer group progress, offset reset, retry policy",
                        description="progress: committed offset, max offset and lag per queue; "
-                                   "reset: move the group's offsets to a time.")
-    g.add_argument("action", choices=["progress", "reset"])
+                                   "reset: move the group's offsets to a time; config: the group's "
+                                   "retry policy for SimpleConsumers (kept in the log).")
+    g.add_argument("action", choices=["progress", "reset", "config"])
     g.add_argument("group")
-    g.add_argument("topic")
+    g.add_argument("topic", nargs="?", help="progress, reset: the topic")
     g.add_argument("--to", help="reset: a time (ms since the epoch or ISO)")
+    g.add_argument("--retry", default="1s 5s 10s 30s 60s",
+                   help='config: the backoff of a nacked message, per delivery (default "1s 5s 10s 30s 60s")')
+    g.add_argument("--max-deliveries", type=int, default=16,
+                   help="config: deliveries before a message goes to %%DLQ%%GROUP (default 16)")
+    g.add_argument("--ordered", action="store_true",
+                   help="config: hand out a queue's messages one at a time, in order (each shard key "
+                        "in order)")
     _add_cluster_options(g)
 
     d = sub.add_parser("dlq", help="list or re-send a consumer group's dead letters",

@@ -19,11 +19,12 @@ from client.aio.producer import AsyncProducer
 from client.aio.pull_consumer import AsyncPullConsumer, PullResult
 from client.aio.push_consumer import AsyncPushConsumer, Listener
 from client.aio.send_sinks import SendCallback, log_failure
+from client.aio.simple_consumer import AsyncSimpleConsumer, Receipt, SimpleMessage
 from client.errors import BufferFullError, ClientClosedError, ClientError, RequestTimeoutError
 from client.message import Message, ReceivedMessage, SendResult
 from client.queues import MessageQueue
 
-__all__ = ["Admin", "Producer", "PullConsumer", "PushConsumer", "TransactionProducer"]
+__all__ = ["Admin", "Producer", "PullConsumer", "PushConsumer", "SimpleConsumer", "TransactionProducer"]
 
 T = TypeVar("T")
 
@@ -269,6 +270,50 @@ class PullConsumer:
     close = shutdown
 
 
+class SimpleConsumer:
+    """The blocking ``client.aio.AsyncSimpleConsumer``: per-message acknowledgement; any
+    number of consumers of one group share every queue of ``topic``."""
+
+    def __init__(self, namesrv: str | Sequence[str] | None = None, group: str = "DEFAULT_CONSUMER",
+                 topic: str = "", **options: Any) -> None:
+        self._loop = _Loop(f"simple-{group}")
+        try:
+            self._c = self._loop.make(lambda: AsyncSimpleConsumer(namesrv, group, topic, **options))
+        except BaseException:  # bad options: no loop thread left behind
+            self._loop.stop()
+            raise
+
+    def start(self) -> SimpleConsumer:
+        return self
+
+    def __enter__(self) -> SimpleConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def receive(self, max_messages: int = 16, invisible_duration_s: float = 30.0,
+                wait_s: float = 0.0) -> list[SimpleMessage]:
+        return self._loop.run(self._c.receive(max_messages, invisible_duration_s, wait_s))
+
+    def ack(self, message: SimpleMessage | Receipt) -> None:
+        self._loop.run(self._c.ack(message))
+
+    def change_invisible_duration(self, message: SimpleMessage | Receipt, seconds: float) -> None:
+        self._loop.run(self._c.change_invisible_duration(message, seconds))
+
+    def nack(self, message: SimpleMessage | Receipt) -> bool:
+        return self._loop.run(self._c.nack(message))
+
+    def shutdown(self) -> None:
+        try:
+            self._loop.run(self._c.close(), 10)
+        finally:
+            self._loop.stop()
+
+    close = shutdown
+
+
 class Admin:
     def __init__(self, namesrv: str | Sequence[str] | None = None, **options: Any) -> None:
         self._loop = _Loop("admin")
@@ -280,6 +325,10 @@ class Admin:
 
     def delete_topic(self, topic: str, groups: Sequence[str] | None = None) -> list[str]:
         return self._loop.run(self._a.delete_topic(topic, groups))
+
+    def group_config(self, group: str, retry_s: Sequence[float], max_deliveries: int,
+                     groups: Sequence[str] | None = None, *, ordered: bool = False) -> list[str]:
+        return self._loop.run(self._a.group_config(group, retry_s, max_deliveries, groups, ordered=ordered))
 
     def topics(self) -> dict[str, dict[str, list[int]]]:
         return self._loop.run(self._a.topics())

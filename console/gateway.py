@@ -206,6 +206,21 @@ class ClusterGateway:
             rows += [{**r, "group": group} for r in doc.get("queues", [])]
         return sorted(rows, key=lambda r: (r["topic"], r["group"], r["queue"]))
 
+    async def in_flight(self, consumer_group: str) -> dict[str, Any]:
+        """A SimpleConsumer group's messages in flight (every broker group) and its retry
+        policy per broker group."""
+        rows: list[dict[str, Any]] = []
+        policies: dict[str, Any] = {}
+        count = 0
+        for group in await self.replicas():
+            doc = await self.on_any_replica(group, f"/admin/groups/{consumer_group}/in-flight") or {}
+            rows += [{**r, "group": group} for r in doc.get("in_flight", [])]
+            count += doc.get("count", 0)
+            if "policy" in doc:
+                policies[group] = doc["policy"]
+        return {"count": count, "policies": policies,
+                "rows": sorted(rows, key=lambda r: (r["deadline_ms"], r["topic"], r["group"], r["queue"]))}
+
     async def reset_offsets(self, consumer_group: str, topic: str, timestamp_ms: int) -> dict[str, int]:
         offsets = await self.admin.reset_offsets(consumer_group, topic, timestamp_ms)
         return {str(q): o for q, o in sorted(offsets.items())}

@@ -8,7 +8,7 @@
     POST /api/topics         {topic, queues, perm}      create or update
     POST /api/topics/delete  {topic}
     GET  /api/groups                           consumer groups: members, topics, lag, consume rate
-    GET  /api/group?name=G                     lag per queue
+    GET  /api/group?name=G                     lag per queue; SimpleConsumer messages in flight
     POST /api/group/reset    {group, topic, timestamp}  offsets to the first message at/after it
     GET  /api/messages?topic=T&id=I | &key=K | &begin=MS&end=MS
     GET  /api/message?topic=T&id=I             one message and which replicas hold it
@@ -227,7 +227,9 @@ class Console:
 
     async def group(self, request: web.Request) -> web.Response:
         name = _query(request, "name")
-        return web.json_response({"group": name, "queues": await self.gateway(request).lag_rows(name)})
+        gateway = self.gateway(request)
+        return web.json_response({"group": name, "queues": await gateway.lag_rows(name),
+                                  "in_flight": await gateway.in_flight(name)})
 
     async def reset_group(self, request: web.Request) -> web.Response:
         doc = await _body(request, "group", "topic", "timestamp")

@@ -1,7 +1,7 @@
 """What RaftMQ's clients and brokers share: the wire frame and its request and response
 codes (``remoting``), one typed class per request and per response body (``wire`` and a
 module per family: ``send``, ``pull``, ``query``, ``topic``, ``offset``, ``consumer``,
-``deferred``; which class for which code: ``catalog``), the stored message format
+``deferred``, ``pop``; which class for which code: ``catalog``), the stored message format
 (``message_format``), name rules (``names``), tag hashing (``tags``) and the SQL92 filter
 (``sql_filter``).
 

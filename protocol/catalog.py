@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from protocol import acl, consumer, deferred, offset, pull, query, send, topic
+from protocol import acl, consumer, deferred, offset, pop, pull, query, send, topic
 from protocol.remoting import RequestCode
 from protocol.wire import EmptyResponse, Request, Response
 
@@ -33,6 +33,12 @@ CATALOG: Mapping[RequestCode, tuple[type[Request], type[Response] | None]] = Map
     RequestCode.QUERY_OFFSET: (offset.QueryOffsetRequest, offset.QueryOffsetResponse),
     RequestCode.LOCK_BATCH_MQ: (offset.LockQueuesRequest, offset.LockQueuesResponse),
     RequestCode.UNLOCK_BATCH_MQ: (offset.UnlockQueuesRequest, offset.LockQueuesResponse),
+    # per-message acknowledgement, group retry policies (protocol.pop)
+    RequestCode.POP_MESSAGE: (pop.PopRequest, pop.PopResponse),
+    RequestCode.ACK_MESSAGE: (pop.AckRequest, send.WriteResponse),
+    RequestCode.CHANGE_INVISIBLE_DURATION: (pop.ChangeInvisibleRequest, send.WriteResponse),
+    RequestCode.NACK_MESSAGE: (pop.NackRequest, pop.NackResponse),
+    RequestCode.UPDATE_GROUP_CONFIG: (pop.GroupConfigRequest, send.WriteResponse),
     # clients and their groups (protocol.consumer)
     RequestCode.HEARTBEAT: (consumer.HeartbeatRequest, EmptyResponse),
     RequestCode.UNREGISTER_CLIENT: (consumer.UnregisterRequest, EmptyResponse),

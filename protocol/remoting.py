@@ -102,10 +102,15 @@ class RequestCode(IntEnum):
     CONSUMER_SEND_MSG_BACK = 33  # a failed consumption: retry the message later (or dead-letter it)
     LOCK_BATCH_MQ = 34  # an orderly consumer takes its queues' consume locks (through the log)
     UNLOCK_BATCH_MQ = 35
+    POP_MESSAGE = 36  # per-message acknowledgement (protocol.pop): take visible messages of a group
+    ACK_MESSAGE = 37
+    CHANGE_INVISIBLE_DURATION = 38
+    NACK_MESSAGE = 39
     GET_ROUTE = 40
     CREATE_TOPIC = 50
     DELETE_TOPIC = 51
     GET_TOPICS = 52
+    UPDATE_GROUP_CONFIG = 53  # a group's retry policy, through the log (protocol.pop)
     END_TRANSACTION = 60
     CHECK_TRANSACTION = 61  # broker -> client
     NOTIFY_CONSUMER_IDS_CHANGED = 62  # broker -> client

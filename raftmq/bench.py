@@ -3,6 +3,7 @@
     raftmq bench produce --local --size 256 --batch 64 --inflight 32 --duration 20
     raftmq bench produce --local --size 256 --rate 1000 --duration 20      # latency at a fixed rate
     raftmq bench consume --local --messages 200000 --size 256              # loads, then reads
+    raftmq bench receive --local --messages 50000 --consumers 8            # SimpleConsumers: receive + ack
     raftmq bench produce --local --groups 2 --size 256 --batch 64           # a topic over two groups
     raftmq bench produce --local --api blocking --batch 100 --inflight 4    # client.Producer.send_batch
     raftmq bench produce --local --api blocking --inflight 64               # send from 64 threads
@@ -30,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from client.aio import AsyncAdmin, AsyncProducer
+from client.aio import AsyncAdmin, AsyncProducer, AsyncSimpleConsumer
 from client.aio.core import ClientCore
 from client.aio.pull_consumer import fetch, queue_offsets
 from client.aio.routes import PERM_READ
@@ -287,6 +288,46 @@ async def _consume(args: argparse.Namespace, where: dict[str, Any]) -> dict[str,
             "mb_per_s": round(progress.bytes / elapsed / 1e6, 2)}
 
 
+async def _receive(args: argparse.Namespace, where: dict[str, Any]) -> dict[str, Any]:
+    """``--consumers`` SimpleConsumers of one new group drain what was loaded: receive 32 at a
+    time, ack each (the acks of a batch concurrently). Counts messages acked."""
+    if args.messages:
+        load = argparse.Namespace(**{**vars(args), "duration": 3600.0, "json": True})
+        print(f"  loading {args.messages:,} messages of {args.size} B ...", file=sys.stderr, flush=True)
+        await _load(load, where, args.messages)
+    group = f"bench-simple-{os.getpid()}-{int(time.time())}"
+    consumers = [AsyncSimpleConsumer(group=group, topic=args.topic, **where) for _ in range(args.consumers)]
+    progress = _Progress("receive", args.json)
+    idle_s = 0.0
+    try:
+        ticker = asyncio.create_task(progress.run())
+        started = time.monotonic()
+
+        async def work(c: AsyncSimpleConsumer) -> None:
+            nonlocal idle_s
+            while progress.count < args.messages:
+                batch = await c.receive(max_messages=32, invisible_duration_s=60, wait_s=2)
+                if not batch:
+                    idle_s += 2
+                    if idle_s > 10 * args.consumers:
+                        return  # nothing more arrives: what was loaded is drained (or lost: reported)
+                    continue
+                await asyncio.gather(*(c.ack(m) for m in batch))
+                progress.count += len(batch)
+                progress.bytes += sum(len(m.body) for m in batch)
+
+        await asyncio.gather(*(work(c) for c in consumers))
+        elapsed = time.monotonic() - started
+        ticker.cancel()
+    finally:
+        for c in consumers:
+            await c.close()
+    return {"mode": "receive", "consumers": args.consumers, "messages": progress.count,
+            "expected": args.messages, "seconds": round(elapsed, 2),
+            "msgs_per_s": round(progress.count / elapsed),
+            "mb_per_s": round(progress.bytes / elapsed / 1e6, 2)}
+
+
 async def _load(args: argparse.Namespace, where: dict[str, Any], count: int) -> None:
     body = b"x" * args.size
     async with AsyncProducer(**where, group="bench-loader", send_timeout=30) as p:
@@ -329,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``raftmq bench``."""
-    parser.add_argument("mode", choices=["produce", "consume"])
+    parser.add_argument("mode", choices=["produce", "consume", "receive"])
     parser.add_argument("--topic", default="bench", help="topic (created with 8 queues if missing)")
     parser.add_argument("--size", type=int, default=256, help="message body bytes (default 256)")
     parser.add_argument("--batch", type=int, default=1, help="messages per send call (default 1)")
@@ -348,8 +389,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=float, default=0.0,
                         help="produce single messages at this rate per second (latency mode)")
     parser.add_argument("--duration", type=float, default=20.0, help="seconds to produce (default 20)")
-    parser.add_argument("--messages", type=int, default=0, help="consume: load this many first")
+    parser.add_argument("--messages", type=int, default=0, help="consume, receive: load this many first")
     parser.add_argument("--read-from", default="follower", choices=["follower", "leader", "any"])
+    parser.add_argument("--consumers", type=int, default=8, help="receive: SimpleConsumers (default 8)")
     parser.add_argument("--local", action="store_true", help="start a local cluster for the run")
     parser.add_argument("--groups", type=int, default=1,
                         help="--local: broker groups of 3 replicas (default 1; the topic spans them all)")
@@ -370,7 +412,8 @@ def run_command(args: argparse.Namespace) -> int:
             topics = await admin.topics()
             if args.topic not in topics:
                 await admin.create_topic(args.topic, 8)
-        return await (_produce(args, where) if args.mode == "produce" else _consume(args, where))
+        modes = {"produce": _produce, "consume": _consume, "receive": _receive}
+        return await modes[args.mode](args, where)
 
     try:
         if args.local:

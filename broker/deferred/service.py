@@ -3,6 +3,7 @@ releasing them when due (see ``broker.state.held`` for the replicated state).
 
     send with DELAY / TIMER_DELIVER_MS ─▶ prepare(): __DELIVER_AT_MS = leader's now + delay
     CONSUMER_SEND_MSG_BACK ─▶ retry_copy(): %RETRY%group, reconsume + 1, delayed by the
+                              group's retry policy (``raftmq group config``) or else the
                               retry schedule; %DLQ%group after the group's max;
                               __SENT_BACK = "group:position": a retried send-back is
                               stored once (state_machine.SENT_BACK_WINDOW_MS)
@@ -25,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
@@ -100,10 +101,12 @@ class DeferredService:
             at = int(timer)
         return Message(**{**_fields(m), "properties": {**m.properties, Prop.DELIVER_AT: str(at)}})
 
-    def retry_copy(self, stored: Message, group: str, max_reconsume: int, position: int) -> Message:
+    def retry_copy(self, stored: Message, group: str, max_reconsume: int, position: int,
+                   schedule: Sequence[int] = ()) -> Message:
         """The message a failed consumption sends back (``stored``, at CommitLog ``position``):
-        retried later, or dead-lettered. Marked with where it came from, so that a retried
-        send-back is stored once."""
+        retried later (after ``schedule``'s step for this retry: the group's retry policy; none:
+        the broker's retry schedule), or dead-lettered. Marked with where it came from, so that
+        a retried send-back is stored once."""
         times = stored.reconsume + 1
         origin = stored.properties.get(Prop.RETRY_TOPIC, stored.topic)
         props = {**_without(stored.properties, *_INTERNAL, Prop.DELAY, Prop.TIMER), Prop.RETRY_TOPIC: origin,
@@ -112,7 +115,7 @@ class DeferredService:
             return Message(**{**_fields(stored), "topic": dlq_topic(group), "queue_id": 0,
                               "properties": props, "reconsume": times,
                               "producer_id": None, "sequence": None})
-        at = self.clock_ms() + retry_delay_ms(times, self.retry_schedule)
+        at = self.clock_ms() + retry_delay_ms(times, list(schedule) or self.retry_schedule)
         props[Prop.DELIVER_AT] = str(at)
         return Message(**{**_fields(stored), "topic": retry_topic(group), "queue_id": 0,
                           "properties": props, "reconsume": times, "producer_id": None, "sequence": None})

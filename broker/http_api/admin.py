@@ -7,6 +7,9 @@
     GET  /admin/groups                     {group: {"members": [client ids], "topics": [...]}}: every
                                            group with committed offsets or a live member here
     GET  /admin/groups/{group}/offsets     committed offset, retained range and lag per queue
+    GET  /admin/groups/{group}/in-flight   a SimpleConsumer group's retry policy and the messages
+                                           it holds: topic, queue, offset, deadline, delivery
+                                           (the first IN_FLIGHT_ROWS by deadline; "count": all)
     GET  /admin/messages?key=K | ?msgId=I  messages with their properties and body (base64)
     POST /admin/leader/transfer            {"to": node} or empty (on the leader)
 
@@ -37,7 +40,10 @@ from protocol.wire import NotLeaderResponse, Request, Response
 if TYPE_CHECKING:
     from broker.http_api.server_view import ServerView
 
-__all__ = ["admin_routes", "http_reply"]
+__all__ = ["IN_FLIGHT_ROWS", "admin_routes", "http_reply"]
+
+#: Most in-flight messages ``/admin/groups/{group}/in-flight`` lists.
+IN_FLIGHT_ROWS = 1000
 
 
 class _CreateTopicDoc(msgspec.Struct):
@@ -80,6 +86,7 @@ class AdminApi:
                 web.get("/admin/cluster", self.admin_cluster),
                 web.get("/admin/groups", self.admin_groups),
                 web.get("/admin/groups/{group}/offsets", self.admin_group),
+                web.get("/admin/groups/{group}/in-flight", self.admin_in_flight),
                 web.get("/admin/messages", self.admin_messages),
                 web.post("/admin/leader/transfer", self.admin_transfer)]
 
@@ -148,6 +155,19 @@ class AdminApi:
     async def admin_group(self, request: web.Request) -> web.Response:
         return web.json_response({"group": request.match_info["group"],
                                   "queues": self._server.lag_rows(request.match_info["group"])})
+
+    async def admin_in_flight(self, request: web.Request) -> web.Response:
+        group = request.match_info["group"]
+        pops = self._server.machine.pops
+        policy, held = pops.policy(group), pops.held_by(group)
+        return web.json_response({
+            "group": group,
+            "policy": {"retry_ms": list(policy.backoff_ms), "max_deliveries": policy.max_deliveries,
+                       "ordered": policy.ordered, "set": pops.explicit_policy(group) is not None},
+            "count": len(held),
+            "in_flight": [{"topic": topic, "queue": m.queue_id, "offset": m.offset,
+                           "deadline_ms": m.deadline_ms, "delivery": m.delivery}
+                          for topic, m in held[:IN_FLIGHT_ROWS]]})
 
     async def admin_messages(self, request: web.Request) -> web.Response:
         query: Request

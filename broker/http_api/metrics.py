@@ -10,7 +10,8 @@ Every series carries ``group`` and ``node``. Two kinds of series:
   broker does not serve: a client inventing codes adds no series);
 * read from the replica at scrape time (``_ReplicaCollector``) -- role, term, commit and
   applied index, replication lag of each follower (on the leader, in entries), consumer lag
-  per queue, divergence, apply stalls, overdue retries and delayed messages, free disk,
+  per queue, SimpleConsumer groups' messages in flight (``raftmq_pop_in_flight_messages``),
+  divergence, apply stalls, overdue retries and delayed messages, free disk,
   the disk-full flag (``raftmq_disk_full``: 1 while a write failed for want of space and
   the room to resume is not back) and CommitLog size, the histogram
   ``raftmq_fsync_seconds`` of the log's fsyncs, and ``raftmq_build_info{version}``;
@@ -148,6 +149,15 @@ class _ReplicaCollector(Collector):
         family.add_metric(list(self._labels.values()), buckets, total)
         yield family
 
+    def _pop_groups(self) -> Metric:
+        """SimpleConsumer groups (issue 29): messages in flight (claimed, not yet settled)."""
+        in_flight = GaugeMetricFamily("raftmq_pop_in_flight_messages", "Messages a SimpleConsumer group "
+                                      "holds or held (claimed, not acked or dead-lettered yet)",
+                                      labels=[*self._labels, "consumer_group"])
+        for group, count in sorted(self._server.machine.pops.groups().items()):
+            in_flight.add_metric([*self._labels.values(), group], count)
+        return in_flight
+
     def collect(self) -> Iterator[Metric]:
         server = self._server
         s = server.rlog.status()
@@ -165,6 +175,7 @@ class _ReplicaCollector(Collector):
             for row in server.lag_rows(group):
                 lag.add_metric([*self._labels.values(), group, row["topic"], str(row["queue"])], row["lag"])
         yield lag
+        yield self._pop_groups()
         yield self._gauge("raftmq_state_divergent", "1 when this replica's state digest differs from a "
                           "majority of its peers' (it then serves nothing)",
                           int(server.divergence.divergent is not None))

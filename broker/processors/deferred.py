@@ -28,8 +28,10 @@ class DeferredProcessor(Processor):
     async def send_back(self, frame: Frame) -> Frame:
         """A consumer could not consume the message at ``position``: store a retry copy in
         %RETRY%group (delayed by the retry schedule) or, past ``maxReconsumeTimes``, in
-        %DLQ%group. Only a message a consumer can pull: one in its topic's consume queue
-        (not held -- delayed, a transaction half -- nor of a deleted topic)."""
+        %DLQ%group -- a group with a retry policy (``raftmq group config``): delayed by its
+        backoff, dead-lettered after its max deliveries (the request's max is ignored). Only a
+        message a consumer can pull: one in its topic's consume queue (not held -- delayed, a
+        transaction half -- nor of a deleted topic)."""
         self._server.require_leader()
         req = SendBackRequest.from_frame(frame)
         group, position, max_times = validate_group(req.group), req.position, req.max_reconsume_times
@@ -43,7 +45,11 @@ class DeferredProcessor(Processor):
             raise FrameError(ResponseCode.INVALID_ARGUMENT,
                              f"no message a consumer can pull at position {position}: it is held "
                              "(delayed, or a transaction half) or its topic was deleted")
-        copy = self._server.deferred.retry_copy(stored, group, max_times, position)
+        policy = self._server.machine.pops.explicit_policy(group)  # raftmq group config
+        if policy is not None:  # its max counts deliveries; reconsume times count redeliveries
+            max_times = policy.max_deliveries - 1
+        copy = self._server.deferred.retry_copy(stored, group, max_times, position,
+                                                () if policy is None else policy.backoff_ms)
         if copy.topic not in self._server.machine.topics:  # made on first use: the user's quota
             try:
                 self._server.retry_quota.take(current_user(), [copy.topic])

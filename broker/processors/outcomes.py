@@ -22,6 +22,7 @@ OUTCOME_CODE = {
     Outcome.LOCKED: ResponseCode.NO_PERMISSION,
     Outcome.ABANDONED: ResponseCode.SYSTEM_BUSY,  # not stored; a retry may succeed
     Outcome.FRAGMENT: ResponseCode.SYSTEM_ERROR,  # never a caller's outcome
+    Outcome.IN_FLIGHT_CAP: ResponseCode.SYSTEM_BUSY,  # ack or nack what is held, then retry
 }
 
 

@@ -57,6 +57,7 @@ from broker.processors.context import CONNECTION
 from broker.processors.deferred import DeferredProcessor
 from broker.processors.long_polls import AppliedSignal, ParkedPulls
 from broker.processors.offset import OffsetProcessor
+from broker.processors.pop import PopProcessor
 from broker.processors.pull import PullProcessor
 from broker.processors.query import QueryProcessor
 from broker.processors.send import SendProcessor
@@ -159,9 +160,10 @@ class BrokerServer:
         self.leader_address = leader_address
         self.metrics = BrokerMetrics(self)
         self.started_at = time.time()  # /status: uptime
-        self.pulls = PullProcessor(machine, rlog, signal, self.metrics,
-                                   ParkedPulls(self.connections.limits.max_parked_pulls_per_connection,
-                                               self.connections.limits.max_parked_pulls))
+        parked = ParkedPulls(self.connections.limits.max_parked_pulls_per_connection,
+                             self.connections.limits.max_parked_pulls)  # long pulls and POPs alike
+        self.pulls = PullProcessor(machine, rlog, signal, self.metrics, parked)
+        self.pop_requests = PopProcessor(self, signal, parked)
         self.access = AccessControl(self, enabled=acl, bootstrap=acl_bootstrap,  # every request checked
                                     token_ttl_s=acl_token_ttl_s)
         self.acl_requests = AclProcessor(self)
@@ -183,6 +185,11 @@ class BrokerServer:
             RequestCode.LOCK_BATCH_MQ: self.offset_requests.lock_queues,
             RequestCode.UNLOCK_BATCH_MQ: self.offset_requests.lock_queues,
             RequestCode.QUERY_OFFSET: self.offset_requests.query_offset,
+            RequestCode.POP_MESSAGE: self.pop_requests.pop,
+            RequestCode.ACK_MESSAGE: self.pop_requests.ack,
+            RequestCode.CHANGE_INVISIBLE_DURATION: self.pop_requests.change_invisible,
+            RequestCode.NACK_MESSAGE: self.pop_requests.nack,
+            RequestCode.UPDATE_GROUP_CONFIG: self.pop_requests.group_config,
             RequestCode.HEARTBEAT: self.client_requests.heartbeat,
             RequestCode.QUERY_MESSAGE: self.queries.query_by_key,
             RequestCode.VIEW_MESSAGE_BY_ID: self.queries.view_by_id,

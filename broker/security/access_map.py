@@ -13,6 +13,10 @@ a code or serves an admin route that has no row here.
     COMMIT_OFFSET, QUERY_OFFSET      sub on the group, sub on the topic
     RESET_OFFSET                     update on the group, sub|get on the topic
     LOCK/UNLOCK_BATCH_MQ             sub on the group, sub on the topic
+    POP_MESSAGE, ACK_MESSAGE,        sub on the group, sub on the topic
+    CHANGE_INVISIBLE_DURATION,
+    NACK_MESSAGE
+    UPDATE_GROUP_CONFIG              update on the group
     HEARTBEAT                        sub on each consumer group and each topic it names;
                                      pub on the producer group (at most 64 groups of 256
                                      topics: INVALID_ARGUMENT before any check)
@@ -33,7 +37,7 @@ a code or serves an admin route that has no row here.
     REVOKE, LIST_USERS, LIST_POLICIES  without ``super`` is a password change, allowed
     HTTP GET /admin/topics, /admin/cluster, /admin/members   get on the cluster
     HTTP GET /admin/groups           list on the cluster
-    HTTP GET /admin/groups/{g}/offsets  get on the group
+    HTTP GET /admin/groups/{g}/offsets, /admin/groups/{g}/in-flight  get on the group
     HTTP GET /admin/verify/{index}   get on the cluster
     HTTP POST /admin/leader/transfer, /admin/members, /admin/verify   update on the cluster
     HTTP POST /admin/topics, GET /admin/messages   as CREATE_TOPIC, QUERY/VIEW (through the
@@ -55,6 +59,7 @@ from protocol.deferred import EndTransactionRequest, SendBackRequest
 from protocol.message_format import peek_topic
 from protocol.names import DLQ_PREFIX, RETRY_PREFIX
 from protocol.offset import CommitOffsetRequest, LockQueuesRequest, QueryOffsetRequest
+from protocol.pop import AckRequest, ChangeInvisibleRequest, GroupConfigRequest, NackRequest, PopRequest
 from protocol.pull import PullRequest
 from protocol.query import ResetOffsetRequest, SearchOffsetRequest
 from protocol.remoting import Frame, FrameError, RequestCode, ResponseCode
@@ -106,8 +111,8 @@ def _send(frame: Frame, _: Positions) -> Sequence[Need]:
     return [Need(TOPIC, t, PUB) for t in sorted(topics)]  # type: ignore[arg-type]
 
 
-def _group_and_topic(request: type[CommitOffsetRequest] | type[QueryOffsetRequest] | type[LockQueuesRequest],
-                     ) -> NeedsOf:
+def _group_and_topic(request: type[CommitOffsetRequest] | type[QueryOffsetRequest] | type[LockQueuesRequest]
+                     | type[PopRequest] | type[AckRequest]) -> NeedsOf:
     def needs_of(frame: Frame, _: Positions) -> Sequence[Need]:
         req = request.from_frame(frame)
         return [Need(GROUP, req.group, SUB), _topic(req.topic, SUB)]
@@ -178,6 +183,12 @@ ACCESS: Mapping[RequestCode, NeedsOf] = MappingProxyType({
     RequestCode.RESET_OFFSET: _reset,
     RequestCode.LOCK_BATCH_MQ: _group_and_topic(LockQueuesRequest),
     RequestCode.UNLOCK_BATCH_MQ: _group_and_topic(LockQueuesRequest),
+    RequestCode.POP_MESSAGE: _group_and_topic(PopRequest),
+    RequestCode.ACK_MESSAGE: _group_and_topic(AckRequest),
+    RequestCode.CHANGE_INVISIBLE_DURATION: _group_and_topic(ChangeInvisibleRequest),
+    RequestCode.NACK_MESSAGE: _group_and_topic(NackRequest),
+    RequestCode.UPDATE_GROUP_CONFIG: lambda f, _: [
+        Need(GROUP, GroupConfigRequest.from_frame(f).group, UPDATE)],
     RequestCode.HEARTBEAT: _heartbeat,
     RequestCode.UNREGISTER_CLIENT: _unregister,
     RequestCode.GET_CONSUMER_LIST: lambda f, _: [Need(GROUP, ConsumerListRequest.from_frame(f).group, SUB)],
@@ -200,6 +211,7 @@ HTTP_ACCESS: Mapping[tuple[str, str], Callable[[Mapping[str, str]], Sequence[Nee
     ("GET", "/admin/cluster"): lambda _m: [Need(CLUSTER, "", GET)],
     ("GET", "/admin/groups"): lambda _m: [Need(CLUSTER, "", LIST)],
     ("GET", "/admin/groups/{group}/offsets"): lambda m: [Need(GROUP, m["group"], GET)],
+    ("GET", "/admin/groups/{group}/in-flight"): lambda m: [Need(GROUP, m["group"], GET)],
     ("GET", "/admin/messages"): lambda _m: [],  # QUERY_MESSAGE's or VIEW_MESSAGE_BY_ID's row
     ("POST", "/admin/leader/transfer"): lambda _m: [Need(CLUSTER, "", UPDATE)],
     ("GET", "/admin/members"): lambda _m: [Need(CLUSTER, "", GET)],

@@ -3,8 +3,8 @@
 msgpack map, written atomically (``common.durable_file.atomic_write``)::
 
     the replicated state (``broker.state.snapshot``'s "state": last_store_ms, topics, queues,
-        offsets, producers, timers, halves, locks, sent_back, cq_hash; users and policies
-        when there are any), and
+        offsets, producers, timers, halves, locks, sent_back, cq_hash; users and policies,
+        POP windows and groups' retry policies when there are any), and
     "applied"      the entry it describes the state after (``checkpoint_index``)
     "index_mark"   [last IndexFile's sequence, its header's fields]: where the index stood
     "installs"     [[snapshot index, wall ms, first entry never applied here], ...]

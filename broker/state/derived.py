@@ -9,6 +9,8 @@ operations and its checkpoint form -- with the files derived alongside::
     locks         QueueLocks         (group, topic, queue) -> the client holding its consume lock
     deferral      Deferral           held messages: Timers, Halves (broker.deferred), SendBacks
     access        AccessTables       users (SCRAM credentials) and access policies
+    pops          PopTables          per-message acknowledgement: each group's windows of
+                                     messages in flight, its retry policy (broker.state.pops)
     queue_files   QueueFiles         the ConsumeQueues and their running hash
     index         IndexService       IndexFiles: message keys and ids -> positions
     chains        ChainCollector     a large message's fragments so far (not replicated)
@@ -39,6 +41,7 @@ from broker.state.held import Prop
 from broker.state.locks import QueueLocks
 from broker.state.offsets import ConsumerOffsets
 from broker.state.outcome import DONE, STORED, Kept, Outcome, kept
+from broker.state.pops import PopTables
 from broker.state.producers import ProducerWindows
 from broker.state.queues import QueueFiles
 from broker.state.topics import TopicConfig, Topics
@@ -62,6 +65,7 @@ from broker.store.consume_queue_layout import tag_summary
 from broker.store.entry_batch import read_records
 from broker.store.index_layout import IndexHeader
 from broker.store.index_service import IndexService
+from broker.store.pop_commands import POP_TYPES, GroupPolicy, PopRecord
 from dledger.storage.disk_guard import is_out_of_space
 from dledger.storage.entry_format import HEADER_SIZE, Entry
 from protocol.message_format import MessageFormatError, decode_message
@@ -113,6 +117,7 @@ class DerivedState:
         self.locks = QueueLocks(state.get("locks"))
         self.deferral = Deferral(state)
         self.access = AccessTables(state.get("users"), state.get("policies"))
+        self.pops = PopTables(state.get("pops"), state.get("retry"))
 
     # -- applying ----------------------------------------------------------------------
     def apply_entry(self, entry: Entry) -> list[Kept]:
@@ -214,6 +219,8 @@ class DerivedState:
             cmd = decode_admin(record)
         except ValueError as e:
             return kept(Outcome.INVALID, reason=str(e))
+        if isinstance(cmd, POP_TYPES):
+            return self._apply_pop(cmd)
         match cmd:
             case CreateTopic():
                 self.topics.create(cmd.topic, cmd.queues, int(cmd.perm))
@@ -241,6 +248,14 @@ class DerivedState:
                 self.markers.append(cmd)  # changes nothing: digested after its entry
         return (DONE, -1, -1, -1, "")
 
+    def _apply_pop(self, cmd: PopRecord) -> Kept:
+        """A POP record or a group's retry policy, at the apply step's clock (``broker.state.pops``)."""
+        if isinstance(cmd, GroupPolicy):
+            return self.pops.apply(cmd, self.last_store_ms, 0)
+        if cmd.topic not in self.topics:
+            return kept(Outcome.TOPIC_NOT_EXIST, reason=f"no topic {cmd.topic!r}")
+        return self.pops.apply(cmd, self.last_store_ms, self.queue_files.next_offset(cmd.topic, cmd.queue_id))
+
     def take_markers(self) -> list[VerifyMarker]:
         """The verify markers applied since the last call (the machine digests the state
         after their entry: ``broker.state.marker_digest``)."""
@@ -266,6 +281,7 @@ class DerivedState:
         self.producers.forget_topic(topic)
         self.locks.forget_topic(topic)
         self.deferral.forget_topic(topic)
+        self.pops.forget_topic(topic)
 
     # -- canonical form ----------------------------------------------------------------
     def forget_expired(self) -> None:
@@ -292,6 +308,7 @@ class DerivedState:
             "sent_back": deferral["sent_back"],
             "cq_hash": self.queue_files.hash_state(),
             **self.access.state(),  # nothing while there are no users: the form is unchanged
+            **self.pops.state(),  # nothing while no group pops nor has a retry policy: the same
         }
 
     def index_mark(self) -> list[Any] | None:

@@ -58,6 +58,7 @@ from broker.state.locks import LOCK_EXPIRY_MS
 from broker.state.marker_digest import MarkerDigests
 from broker.state.offsets import ConsumerOffsets
 from broker.state.outcome import Applied, Kept, Outcome, applied
+from broker.state.pops import PopTables
 from broker.state.producers import PRODUCER_EXPIRY_MS, RECENT_RECORDS
 from broker.state.send_backs import SENT_BACK_WINDOW_MS
 from broker.state.snapshot import Snapshot, SnapshotError, SnapshotStore
@@ -142,6 +143,11 @@ class BrokerStateMachine:
     def access(self) -> AccessTables:
         """Users and policies (read by any thread; replaced whole by the apply thread)."""
         return self._state.access
+
+    @property
+    def pops(self) -> PopTables:
+        """Each group's POP windows and retry policy (``broker.state.pops``)."""
+        return self._state.pops
 
     @property
     def timers(self) -> Timers:

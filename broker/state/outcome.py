@@ -42,6 +42,7 @@ class Outcome(StrEnum):
     LOCKED = "locked"        # the queue's consume lock is held by another client
     FRAGMENT = "fragment"    # a fragment before the last of its chain: nothing yet
     ABANDONED = "abandoned"  # a fragment that does not continue a chain: nothing stored
+    IN_FLIGHT_CAP = "in_flight_cap"  # a POP claim beyond the group's cap (broker.state.pops)
 
 
 class Applied(NamedTuple):

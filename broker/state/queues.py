@@ -66,6 +66,15 @@ class QueueFiles:
         with self._lock:
             return self._queues.get((topic, queue_id))
 
+    def next_offset(self, topic: str, queue_id: int) -> int:
+        """The apply step's next offset of a queue, counting the units this ``apply`` call
+        assigned and has not written yet (0: no such queue). Apply thread."""
+        appends = self._appends.get((topic, queue_id))
+        if appends is not None:
+            return appends.next_offset
+        cq = self.get(topic, queue_id)
+        return 0 if cq is None else cq.max_offset
+
     def all(self) -> list[tuple[tuple[str, int], ConsumeQueue]]:
         """Every open queue, by (topic, queue id)."""
         with self._lock:

@@ -25,6 +25,9 @@ File ``store/snapshots/<S, 20 digits>.snap`` (msgpack, written atomically)::
                              broker.deferred.carry_forward; absent until it is carried)
         "locks":     {"group\\0topic\\0queue": [client id, ms]},
         "sent_back": {"group:position": ms},
+        "pops":      {"group\\0topic\\0queue": [next, floor, [settled], [[offset, deadline ms,
+                                                  delivery], ...]]}   only when not empty
+        "retry":     {group: [[backoff ms, ...], max deliveries]}      (broker.state.pops)
         "users":     {user: [super, salt, iterations, stored key, server key]}   only when
         "policies":  {"user\\0resource\\0decision\\0source": [actions]}        not empty
                              (broker.state.access: a state without users keeps its form)

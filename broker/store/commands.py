@@ -24,6 +24,8 @@ state command::
      141  [141, user]                                                delete a user and its policies
      142  [142, user, resource, decision, source, [actions]]         grant: add actions to a statement
      143  [143, user, resource, decision, source, [actions]]         revoke them ([]: the statement)
+     160..164  a group's retry policy; POP claims, acks, invisibility changes, dead-letter
+               settlements (see broker.store.pop_commands)
      150  [150, marker_id, from_position]                            a verify marker: every replica
                                                                      digests its state and its
                                                                      ConsumeQueue units from
@@ -47,6 +49,7 @@ from dataclasses import dataclass
 
 import msgpack
 
+from broker.store.pop_commands import POP_KINDS, POP_TYPES, PopRecord, decode_pop, pop_row
 from protocol.record_batch import RECORD_KIND
 from protocol.topic import Perm
 
@@ -174,7 +177,7 @@ class VerifyMarker:
 
 
 AdminRecord = (CreateTopic | DeleteTopic | CommitOffset | RollbackHalf | CheckHalf | LockQueue
-               | PutUser | DeleteUser | Grant | Revoke | VerifyMarker)
+               | PutUser | DeleteUser | Grant | Revoke | VerifyMarker | PopRecord)
 
 
 def record_kind(record: bytes) -> int | None:
@@ -196,7 +199,10 @@ def record_kind(record: bytes) -> int | None:
 
 
 def encode_admin(record: AdminRecord) -> bytes:
-    if isinstance(record, CreateTopic):
+    row: list[object]
+    if isinstance(record, POP_TYPES):
+        row = pop_row(record)
+    elif isinstance(record, CreateTopic):
         row = [RecordKind.CREATE_TOPIC, record.topic, record.queues, int(record.perm)]
     elif isinstance(record, DeleteTopic):
         row = [RecordKind.DELETE_TOPIC, record.topic]
@@ -275,6 +281,8 @@ def decode_admin(record: bytes) -> AdminRecord:
             return VerifyMarker(marker_id, from_position)
         if kind in _ACCESS_KINDS:
             return _decode_access(kind, args)
+        if kind in POP_KINDS:
+            return decode_pop(kind, args)
     except (TypeError, ValueError) as e:
         raise ValueError(f"malformed record of kind {kind}: {e}") from None
     raise ValueError(f"unknown record kind {kind!r}")

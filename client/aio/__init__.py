@@ -5,9 +5,10 @@ from client.aio.core import ClientCore
 from client.aio.producer import AsyncProducer
 from client.aio.pull_consumer import AsyncPullConsumer, PullResult
 from client.aio.push_consumer import AsyncPushConsumer, ConsumeContext
+from client.aio.simple_consumer import AsyncSimpleConsumer, Receipt, SimpleMessage
 from client.aio.transaction import AsyncTransactionProducer, LocalTransactionState, TransactionListener
 from protocol.tls import ClientTls
 
-__all__ = ["AsyncAdmin", "AsyncProducer", "AsyncPullConsumer", "AsyncPushConsumer",
+__all__ = ["AsyncAdmin", "AsyncProducer", "AsyncPullConsumer", "AsyncPushConsumer", "AsyncSimpleConsumer",
            "AsyncTransactionProducer", "ClientCore", "ClientTls", "ConsumeContext", "LocalTransactionState",
-           "PullResult", "QueueProgress", "TransactionListener"]
+           "PullResult", "QueueProgress", "Receipt", "SimpleMessage", "TransactionListener"]

@@ -15,6 +15,7 @@ from client.credentials import Credentials
 from client.errors import BrokerError, ClientError
 from client.message import ReceivedMessage, received
 from client.queues import MessageQueue
+from protocol.pop import GroupConfigRequest
 from protocol.query import (
     QueryMessageRequest,
     QueryResponse,
@@ -77,6 +78,20 @@ class AsyncAdmin:
         missing = [g for g in chosen if g not in known]
         if missing:
             raise ClientError(f"unknown broker group(s) {missing}; known: {sorted(known)}")
+        return chosen
+
+    async def group_config(self, group: str, retry_s: Sequence[float], max_deliveries: int,
+                           groups: Sequence[str] | None = None, *, ordered: bool = False) -> list[str]:
+        """Set a consumer group's retry policy on each broker group (default: every one),
+        through its log: a nacked delivery n of a SimpleConsumer's message comes back after
+        ``retry_s[n - 1]`` seconds (the last for every later one); after ``max_deliveries``
+        deliveries it goes to %DLQ%group. ``ordered``: a queue's next message is handed out
+        only once the one before is settled (each shard key in order). Returns the broker groups."""
+        chosen = await self._groups(groups)
+        request = GroupConfigRequest(group=group, backoff_ms=tuple(int(s * 1000) for s in retry_s),
+                                     max_deliveries=max_deliveries, ordered=ordered or None)
+        for g in chosen:
+            await self.core.leader_request(g, request, deadline=Deadline(self.timeout))
         return chosen
 
     async def create_topic(self, topic: str, queues: int = 8, perm: int = 6,

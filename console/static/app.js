@@ -233,8 +233,20 @@ async function showGroup(box, name, keepForm) {
   const rows = table([["topic"], ["broker group"], ["queue", "num"], ["committed", "num"], ["min", "num"],
                       ["max", "num"], ["lag", "num"]],
     doc.queues.map((q) => [q.topic, q.group, q.queue, q.committed, q.min_offset, q.max_offset, q.lag]));
+  const held = doc.in_flight || { count: 0, rows: [], policies: {} };
+  const inFlight = h("div", { id: "group-in-flight" },
+    h("p", {}, `${held.count} message(s) held by SimpleConsumers` +
+      Object.entries(held.policies).map(([g, p]) => ` · ${g}: retry ${p.retry_ms.map((ms) => ms / 1000 + "s").join(" ")}` +
+        `, at most ${p.max_deliveries} deliveries${p.ordered ? ", ordered" : ""}`).join("")),
+    table([["topic"], ["broker group"], ["queue", "num"], ["offset", "num"], ["delivery", "num"],
+           ["invisible until"]],
+      held.rows.map((m) => [m.topic, m.group, m.queue, m.offset, m.delivery, time(m.deadline_ms)])));
   const old = box.querySelector("#group-rows");
-  if (keepForm && old && box.dataset.group === name) { old.replaceChildren(rows); return; }
+  if (keepForm && old && box.dataset.group === name) {
+    old.replaceChildren(rows);
+    box.querySelector("#group-in-flight").replaceWith(inFlight);
+    return;
+  }
   box.dataset.group = name;
   const topics = [...new Set(doc.queues.map((q) => q.topic))];
   const topic = h("select", { id: "reset-topic" }, topics.map((t) => h("option", { value: t }, t)));
@@ -249,7 +261,8 @@ async function showGroup(box, name, keepForm) {
   } }, h("label", {}, "topic", topic), h("label", {}, "to time (empty: now)", when),
      h("button", { class: "danger", id: "reset-offsets" }, "Reset offsets"));
   box.replaceChildren(h("section", { class: "card" }, h("h3", {}, `Group ${name}`),
-                        h("div", { id: "group-rows" }, rows), h("h3", {}, "Reset offsets to a time"), form));
+                        h("div", { id: "group-rows" }, rows), h("h3", {}, "In flight (SimpleConsumer)"), inFlight,
+                        h("h3", {}, "Reset offsets to a time"), form));
 }
 
 // -- Messages -------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from broker.security.authorizer import Need, allowed
 from broker.security.scram_auth import AdminTokens, AuthFailed
 from broker.state.access import AccessTables
 from broker.store.commands import DeleteUser, Grant, PutUser, Revoke, decode_admin, encode_admin
-from client import Admin, Credentials, Message, Producer, PullConsumer
+from client import Admin, Credentials, Message, Producer, PullConsumer, SimpleConsumer
 from client.aio.auth import admin_token
 from client.credentials import scram_record
 from client.errors import AuthFailedError, NoPermissionError
@@ -278,3 +278,28 @@ def test_a_replica_installing_a_snapshot_gets_the_users_and_policies(tmp_path: P
     finally:
         source.close()
         target.close()
+
+
+@pytest.mark.sockets
+def test_a_simple_consumer_needs_sub_on_its_group_and_topic_and_a_policy_update_on_the_group(
+        broker: str) -> None:
+    admin = _admin(broker)
+    try:
+        admin.create_topic("work", queues=1)
+        admin.put_user("bob", "bob-pw")
+        admin.grant("bob", "topic:work", ["pub", "sub"])
+        admin.grant("bob", "group:workers", ["sub"])
+        bob = Credentials("bob", "bob-pw")
+        with Producer(servers=[broker], group="p", credentials=bob) as p:
+            p.send(Message("work", b"job"))
+        with SimpleConsumer(servers=[broker], group="workers", topic="work", credentials=bob) as c:
+            (m,) = c.receive(wait_s=5)
+            c.ack(m)
+        with SimpleConsumer(servers=[broker], group="others", topic="work", credentials=bob) as c, \
+                pytest.raises(NoPermissionError, match="sub on group:others"):
+            c.receive()
+        with pytest.raises(NoPermissionError, match="update on group:workers"):
+            _as(broker, bob, lambda a: a.group_config("workers", (1.0,), 3))
+        admin.group_config("workers", (1.0,), 3)  # a super user may
+    finally:
+        admin.close()

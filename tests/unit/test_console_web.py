@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from client.credentials import Credentials
 from client.errors import AuthFailedError
+from console.gateway import ClusterGateway
 from console.web import Console, _replica_row, last_verify
 from protocol.login_throttle import USER_FREE
 from protocol.remoting import ResponseCode
@@ -100,3 +101,33 @@ def test_sign_in_guesses_are_delayed_per_user_and_source() -> None:
             assert other.status == 200
 
     asyncio.run(main())
+
+
+def test_the_group_page_gathers_in_flight_messages_from_every_broker_group() -> None:
+    """``ClusterGateway.in_flight``: each broker group's ``/admin/groups/{g}/in-flight`` merged,
+    earliest deadline first, named by broker group (the page's "In flight" table)."""
+    def doc(count: int, max_deliveries: int, row: dict[str, Any]) -> dict[str, Any]:
+        policy = {"retry_ms": [1000], "max_deliveries": max_deliveries, "ordered": False, "set": True}
+        return {"count": count, "policy": policy, "in_flight": [row]}
+
+    docs = {"b1": doc(3, 4, {"topic": "jobs", "queue": 0, "offset": 7, "deadline_ms": 900, "delivery": 2}),
+            "b2": doc(1, 16, {"topic": "jobs", "queue": 1, "offset": 3, "deadline_ms": 500, "delivery": 1})}
+
+    class Gateway(ClusterGateway):
+        async def replicas(self) -> dict[str, dict[str, str]]:
+            return {"b1": {}, "b2": {}}
+
+        async def on_any_replica(self, group: str, path: str, **query: str) -> Any:
+            assert path == "/admin/groups/workers/in-flight"
+            return docs[group]
+
+    async def main() -> dict[str, Any]:
+        gateway = Gateway(["127.0.0.1:1"])
+        try:
+            return await gateway.in_flight("workers")
+        finally:
+            await gateway.close()
+
+    got = asyncio.run(main())
+    assert got["count"] == 4 and set(got["policies"]) == {"b1", "b2"}
+    assert [(r["group"], r["offset"]) for r in got["rows"]] == [("b2", 3), ("b1", 7)]

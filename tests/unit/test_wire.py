@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol import acl, consumer, deferred, offset, query, topic
+from protocol import acl, consumer, deferred, offset, pop, query, topic
 from protocol.catalog import CATALOG, UNSERVED
 from protocol.pull import LeaderlessMark, PullRequest, PullResponse, PullRow
 from protocol.remoting import Frame, FrameError, RequestCode, ResponseCode, decode_frame
@@ -151,6 +151,21 @@ LEGACY: list[tuple[Request | tuple[Response, int], Frame]] = [
     (acl.ListPoliciesRequest(user="alice"), _request(77, {"user": "alice"})),
     ((acl.PoliciesResponse(policies=(acl.PolicyRow("alice", "topic:*", "allow", "", ("get", "pub")),)), OK),
      _reply(body=msgpack.packb([["alice", "topic:*", "allow", "", ["get", "pub"]]]))),
+    # per-message acknowledgement (issue 29: new in this version; the bytes are the layout's)
+    (pop.PopRequest(group="g", topic="t", max_msgs=8, invisible_ms=30_000, wait_ms=5_000),
+     _request(36, {"group": "g", "topic": "t", "maxMsgs": 8, "invisibleMs": 30_000, "waitMs": 5_000})),
+    ((pop.PopResponse(records=(pop.PoppedRecord(1, PullRow(40, 8192, 5, MSG), (pop.Claim(41, 2),)),)), OK),
+     _reply(body=msgpack.packb([[1, [40, 8192, 5, MSG, None], [[41, 2]]]]))),
+    (pop.AckRequest(group="g", topic="t", queue_id=1, offset=41, delivery=2),
+     _request(37, {"group": "g", "topic": "t", "queueId": 1, "offset": 41, "delivery": 2})),
+    (pop.ChangeInvisibleRequest(group="g", topic="t", queue_id=1, offset=41, delivery=2, invisible_ms=9),
+     _request(38, {"group": "g", "topic": "t", "queueId": 1, "offset": 41, "delivery": 2, "invisibleMs": 9})),
+    (pop.NackRequest(group="g", topic="t", queue_id=1, offset=41, delivery=2),
+     _request(39, {"group": "g", "topic": "t", "queueId": 1, "offset": 41, "delivery": 2})),
+    ((pop.NackResponse(dead_lettered=False, backoff_ms=5_000), OK),
+     _reply(ext={"deadLettered": False, "backoffMs": 5_000})),
+    (pop.GroupConfigRequest(group="g", backoff_ms=(1_000, 5_000), max_deliveries=16),
+     _request(53, {"group": "g", "backoffMs": [1_000, 5_000], "maxDeliveries": 16})),
     ((NotLeaderResponse(leader="n2", leader_address="h:2"), ResponseCode.NOT_LEADER),
      REQUEST.response(ResponseCode.NOT_LEADER, {"leader": "n2", "leaderAddress": "h:2"})),
     ((NotLeaderResponse(leader=None, leader_address=None), ResponseCode.NOT_LEADER),

@@ -26,6 +26,7 @@ from protocol.consumer import ConsumerListRequest, HeartbeatRequest, UnregisterR
 from protocol.deferred import EndTransactionRequest, SendBackRequest
 from protocol.message_format import Message, encode_message
 from protocol.offset import CommitOffsetRequest, LockQueuesRequest, QueryOffsetRequest, UnlockQueuesRequest
+from protocol.pop import AckRequest, ChangeInvisibleRequest, GroupConfigRequest, NackRequest, PopRequest
 from protocol.pull import PullRequest
 from protocol.query import QueryMessageRequest, ResetOffsetRequest, SearchOffsetRequest, ViewMessageRequest
 from protocol.remoting import Frame, RequestCode, ResponseCode
@@ -142,6 +143,19 @@ def samples(position: int) -> dict[RequestCode, Sample]:
                                        "pub on topic:orders"),
         RequestCode.PULL_MESSAGE: Sample(PullRequest(topic="orders", queue_id=0, offset=0), (o,),
                                          "sub on topic:orders"),
+        RequestCode.POP_MESSAGE: Sample(PopRequest(group="g1", topic="orders"), (o, g), "sub on group:g1"),
+        RequestCode.ACK_MESSAGE: Sample(
+            AckRequest(group="g1", topic="orders", queue_id=0, offset=0, delivery=1),
+            (o, g), "sub on group:g1"),
+        RequestCode.CHANGE_INVISIBLE_DURATION: Sample(
+            ChangeInvisibleRequest(group="g1", topic="orders", queue_id=0, offset=0, delivery=1,
+                                   invisible_ms=5_000), (o, g), "sub on group:g1"),
+        RequestCode.NACK_MESSAGE: Sample(
+            NackRequest(group="g1", topic="orders", queue_id=0, offset=0, delivery=1),
+            (o, g), "sub on group:g1"),
+        RequestCode.UPDATE_GROUP_CONFIG: Sample(
+            GroupConfigRequest(group="g1", backoff_ms=(1_000,), max_deliveries=3),
+            (g,), "update on group:g1"),
         RequestCode.SEARCH_OFFSET: Sample(SearchOffsetRequest(topic="orders", queue_id=0), (o,),
                                           "sub|get on topic:orders"),
         RequestCode.QUERY_MESSAGE: Sample(QueryMessageRequest(key="k"), (("cluster", "get"),),

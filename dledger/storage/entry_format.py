@@ -15,7 +15,8 @@ that the whole record (``size``) is a multiple of 8 bytes::
   ``size`` covers header, body and padding;
 * ``index`` / ``term`` are the Raft index and term (below 2**63); ``kind`` an ``EntryKind``;
 * ``pad`` is the number of padding bytes (0-7), so the exact body length is
-  ``size - 32 - pad``; the two bytes after it are reserved and zero;
+  ``size - 32 - pad``; the two bytes after it are reserved and zero; the padding
+  bytes themselves must be zero (checked beside the CRC, which does not cover them);
 * ``crc32`` is ``zlib.crc32(header[8:28] + body)`` -- index, term, kind, pad and the
   reserved bytes are under it, so a flipped bit there is a CRC mismatch, not another
   entry (``MAGIC_ENTRY`` records: ``zlib.crc32(body)`` only). ``magic`` and ``size`` are
@@ -55,6 +56,7 @@ __all__ = [
     "decode_header",
     "encode_blank",
     "encode_entry",
+    "record_damage",
     "record_size",
 ]
 
@@ -216,8 +218,21 @@ def decode_entry(buf: bytes | bytearray | memoryview, offset: int = 0,
     if len(buf) - offset < header.size:
         raise FormatError(f"short record: {len(buf) - offset} of {header.size} bytes")
     start = offset + HEADER_SIZE
+    problem = record_damage(header, buf[start:offset + header.size])
+    if problem is not None:
+        raise FormatError(problem)
     body = bytes(buf[start:start + header.body_len])
-    actual = zlib.crc32(body, header.seed)
-    if actual != header.crc:
-        raise FormatError(f"CRC mismatch (stored 0x{header.crc:08x}, computed 0x{actual:08x})")
     return Entry(header.index, header.term, header.kind, body, position)
+
+
+def record_damage(header: EntryHeader, after_header: bytes | bytearray | memoryview) -> str | None:
+    """What is wrong with an entry record's bytes after its header (body and padding,
+    ``header.size - HEADER_SIZE`` of them), or None: a CRC mismatch, or a padding byte
+    that is not zero (the padding is outside the CRC, so it is checked here)."""
+    body_len = header.body_len
+    actual = zlib.crc32(after_header[:body_len], header.seed)
+    if actual != header.crc:
+        return f"CRC mismatch (stored 0x{header.crc:08x}, computed 0x{actual:08x})"
+    if any(after_header[body_len:header.size - HEADER_SIZE]):
+        return f"non-zero padding after the body of entry {header.index}"
+    return None

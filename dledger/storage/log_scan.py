@@ -16,7 +16,6 @@ Pure reads of the files: nothing here changes them; the caller holds whatever lo
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,6 +26,7 @@ from dledger.storage.entry_format import (
     EntryHeader,
     FormatError,
     decode_header,
+    record_damage,
 )
 from dledger.storage.segments import SegmentedFile, SegmentInfo
 
@@ -79,9 +79,9 @@ def scan_segment(files: SegmentedFile, info: SegmentInfo, pos: int, *, deep: boo
             return _check_blank(header, pos, seg_end, file_end, is_last)
         problem = _check_entry(header, pos, seg_end, file_end, expected())
         if problem is None and deep:
-            body = reader.get(pos + HEADER_SIZE, header.body_len)
-            if zlib.crc32(body, header.seed) != header.crc:
-                problem = f"CRC mismatch in entry {header.index}"
+            damage = record_damage(header, reader.get(pos + HEADER_SIZE, header.size - HEADER_SIZE))
+            if damage is not None:
+                problem = f"{damage} in entry {header.index}" if "CRC" in damage else damage
         if problem is not None:
             return BadRecord(pos, problem)
         found(pos, header)
@@ -142,4 +142,4 @@ def _valid_at(files: SegmentedFile, position: int, seg_start: int, min_index: in
     record = files.read_available(position, header.size)
     if len(record) < header.size:
         return False
-    return zlib.crc32(record[HEADER_SIZE:HEADER_SIZE + header.body_len], header.seed) == header.crc
+    return record_damage(header, record[HEADER_SIZE:header.size]) is None

@@ -163,3 +163,10 @@ def test_index_and_term_beyond_a_signed_64_bit_integer_are_rejected() -> None:
         decode_header(_patched(GOOD, 8, b"\xff" * 8))
     with pytest.raises(ValueError):
         encode_entry(1, 1 << 63, EntryKind.DATA, b"")
+
+
+def test_decode_entry_rejects_non_zero_padding() -> None:
+    record = bytearray(encode_entry(7, 1, EntryKind.DATA, b"abc"))  # 3-byte body, 5 pad bytes
+    record[-1] = 0x01
+    with pytest.raises(FormatError, match="padding"):
+        decode_entry(bytes(record))

@@ -53,8 +53,8 @@ class BrokerData:
     addresses: Mapping[int, str]  # brokerId -> ip:port, in put order
 
     def bean(self) -> Bean:
-        return Bean({"brokerAddrs": JavaMap(dict(self.addresses)), "brokerName": self.broker_name,
-                     "cluster": self.cluster})
+        addresses = JavaMap({int(k): v for k, v in self.addresses.items()})
+        return Bean({"brokerAddrs": addresses, "brokerName": self.broker_name, "cluster": self.cluster})
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +154,7 @@ def _list(doc: Mapping[str, object], key: str, what: str) -> list[dict[str, obje
     items = doc.get(key) or []
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
         raise BodyError(f"{what}: {key} is not a list of objects")
-    return items  # type: ignore[return-value]
+    return items
 
 
 def _text(doc: Mapping[str, object], key: str, what: str, default: str | None = None) -> str:

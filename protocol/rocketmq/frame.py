@@ -133,7 +133,7 @@ class RemotingFrame:
 def read_length(prefix: bytes, max_frame_bytes: int) -> int:
     """The bytes that follow a frame's 4-byte total length ``prefix``; RocketFrameError
     when it is below the smallest frame or above ``max_frame_bytes``."""
-    (length,) = _I32.unpack(prefix)
+    length: int = _I32.unpack(prefix)[0]
     if length < 4:
         raise RocketFrameError(f"frame length {length} is below the 4-byte minimum")
     if length > max_frame_bytes:

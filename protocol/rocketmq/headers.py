@@ -20,14 +20,16 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Self, get_type_hints
 
 from protocol.rocketmq.codes import RequestCode
+from protocol.rocketmq.frame import RemotingFrame
 
 __all__ = [
-    "ConsumerSendMsgBackRequestHeader", "EndTransactionRequestHeader", "GetConsumerListByGroupRequestHeader",
-    "GetMaxOffsetRequestHeader", "GetRouteInfoRequestHeader", "HeaderError", "OffsetResponseHeader",
-    "PullMessageRequestHeader", "PullMessageResponseHeader", "QueryConsumerOffsetRequestHeader",
-    "QueryMessageRequestHeader", "QueryMessageResponseHeader", "SearchOffsetRequestHeader",
-    "SendMessageRequestHeader", "SendMessageResponseHeader", "UnregisterClientRequestHeader",
-    "UpdateConsumerOffsetRequestHeader", "ViewMessageRequestHeader", "send_header",
+    "ConsumerSendMsgBackRequestHeader", "CreateTopicRequestHeader", "EndTransactionRequestHeader",
+    "GetConsumerListByGroupRequestHeader", "GetMaxOffsetRequestHeader", "GetRouteInfoRequestHeader",
+    "HeaderError", "OffsetResponseHeader", "PullMessageRequestHeader", "PullMessageResponseHeader",
+    "QueryConsumerOffsetRequestHeader", "QueryMessageRequestHeader", "QueryMessageResponseHeader",
+    "SearchOffsetRequestHeader", "SendMessageRequestHeader", "SendMessageResponseHeader",
+    "UnregisterClientRequestHeader", "UpdateConsumerOffsetRequestHeader",
+    "ViewMessageRequestHeader", "reply", "send_header",
 ]
 
 
@@ -59,6 +61,11 @@ class Header:
                 continue
             values[f.name] = _parse(text, hints[f.name], wire)
         return cls(**values)
+
+    @classmethod
+    def of(cls, frame: RemotingFrame) -> Self:
+        """The header of a request frame (``from_ext`` of its extFields)."""
+        return cls.from_ext(frame.ext)
 
     def to_ext(self) -> tuple[dict[str, str], tuple[str, ...]]:
         """The extFields and the order Java would put them in (nulls left out)."""
@@ -117,8 +124,20 @@ _V2_LETTERS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "de
                "j": "reconsumeTimes", "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch"}
 
 
-def send_header(code: int, ext: Mapping[str, str] | None) -> SendMessageRequestHeader:
-    """The send header of a SEND_MESSAGE, SEND_MESSAGE_V2 or SEND_BATCH_MESSAGE (V2 names)."""
+def reply(request: RemotingFrame, code: int, header: Header | None = None, body: bytes = b"",
+          remark: str | None = None) -> RemotingFrame:
+    """``request``'s answer carrying ``header`` as its extFields (in Java's order) and ``body``."""
+    if header is None:
+        return request.response(code, None, body, remark)
+    ext, order = header.to_ext()
+    return request.response(code, ext, body, remark, order)
+
+
+def send_header(request: RemotingFrame, code: int | None = None) -> SendMessageRequestHeader:
+    """The send header of a SEND_MESSAGE, SEND_MESSAGE_V2 or SEND_BATCH_MESSAGE (V2 names);
+    ``code``: read as this request's (default: the frame's)."""
+    code = request.code if code is None else code
+    ext = request.ext
     if code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE) and ext and "b" in ext:
         ext = {_V2_LETTERS[k]: v for k, v in ext.items() if k in _V2_LETTERS}
     return SendMessageRequestHeader.from_ext(ext)
@@ -199,17 +218,34 @@ class ViewMessageRequestHeader(Header):
 
 @dataclass(frozen=True, slots=True)
 class QueryMessageRequestHeader(Header):
+    """``unique_key_query``: the client's ext ``_UNIQUE_KEY_QUERY`` (the key is a UNIQ_KEY)."""
+
+    WIRE: ClassVar[Mapping[str, str]] = {"unique_key_query": "_UNIQUE_KEY_QUERY"}
+
     topic: str
     key: str
     max_num: int
     begin_timestamp: int
     end_timestamp: int
+    unique_key_query: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class QueryMessageResponseHeader(Header):
     index_last_update_timestamp: int
     index_last_update_phyoffset: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicRequestHeader(Header):
+    topic: str
+    default_topic: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_filter_type: str
+    topic_sys_flag: int | None = None
+    order: bool = False
 
 
 @dataclass(frozen=True, slots=True)

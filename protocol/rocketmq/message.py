@@ -222,14 +222,14 @@ def _read_batch_message(data: bytes, at: int, out: list[BatchMessage], max_messa
     if at + _BATCH_HEAD.size + 4 > len(data):
         raise MessageFormatError(f"batch message at byte {at} ends inside its fixed fields")
     size, _magic, _crc, flag = _BATCH_HEAD.unpack_from(data, at)
-    end = at + size
+    end: int = at + size
     (blen,) = _I32.unpack_from(data, at + _BATCH_HEAD.size)
     p = at + _BATCH_HEAD.size + 4
     if size < _BATCH_HEAD.size + 6 or end > len(data) or blen < 0 or p + blen + 2 > end:
         raise MessageFormatError(f"batch message at byte {at}: size {size} or body length {blen} "
                                  "does not fit")
     body = bytes(data[p:p + blen])
-    (plen,) = _I16.unpack_from(data, p + blen)
+    plen: int = _I16.unpack_from(data, p + blen)[0]
     q = p + blen + 2
     if plen < 0 or q + plen != end:
         raise MessageFormatError(f"batch message at byte {at}: properties do not end at its size")

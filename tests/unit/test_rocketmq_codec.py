@@ -48,7 +48,7 @@ def test_every_golden_frame_decodes_and_encodes_back_to_the_same_bytes(name: str
 def test_a_send_request_reads_the_same_header_from_v1_and_v2_names(kind: str) -> None:
     v1, v2 = frame_of(f"send_v1_{kind}"), frame_of(f"send_v2_{kind}")
     assert (v1.code, v2.code) == (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2)
-    h1, h2 = send_header(v1.code, v1.ext), send_header(v2.code, v2.ext)
+    h1, h2 = send_header(v1), send_header(v2)
     assert h1 == h2
     assert (h1.producer_group, h1.topic, h1.queue_id, h1.born_timestamp) == ("pg", "orders", 3, 1700000000123)
     assert message.parse_properties(h1.properties or "") == {"KEYS": "order-42", "TAGS": "paid"}

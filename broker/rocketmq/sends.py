@@ -1,0 +1,67 @@
+"""SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE (RocketMQ's SendMessageProcessor) at
+the edge: the header and body become RaftMQ messages (``broker.rocketmq.translate``) sent
+through the broker's SEND_MESSAGE (one) or SEND_BATCH (a record of one per message, so a
+delayed or transactional one is handled as on the native port); the answer's
+``SendMessageResponseHeader`` names the stored message by ``offsetMsgId`` (this broker and
+the message's RaftMQ position) and its queue offset. A batch's ``msgId`` lists every
+message's id, comma separated, and ``queueOffset`` is its first message's.
+
+The queue is the one the client chose (``queueId``: its ``MessageQueueSelector``); a delay
+level is the ``DELAY`` property, read by RaftMQ under RocketMQ's name.
+"""
+
+from __future__ import annotations
+
+from broker.rocketmq.answers import refused
+from broker.rocketmq.connection import RocketConnection
+from broker.rocketmq.edge import Edge
+from broker.rocketmq.translate import batch_messages, native_message, send_properties
+from protocol.message_format import encode_message
+from protocol.remoting import ResponseCode as Native
+from protocol.rocketmq.codes import RequestCode, ResponseCode
+from protocol.rocketmq.frame import RemotingFrame
+from protocol.rocketmq.headers import SendMessageResponseHeader, reply, send_header
+from protocol.rocketmq.message import MessageFormatError, decode_batch, message_id
+from protocol.send import SendBatchRequest, SendBatchResponse, SendMessageRequest, WriteResponse
+
+__all__ = ["SendHandlers"]
+
+
+class SendHandlers:
+    def __init__(self, edge: Edge) -> None:
+        self._edge = edge
+
+    async def send(self, conn: RocketConnection, frame: RemotingFrame) -> RemotingFrame:
+        h = send_header(frame)
+        m = native_message(h.topic, h.queue_id, frame.body, send_properties(h.properties), flag=h.flag,
+                           born_ms=h.born_timestamp, born_host=conn.remote, reconsume=h.reconsume_times or 0)
+        answer = await self._edge.call(SendMessageRequest(message=encode_message(m)))
+        if answer.code != Native.SUCCESS:
+            return refused(frame, answer, send=True)
+        written = WriteResponse.from_frame(answer)
+        return self._answer(frame, [written.position], written.queue_id, written.queue_offset)
+
+    async def send_batch(self, conn: RocketConnection, frame: RemotingFrame) -> RemotingFrame:
+        h = send_header(frame, RequestCode.SEND_BATCH_MESSAGE)
+        try:
+            batch = decode_batch(frame.body)
+        except MessageFormatError as e:
+            return frame.response(ResponseCode.MESSAGE_ILLEGAL, remark=f"RaftMQ: {e}")
+        if not batch:
+            return frame.response(ResponseCode.MESSAGE_ILLEGAL, remark="RaftMQ: an empty batch")
+        messages = batch_messages(h.topic, h.queue_id, batch, born_ms=h.born_timestamp, born_host=conn.remote)
+        answer = await self._edge.call(SendBatchRequest(records=tuple(encode_message(m) for m in messages)))
+        if answer.code != Native.SUCCESS:
+            return refused(frame, answer, send=True)
+        rows = SendBatchResponse.from_frame(answer).rows
+        bad = next((r for r in rows if r.code != Native.SUCCESS), None)
+        if bad is not None:  # the first refused message says why (those before it are stored)
+            return refused(frame, answer, send=True, code=bad.code, remark=bad.reason)
+        return self._answer(frame, [r.position for r in rows], rows[0].queue_id, rows[0].queue_offset)
+
+    def _answer(self, frame: RemotingFrame, positions: list[int], queue_id: int,
+                queue_offset: int) -> RemotingFrame:
+        host = self._edge.store_host()
+        ids = ",".join(message_id(host, p) for p in positions if p >= 0)
+        header = SendMessageResponseHeader(msg_id=ids, queue_id=queue_id, queue_offset=queue_offset)
+        return reply(frame, ResponseCode.SUCCESS, header)

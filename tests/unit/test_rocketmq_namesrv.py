@@ -3,9 +3,11 @@ choice of protocol on a shared port (a fake transport)."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 from typing import Any
 
+from broker.namesrv import server as namesrv_server
 from broker.namesrv.route_table import Registration, RouteTable
 from broker.rocketmq.namesrv_front import NameServerFrontEnd
 from common.protocol_sniffer import ProtocolSniffer
@@ -117,3 +119,12 @@ def test_the_first_byte_chooses_the_protocol() -> None:
     assert http.made is transport and rocket.made is None
     http, rocket, transport = sniff(b"", timeout_s=0.01)
     assert transport.closed and http.made is None and rocket.made is None
+
+
+def test_off_loopback_the_shared_port_follows_the_exposure_rule(capsys) -> None:  # type: ignore[no-untyped-def]
+    """RocketMQ's codes have no port of their own: a name server that may not listen where
+    other hosts reach it without TLS serves neither protocol (nothing is bound: the unit
+    tests' socket guard would fail the test)."""
+    args = argparse.Namespace(config=None, listen="0.0.0.0:19876", insecure=False, log_level="ERROR")
+    assert namesrv_server.run(args) == 2
+    assert "error:" in capsys.readouterr().err

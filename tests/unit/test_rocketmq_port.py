@@ -14,6 +14,7 @@ import pytest
 from broker.remoting.guarded_site import GuardedSite
 from broker.remoting.server import AppliedSignal, BrokerServer
 from broker.rocketmq.front_end import RocketFrontEnd
+from broker.security.tls import server_context
 from broker.state.machine import BrokerStateMachine
 from dledger.applier import Applier
 from dledger.config import GroupConfig
@@ -22,6 +23,7 @@ from protocol.rocketmq.codes import RequestCode, ResponseCode
 from protocol.rocketmq.frame import RemotingFrame, decode_frame, read_length
 from protocol.rocketmq.headers import GetMaxOffsetRequestHeader
 from raftmq.local_group import free_port
+from raftmq.local_tls import LocalCA
 
 pytestmark = pytest.mark.sockets
 
@@ -31,7 +33,13 @@ async def read_frame(reader: asyncio.StreamReader) -> RemotingFrame:
     return decode_frame(await reader.readexactly(length))
 
 
-def test_one_port_serves_rocketmq_frames_and_http(tmp_path: Path) -> None:
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_one_port_serves_rocketmq_frames_and_http(tmp_path: Path, tls: bool) -> None:
+    """With TLS (a RocketMQ client's ``tls.enable``) the first byte is read after the handshake."""
+    ca = LocalCA(tmp_path / "tls").ensure() if tls else None
+    server_ssl = server_context(ca.server_tls(), "broker.tls") if ca is not None else None
+    client_ssl = ca.client_tls().context() if ca is not None else None
+
     async def main() -> None:
         rlog = LocalLog(GroupConfig(node="n1", peers={"n1": "127.0.0.1:1"}, data_dir=tmp_path / "log"))
         machine = BrokerStateMachine(tmp_path / "store", index_slots=64, index_entries=4096)
@@ -50,7 +58,7 @@ def test_one_port_serves_rocketmq_frames_and_http(tmp_path: Path) -> None:
             runner = server.runner(alternate=front.protocol)
             await runner.setup()
             try:
-                await GuardedSite(runner, "127.0.0.1", port).start()
+                await GuardedSite(runner, "127.0.0.1", port, ssl_context=server_ssl).start()
                 await scenario(address, port)
             finally:
                 front.close_connections()
@@ -62,7 +70,7 @@ def test_one_port_serves_rocketmq_frames_and_http(tmp_path: Path) -> None:
             machine.close()
 
     async def scenario(address: str, port: int) -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ssl)
         try:
             ext = GetMaxOffsetRequestHeader(topic="none-such", queue_id=0).to_ext()[0]
             for opaque in (1, 2):  # two requests on one connection, each answered by its opaque
@@ -74,7 +82,9 @@ def test_one_port_serves_rocketmq_frames_and_http(tmp_path: Path) -> None:
             assert await asyncio.wait_for(reader.read(), 10) == b""
         finally:
             writer.close()
-        async with aiohttp.ClientSession() as http, http.get(f"http://{address}/healthz") as resp:
+        url = f"{'https' if tls else 'http'}://{address}/healthz"
+        connector = aiohttp.TCPConnector(ssl=client_ssl if client_ssl is not None else True)
+        async with aiohttp.ClientSession(connector=connector) as http, http.get(url) as resp:
             assert resp.status == 200 and await resp.text() == "ok"  # the same port still speaks HTTP
 
     asyncio.run(asyncio.wait_for(main(), 60))

@@ -5,6 +5,7 @@ its SendMessageProcessor, EndTransactionProcessor):
                                   ``%RETRY%group`` as RocketMQ does) and a producer group
                                   (not RocketMQ's CLIENT_INNER_PRODUCER); each group's filter
                                   remembered for its pulls (``Edge.subscribed``)
+    CHECK_CLIENT_CONFIG        a SQL92 filter compiles (RaftMQ's SQL92), else SUBSCRIPTION_PARSE_FAILED
     UNREGISTER_CLIENT          -> UNREGISTER_CLIENT (the consumer group's, this connection's)
     GET_CONSUMER_LIST_BY_GROUP -> GET_CONSUMER_LIST; none: SYSTEM_ERROR, as RocketMQ answers
     CONSUMER_SEND_MSG_BACK     -> CONSUMER_SEND_MSG_BACK by position (the header's ``offset``,
@@ -22,7 +23,7 @@ from broker.rocketmq.edge import Edge
 from protocol.consumer import ConsumerListRequest, ConsumerListResponse, HeartbeatRequest, UnregisterRequest
 from protocol.deferred import DEFAULT_MAX_RECONSUME, EndTransactionRequest, SendBackRequest
 from protocol.remoting import ResponseCode as Native
-from protocol.rocketmq.bodies import BodyError, consumer_list, decode_heartbeat
+from protocol.rocketmq.bodies import BodyError, consumer_list, decode_check_client, decode_heartbeat
 from protocol.rocketmq.codes import ResponseCode
 from protocol.rocketmq.frame import RemotingFrame
 from protocol.rocketmq.headers import (
@@ -32,6 +33,7 @@ from protocol.rocketmq.headers import (
     UnregisterClientRequestHeader,
     reply,
 )
+from protocol.sql_filter import FilterSyntaxError, compile_filter
 
 __all__ = ["INNER_PRODUCER", "ClientHandlers"]
 
@@ -57,6 +59,19 @@ class ClientHandlers:
         for c in beat.consumers:
             for s in c.subscriptions:
                 self._edge.subscribed(c.group, s.topic, (s.expression_type, s.expression))
+        return frame.response(ResponseCode.SUCCESS)
+
+    async def check_client(self, conn: RocketConnection, frame: RemotingFrame) -> RemotingFrame:
+        """CHECK_CLIENT_CONFIG: a consumer's SQL92 filter compiles (a TAG one always does)."""
+        try:
+            sub = decode_check_client(frame.body)
+        except BodyError as e:
+            return frame.response(ResponseCode.SYSTEM_ERROR, remark=f"RaftMQ: {e}")
+        if sub is not None and sub.expression_type.upper() == "SQL92":
+            try:
+                compile_filter(sub.expression)
+            except FilterSyntaxError as e:
+                return frame.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, remark=f"RaftMQ: {e}")
         return frame.response(ResponseCode.SUCCESS)
 
     async def unregister(self, conn: RocketConnection, frame: RemotingFrame) -> RemotingFrame:

@@ -8,7 +8,7 @@ RaftMQ's and its answer back (``sends``, ``pulls``, ``offsets``, ``clients``, ``
     PULL_MESSAGE                                   pulls (long polling)
     QUERY/UPDATE_CONSUMER_OFFSET, GET_MAX/MIN_OFFSET,
     SEARCH_OFFSET_BY_TIMESTAMP, LOCK/UNLOCK_BATCH_MQ   offsets
-    HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP,
+    HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP, CHECK_CLIENT_CONFIG,
     CONSUMER_SEND_MSG_BACK, END_TRANSACTION        clients
     VIEW_MESSAGE_BY_ID, QUERY_MESSAGE, UPDATE_AND_CREATE_TOPIC   queries
     anything else                     REQUEST_CODE_NOT_SUPPORTED, the remark naming the code
@@ -84,6 +84,7 @@ class RocketFrontEnd:
             RequestCode.UNLOCK_BATCH_MQ: offsets.lock_batch,
             RequestCode.HEART_BEAT: clients.heartbeat,
             RequestCode.UNREGISTER_CLIENT: clients.unregister,
+            RequestCode.CHECK_CLIENT_CONFIG: clients.check_client,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: clients.consumer_list,
             RequestCode.CONSUMER_SEND_MSG_BACK: clients.send_back,
             RequestCode.END_TRANSACTION: clients.end_transaction,

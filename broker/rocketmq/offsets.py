@@ -1,8 +1,10 @@
 """Offsets and queue locks at the edge (RocketMQ's ConsumerManageProcessor and the offset
 requests of its AdminBrokerProcessor):
 
-    QUERY_CONSUMER_OFFSET        -> QUERY_OFFSET; none committed: QUERY_NOT_FOUND (the client
-                                    then starts where its ConsumeFromWhere says)
+    QUERY_CONSUMER_OFFSET        -> QUERY_OFFSET; none committed: 0 while the queue still holds
+                                    its first message (RocketMQ answers 0 while that message is
+                                    in memory), else QUERY_NOT_FOUND (the client then starts
+                                    where its ConsumeFromWhere says)
     UPDATE_CONSUMER_OFFSET       -> COMMIT_OFFSET (through the log, on the leader)
     GET_MAX_OFFSET, GET_MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP -> SEARCH_OFFSET
     LOCK_BATCH_MQ, UNLOCK_BATCH_MQ -> LOCK/UNLOCK_BATCH_MQ per topic (through the log); the
@@ -56,10 +58,16 @@ class OffsetHandlers:
         if answer.code != Native.SUCCESS:
             return refused(frame, answer)
         offset = QueryOffsetResponse.from_frame(answer).offset
+        if offset < 0 and await self._starts_at_zero(h.topic, h.queue_id):
+            offset = 0  # RocketMQ's answer while the queue still holds its first message
         if offset < 0:
             return frame.response(ResponseCode.QUERY_NOT_FOUND,
                                   remark=f"RaftMQ: group {h.consumer_group!r} has no offset for this queue")
         return _offset(frame, offset)
+
+    async def _starts_at_zero(self, topic: str, queue_id: int) -> bool:
+        answer = await self._edge.call(SearchOffsetRequest(topic=topic, queue_id=queue_id))
+        return answer.code == Native.SUCCESS and SearchOffsetResponse.from_frame(answer).min_offset == 0
 
     async def update_consumer_offset(self, conn: RocketConnection, frame: RemotingFrame) -> RemotingFrame:
         h = UpdateConsumerOffsetRequestHeader.of(frame)

@@ -5,8 +5,9 @@ an AdminBrokerProcessor code):
                           this broker handed out (its RaftMQ position): the message there,
                           as a stored message (the same position on every replica)
     QUERY_MESSAGE         by key -> QUERY_MESSAGE; by unique key (ext ``_UNIQUE_KEY_QUERY``:
-                          the client's UNIQ_KEY, which is RaftMQ's message id) ->
-                          VIEW_MESSAGE_BY_ID; the messages of the header's topic only
+                          the client's UNIQ_KEY, RaftMQ's message id when it is 32 hex
+                          digits) -> VIEW_MESSAGE_BY_ID, else QUERY_MESSAGE by it as a key
+                          (``broker.rocketmq.translate``); the header's topic only
     UPDATE_AND_CREATE_TOPIC -> CREATE_TOPIC with ``writeQueueNums`` queues and ``perm``
                           (mqadmin updateTopic); a topic that exists is left as it is
 
@@ -21,7 +22,7 @@ import time
 from broker.rocketmq.answers import refused
 from broker.rocketmq.connection import RocketConnection
 from broker.rocketmq.edge import Edge
-from broker.rocketmq.translate import stored_message
+from broker.rocketmq.translate import UNIQ_KEY, is_message_id, rocket_properties, stored_message
 from protocol.message_format import MessageFormatError, decode_record
 from protocol.query import QueryMessageRequest, QueryResponse, ViewMessageRequest
 from protocol.remoting import FrameError
@@ -61,7 +62,7 @@ class QueryHandlers:
 
     async def query(self, conn: RocketConnection, frame: RemotingFrame) -> RemotingFrame:
         h = QueryMessageRequestHeader.of(frame)
-        if h.unique_key_query:
+        if h.unique_key_query and is_message_id(h.key):
             answer = await self._edge.call(ViewMessageRequest(msg_id=h.key.lower()))
         else:
             answer = await self._edge.call(QueryMessageRequest(key=h.key, begin_ms=h.begin_timestamp,
@@ -76,7 +77,7 @@ class QueryHandlers:
                 m = decode_record(row.message)
             except MessageFormatError:
                 continue
-            if m.topic == h.topic:
+            if m.topic == h.topic and (not h.unique_key_query or rocket_properties(m)[UNIQ_KEY] == h.key):
                 found.append(encode_stored(stored_message(m, queue_offset=-1, position=row.position,
                                                           store_ms=row.store_ms, store_host=host)))
         if not found:

@@ -24,7 +24,10 @@ from protocol.rocketmq.headers import SendMessageResponseHeader, reply, send_hea
 from protocol.rocketmq.message import MessageFormatError, decode_batch, message_id
 from protocol.send import SendBatchRequest, SendBatchResponse, SendMessageRequest, WriteResponse
 
-__all__ = ["SendHandlers"]
+__all__ = ["REGION", "SendHandlers"]
+
+#: the ``MSG_REGION`` a send's answer names (RocketMQ's default region)
+REGION = "DefaultRegion"
 
 
 class SendHandlers:
@@ -63,5 +66,6 @@ class SendHandlers:
                 queue_offset: int) -> RemotingFrame:
         host = self._edge.store_host()
         ids = ",".join(message_id(host, p) for p in positions if p >= 0)
-        header = SendMessageResponseHeader(msg_id=ids, queue_id=queue_id, queue_offset=queue_offset)
+        header = SendMessageResponseHeader(msg_id=ids, queue_id=queue_id, queue_offset=queue_offset,
+                                           trace_on=True, msg_region=REGION)
         return reply(frame, ResponseCode.SUCCESS, header)

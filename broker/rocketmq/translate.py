@@ -5,9 +5,11 @@ A RocketMQ send's header and properties become one RaftMQ ``Message``:
     topic, queueId, flag, bornTimestamp, reconsumeTimes   -> the same fields
     property TAGS                                          -> tags
     property KEYS (space separated)                        -> keys
-    property UNIQ_KEY (the client's 32-hex-digit id)       -> msg_id (16 bytes), so the id a
-                                                              RocketMQ client shows finds the
-                                                              message through RaftMQ's index
+    property UNIQ_KEY (the client's id: 32 hex digits      -> msg_id (16 bytes), so the id a
+    from an IPv4 client)                                      RocketMQ client shows finds the
+                                                              message through RaftMQ's index;
+    (56 hex digits from an IPv6 one)                       -> kept, and one more key, so the
+                                                              index finds it by key
     other properties (DELAY, TRAN_MSG, PGROUP, WAIT, user) -> properties, as they are (RaftMQ
                                                               reads DELAY, TRAN_MSG and PGROUP
                                                               under RocketMQ's names)
@@ -27,7 +29,7 @@ from protocol.message_format import Message
 from protocol.record_batch import MessageRecord
 from protocol.rocketmq.message import BatchMessage, StoredMessage, parse_properties
 
-__all__ = ["KEYS", "TAGS", "UNIQ_KEY", "host_port", "native_message", "stored_message"]
+__all__ = ["KEYS", "TAGS", "UNIQ_KEY", "host_port", "is_message_id", "native_message", "stored_message"]
 
 TAGS = "TAGS"
 KEYS = "KEYS"
@@ -53,10 +55,17 @@ def native_message(topic: str, queue_id: int, body: bytes, properties: dict[str,
     m = Message(topic, body, queue_id, tags, keys, props, flag=flag, born_ts_ms=born_ms,
                 born_host=born_host, reconsume=reconsume)
     uniq = props.get(UNIQ_KEY)
-    if uniq is not None and _HEX32.fullmatch(uniq) and uniq == uniq.upper():
+    if uniq is not None and is_message_id(uniq):
         del props[UNIQ_KEY]
         m.msg_id = bytes.fromhex(uniq)
+    elif uniq:
+        m.keys = (*keys, uniq)
     return m
+
+
+def is_message_id(uniq: str) -> bool:
+    """Whether a UNIQ_KEY is one RaftMQ keeps as the message id (32 upper-case hex digits)."""
+    return bool(_HEX32.fullmatch(uniq)) and uniq == uniq.upper()
 
 
 def batch_messages(topic: str, queue_id: int, batch: list[BatchMessage], *, born_ms: int,
@@ -70,9 +79,10 @@ def rocket_properties(m: MessageRecord | Message) -> dict[str, str]:
     props = dict(m.properties)
     if m.tags:
         props[TAGS] = m.tags
-    if m.keys:
-        props[KEYS] = " ".join(m.keys)
-    props.setdefault(UNIQ_KEY, m.msg_id.hex().upper())
+    uniq = props.setdefault(UNIQ_KEY, m.msg_id.hex().upper())
+    keys = [k for k in m.keys if k != uniq]
+    if keys:
+        props[KEYS] = " ".join(keys)
     return props
 
 

@@ -13,6 +13,7 @@ bare ``Long`` map keys)::
     ConsumerData     {"consumeFromWhere":..,"consumeType":..,"groupName":..,"messageModel":..,
                       "subscriptionDataSet":[{"topic":..,"subString":..,"expressionType":..,
                       "tagsSet":[..],"codeSet":[..],"subVersion":..,"classFilterMode":..}],"unitMode":..}
+    CheckClientRequestBody {"clientId":..,"group":..,"subscriptionData":{SubscriptionData}}
     LockBatchRequestBody  {"clientId":..,"consumerGroup":..,"mqSet":[MessageQueue]}
                           (UnlockBatchRequestBody the same, + "oneway")
     LockBatchResponseBody {"lockOKMQSet":[MessageQueue]}
@@ -34,7 +35,8 @@ from protocol.rocketmq.fastjson import Bean, JavaMap
 
 __all__ = ["V4_9_4", "BodyError", "BrokerData", "ConsumerData", "Heartbeat", "LockBatchRequest",
            "MessageQueue", "QueueData", "Subscription", "cluster_info", "consumer_list",
-           "decode_heartbeat", "decode_lock_batch", "lock_batch_response", "topic_list", "topic_route"]
+           "decode_check_client", "decode_heartbeat", "decode_lock_batch", "lock_batch_response",
+           "topic_list", "topic_route"]
 
 #: ``MQVersion.Version.V4_9_4.ordinal()``: from this request version on, routes are standard JSON
 V4_9_4 = 401
@@ -184,6 +186,17 @@ def _subscription(s: Mapping[str, object]) -> Subscription:
         raise BodyError("subscription: subVersion is not an integer")
     return Subscription(_text(s, "topic", "subscription"), _text(s, "subString", "subscription", "*"),
                         _text(s, "expressionType", "subscription", "TAG"), version)
+
+
+def decode_check_client(body: bytes) -> Subscription | None:
+    """``CheckClientRequestBody``: the subscription a consumer checks at start (None: none)."""
+    doc = _doc(body, "check client")
+    sub = doc.get("subscriptionData")
+    if sub is None:
+        return None
+    if not isinstance(sub, dict):
+        raise BodyError("check client: subscriptionData is not an object")
+    return _subscription(sub)
 
 
 def decode_lock_batch(body: bytes) -> LockBatchRequest:

@@ -22,7 +22,8 @@ ROCKETMQ header (``RocketMQSerializable``)::
     +------+----------+---------+--------+------+--------------------+---------------------+
     entry = i16 key len + UTF-8 key, i32 value len + UTF-8 value (a length of 0 reads as null)
 
-``flag``: bit 0 a response, bit 1 oneway (``codes.FrameFlag``). ``opaque`` is the
+Key order in extFields is free (a map); the encoder writes Java's (``_ordered_ext``) so
+golden bytes compare equal. ``flag``: bit 0 a response, bit 1 oneway (``codes.FrameFlag``). ``opaque`` is the
 request's id; its response carries it back. A peer answers in the serialization of the
 request (``serialize_type``). ``version`` is the sender's release ordinal (4.9.7 sends
 407); the name server's route encoding depends on it.
@@ -102,10 +103,16 @@ class RemotingFrame:
         return _LENGTHS.pack(4 + len(header) + len(self.body), marked) + header + self.body
 
     def _ordered_ext(self) -> list[str]:
+        """JSON: the HashMap's iteration order of the keys put in ``ext_order``'s order;
+        ROCKETMQ: ``ext_order`` as it is (4.9.7's Netty encoder writes a ``FastCodesHeader``'s
+        fields first, in declaration order -- what a header's ``to_ext`` order is -- and a
+        decoded frame keeps the order it came in), then any other key in HashMap order."""
         assert self.ext is not None
-        put = [k for k in self.ext_order if k in self.ext]
-        put += [k for k in self.ext if k not in put]
-        return [str(k) for k in fastjson.java_order(put)]
+        listed = [k for k in self.ext_order if k in self.ext]
+        rest = [k for k in self.ext if k not in listed]
+        if self.serialize_type == SerializeType.ROCKETMQ:
+            return listed + [str(k) for k in fastjson.java_order(rest)]
+        return [str(k) for k in fastjson.java_order(listed + rest)]
 
     def _json_header(self) -> bytes:
         ext = None

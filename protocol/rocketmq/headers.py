@@ -145,10 +145,17 @@ def send_header(request: RemotingFrame, code: int | None = None) -> SendMessageR
 
 @dataclass(frozen=True, slots=True)
 class SendMessageResponseHeader(Header):
+    """``msg_region``, ``trace_on``: what a broker puts in extFields beside the header's fields
+    (``MSG_REGION``, ``TRACE_ON``), read into the client's ``SendResult``."""
+
+    WIRE: ClassVar[Mapping[str, str]] = {"msg_region": "MSG_REGION", "trace_on": "TRACE_ON"}
+
     msg_id: str
     queue_id: int
     queue_offset: int
     transaction_id: str | None = None
+    trace_on: bool | None = None
+    msg_region: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

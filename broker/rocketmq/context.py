@@ -47,6 +47,10 @@ class RocketBroker(Protocol):
     @property
     def max_frame_bytes(self) -> int: ...
 
+    def lag_rows(self, group: str) -> list[dict[str, object]]:
+        """A group's committed offset beside each queue's bounds (topic, queue, committed,
+        min_offset, max_offset, lag)."""
+
     def unhealthy(self) -> str | None:
         """Why this replica must not serve (None: it may)."""
 

@@ -11,6 +11,7 @@ RaftMQ's and its answer back (``sends``, ``pulls``, ``offsets``, ``clients``, ``
     HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP, CHECK_CLIENT_CONFIG,
     CONSUMER_SEND_MSG_BACK, END_TRANSACTION        clients
     VIEW_MESSAGE_BY_ID, QUERY_MESSAGE, UPDATE_AND_CREATE_TOPIC   queries
+    GET_TOPIC_STATS_INFO, GET_CONSUME_STATS, GET_BROKER_RUNTIME_INFO (mqadmin)   admin
     anything else                     REQUEST_CODE_NOT_SUPPORTED, the remark naming the code
 
 Security: RocketMQ's AK/SK request signature is not checked yet, so with ACLs on
@@ -31,6 +32,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from broker.processors.context import CONNECTION
+from broker.rocketmq.admin import AdminHandlers
 from broker.rocketmq.clients import ClientHandlers
 from broker.rocketmq.connection import RocketConnection, RocketLimits
 from broker.rocketmq.context import RocketBroker
@@ -70,6 +72,7 @@ class RocketFrontEnd:
         self.connections: set[RocketConnection] = set()
         sends, pulls, offsets = SendHandlers(self.edge), PullHandlers(self.edge), OffsetHandlers(self.edge)
         clients, queries = ClientHandlers(self.edge), QueryHandlers(self.edge)
+        admin = AdminHandlers(self.edge)
         self._handlers: dict[int, Handler] = {
             RequestCode.SEND_MESSAGE: sends.send,
             RequestCode.SEND_MESSAGE_V2: sends.send,
@@ -91,6 +94,9 @@ class RocketFrontEnd:
             RequestCode.VIEW_MESSAGE_BY_ID: queries.view_by_id,
             RequestCode.QUERY_MESSAGE: queries.query,
             RequestCode.UPDATE_AND_CREATE_TOPIC: queries.create_topic,
+            RequestCode.GET_TOPIC_STATS_INFO: admin.topic_stats,
+            RequestCode.GET_CONSUME_STATS: admin.consume_stats,
+            RequestCode.GET_BROKER_RUNTIME_INFO: admin.runtime_info,
         }
 
     @property

@@ -17,6 +17,10 @@ bare ``Long`` map keys)::
     LockBatchRequestBody  {"clientId":..,"consumerGroup":..,"mqSet":[MessageQueue]}
                           (UnlockBatchRequestBody the same, + "oneway")
     LockBatchResponseBody {"lockOKMQSet":[MessageQueue]}
+    TopicStatsTable  {"offsetTable":{MessageQueue:{"lastUpdateTimestamp":..,"maxOffset":..,"minOffset":..}}}
+    ConsumeStats     {"consumeTps":..,"offsetTable":{MessageQueue:{"brokerOffset":..,"consumerOffset":..,
+                      "lastTimestamp":..}}}                   (objects as map keys: fastjson's)
+    KVTable          {"table":{name: value}}
     MessageQueue     {"brokerName":..,"queueId":N,"topic":..}
     GetConsumerListByGroupResponseBody {"consumerIdList":[ids]}
 
@@ -33,10 +37,29 @@ from dataclasses import dataclass
 from protocol.rocketmq import fastjson
 from protocol.rocketmq.fastjson import Bean, JavaMap
 
-__all__ = ["V4_9_4", "BodyError", "BrokerData", "ConsumerData", "Heartbeat", "LockBatchRequest",
-           "MessageQueue", "QueueData", "Subscription", "cluster_info", "consumer_list",
-           "decode_check_client", "decode_heartbeat", "decode_lock_batch", "lock_batch_response",
-           "topic_list", "topic_route"]
+__all__ = [
+    "V4_9_4",
+    "BodyError",
+    "BrokerData",
+    "ConsumerData",
+    "Heartbeat",
+    "LockBatchRequest",
+    "MessageQueue",
+    "QueueData",
+    "QueueStats",
+    "Subscription",
+    "cluster_info",
+    "consume_stats",
+    "consumer_list",
+    "decode_check_client",
+    "decode_heartbeat",
+    "decode_lock_batch",
+    "kv_table",
+    "lock_batch_response",
+    "topic_list",
+    "topic_route",
+    "topic_stats",
+]
 
 #: ``MQVersion.Version.V4_9_4.ordinal()``: from this request version on, routes are standard JSON
 V4_9_4 = 401
@@ -104,6 +127,39 @@ class MessageQueue:
 
     def bean(self) -> Bean:
         return Bean({"brokerName": self.broker_name, "queueId": self.queue_id, "topic": self.topic})
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """One queue's row of a TopicStatsTable (``TopicOffset``) or ConsumeStats (``OffsetWrapper``)."""
+
+    queue: MessageQueue
+    min_offset: int
+    max_offset: int
+    last_update_ms: int
+    consumer_offset: int = 0
+
+
+def topic_stats(rows: Sequence[QueueStats]) -> bytes:
+    """``TopicStatsTable`` (GET_TOPIC_STATS_INFO): ``{"offsetTable":{MessageQueue:{..}}}``."""
+    table = fastjson.ObjectKeyMap(tuple((r.queue.bean(), Bean({
+        "lastUpdateTimestamp": r.last_update_ms, "maxOffset": r.max_offset, "minOffset": r.min_offset}))
+        for r in rows))
+    return fastjson.dumps(Bean({"offsetTable": table})).encode("utf-8")
+
+
+def consume_stats(rows: Sequence[QueueStats], consume_tps: float = 0.0) -> bytes:
+    """``ConsumeStats`` (GET_CONSUME_STATS): broker and consumer offsets per queue."""
+    table = fastjson.ObjectKeyMap(tuple((r.queue.bean(), Bean({
+        "brokerOffset": r.max_offset, "consumerOffset": r.consumer_offset,
+        "lastTimestamp": r.last_update_ms})) for r in rows))
+    return fastjson.dumps(Bean({"consumeTps": consume_tps, "offsetTable": table})).encode("utf-8")
+
+
+def kv_table(table: Mapping[str, str]) -> bytes:
+    """``KVTable`` (GET_BROKER_RUNTIME_INFO): ``{"table":{name: value}}``."""
+    items: dict[str | int, str] = dict(table.items())
+    return fastjson.dumps(Bean({"table": JavaMap(items)})).encode("utf-8")
 
 
 def lock_batch_response(queues: Sequence[MessageQueue]) -> bytes:

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Bean", "JavaMap", "dumps", "java_hash", "java_order", "loads"]
+__all__ = ["Bean", "JavaMap", "ObjectKeyMap", "dumps", "java_hash", "java_order", "loads"]
 
 _MAX_INT = 2**31
 
@@ -78,6 +78,14 @@ class JavaMap:
         return cls(dict.fromkeys(members), is_set=True)
 
 
+@dataclass(frozen=True, slots=True)
+class ObjectKeyMap:
+    """A map whose keys are objects (``HashMap<MessageQueue, ...>``): fastjson writes each key
+    as its JSON object, ``{{"brokerName":..}:{..}}``; entries in the order given."""
+
+    pairs: tuple[tuple[Bean, Any], ...]
+
+
 def dumps(value: Any, *, standard: bool = False) -> str:
     """``value`` as fastjson writes it (``standard``: as with BrowserCompatible,
     QuoteFieldNames and MapSortField)."""
@@ -123,6 +131,15 @@ def _write(value: Any, out: list[str], standard: bool) -> None:
             out.append(":")
             _write(value.items[key], out, standard)
         out.append("}")
+    elif isinstance(value, ObjectKeyMap):
+        out.append("{")
+        for i, (bean, item) in enumerate(value.pairs):
+            if i:
+                out.append(",")
+            _write(bean, out, standard)
+            out.append(":")
+            _write(item, out, standard)
+        out.append("}")
     elif isinstance(value, list | tuple):
         out.append("[")
         for i, item in enumerate(value):
@@ -134,6 +151,8 @@ def _write(value: Any, out: list[str], standard: bool) -> None:
         out.append("true" if value else "false")
     elif isinstance(value, int):
         out.append(str(value))
+    elif isinstance(value, float):
+        out.append(repr(value))
     elif isinstance(value, str):
         out.append(_string(value, standard))
     elif value is None:

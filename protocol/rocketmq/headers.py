@@ -24,7 +24,8 @@ from protocol.rocketmq.frame import RemotingFrame
 
 __all__ = [
     "ConsumerSendMsgBackRequestHeader", "CreateTopicRequestHeader", "EndTransactionRequestHeader",
-    "GetConsumerListByGroupRequestHeader", "GetMaxOffsetRequestHeader", "GetRouteInfoRequestHeader",
+    "GetConsumeStatsRequestHeader", "GetConsumerListByGroupRequestHeader",
+    "GetMaxOffsetRequestHeader", "GetRouteInfoRequestHeader", "GetTopicStatsInfoRequestHeader",
     "HeaderError", "OffsetResponseHeader", "PullMessageRequestHeader", "PullMessageResponseHeader",
     "QueryConsumerOffsetRequestHeader", "QueryMessageRequestHeader", "QueryMessageResponseHeader",
     "SearchOffsetRequestHeader", "SendMessageRequestHeader", "SendMessageResponseHeader",
@@ -253,6 +254,17 @@ class CreateTopicRequestHeader(Header):
     topic_filter_type: str
     topic_sys_flag: int | None = None
     order: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GetTopicStatsInfoRequestHeader(Header):
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class GetConsumeStatsRequestHeader(Header):
+    consumer_group: str
+    topic: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

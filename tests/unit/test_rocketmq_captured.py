@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from broker.rocketmq.front_end import RocketFrontEnd
 from broker.state.machine import BrokerStateMachine
 from dledger.applier import Applier
 from dledger.log import Log
+from protocol.rocketmq import bodies
 from protocol.rocketmq.codes import PullSysFlag, RequestCode, ResponseCode
 from protocol.rocketmq.frame import RemotingFrame, decode_frame
 from protocol.rocketmq.headers import PullMessageRequestHeader, SendMessageResponseHeader, reply
@@ -84,6 +86,31 @@ def test_a_send_answer_is_the_bytes_the_real_broker_wrote(name: str) -> None:
     assert compared == 3
 
 
+def test_topic_stats_and_consume_stats_bodies_are_the_real_brokers_bytes() -> None:
+    """fastjson's objects as map keys (``{{"brokerName":..}:{..}}``), rebuilt from the values."""
+    for name, build in (("mqadmin_topicStatus", "topic"), ("mqadmin_consumerProgress", "consume")):
+        answer = next(ln.frame for ln in capture(name)
+                      if ln.route == "broker" and not ln.to_server and ln.frame.body.startswith(b'{"'))
+        text = answer.body.decode()
+        rows = []
+        entry = r'\{"brokerName":"([^"]+)","queueId":(\d+),"topic":"([^"]+)"\}:\{([^}]*)\}'
+        for match in re.finditer(entry, text):
+            values = {k: int(v) for k, v in re.findall(r'"(\w+)":(\d+)', match.group(4))}
+            queue = bodies.MessageQueue(match.group(3), match.group(1), int(match.group(2)))
+            if build == "topic":
+                rows.append(bodies.QueueStats(queue, values["minOffset"], values["maxOffset"],
+                                              values["lastUpdateTimestamp"]))
+            else:
+                rows.append(bodies.QueueStats(queue, 0, values["brokerOffset"], values["lastTimestamp"],
+                                              values["consumerOffset"]))
+        assert len(rows) == 4
+        if build == "topic":
+            assert bodies.topic_stats(rows) == answer.body
+        else:
+            tps = float(re.match(r'\{"consumeTps":([0-9.]+),', text).group(1))  # type: ignore[union-attr]
+            assert bodies.consume_stats(rows, tps) == answer.body
+
+
 #: the conversations replayed to the front end (after the ones named first, on the same broker:
 #: the push consumer reads what the producer capture sent), and the codes RaftMQ answers
 #: otherwise than the real broker did (request code -> (real broker's code, RaftMQ's code))
@@ -98,6 +125,13 @@ REPLAYED: dict[str, tuple[tuple[str, ...], dict[int, set[tuple[int, int]]]]] = {
     "ordered_selector_and_orderly_consumer": ((), {}),
     "tags_filter": ((), {}),
     "sql92_filter": ((), {}),
+    "lite_pull_consumer": ((), {}),
+    "mqadmin_topicStatus": (("producer_send_and_batch",), {}),
+    "mqadmin_consumerProgress": (("producer_send_and_batch", "push_consumer_pull_and_commit"), {
+        RequestCode.PULL_MESSAGE: {(ResponseCode.SUBSCRIPTION_NOT_LATEST, ResponseCode.SUCCESS),
+                                   (ResponseCode.SUBSCRIPTION_NOT_LATEST, ResponseCode.PULL_NOT_FOUND)}}),
+    "mqadmin_clusterList": ((), {}),
+    "mqadmin_updateTopic": ((), {}),
 }
 
 
@@ -156,7 +190,7 @@ def test_replayed_requests_get_the_real_brokers_answer_codes(one_node_broker, na
     before, expected = REPLAYED[name]
     differ: dict[int, set[tuple[int, int]]] = {}
     results = replay(one_node_broker, (*before, name))
-    assert len(results) > 3
+    assert len(results) >= 2
     for code, real, ours in results:
         if real != ours:
             differ.setdefault(code, set()).add((real, ours))

@@ -235,9 +235,9 @@ def test_offsets_heartbeats_and_consumer_lists(one_node_broker) -> None:  # type
 
 def test_unsupported_codes_are_answered_naming_the_code(one_node_broker) -> None:  # type: ignore[no-untyped-def]
     async def scenario(r: Rocket, _server: BrokerServer) -> None:
-        reply = await r.ask(RequestCode.GET_BROKER_RUNTIME_INFO)
+        reply = await r.ask(RequestCode.GET_ALL_DELAY_OFFSET)
         assert reply.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
-        assert "GET_BROKER_RUNTIME_INFO (28)" in (reply.remark or "")
+        assert "GET_ALL_DELAY_OFFSET (45)" in (reply.remark or "")
         unknown = await r.ask(9999)
         assert unknown.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED and "9999" in (unknown.remark or "")
         bad = await r.ask(RequestCode.PULL_MESSAGE, {"topic": "orders"})
@@ -290,5 +290,31 @@ def test_an_ipv6_clients_unique_key_is_found_and_not_shown_as_a_key(one_node_bro
         found = await r.ask(RequestCode.QUERY_MESSAGE, query)
         assert found.code == ResponseCode.SUCCESS, found.remark
         assert [m.body for m in decode_stored(found.body)] == [b"v6"]
+
+    run(one_node_broker, scenario)
+
+
+def test_mqadmins_topic_status_consumer_progress_and_runtime_info(one_node_broker) -> None:  # type: ignore[no-untyped-def]
+    async def scenario(r: Rocket, _server: BrokerServer) -> None:
+        await r.create_topic("orders", 2)
+        for body in (b"a", b"b"):
+            await r.send("orders", 1, body)
+        update = UpdateConsumerOffsetRequestHeader(consumer_group="billing", topic="orders", queue_id=1,
+                                                   commit_offset=1)
+        assert (await r.ask(RequestCode.UPDATE_CONSUMER_OFFSET, update)).code == ResponseCode.SUCCESS
+        stats = await r.ask(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "orders"})
+        assert stats.code == ResponseCode.SUCCESS, stats.remark
+        text = stats.body.decode()
+        assert '{"brokerName":"' in text and '"queueId":1,"topic":"orders"}:{"lastUpdateTimestamp":' in text
+        assert '"maxOffset":2,"minOffset":0}' in text and '"queueId":0,' in text
+        progress = await r.ask(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "billing"})
+        assert progress.code == ResponseCode.SUCCESS, progress.remark
+        assert '"queueId":1,"topic":"orders"}:{"brokerOffset":2,"consumerOffset":1,"lastTimestamp":' in \
+            progress.body.decode()
+        info = bodies.fastjson.loads(
+            (await r.ask(RequestCode.GET_BROKER_RUNTIME_INFO)).body)["table"]
+        assert info["brokerVersionDesc"] == "RaftMQ" and float(info["putTps"].split(" ")[0]) == 0.0
+        missing = await r.ask(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "none-such"})
+        assert missing.code == ResponseCode.TOPIC_NOT_EXIST
 
     run(one_node_broker, scenario)

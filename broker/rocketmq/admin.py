@@ -19,7 +19,7 @@ import shutil
 import time
 
 from broker.rocketmq.answers import refused
-from broker.rocketmq.connection import RocketConnection
+from broker.rocketmq.client_link import RocketClient
 from broker.rocketmq.edge import Edge
 from protocol.pull import PullRequest, PullResponse
 from protocol.query import SearchOffsetRequest, SearchOffsetResponse
@@ -52,7 +52,7 @@ class AdminHandlers:
         rows = PullResponse.from_frame(answer).rows or ()
         return rows[0].store_ms if rows else 0
 
-    async def topic_stats(self, conn: RocketConnection, frame: RemotingFrame) -> RemotingFrame:
+    async def topic_stats(self, conn: RocketClient, frame: RemotingFrame) -> RemotingFrame:
         topic = GetTopicStatsInfoRequestHeader.of(frame).topic
         answer = await self._edge.call(GetTopicsRequest())
         if answer.code != Native.SUCCESS:
@@ -72,7 +72,7 @@ class AdminHandlers:
                                    bounds.max_offset, last))
         return reply(frame, ResponseCode.SUCCESS, body=topic_stats(rows))
 
-    async def consume_stats(self, conn: RocketConnection, frame: RemotingFrame) -> RemotingFrame:
+    async def consume_stats(self, conn: RocketClient, frame: RemotingFrame) -> RemotingFrame:
         h = GetConsumeStatsRequestHeader.of(frame)
         rows = []
         for row in self._edge.broker.lag_rows(h.consumer_group):
@@ -86,7 +86,7 @@ class AdminHandlers:
                                    last, committed))
         return reply(frame, ResponseCode.SUCCESS, body=consume_stats(rows))
 
-    async def runtime_info(self, conn: RocketConnection, frame: RemotingFrame) -> RemotingFrame:
+    async def runtime_info(self, conn: RocketClient, frame: RemotingFrame) -> RemotingFrame:
         rlog = self._edge.broker.rlog
         usage = shutil.disk_usage(rlog.config.data_dir)
         table = {

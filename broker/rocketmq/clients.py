@@ -18,7 +18,7 @@ its SendMessageProcessor, EndTransactionProcessor):
 from __future__ import annotations
 
 from broker.rocketmq.answers import refused
-from broker.rocketmq.connection import RocketConnection
+from broker.rocketmq.client_link import RocketClient
 from broker.rocketmq.edge import Edge
 from protocol.consumer import ConsumerListRequest, ConsumerListResponse, HeartbeatRequest, UnregisterRequest
 from protocol.deferred import DEFAULT_MAX_RECONSUME, EndTransactionRequest, SendBackRequest
@@ -45,23 +45,25 @@ class ClientHandlers:
     def __init__(self, edge: Edge) -> None:
         self._edge = edge
 
-    async def heartbeat(self, conn: RocketConnection, frame: RemotingFrame) -> RemotingFrame:
+    async def heartbeat(self, conn: RocketClient, frame: RemotingFrame) -> RemotingFrame:
         try:
             beat = decode_heartbeat(frame.body)
         except BodyError as e:
             return frame.response(ResponseCode.SYSTEM_ERROR, remark=f"RaftMQ: {e}")
         subscriptions = {c.group: tuple(s.topic for s in c.subscriptions) for c in beat.consumers}
         producer = next((g for g in beat.producer_groups if g != INNER_PRODUCER), None)
-        answer = await self._edge.call(HeartbeatRequest(client_id=beat.client_id, producer_group=producer,
-                                                        subscriptions=subscriptions or None))
+        request = HeartbeatRequest(client_id=beat.client_id, producer_group=producer,
+                                   subscriptions=subscriptions or None)
+        answer = await self._edge.call(request)
         if answer.code != Native.SUCCESS:
             return refused(frame, answer)
+        conn.heard(request)
         for c in beat.consumers:
             for s in c.subscriptions:
                 self._edge.subscribed(c.group, s.topic, (s.expression_type, s.expression))
         return frame.response(ResponseCode.SUCCESS)
 
-    async def check_client(self, conn: RocketConnection, frame: RemotingFrame) -> RemotingFrame:
+    async def check_client(self, conn: RocketClient, frame: RemotingFrame) -> RemotingFrame:
         """CHECK_CLIENT_CONFIG: a consumer's SQL92 filter compiles (a TAG one always does)."""
         try:
             sub = decode_check_client(frame.body)
@@ -74,7 +76,7 @@ class ClientHandlers:
                 return frame.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, remark=f"RaftMQ: {e}")
         return frame.response(ResponseCode.SUCCESS)
 
-    async def unregister(self, conn: RocketConnection, frame: RemotingFrame) -> RemotingFrame:
+    async def unregister(self, conn: RocketClient, frame: RemotingFrame) -> RemotingFrame:
         h = UnregisterClientRequestHeader.of(frame)
         if h.consumer_group:
             answer = await self._edge.call(UnregisterRequest(client_id=h.client_id, group=h.consumer_group))
@@ -82,7 +84,7 @@ class ClientHandlers:
                 return refused(frame, answer)
         return frame.response(ResponseCode.SUCCESS)
 
-    async def consumer_list(self, conn: RocketConnection, frame: RemotingFrame) -> RemotingFrame:
+    async def consumer_list(self, conn: RocketClient, frame: RemotingFrame) -> RemotingFrame:
         group = GetConsumerListByGroupRequestHeader.of(frame).consumer_group
         answer = await self._edge.call(ConsumerListRequest(group=group))
         if answer.code != Native.SUCCESS:
@@ -92,7 +94,7 @@ class ClientHandlers:
             return frame.response(ResponseCode.SYSTEM_ERROR, remark=f"RaftMQ: no consumer of group {group!r}")
         return reply(frame, ResponseCode.SUCCESS, body=consumer_list(ids))
 
-    async def send_back(self, conn: RocketConnection, frame: RemotingFrame) -> RemotingFrame:
+    async def send_back(self, conn: RocketClient, frame: RemotingFrame) -> RemotingFrame:
         h = ConsumerSendMsgBackRequestHeader.of(frame)
         times = 0 if h.delay_level < 0 else (h.max_reconsume_times if h.max_reconsume_times is not None
                                              else DEFAULT_MAX_RECONSUME)
@@ -102,7 +104,7 @@ class ClientHandlers:
             return refused(frame, answer)
         return frame.response(ResponseCode.SUCCESS)
 
-    async def end_transaction(self, conn: RocketConnection, frame: RemotingFrame) -> RemotingFrame:
+    async def end_transaction(self, conn: RocketClient, frame: RemotingFrame) -> RemotingFrame:
         h = EndTransactionRequestHeader.of(frame)
         if h.commit_or_rollback not in (_COMMIT, _ROLLBACK):
             return frame.response(ResponseCode.SUCCESS)  # unknown: the broker's check asks again

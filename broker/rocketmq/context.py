@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from broker.security.access_control import AccessControl
     from dledger.log import Log
 
-__all__ = ["MessageReader", "Registry", "RocketBroker"]
+__all__ = ["MembershipNotices", "MessageReader", "Registry", "RocketBroker"]
 
 
 class MessageReader(Protocol):
@@ -29,6 +29,11 @@ class MessageReader(Protocol):
 
 class Registry(Protocol):
     def drop_connection(self, connection: Hashable) -> set[str]: ...
+
+
+class MembershipNotices(Protocol):
+    async def members_changed(self, groups: set[str]) -> None:
+        """Tell the members of these groups that their membership changed."""
 
 
 class RocketBroker(Protocol):
@@ -42,6 +47,8 @@ class RocketBroker(Protocol):
     def consumers(self) -> Registry: ...
     @property
     def producers(self) -> Registry: ...
+    @property
+    def client_requests(self) -> MembershipNotices: ...
     @property
     def addresses(self) -> dict[str, str]: ...
     @property

@@ -28,11 +28,13 @@ Threads: the server's event loop only.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
 from broker.processors.context import CONNECTION
 from broker.rocketmq.admin import AdminHandlers
+from broker.rocketmq.client_link import RocketClient
 from broker.rocketmq.clients import ClientHandlers
 from broker.rocketmq.connection import RocketConnection, RocketLimits
 from broker.rocketmq.context import RocketBroker
@@ -49,7 +51,7 @@ __all__ = ["ACL_REFUSAL", "RocketFrontEnd", "code_name"]
 
 log = logging.getLogger("broker.rocketmq")
 
-Handler = Callable[[RocketConnection, RemotingFrame], Awaitable[RemotingFrame]]
+Handler = Callable[[RocketClient, RemotingFrame], Awaitable[RemotingFrame]]
 
 ACL_REFUSAL = ("RaftMQ: this broker has ACLs on and its RocketMQ port does not check RocketMQ's AK/SK "
                "signature yet: every request is refused; use the RaftMQ client with credentials")
@@ -69,7 +71,8 @@ class RocketFrontEnd:
         self._broker = broker
         self.limits = limits or RocketLimits(max_frame_bytes=broker.max_frame_bytes)
         self.edge = Edge(broker, listen)
-        self.connections: set[RocketConnection] = set()
+        self._notices: set[asyncio.Task[None]] = set()
+        self.connections: dict[RocketConnection, RocketClient] = {}
         sends, pulls, offsets = SendHandlers(self.edge), PullHandlers(self.edge), OffsetHandlers(self.edge)
         clients, queries = ClientHandlers(self.edge), QueryHandlers(self.edge)
         admin = AdminHandlers(self.edge)
@@ -107,25 +110,35 @@ class RocketFrontEnd:
     def protocol(self) -> RocketConnection:
         """A new connection's protocol (the sniffer's ``alternate``)."""
         conn = RocketConnection(self.serve, self.limits, on_close=self._closed)
-        self.connections.add(conn)
+        self.connections[conn] = RocketClient(conn, self.edge)
         return conn
 
     def _closed(self, conn: RocketConnection) -> None:
-        self.connections.discard(conn)
-        self._broker.consumers.drop_connection(conn)
-        self._broker.producers.drop_connection(conn)
+        client = self.connections.pop(conn, None)
+        if client is None:
+            return
+        client.close()
+        gone = self._broker.consumers.drop_connection(client)
+        self._broker.producers.drop_connection(client)
+        if gone:  # the other members hear at once, as on the native port
+            task = asyncio.get_running_loop().create_task(self._broker.client_requests.members_changed(gone))
+            self._notices.add(task)
+            task.add_done_callback(self._notices.discard)
 
     async def serve(self, conn: RocketConnection, frame: RemotingFrame) -> RemotingFrame:
         """``frame``'s answer (never raises)."""
+        client = self.connections.get(conn)
+        if client is None:  # a connection not made by ``protocol`` (tests): kept until closed
+            client = self.connections[conn] = RocketClient(conn, self.edge)
         handler = self._handlers.get(frame.code)
         if handler is None:
             return frame.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                   remark=f"RaftMQ: request code {code_name(frame.code)} is not supported")
         if self._broker.access.enabled:
             return frame.response(ResponseCode.NO_PERMISSION, remark=ACL_REFUSAL)
-        CONNECTION.set(conn)  # type: ignore[arg-type]  # any hashable connection object
+        CONNECTION.set(client)  # type: ignore[arg-type]  # any hashable connection object
         try:
-            return await handler(conn, frame)
+            return await handler(client, frame)
         except HeaderError as e:
             return frame.response(ResponseCode.SYSTEM_ERROR, remark=f"RaftMQ: {e}")
         except Exception:
@@ -136,3 +149,7 @@ class RocketFrontEnd:
     def close_connections(self) -> None:
         for conn in list(self.connections):
             conn.close()
+
+    def closed(self, conn: RocketConnection) -> None:
+        """``conn`` is gone (its protocol calls this; tests too)."""
+        self._closed(conn)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from broker.rocketmq.answers import refused
-from broker.rocketmq.connection import RocketConnection
+from broker.rocketmq.client_link import RocketClient
 from broker.rocketmq.edge import Edge
 from protocol.offset import (
     CommitOffsetRequest,
@@ -51,7 +51,7 @@ class OffsetHandlers:
     def __init__(self, edge: Edge) -> None:
         self._edge = edge
 
-    async def query_consumer_offset(self, conn: RocketConnection, frame: RemotingFrame) -> RemotingFrame:
+    async def query_consumer_offset(self, conn: RocketClient, frame: RemotingFrame) -> RemotingFrame:
         h = QueryConsumerOffsetRequestHeader.of(frame)
         answer = await self._edge.call(QueryOffsetRequest(group=h.consumer_group, topic=h.topic,
                                                           queue_id=h.queue_id))
@@ -69,7 +69,7 @@ class OffsetHandlers:
         answer = await self._edge.call(SearchOffsetRequest(topic=topic, queue_id=queue_id))
         return answer.code == Native.SUCCESS and SearchOffsetResponse.from_frame(answer).min_offset == 0
 
-    async def update_consumer_offset(self, conn: RocketConnection, frame: RemotingFrame) -> RemotingFrame:
+    async def update_consumer_offset(self, conn: RocketClient, frame: RemotingFrame) -> RemotingFrame:
         h = UpdateConsumerOffsetRequestHeader.of(frame)
         commit = CommitOffsetRequest(group=h.consumer_group, topic=h.topic, queue_id=h.queue_id,
                                      offset=max(h.commit_offset, 0))
@@ -78,7 +78,7 @@ class OffsetHandlers:
             return refused(frame, answer)
         return frame.response(ResponseCode.SUCCESS)
 
-    async def queue_offset(self, conn: RocketConnection, frame: RemotingFrame) -> RemotingFrame:
+    async def queue_offset(self, conn: RocketClient, frame: RemotingFrame) -> RemotingFrame:
         """GET_MAX_OFFSET, GET_MIN_OFFSET and SEARCH_OFFSET_BY_TIMESTAMP."""
         timestamp = None
         if frame.code == RequestCode.SEARCH_OFFSET_BY_TIMESTAMP:
@@ -98,7 +98,7 @@ class OffsetHandlers:
             return _offset(frame, found.min_offset)
         return _offset(frame, found.offset if found.offset is not None else found.max_offset)
 
-    async def lock_batch(self, conn: RocketConnection, frame: RemotingFrame) -> RemotingFrame:
+    async def lock_batch(self, conn: RocketClient, frame: RemotingFrame) -> RemotingFrame:
         """LOCK_BATCH_MQ and UNLOCK_BATCH_MQ."""
         try:
             req = decode_lock_batch(frame.body)

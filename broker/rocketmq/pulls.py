@@ -21,7 +21,7 @@ import logging
 from collections import OrderedDict
 
 from broker.rocketmq.answers import refused, rocket_code
-from broker.rocketmq.connection import RocketConnection
+from broker.rocketmq.client_link import RocketClient
 from broker.rocketmq.edge import Edge, Subscription
 from broker.rocketmq.translate import stored_message
 from protocol.offset import CommitOffsetRequest
@@ -61,7 +61,7 @@ class PullHandlers:
         self._committed: OrderedDict[tuple[str, str, int], int] = OrderedDict()
         self._commits: set[asyncio.Task[None]] = set()
 
-    async def pull(self, conn: RocketConnection, frame: RemotingFrame) -> RemotingFrame:
+    async def pull(self, conn: RocketClient, frame: RemotingFrame) -> RemotingFrame:
         h = PullMessageRequestHeader.of(frame)
         subscription = self._edge.subscription(h.consumer_group, h.topic)
         if h.sys_flag & PullSysFlag.SUBSCRIPTION and h.subscription:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 
 from broker.rocketmq.answers import refused
-from broker.rocketmq.connection import RocketConnection
+from broker.rocketmq.client_link import RocketClient
 from broker.rocketmq.edge import Edge
 from broker.rocketmq.translate import UNIQ_KEY, is_message_id, rocket_properties, stored_message
 from protocol.message_format import MessageFormatError, decode_record
@@ -46,7 +46,7 @@ class QueryHandlers:
     def __init__(self, edge: Edge) -> None:
         self._edge = edge
 
-    async def view_by_id(self, conn: RocketConnection, frame: RemotingFrame) -> RemotingFrame:
+    async def view_by_id(self, conn: RocketClient, frame: RemotingFrame) -> RemotingFrame:
         position = ViewMessageRequestHeader.of(frame).offset
         why = self._edge.broker.unhealthy()
         if why is not None:
@@ -60,7 +60,7 @@ class QueryHandlers:
                                             store_host=self._edge.store_host()))
         return reply(frame, ResponseCode.SUCCESS, body=body)
 
-    async def query(self, conn: RocketConnection, frame: RemotingFrame) -> RemotingFrame:
+    async def query(self, conn: RocketClient, frame: RemotingFrame) -> RemotingFrame:
         h = QueryMessageRequestHeader.of(frame)
         if h.unique_key_query and is_message_id(h.key):
             answer = await self._edge.call(ViewMessageRequest(msg_id=h.key.lower()))
@@ -86,7 +86,7 @@ class QueryHandlers:
                                             index_last_update_phyoffset=0)
         return reply(frame, ResponseCode.SUCCESS, header, b"".join(found))
 
-    async def create_topic(self, conn: RocketConnection, frame: RemotingFrame) -> RemotingFrame:
+    async def create_topic(self, conn: RocketClient, frame: RemotingFrame) -> RemotingFrame:
         try:
             h = CreateTopicRequestHeader.of(frame)
         except HeaderError as e:

@@ -13,7 +13,7 @@ level is the ``DELAY`` property, read by RaftMQ under RocketMQ's name.
 from __future__ import annotations
 
 from broker.rocketmq.answers import refused
-from broker.rocketmq.connection import RocketConnection
+from broker.rocketmq.client_link import RocketClient
 from broker.rocketmq.edge import Edge
 from broker.rocketmq.translate import batch_messages, native_message, send_properties
 from protocol.message_format import encode_message
@@ -34,7 +34,7 @@ class SendHandlers:
     def __init__(self, edge: Edge) -> None:
         self._edge = edge
 
-    async def send(self, conn: RocketConnection, frame: RemotingFrame) -> RemotingFrame:
+    async def send(self, conn: RocketClient, frame: RemotingFrame) -> RemotingFrame:
         h = send_header(frame)
         m = native_message(h.topic, h.queue_id, frame.body, send_properties(h.properties), flag=h.flag,
                            born_ms=h.born_timestamp, born_host=conn.remote, reconsume=h.reconsume_times or 0)
@@ -44,7 +44,7 @@ class SendHandlers:
         written = WriteResponse.from_frame(answer)
         return self._answer(frame, [written.position], written.queue_id, written.queue_offset)
 
-    async def send_batch(self, conn: RocketConnection, frame: RemotingFrame) -> RemotingFrame:
+    async def send_batch(self, conn: RocketClient, frame: RemotingFrame) -> RemotingFrame:
         h = send_header(frame, RequestCode.SEND_BATCH_MESSAGE)
         try:
             batch = decode_batch(frame.body)

@@ -23,10 +23,11 @@ from protocol.rocketmq.codes import RequestCode
 from protocol.rocketmq.frame import RemotingFrame
 
 __all__ = [
-    "ConsumerSendMsgBackRequestHeader", "CreateTopicRequestHeader", "EndTransactionRequestHeader",
-    "GetConsumeStatsRequestHeader", "GetConsumerListByGroupRequestHeader",
-    "GetMaxOffsetRequestHeader", "GetRouteInfoRequestHeader", "GetTopicStatsInfoRequestHeader",
-    "HeaderError", "OffsetResponseHeader", "PullMessageRequestHeader", "PullMessageResponseHeader",
+    "CheckTransactionStateRequestHeader", "ConsumerSendMsgBackRequestHeader",
+    "CreateTopicRequestHeader", "EndTransactionRequestHeader", "GetConsumeStatsRequestHeader",
+    "GetConsumerListByGroupRequestHeader", "GetMaxOffsetRequestHeader", "GetRouteInfoRequestHeader",
+    "GetTopicStatsInfoRequestHeader", "HeaderError", "NotifyConsumerIdsChangedRequestHeader",
+    "OffsetResponseHeader", "PullMessageRequestHeader", "PullMessageResponseHeader",
     "QueryConsumerOffsetRequestHeader", "QueryMessageRequestHeader", "QueryMessageResponseHeader",
     "SearchOffsetRequestHeader", "SendMessageRequestHeader", "SendMessageResponseHeader",
     "UnregisterClientRequestHeader", "UpdateConsumerOffsetRequestHeader",
@@ -254,6 +255,22 @@ class CreateTopicRequestHeader(Header):
     topic_filter_type: str
     topic_sys_flag: int | None = None
     order: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CheckTransactionStateRequestHeader(Header):
+    """The broker's question to a transactional producer (broker -> client, oneway)."""
+
+    tran_state_table_offset: int
+    commit_log_offset: int
+    msg_id: str | None = None
+    transaction_id: str | None = None
+    offset_msg_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NotifyConsumerIdsChangedRequestHeader(Header):
+    consumer_group: str
 
 
 @dataclass(frozen=True, slots=True)

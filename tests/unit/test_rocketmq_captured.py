@@ -158,6 +158,12 @@ def replay(one_node_broker: tuple[Log, BrokerStateMachine, Applier],
 
         class Conn:
             remote = "127.0.0.1:50000"
+            closed = False
+
+            async def request(self, frame: RemotingFrame, timeout_s: float) -> None:
+                return None
+
+        conns: dict[int, Conn] = {}
 
         for ln in lines:
             if ln.route != "broker" or not ln.to_server:
@@ -170,7 +176,8 @@ def replay(one_node_broker: tuple[Log, BrokerStateMachine, Applier],
                     ext["suspendTimeoutMillis"] = str(min(h.suspend_timeout_millis, LONG_POLL_MS))
                     request = dataclasses.replace(request, ext=ext)
             real = answers.get((ln.conn, request.opaque))
-            serving = asyncio.ensure_future(front.serve(Conn(), request))  # type: ignore[arg-type]
+            conn = conns.setdefault(ln.conn, Conn())
+            serving = asyncio.ensure_future(front.serve(conn, request))  # type: ignore[arg-type]
             if request.code == RequestCode.PULL_MESSAGE:
                 if real is not None:
                     pulls.append((request.code, real, serving))

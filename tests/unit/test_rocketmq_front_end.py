@@ -5,6 +5,7 @@ RocketMQ answers out, served by the broker's own processors."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -16,10 +17,13 @@ from broker.state.machine import BrokerStateMachine
 from dledger.applier import Applier
 from dledger.errors import NotLeader
 from dledger.log import Log
+from protocol.deferred import CheckTransactionRequest
+from protocol.message_format import Message, encode_message
 from protocol.rocketmq import bodies
 from protocol.rocketmq.codes import PullSysFlag, RequestCode, ResponseCode, SerializeType
 from protocol.rocketmq.frame import RemotingFrame, decode_frame
 from protocol.rocketmq.headers import (
+    CheckTransactionStateRequestHeader,
     GetMaxOffsetRequestHeader,
     Header,
     PullMessageRequestHeader,
@@ -45,7 +49,16 @@ UNIQ = "0A0B0C0D00002A9F0000000000000001"
 
 
 class FakeConnection:
-    remote = "127.0.0.1:50123"
+    """A connection's side the front end uses: its address, and what the broker sends it."""
+
+    def __init__(self, remote: str = "127.0.0.1:50123") -> None:
+        self.remote = remote
+        self.closed = False
+        self.sent: list[RemotingFrame] = []
+
+    async def request(self, frame: RemotingFrame, timeout_s: float) -> RemotingFrame | None:
+        self.sent.append(frame)
+        return None
 
 
 def golden_frame(name: str) -> RemotingFrame:
@@ -55,9 +68,9 @@ def golden_frame(name: str) -> RemotingFrame:
 class Rocket:
     """Requests to a front end, as a RocketMQ client would send them."""
 
-    def __init__(self, front: RocketFrontEnd) -> None:
+    def __init__(self, front: RocketFrontEnd, conn: FakeConnection | None = None) -> None:
         self.front = front
-        self.conn = FakeConnection()
+        self.conn = conn or FakeConnection()
         self._opaque = 0
 
     async def ask(self, code: int, header: Header | dict[str, str] | None = None, body: bytes = b"",
@@ -316,5 +329,60 @@ def test_mqadmins_topic_status_consumer_progress_and_runtime_info(one_node_broke
         assert info["brokerVersionDesc"] == "RaftMQ" and float(info["putTps"].split(" ")[0]) == 0.0
         missing = await r.ask(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "none-such"})
         assert missing.code == ResponseCode.TOPIC_NOT_EXIST
+
+    run(one_node_broker, scenario)
+
+
+def heartbeat(client_id: str, group: str = "billing", producer: str | None = None) -> bytes:
+    consumer = {"groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+                "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "unitMode": False,
+                "subscriptionDataSet": [{"topic": "orders", "subString": "*", "expressionType": "TAG",
+                                         "subVersion": 1, "classFilterMode": False, "tagsSet": [],
+                                         "codeSet": []}]}
+    doc = {"clientID": client_id, "consumerDataSet": [] if producer else [consumer],
+           "producerDataSet": [{"groupName": producer}] if producer else []}
+    return json.dumps(doc).encode()
+
+
+def test_members_hear_when_a_group_changes_and_when_a_member_goes(one_node_broker) -> None:  # type: ignore[no-untyped-def]
+    async def scenario(first: Rocket, _server: BrokerServer) -> None:
+        await first.create_topic("orders")
+        second = Rocket(first.front, FakeConnection("127.0.0.1:50124"))
+        def notices() -> list[RemotingFrame]:
+            return [f for f in first.conn.sent if f.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED]
+
+        assert (await first.ask(RequestCode.HEART_BEAT, None, heartbeat("c1"))).code == ResponseCode.SUCCESS
+        joined = len(notices())
+        assert (await second.ask(RequestCode.HEART_BEAT, None, heartbeat("c2"))).code == ResponseCode.SUCCESS
+        assert len(notices()) == joined + 1  # c2 joined
+        assert notices()[-1].is_oneway and notices()[-1].ext == {"consumerGroup": "billing"}
+        first.front.closed(second.conn)  # type: ignore[arg-type]  # the second member's connection closes
+        deadline = asyncio.get_running_loop().time() + 10
+        while len(notices()) < joined + 2:
+            assert asyncio.get_running_loop().time() < deadline, "no notice that a member went"
+            await asyncio.sleep(0.01)
+        members = await first.ask(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "billing"})
+        assert bodies.fastjson.loads(members.body) == {"consumerIdList": ["c1"]}
+
+    run(one_node_broker, scenario)
+
+
+def test_a_transaction_check_reaches_a_rocketmq_producer_as_check_transaction_state(one_node_broker) -> None:  # type: ignore[no-untyped-def]
+    async def scenario(r: Rocket, _server: BrokerServer) -> None:
+        await r.create_topic("orders")
+        beat = await r.ask(RequestCode.HEART_BEAT, None, heartbeat("p1", producer="pg"))
+        assert beat.code == ResponseCode.SUCCESS
+        client = r.front.connections[r.conn]  # type: ignore[index]
+        half = Message("orders", b"half", 0, "t", ("k",), {"TRAN_MSG": "true", "PGROUP": "pg"},
+                       msg_id=bytes.fromhex(UNIQ))
+        check = CheckTransactionRequest(position=4242, group="pg", message=encode_message(half))
+        await client.deliver(check.to_frame(1, oneway=True))
+        (sent,) = r.conn.sent
+        assert sent.code == RequestCode.CHECK_TRANSACTION_STATE and sent.is_oneway
+        header = CheckTransactionStateRequestHeader.of(sent)
+        assert header.commit_log_offset == 4242 and header.transaction_id == UNIQ == header.msg_id
+        (stored,) = decode_stored(sent.body)
+        assert stored.body == b"half" and stored.properties["PGROUP"] == "pg"
+        assert stored.properties["UNIQ_KEY"] == UNIQ and stored.commit_log_offset == 4242
 
     run(one_node_broker, scenario)

@@ -386,3 +386,25 @@ def test_a_transaction_check_reaches_a_rocketmq_producer_as_check_transaction_st
         assert stored.properties["UNIQ_KEY"] == UNIQ and stored.commit_log_offset == 4242
 
     run(one_node_broker, scenario)
+
+
+def test_a_transactional_half_is_committed_by_end_transaction_at_its_id(one_node_broker) -> None:  # type: ignore[no-untyped-def]
+    async def scenario(r: Rocket, _server: BrokerServer) -> None:
+        await r.create_topic("orders")
+        ids = {}
+        for body in (b"commit me", b"roll me back"):
+            half = await r.send("orders", 0, body, props(TRAN_MSG="true", PGROUP="pg", UNIQ_KEY=UNIQ))
+            assert half.code == ResponseCode.SUCCESS, half.remark
+            ids[body] = SendMessageResponseHeader.of(half).msg_id
+        _, nothing = await r.pull("orders", 0, 0)
+        assert nothing == []  # halves are held
+        for body, commit in ((b"commit me", 8), (b"roll me back", 12)):
+            end = await r.ask(RequestCode.END_TRANSACTION, {
+                "producerGroup": "pg", "tranStateTableOffset": "0", "commitOrRollback": str(commit),
+                "commitLogOffset": str(decode_message_id(ids[body])[1]), "msgId": UNIQ,
+                "fromTransactionCheck": "false"})
+            assert end.code == ResponseCode.SUCCESS, end.remark
+        _, committed = await r.pull("orders", 0, 0)
+        assert [m.body for m in committed] == [b"commit me"]
+
+    run(one_node_broker, scenario)

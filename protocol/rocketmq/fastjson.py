@@ -20,7 +20,9 @@ What a Java peer sends and expects differs from standard JSON in ways that matte
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +32,7 @@ __all__ = ["Bean", "JavaMap", "ObjectKeyMap", "dumps", "java_hash", "java_order"
 _MAX_INT = 2**31
 
 
+@functools.lru_cache(maxsize=8192)
 def java_hash(key: str | int) -> int:
     """``String.hashCode`` (UTF-16 code units) or ``Long.hashCode`` as a signed 32-bit int."""
     if isinstance(key, int):
@@ -164,7 +167,14 @@ def _write(value: Any, out: list[str], standard: bool) -> None:
 _SHORT = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
 
 
+#: text written as it is: no control character, quote or backslash (standard: ASCII only)
+_PLAIN = re.compile(r'[^\x00-\x1f"\\]*')
+_PLAIN_ASCII = re.compile(r'[\x20\x21\x23-\x5b\x5d-\x7e]*')
+
+
 def _string(text: str, standard: bool) -> str:
+    if (_PLAIN_ASCII if standard else _PLAIN).fullmatch(text):
+        return f'"{text}"'
     out = ['"']
     for ch in text:
         code = ord(ch)

@@ -52,16 +52,14 @@ class Header:
     @classmethod
     def from_ext(cls, ext: Mapping[str, str] | None) -> Self:
         ext = ext or {}
-        hints = get_type_hints(cls)
         values: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            wire = cls.WIRE.get(f.name, _camel(f.name))
+        for name, wire, kind, required in _spec(cls):
             text = ext.get(wire)
             if text is None:
-                if f.default is dataclasses.MISSING:
+                if required:
                     raise HeaderError(f"the request lacks the field {wire!r} ({cls.__name__})")
                 continue
-            values[f.name] = _parse(text, hints[f.name], wire)
+            values[name] = _parse(text, kind, wire)
         return cls(**values)
 
     @classmethod
@@ -72,11 +70,30 @@ class Header:
     def to_ext(self) -> tuple[dict[str, str], tuple[str, ...]]:
         """The extFields and the order Java would put them in (nulls left out)."""
         ext: dict[str, str] = {}
-        for name, wire in self.wire_names():
+        for name, wire, _kind, _required in _spec(type(self)):
             value = getattr(self, name)
             if value is not None:
                 ext[wire] = _text(value)
         return ext, tuple(ext)
+
+
+_SPECS: dict[type, list[tuple[str, str, Any, bool]]] = {}
+
+
+def _spec(cls: type[Header]) -> list[tuple[str, str, Any, bool]]:
+    """(field, wire name, base type, required) per field of ``cls``, worked out once."""
+    spec = _SPECS.get(cls)
+    if spec is None:
+        hints = get_type_hints(cls)
+        spec = []
+        for f in dataclasses.fields(cls):
+            kind = hints[f.name]
+            if getattr(kind, "__args__", None) and type(None) in kind.__args__:
+                kind = next(a for a in kind.__args__ if a is not type(None))
+            required = f.default is dataclasses.MISSING
+            spec.append((f.name, cls.WIRE.get(f.name, _camel(f.name)), kind, required))
+        _SPECS[cls] = spec
+    return spec
 
 
 def _camel(name: str) -> str:
@@ -84,10 +101,7 @@ def _camel(name: str) -> str:
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
-def _parse(text: str, kind: Any, wire: str) -> Any:
-    base = kind
-    if getattr(kind, "__args__", None) and type(None) in kind.__args__:
-        base = next(a for a in kind.__args__ if a is not type(None))
+def _parse(text: str, base: Any, wire: str) -> Any:
     if base is bool:
         return text.strip().lower() == "true"
     if base is int:

@@ -34,6 +34,7 @@ VIEW_MESSAGE_BY_ID on that host finds it.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 import zlib
@@ -122,6 +123,7 @@ def parse_properties(text: str) -> dict[str, str]:
     return out
 
 
+@functools.lru_cache(maxsize=1024)
 def _host(host: tuple[str, int]) -> bytes:
     ip = ipaddress.ip_address(host[0])
     if ip.version != 4:

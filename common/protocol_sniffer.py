@@ -41,6 +41,9 @@ class ProtocolSniffer(asyncio.Protocol):
         self._inner: Any = None
         self._timer: asyncio.TimerHandle | None = None
         self._paused = False
+        #: why this connection is refused (a connection cap), set before its first bytes: the
+        #: HTTP side answers it (503 with the reason); the alternate is closed at once
+        self.refused: str | None = None
 
     @property
     def chosen(self) -> Any:
@@ -59,6 +62,10 @@ class ProtocolSniffer(asyncio.Protocol):
         if self._inner is None:
             if self._timer is not None:
                 self._timer.cancel()
+            if is_rocketmq_frame(data) and self.refused is not None:
+                if self._transport is not None:
+                    self._transport.close()
+                return
             self._inner = self._alternate() if is_rocketmq_frame(data) else self._http()
             self._inner.connection_made(self._transport)
             if self._paused and hasattr(self._inner, "pause_reading"):

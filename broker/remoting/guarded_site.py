@@ -55,6 +55,8 @@ class GuardedProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._link = self._guard.admit(transport, self._inner)  # type: ignore[arg-type]
+        if isinstance(self._inner, ProtocolSniffer):  # over a cap: a RocketMQ client is closed at once
+            self._inner.refused = self._link.refused
         self._inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:

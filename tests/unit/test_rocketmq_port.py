@@ -11,6 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from broker.remoting.client_limits import ClientLimits
 from broker.remoting.guarded_site import GuardedSite
 from broker.remoting.server import AppliedSignal, BrokerServer
 from broker.rocketmq.front_end import RocketFrontEnd
@@ -86,5 +87,46 @@ def test_one_port_serves_rocketmq_frames_and_http(tmp_path: Path, tls: bool) -> 
         connector = aiohttp.TCPConnector(ssl=client_ssl if client_ssl is not None else True)
         async with aiohttp.ClientSession(connector=connector) as http, http.get(url) as resp:
             assert resp.status == 200 and await resp.text() == "ok"  # the same port still speaks HTTP
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_a_rocketmq_connection_over_the_connection_cap_is_closed(tmp_path: Path) -> None:
+    async def main() -> None:
+        rlog = LocalLog(GroupConfig(node="n1", peers={"n1": "127.0.0.1:1"}, data_dir=tmp_path / "log"))
+        machine = BrokerStateMachine(tmp_path / "store", index_slots=64, index_entries=4096)
+        applier = Applier(rlog, machine).start()
+        try:
+            loop = asyncio.get_running_loop()
+            port = free_port()
+            address = f"127.0.0.1:{port}"
+            server = BrokerServer(rlog, machine, applier, AppliedSignal(loop), lambda _n: address,
+                                  addresses={"n1": address},
+                                  limits=ClientLimits(max_connections_per_address=1))
+            front = RocketFrontEnd(server, address)
+            runner = server.runner(alternate=front.protocol)
+            await runner.setup()
+            try:
+                await GuardedSite(runner, "127.0.0.1", port).start()
+                ext = GetMaxOffsetRequestHeader(topic="none-such", queue_id=0).to_ext()[0]
+                frame = RemotingFrame(RequestCode.GET_MAX_OFFSET, 1, 0, None, ext).encode()
+                first_reader, first = await asyncio.open_connection("127.0.0.1", port)
+                first.write(frame)
+                assert (await asyncio.wait_for(read_frame(first_reader), 10)).opaque == 1
+                second_reader, second = await asyncio.open_connection("127.0.0.1", port)
+                second.write(frame)  # one connection per address: the second is closed unanswered
+                assert await asyncio.wait_for(second_reader.read(), 10) == b""
+                first.write(frame)  # the first still served
+                assert (await asyncio.wait_for(read_frame(first_reader), 10)).opaque == 1
+                for writer in (first, second):
+                    writer.close()
+            finally:
+                front.close_connections()
+                await server.close_connections()
+                await runner.cleanup()
+        finally:
+            applier.stop()
+            rlog.close()
+            machine.close()
 
     asyncio.run(asyncio.wait_for(main(), 60))

@@ -8,7 +8,9 @@ pairs them, as with RocketMQ's Netty server); a oneway request's answer is dropp
 connection may send requests of its own (``request``: a transaction check, a membership
 notice) and match the responses by opaque.
 
-Bounds: a frame over ``max_frame_bytes`` or with a malformed header closes the connection
+Bounds: on a broker's port the bytes of frames still arriving count against the port's
+budget for all connections (``RocketLimits.meter``: the connection guard, as WebSocket
+frames do); a frame over ``max_frame_bytes`` or with a malformed header closes the connection
 (RocketMQ's server does the same: the stream cannot be resynchronised); at most
 ``max_in_flight`` requests (and ``max_in_flight_bytes`` of them) are served at once -- past
 that, reading pauses until some are answered; a frame must arrive whole within
@@ -25,28 +27,41 @@ import dataclasses
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from protocol.rocketmq.codes import FrameFlag
 from protocol.rocketmq.frame import RemotingFrame, RocketFrameError, decode_frame, read_length
 
-__all__ = ["RocketConnection", "RocketLimits", "Serve"]
+__all__ = ["FrameMeter", "RocketConnection", "RocketLimits", "Serve"]
 
 log = logging.getLogger("broker.rocketmq")
 
 Serve = Callable[["RocketConnection", RemotingFrame], Awaitable[RemotingFrame | None]]
 
 
+class FrameMeter(Protocol):
+    """A port's meter of the bytes of frames still arriving, all connections together
+    (``broker.remoting.connection_guard.ConnectionGuard``: past its budget reading pauses;
+    a frame late past its deadline closes the connection)."""
+
+    def watch(self, transport: asyncio.BaseTransport | None, ws: Any,
+              kill: Callable[[int, str], None]) -> None: ...
+    def frame_done(self, transport: asyncio.BaseTransport | None,
+                   control_payload: int | None = None) -> None: ...
+
+
 class RocketLimits:
-    """What one RocketMQ connection may hold (module docstring)."""
+    """What one RocketMQ connection may hold (module docstring); ``meter``: the port's."""
 
     def __init__(self, max_frame_bytes: int = 16 << 20, max_in_flight: int = 256,
                  max_in_flight_bytes: int = 64 << 20, frame_deadline_s: float = 30.0,
-                 idle_timeout_s: float = 120.0) -> None:
+                 idle_timeout_s: float = 120.0, meter: FrameMeter | None = None) -> None:
         self.max_frame_bytes = max_frame_bytes
         self.max_in_flight = max_in_flight
         self.max_in_flight_bytes = max_in_flight_bytes
         self.frame_deadline_s = frame_deadline_s
         self.idle_timeout_s = idle_timeout_s
+        self.meter = meter
 
 
 class RocketConnection(asyncio.Protocol):
@@ -76,6 +91,8 @@ class RocketConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.remote = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
         self._last_heard = asyncio.get_running_loop().time()
+        if self.limits.meter is not None:
+            self.limits.meter.watch(transport, self, lambda _code, _reason: self.close())
         self._arm()
 
     def data_received(self, data: bytes) -> None:
@@ -89,6 +106,8 @@ class RocketConnection(asyncio.Protocol):
                     break
                 payload = bytes(self._buffer[4:4 + length])
                 del self._buffer[:4 + length]
+                if self.limits.meter is not None:
+                    self.limits.meter.frame_done(self._transport)
                 self._dispatch(decode_frame(payload), len(payload))
         except RocketFrameError as e:
             log.info("closing the RocketMQ connection of %s: %s", self.remote, e)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Protocol
 
+from broker.rocketmq.connection import FrameMeter
 from protocol.message_format import Message
 from protocol.remoting import Frame
 
@@ -53,6 +54,8 @@ class RocketBroker(Protocol):
     def addresses(self) -> dict[str, str]: ...
     @property
     def max_frame_bytes(self) -> int: ...
+    @property
+    def connections(self) -> FrameMeter: ...
 
     def lag_rows(self, group: str) -> list[dict[str, object]]:
         """A group's committed offset beside each queue's bounds (topic, queue, committed,

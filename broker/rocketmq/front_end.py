@@ -69,7 +69,8 @@ class RocketFrontEnd:
 
     def __init__(self, broker: RocketBroker, listen: str, limits: RocketLimits | None = None) -> None:
         self._broker = broker
-        self.limits = limits or RocketLimits(max_frame_bytes=broker.max_frame_bytes)
+        self.limits = limits or RocketLimits(max_frame_bytes=broker.max_frame_bytes,
+                                             meter=broker.connections)
         self.edge = Edge(broker, listen)
         self._notices: set[asyncio.Task[None]] = set()
         self.connections: dict[RocketConnection, RocketClient] = {}

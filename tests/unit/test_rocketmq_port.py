@@ -130,3 +130,43 @@ def test_a_rocketmq_connection_over_the_connection_cap_is_closed(tmp_path: Path)
             machine.close()
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_a_rocketmq_frame_counts_against_the_ports_budget_of_frames_arriving(tmp_path: Path) -> None:
+    """The connection guard meters a RocketMQ frame's bytes while it arrives, as a WebSocket
+    frame's: a frame that takes longer than ``frame_deadline_s`` closes its connection."""
+    async def main() -> None:
+        rlog = LocalLog(GroupConfig(node="n1", peers={"n1": "127.0.0.1:1"}, data_dir=tmp_path / "log"))
+        machine = BrokerStateMachine(tmp_path / "store", index_slots=64, index_entries=4096)
+        applier = Applier(rlog, machine).start()
+        try:
+            loop = asyncio.get_running_loop()
+            port = free_port()
+            address = f"127.0.0.1:{port}"
+            server = BrokerServer(rlog, machine, applier, AppliedSignal(loop), lambda _n: address,
+                                  addresses={"n1": address}, limits=ClientLimits(frame_deadline_s=0.5))
+            front = RocketFrontEnd(server, address)
+            runner = server.runner(alternate=front.protocol)
+            await runner.setup()
+            try:
+                await GuardedSite(runner, "127.0.0.1", port).start()
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                ext = GetMaxOffsetRequestHeader(topic="none-such", queue_id=0).to_ext()[0]
+                frame = RemotingFrame(RequestCode.GET_MAX_OFFSET, 1, 0, None, ext).encode()
+                writer.write(frame)  # a whole frame: answered, nothing left arriving
+                assert (await asyncio.wait_for(read_frame(reader), 10)).opaque == 1
+                writer.write(frame[:10])  # then part of a frame, never finished: the guard's
+                started = loop.time()  # deadline (0.5 s) closes it, long before the front end's own (30 s)
+                assert await asyncio.wait_for(reader.read(), 10) == b""
+                assert loop.time() - started < 10
+                writer.close()
+            finally:
+                front.close_connections()
+                await server.close_connections()
+                await runner.cleanup()
+        finally:
+            applier.stop()
+            rlog.close()
+            machine.close()
+
+    asyncio.run(asyncio.wait_for(main(), 60))

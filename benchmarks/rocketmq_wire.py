@@ -24,15 +24,18 @@ from protocol.message_format import encode_message
 from protocol.record_batch import decode_messages, encode_record
 from protocol.rocketmq.codes import RequestCode, ResponseCode
 from protocol.rocketmq.frame import RemotingFrame, decode_frame
-from protocol.rocketmq.headers import SendMessageRequestHeader, SendMessageResponseHeader, reply, send_header
+from protocol.rocketmq.headers import (
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+    reply,
+    send_header,
+    v2_ext,
+)
 from protocol.rocketmq.message import BatchMessage, decode_batch, encode_batch_message, encode_stored
 
 __all__ = ["main"]
 
 HOST = ("127.0.0.1", 10911)
-_V2 = {"producerGroup": "a", "topic": "b", "defaultTopic": "c", "defaultTopicQueueNums": "d", "queueId": "e",
-       "sysFlag": "f", "bornTimestamp": "g", "flag": "h", "properties": "i", "reconsumeTimes": "j",
-       "unitMode": "k", "batch": "m"}
 
 
 def _send_frame(body: bytes) -> bytes:
@@ -41,7 +44,7 @@ def _send_frame(body: bytes) -> bytes:
                                       born_timestamp=1_795_000_000_000, flag=0, reconsume_times=0,
                                       properties="KEYS\x01k1\x02UNIQ_KEY\x01" + os.urandom(16).hex().upper()
                                       + "\x02WAIT\x01true\x02TAGS\x01tagA")
-    ext = {_V2[k]: v for k, v in header.to_ext()[0].items()}
+    ext = v2_ext(header)[0]
     return RemotingFrame(RequestCode.SEND_MESSAGE_V2, 7, 0, None, ext, body, version=407).encode()
 
 

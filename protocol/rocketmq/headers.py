@@ -31,7 +31,7 @@ __all__ = [
     "QueryConsumerOffsetRequestHeader", "QueryMessageRequestHeader", "QueryMessageResponseHeader",
     "SearchOffsetRequestHeader", "SendMessageRequestHeader", "SendMessageResponseHeader",
     "UnregisterClientRequestHeader", "UpdateConsumerOffsetRequestHeader",
-    "ViewMessageRequestHeader", "reply", "send_header",
+    "ViewMessageRequestHeader", "reply", "send_header", "v2_ext",
 ]
 
 
@@ -147,6 +147,14 @@ def reply(request: RemotingFrame, code: int, header: Header | None = None, body:
         return request.response(code, None, body, remark)
     ext, order = header.to_ext()
     return request.response(code, ext, body, remark, order)
+
+
+def v2_ext(header: SendMessageRequestHeader) -> tuple[dict[str, str], tuple[str, ...]]:
+    """``header`` under SendMessageRequestHeaderV2's one-letter names (SEND_MESSAGE_V2 and
+    SEND_BATCH_MESSAGE as the Java client sends them)."""
+    letters = {name: letter for letter, name in _V2_LETTERS.items()}
+    ext, order = header.to_ext()
+    return {letters[k]: v for k, v in ext.items()}, tuple(letters[k] for k in order)
 
 
 def send_header(request: RemotingFrame, code: int | None = None) -> SendMessageRequestHeader:

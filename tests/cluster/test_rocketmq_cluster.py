@@ -27,6 +27,7 @@ from protocol.rocketmq.headers import (
     SendMessageResponseHeader,
     UpdateConsumerOffsetRequestHeader,
     ViewMessageRequestHeader,
+    v2_ext,
 )
 from protocol.rocketmq.message import StoredMessage, decode_message_id, decode_stored
 from raftmq.local_group import LocalGroup
@@ -37,9 +38,6 @@ pytestmark = [pytest.mark.cluster]
 
 TOPIC = "rocket-orders"
 QUEUE = 1
-_V2 = {"producerGroup": "a", "topic": "b", "defaultTopic": "c", "defaultTopicQueueNums": "d", "queueId": "e",
-       "sysFlag": "f", "bornTimestamp": "g", "flag": "h", "properties": "i", "reconsumeTimes": "j",
-       "unitMode": "k", "batch": "m"}
 
 
 def ask(address: str, code: int, header: Header | dict[str, str] | None = None, body: bytes = b"",
@@ -68,8 +66,7 @@ def send(address: str, body: bytes, key: str) -> RemotingFrame:
                                       default_topic_queue_nums=4, queue_id=QUEUE, sys_flag=0,
                                       born_timestamp=1_700_000_000_000, flag=0,
                                       properties=f"KEYS\x01{key}\x02WAIT\x01true")
-    ext = {_V2[k]: v for k, v in header.to_ext()[0].items() if k in _V2}
-    return ask(address, RequestCode.SEND_MESSAGE_V2, ext, body)
+    return ask(address, RequestCode.SEND_MESSAGE_V2, v2_ext(header)[0], body)
 
 
 def pull(address: str, offset: int) -> tuple[RemotingFrame, list[StoredMessage]]:

@@ -7,20 +7,27 @@ native port); the answer's
 the message's RaftMQ position) and its queue offset. A batch's ``msgId`` lists every
 message's id, comma separated, and ``queueOffset`` is its first message's.
 
+A body the client deflated (sysFlag COMPRESSED: the Java client does so above 4 KiB) is
+inflated here, on the broker's inflating threads, to at most ``max_message_bytes``, and
+stored as it was sent (RaftMQ compresses records its own way).
+
 The queue is the one the client chose (``queueId``: its ``MessageQueueSelector``); a delay
 level is the ``DELAY`` property, read by RaftMQ under RocketMQ's name.
 """
 
 from __future__ import annotations
 
+import zlib
+
 from broker.rocketmq.answers import refused
 from broker.rocketmq.client_link import RocketClient
 from broker.rocketmq.edge import Edge
 from broker.rocketmq.translate import batch_messages, native_message, send_properties
+from broker.store.inflation import inflate
 from protocol.message_format import Message, encode_message
 from protocol.record_batch import encode_record, is_special
 from protocol.remoting import ResponseCode as Native
-from protocol.rocketmq.codes import RequestCode, ResponseCode
+from protocol.rocketmq.codes import MessageSysFlag, RequestCode, ResponseCode
 from protocol.rocketmq.frame import RemotingFrame
 from protocol.rocketmq.headers import SendMessageResponseHeader, reply, send_header
 from protocol.rocketmq.message import MessageFormatError, decode_batch, message_id
@@ -33,6 +40,20 @@ MAX_RECORD_MESSAGES = 65_535
 
 #: the ``MSG_REGION`` a send's answer names (RocketMQ's default region)
 REGION = "DefaultRegion"
+
+
+def inflate_body(body: bytes, limit: int) -> bytes:
+    """A deflated (zlib) body, at most ``limit`` bytes inflated; ValueError otherwise."""
+    inflater = zlib.decompressobj()
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error as e:
+        raise ValueError(f"a body flagged compressed does not inflate: {e}") from None
+    if len(out) > limit or inflater.unconsumed_tail:
+        raise ValueError(f"a compressed body inflates past this broker's {limit}-byte message limit")
+    if not inflater.eof:
+        raise ValueError("a body flagged compressed ends before its deflate stream does")
+    return out
 
 
 def batch_records(messages: list[Message]) -> tuple[bytes, ...]:
@@ -52,7 +73,14 @@ class SendHandlers:
 
     async def send(self, conn: RocketClient, frame: RemotingFrame) -> RemotingFrame:
         h = send_header(frame)
-        m = native_message(h.topic, h.queue_id, frame.body, send_properties(h.properties), flag=h.flag,
+        body = frame.body
+        if h.sys_flag & MessageSysFlag.COMPRESSED:  # the Java client deflates bodies over 4 KiB
+            limit = self._edge.broker.max_message_bytes
+            try:
+                body = await inflate(inflate_body, body, limit)
+            except ValueError as e:
+                return frame.response(ResponseCode.MESSAGE_ILLEGAL, remark=f"RaftMQ: {e}")
+        m = native_message(h.topic, h.queue_id, body, send_properties(h.properties), flag=h.flag,
                            born_ms=h.born_timestamp, born_host=conn.remote, reconsume=h.reconsume_times or 0)
         answer = await self._edge.call(SendMessageRequest(message=encode_message(m)))
         if answer.code != Native.SUCCESS:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import zlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from dledger.log import Log
 from protocol.deferred import CheckTransactionRequest
 from protocol.message_format import Message, encode_message
 from protocol.rocketmq import bodies
-from protocol.rocketmq.codes import PullSysFlag, RequestCode, ResponseCode, SerializeType
+from protocol.rocketmq.codes import MessageSysFlag, PullSysFlag, RequestCode, ResponseCode, SerializeType
 from protocol.rocketmq.frame import RemotingFrame, decode_frame
 from protocol.rocketmq.headers import (
     CheckTransactionStateRequestHeader,
@@ -406,5 +407,27 @@ def test_a_transactional_half_is_committed_by_end_transaction_at_its_id(one_node
             assert end.code == ResponseCode.SUCCESS, end.remark
         _, committed = await r.pull("orders", 0, 0)
         assert [m.body for m in committed] == [b"commit me"]
+
+    run(one_node_broker, scenario)
+
+
+def test_a_body_the_java_client_compressed_is_stored_and_pulled_whole(one_node_broker) -> None:  # type: ignore[no-untyped-def]
+    """The Java client deflates bodies over 4 KiB and flags it in sysFlag (COMPRESSED)."""
+    body = b"paid order 42; " * 400
+
+    async def scenario(r: Rocket, _server: BrokerServer) -> None:
+        await r.create_topic("orders")
+        header = SendMessageRequestHeader(producer_group="pg", topic="orders", default_topic="TBW102",
+                                          default_topic_queue_nums=4, queue_id=0,
+                                          sys_flag=int(MessageSysFlag.COMPRESSED),
+                                          born_timestamp=1_700_000_000_000, flag=0, properties="")
+        sent = await r.ask(RequestCode.SEND_MESSAGE, header, zlib.compress(body, 5))
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+        _, (pulled,) = await r.pull("orders", 0, 0)
+        assert pulled.body == body and not pulled.sys_flag & MessageSysFlag.COMPRESSED
+        inflated = await r.ask(RequestCode.SEND_MESSAGE, header, zlib.compress(b"\0" * (64 << 20)))
+        assert inflated.code == ResponseCode.MESSAGE_ILLEGAL and "inflates" in (inflated.remark or "")
+        broken = await r.ask(RequestCode.SEND_MESSAGE, header, b"not deflate")
+        assert broken.code == ResponseCode.MESSAGE_ILLEGAL
 
     run(one_node_broker, scenario)

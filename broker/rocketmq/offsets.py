@@ -2,9 +2,10 @@
 requests of its AdminBrokerProcessor):
 
     QUERY_CONSUMER_OFFSET        -> QUERY_OFFSET; none committed: 0 while the queue still holds
-                                    its first message (RocketMQ answers 0 while that message is
-                                    in memory), else QUERY_NOT_FOUND (the client then starts
-                                    where its ConsumeFromWhere says)
+                                    its first message and that message is within 40 % of RAM of
+                                    the CommitLog's end (RocketMQ's "in memory"), else
+                                    QUERY_NOT_FOUND (the client then starts where its
+                                    ConsumeFromWhere says)
     UPDATE_CONSUMER_OFFSET       -> COMMIT_OFFSET (through the log, on the leader)
     GET_MAX_OFFSET, GET_MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP -> SEARCH_OFFSET
     LOCK_BATCH_MQ, UNLOCK_BATCH_MQ -> LOCK/UNLOCK_BATCH_MQ per topic (through the log); the
@@ -13,6 +14,7 @@ requests of its AdminBrokerProcessor):
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 
 from broker.rocketmq.answers import refused
@@ -26,6 +28,7 @@ from protocol.offset import (
     QueryOffsetResponse,
     UnlockQueuesRequest,
 )
+from protocol.pull import PullRequest, PullResponse
 from protocol.query import SearchOffsetRequest, SearchOffsetResponse
 from protocol.remoting import ResponseCode as Native
 from protocol.rocketmq.bodies import BodyError, MessageQueue, decode_lock_batch, lock_batch_response
@@ -40,7 +43,18 @@ from protocol.rocketmq.headers import (
     reply,
 )
 
-__all__ = ["OffsetHandlers"]
+__all__ = ["IN_MEMORY_RATIO", "OffsetHandlers"]
+
+#: RocketMQ's ``accessMessageInMemoryMaxRatio``: a message this close to the CommitLog's end,
+#: as a share of RAM, counts as in memory
+IN_MEMORY_RATIO = 0.4
+
+
+def _ram_bytes() -> int:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return 1 << 30
 
 
 def _offset(frame: RemotingFrame, offset: int) -> RemotingFrame:
@@ -66,8 +80,17 @@ class OffsetHandlers:
         return _offset(frame, offset)
 
     async def _starts_at_zero(self, topic: str, queue_id: int) -> bool:
+        """RocketMQ's test: the queue still holds its first message, and that message is
+        "in memory" -- within ``IN_MEMORY_RATIO`` of the machine's RAM of the CommitLog's end."""
         answer = await self._edge.call(SearchOffsetRequest(topic=topic, queue_id=queue_id))
-        return answer.code == Native.SUCCESS and SearchOffsetResponse.from_frame(answer).min_offset == 0
+        if answer.code != Native.SUCCESS or SearchOffsetResponse.from_frame(answer).min_offset != 0:
+            return False
+        first = await self._edge.call(PullRequest(topic=topic, queue_id=queue_id, offset=0, max_msgs=1))
+        rows = PullResponse.from_frame(first).rows if first.code == Native.SUCCESS else None
+        if not rows:
+            return True  # an empty queue: its first message will be the next one
+        behind = self._edge.broker.rlog.commitlog.write_position - rows[0].position
+        return behind <= IN_MEMORY_RATIO * _ram_bytes()
 
     async def update_consumer_offset(self, conn: RocketClient, frame: RemotingFrame) -> RemotingFrame:
         h = UpdateConsumerOffsetRequestHeader.of(frame)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from broker.remoting.server import AppliedSignal, BrokerServer
+from broker.rocketmq import offsets as offsets_module
 from broker.rocketmq.front_end import ACL_REFUSAL, RocketFrontEnd
 from broker.state.machine import BrokerStateMachine
 from dledger.applier import Applier
@@ -429,5 +430,19 @@ def test_a_body_the_java_client_compressed_is_stored_and_pulled_whole(one_node_b
         assert inflated.code == ResponseCode.MESSAGE_ILLEGAL and "inflates" in (inflated.remark or "")
         broken = await r.ask(RequestCode.SEND_MESSAGE, header, b"not deflate")
         assert broken.code == ResponseCode.MESSAGE_ILLEGAL
+
+    run(one_node_broker, scenario)
+
+
+def test_a_new_group_starts_at_zero_only_while_the_first_message_is_in_memory(
+        one_node_broker, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    async def scenario(r: Rocket, _server: BrokerServer) -> None:
+        await r.create_topic("orders")
+        await r.send("orders", 1, b"a")
+        query = QueryConsumerOffsetRequestHeader(consumer_group="fresh", topic="orders", queue_id=1)
+        assert (await r.ask(RequestCode.QUERY_CONSUMER_OFFSET, query)).ext == {"offset": "0"}
+        monkeypatch.setattr(offsets_module, "IN_MEMORY_RATIO", 0.0)  # as if the message were on disk only
+        far = await r.ask(RequestCode.QUERY_CONSUMER_OFFSET, query)
+        assert far.code == ResponseCode.QUERY_NOT_FOUND  # the client starts where ConsumeFromWhere says
 
     run(one_node_broker, scenario)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from protocol.rocketmq import bodies, fastjson, message
+from protocol.rocketmq import bodies, fastjson, message, signature
 from protocol.rocketmq.codes import FrameFlag, RequestCode, ResponseCode, SerializeType
 from protocol.rocketmq.frame import RemotingFrame, RocketFrameError, decode_frame, read_length
 from protocol.rocketmq.headers import (
@@ -185,3 +185,18 @@ def test_every_truncation_of_golden_bytes_raises_only_the_codec_errors() -> None
     for cut in range(0, len(frame) - len(b"hello")):  # the body is what follows the header
         with pytest.raises(RocketFrameError):
             decode_frame(frame[:cut])
+
+
+@pytest.mark.parametrize("name", ["signed_send_v2_json", "signed_heartbeat_rocketmq"])
+def test_the_acl_hooks_signature_is_checked_as_rocketmqs_broker_does(name: str) -> None:
+    """AclClientRPCHook (rocketmq-acl 4.9.7) signed these with rocket-ak / rocket-sk-123."""
+    frame = frame_of(name)
+    assert signature.access_key(frame.ext) == "rocket-ak"
+    assert signature.verify(frame.ext, frame.body, "rocket-sk-123")
+    assert not signature.verify(frame.ext, frame.body, "another secret")
+    assert not signature.verify(frame.ext, frame.body + b"!", "rocket-sk-123")  # the body is signed
+    tampered = {**(frame.ext or {}), "a": "someone else"} if "a" in (frame.ext or {}) else \
+        {**(frame.ext or {}), "AccessKey": "other"}
+    assert not signature.verify(tampered, frame.body, "rocket-sk-123")
+    unsigned = {k: v for k, v in (frame.ext or {}).items() if k != "Signature"}
+    assert not signature.verify(unsigned, frame.body, "rocket-sk-123")

@@ -2,6 +2,8 @@
 // fastjson) as .hex files, one per case, for protocol/rocketmq's unit tests (no Java at test
 // time). Run by tests/compat/golden/generate.sh; its output is committed under encoded/.
 import com.alibaba.fastjson.serializer.SerializerFeature;
+import org.apache.rocketmq.acl.common.AclClientRPCHook;
+import org.apache.rocketmq.acl.common.SessionCredentials;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
@@ -265,9 +267,27 @@ public class GoldenFrames {
         write("version_current", Integer.toString(MQVersion.CURRENT_VERSION).getBytes(StandardCharsets.US_ASCII));
     }
 
+    /** Requests signed by the ACL hook a RocketMQ client with access keys installs. */
+    static void signed() throws Exception {
+        AclClientRPCHook hook = new AclClientRPCHook(new SessionCredentials("rocket-ak", "rocket-sk-123"));
+        RemotingCommand send = RemotingCommand.createRequestCommand(RequestCode.SEND_MESSAGE_V2,
+            SendMessageRequestHeaderV2.createSendMessageRequestHeaderV2(sendHeader()));
+        send.setOpaque(21);
+        send.setBody("hello".getBytes(StandardCharsets.UTF_8));
+        hook.doBeforeRequest("127.0.0.1:10911", send);
+        write("signed_send_v2_json", frame(send));
+        RemotingCommand beat = RemotingCommand.createRequestCommand(RequestCode.HEART_BEAT, null);
+        beat.setOpaque(22);
+        beat.setBody("{\"clientID\":\"c\"}".getBytes(StandardCharsets.UTF_8));
+        hook.doBeforeRequest("127.0.0.1:10911", beat);
+        beat.setSerializeTypeCurrentRPC(SerializeType.ROCKETMQ);
+        write("signed_heartbeat_rocketmq", frame(beat));
+    }
+
     public static void main(String[] args) throws Exception {
         out = Path.of(args[0]);
         Files.createDirectories(out);
+        signed();
         frames();
         messages();
         bodies();

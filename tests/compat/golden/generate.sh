@@ -12,7 +12,9 @@ for j in org/apache/rocketmq/rocketmq-remoting/4.9.7/rocketmq-remoting-4.9.7.jar
          org/apache/rocketmq/rocketmq-logging/4.9.7/rocketmq-logging-4.9.7.jar \
          com/alibaba/fastjson/1.2.69_noneautotype/fastjson-1.2.69_noneautotype.jar \
          io/netty/netty-all/4.1.65.Final/netty-all-4.1.65.Final.jar \
-         org/apache/commons/commons-lang3/3.4/commons-lang3-3.4.jar; do
+         org/apache/commons/commons-lang3/3.4/commons-lang3-3.4.jar \
+         org/apache/rocketmq/rocketmq-acl/4.9.7/rocketmq-acl-4.9.7.jar \
+         commons-codec/commons-codec/1.9/commons-codec-1.9.jar; do
   [ -f "$m2/$j" ] || { echo "missing $m2/$j (run scripts/bootstrap)" >&2; exit 2; }
   cp="$cp:$m2/$j"
 done

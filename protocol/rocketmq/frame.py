@@ -196,6 +196,8 @@ def _from_binary(header: bytes, body: bytes) -> RemotingFrame:
     code, language, version, opaque, flag = _FIXED.unpack_from(header)
     at = _FIXED.size
     remark, at = _read_text(header, at, 4, opaque)
+    if at + 4 > len(header):
+        raise RocketFrameError("ROCKETMQ header ends before its extFields length", opaque)
     (ext_len,) = _I32.unpack_from(header, at)
     at += 4
     if ext_len < 0 or at + ext_len != len(header):

@@ -4,7 +4,9 @@ frame, header, message and body decoded and encoded byte for byte."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import random
 import struct
 from pathlib import Path
 
@@ -200,3 +202,15 @@ def test_the_acl_hooks_signature_is_checked_as_rocketmqs_broker_does(name: str) 
     assert not signature.verify(tampered, frame.body, "rocket-sk-123")
     unsigned = {k: v for k, v in (frame.ext or {}).items() if k != "Signature"}
     assert not signature.verify(unsigned, frame.body, "rocket-sk-123")
+
+
+def test_random_and_mutated_frames_raise_only_the_codec_error() -> None:
+    rng = random.Random(27)
+    seeds = [golden(f"{n}_{k}")[4:] for n in ("send_v1", "pull", "send_response") for k in TYPES]
+    for _ in range(3000):
+        data = bytearray(rng.choice(seeds))
+        for _ in range(rng.randint(1, 4)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        for candidate in (bytes(data), rng.randbytes(rng.randint(0, 64))):
+            with contextlib.suppress(RocketFrameError):
+                decode_frame(candidate)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from broker.processors.context import CONNECTION
@@ -43,6 +44,7 @@ from broker.rocketmq.offsets import OffsetHandlers
 from broker.rocketmq.pulls import PullHandlers
 from broker.rocketmq.queries import QueryHandlers
 from broker.rocketmq.sends import SendHandlers
+from protocol.remoting import FrameError
 from protocol.rocketmq.codes import RequestCode, ResponseCode
 from protocol.rocketmq.frame import RemotingFrame
 from protocol.rocketmq.headers import HeaderError
@@ -53,6 +55,8 @@ log = logging.getLogger("broker.rocketmq")
 
 Handler = Callable[[RocketClient, RemotingFrame], Awaitable[RemotingFrame]]
 
+#: an unexpected failure of a request code is logged (with its traceback) at most this often
+LOG_EVERY_S = 60.0
 ACL_REFUSAL = ("RaftMQ: this broker has ACLs on and its RocketMQ port does not check RocketMQ's AK/SK "
                "signature yet: every request is refused; use the RaftMQ client with credentials")
 
@@ -73,6 +77,7 @@ class RocketFrontEnd:
                                              meter=broker.connections)
         self.edge = Edge(broker, listen)
         self._notices: set[asyncio.Task[None]] = set()
+        self._logged: dict[int, float] = {}  # request code -> when a failure was last logged
         self.connections: dict[RocketConnection, RocketClient] = {}
         sends, pulls, offsets = SendHandlers(self.edge), PullHandlers(self.edge), OffsetHandlers(self.edge)
         clients, queries = ClientHandlers(self.edge), QueryHandlers(self.edge)
@@ -142,8 +147,14 @@ class RocketFrontEnd:
             return await handler(client, frame)
         except HeaderError as e:
             return frame.response(ResponseCode.SYSTEM_ERROR, remark=f"RaftMQ: {e}")
+        except FrameError as e:  # a value RaftMQ's frames cannot carry (an int beyond 64 bits, ...)
+            return frame.response(ResponseCode.SYSTEM_ERROR, remark=f"RaftMQ: {e.message}")
         except Exception:
-            log.exception("RocketMQ request %s failed", code_name(frame.code))
+            now = time.monotonic()
+            if now - self._logged.get(frame.code, -LOG_EVERY_S) >= LOG_EVERY_S:  # a client may repeat it
+                self._logged[frame.code] = now
+                log.exception("RocketMQ request %s failed (logged at most once a minute per code)",
+                              code_name(frame.code))
             return frame.response(ResponseCode.SYSTEM_ERROR,
                                   remark="RaftMQ: internal error; see the broker log")
 

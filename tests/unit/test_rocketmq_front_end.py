@@ -446,3 +446,16 @@ def test_a_new_group_starts_at_zero_only_while_the_first_message_is_in_memory(
         assert far.code == ResponseCode.QUERY_NOT_FOUND  # the client starts where ConsumeFromWhere says
 
     run(one_node_broker, scenario)
+
+
+def test_values_raftmqs_frames_cannot_carry_are_answered_not_raised(one_node_broker) -> None:  # type: ignore[no-untyped-def]
+    async def scenario(r: Rocket, _server: BrokerServer) -> None:
+        await r.create_topic("orders")
+        huge = QueryConsumerOffsetRequestHeader(consumer_group="g", topic="orders", queue_id=2**70)
+        reply = await r.ask(RequestCode.QUERY_CONSUMER_OFFSET, huge)
+        assert reply.code == ResponseCode.SYSTEM_ERROR and "internal error" not in (reply.remark or "")
+        assert "queueId" in (reply.remark or "") or "64" in (reply.remark or ""), reply.remark
+        negative = await r.pull("orders", -5, -7)
+        assert negative[0].code in (ResponseCode.SYSTEM_ERROR, ResponseCode.PULL_NOT_FOUND)
+
+    run(one_node_broker, scenario)

@@ -1,7 +1,9 @@
 # Runs the real RocketMQ clients of tests/compat from Python: the Java scenario harness
-# (tests/compat/java, built by scripts/bootstrap --compat) and mqadmin (rocketmq-tools
-# 4.9.7, on the same classpath). Every JVM has a bounded heap, runs in a session of its
-# own and is killed by its PID when its deadline passes; its stdout is JSON events.
+# (tests/compat/java), mqadmin (rocketmq-tools 4.9.7, on the same classpath) and the Go
+# harness (tests/compat/go, github.com/apache/rocketmq-client-go/v2), all built by
+# scripts/bootstrap --compat. Every process runs in a session of its own and is killed by
+# its PID when its deadline passes (a JVM with a bounded heap); a harness's stdout is JSON
+# events, one per line.
 from __future__ import annotations
 
 import json
@@ -20,6 +22,7 @@ ROCKETMQ_HOME = JAVA_DIR / "home"  # conf/logback_tools.xml, which mqadmin insis
 
 # Small heap, one GC thread, quick start: several JVMs share 2 cores with a cluster.
 JVM_FLAGS = ["-Xms32m", "-Xmx160m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto"]
+GO_BIN = Path(__file__).resolve().parent / "go" / "bin" / "compat-go"
 HARNESS_MAIN = "raftmq.compat.Harness"
 MQADMIN_MAIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
 
@@ -36,7 +39,7 @@ def classpath() -> str:
 
 @dataclass(frozen=True)
 class JavaRun:
-    """What one JVM did: exit code (None: killed at its deadline), stdout, stderr."""
+    """What one harness or mqadmin process did: exit code (None: killed at its deadline), stdout, stderr."""
 
     rc: int | None
     stdout: str
@@ -83,6 +86,10 @@ def run_java(
         *args,
     ]
     full_env = {**os.environ, "ROCKETMQ_HOME": str(ROCKETMQ_HOME), **(env or {})}
+    return _run(cmd, full_env, timeout_s)
+
+
+def _run(cmd: list[str], full_env: dict[str, str], timeout_s: float) -> JavaRun:
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env, start_new_session=True
     )
@@ -106,12 +113,18 @@ def run_scenario(
     log_dir: Path,
     timeout_s: float = 60,
     extra_flags: list[str] | None = None,
+    client: str = "java",
     **opts: object,
 ) -> JavaRun:
-    """Runs Harness SCENARIO NAMESRV key=value...; the harness's own deadline is timeout_s
-    less 10 s, so it reports what was missing before the JVM is killed."""
+    """Runs the `client` harness ("java" or "go"): SCENARIO NAMESRV key=value...; its own
+    deadline is timeout_s less 10 s, so it reports what was missing before it is killed."""
     args = [scenario, namesrv, f"timeoutS={max(5, int(timeout_s) - 10)}"]
     args += [f"{k}={v}" for k, v in opts.items()]
+    if client == "go":
+        if not GO_BIN.is_file():
+            raise HarnessMissing(f"{GO_BIN} is not built: run scripts/bootstrap --compat")
+        log_dir.mkdir(parents=True, exist_ok=True)
+        return _run([str(GO_BIN), *args], {**os.environ, "HOME": str(log_dir)}, timeout_s)
     return run_java(HARNESS_MAIN, args, timeout_s=timeout_s, log_dir=log_dir, extra_flags=extra_flags)
 
 

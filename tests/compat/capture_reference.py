@@ -37,6 +37,19 @@ def _scenario(name: str, flags: list[str] | None = None, **opts: object) -> Capt
     )
 
 
+def _go(name: str, topic: str, **opts: object) -> Capture:
+    """The Go harness; its topic is made first on the reference directly (not recorded)."""
+
+    def run(logs: Path) -> JavaRun:
+        made = mqadmin(["updateTopic", "-c", "ReferenceCluster", "-t", topic, "-r", "4", "-w", "4"],
+                       f"127.0.0.1:{REF_NAMESRV}", log_dir=logs / "setup")
+        assert made.rc == 0, made.tail()
+        return run_scenario(name, NAMESRV, log_dir=logs, timeout_s=90, client="go", run=RUN + "go",
+                            topic=topic, **opts)
+
+    return run
+
+
 def _admin(*command: str) -> Capture:
     return lambda logs: mqadmin(list(command), NAMESRV, log_dir=logs)
 
@@ -57,6 +70,9 @@ CAPTURES: dict[str, Capture] = {
     "retry_then_dlq": _scenario("retry-dlq", count=1, maxReconsumeTimes=1),
     "transaction_commit_rollback_check": _scenario("transaction", count=1),
     "lite_pull_consumer": _scenario("litepull", count=2),
+    "go_sends_and_push_consumer": _go("sends", TOPIC + "-go", count=2),
+    "go_ordered_sharding_key": _go("ordered", TOPIC + "-go-ordered", count=2, keys=2),
+    "go_transaction_check": _go("transaction", TOPIC + "-go-tx", count=1),
     "mqadmin_clusterList": _admin("clusterList"),
     "mqadmin_topicList": _admin("topicList"),
     "mqadmin_topicRoute": _admin("topicRoute", "-t", TOPIC),

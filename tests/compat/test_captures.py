@@ -27,6 +27,9 @@ PROMISED = {
     "mqadmin_consumerProgress": {208},
     "mqadmin_queryMsgByKey": {12},
     "mqadmin_updateTopic": {17},
+    "go_sends_and_push_consumer": {10, 320, 34, 11},
+    "go_ordered_sharding_key": {41, 11},
+    "go_transaction_check": {37, 39},
 }
 
 

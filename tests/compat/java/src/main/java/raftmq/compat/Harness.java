@@ -48,8 +48,12 @@ public final class Harness {
         int rc;
         try {
             Options opts = new Options(args);
-            System.setProperty("rocketmq.client.localOffsetStoreDir",
-                opts.str("offsetDir", System.getProperty("java.io.tmpdir") + "/raftmq-compat-offsets"));
+            // broadcasting consumers keep offsets in files: under the run's own user.home
+            // (tests/compat/harness.py gives every run a fresh one) unless offsetDir= says
+            String offsetDir = opts.str("offsetDir", null);
+            if (offsetDir != null) {
+                System.setProperty("rocketmq.client.localOffsetStoreDir", offsetDir);
+            }
             Harness h = new Harness(opts);
             Events.of("start").put("scenario", opts.scenario).put("namesrv", opts.namesrv)
                 .put("topic", h.topic).put("group", h.group).emit();

@@ -37,6 +37,7 @@ from broker.node_tls import ServingTls, read_serving
 from broker.registrar import Registrar
 from broker.remoting.guarded_site import GuardedSite
 from broker.remoting.server import AppliedSignal, BrokerServer
+from broker.rocketmq.front_end import RocketFrontEnd
 from broker.state.machine import BrokerStateMachine
 from broker.store.format import StoreFormatError, check_store_format
 from common.process import run_alone
@@ -58,7 +59,9 @@ async def _serve(rlog: Log, machine: BrokerStateMachine, applier: Applier,
                           addresses=addresses, peer_tls=peer, **options)
     # on SIGTERM: close the clients' WebSockets at once (they re-route to the next leader)
     # instead of letting aiohttp wait up to 60 s for them while this node still leads
-    runner = server.runner(access_log=None, shutdown_timeout=1.0)  # behind the connection guard
+    rocketmq = RocketFrontEnd(server, listen)  # RocketMQ's clients on the same port (first byte)
+    runner = server.runner(access_log=None, shutdown_timeout=1.0,  # behind the connection guard
+                           alternate=rocketmq.protocol)
     await runner.setup()
     host, port = listen.rsplit(":", 1)
     await GuardedSite(runner, host, int(port),  # accepts within the descriptor reserve
@@ -78,6 +81,7 @@ async def _serve(rlog: Log, machine: BrokerStateMachine, applier: Applier,
     if registrar is not None:
         registrar.cancel()
     await server.close_connections()
+    rocketmq.close_connections()
     await runner.cleanup()
 
 

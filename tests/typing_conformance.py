@@ -10,6 +10,7 @@ from broker.http_api.metrics import BrokerMetrics
 from broker.http_api.server_view import ServerView
 from broker.processors.context import BrokerContext, ProcessorMetrics
 from broker.remoting.server import BrokerServer
+from broker.rocketmq.context import RocketBroker
 from broker.security.access_control import AccessServer
 from dledger.local_log import LocalLog
 from dledger.log import Log
@@ -37,4 +38,8 @@ def server_is_what_access_control_reads(server: BrokerServer) -> AccessServer:
 
 
 def server_is_what_the_http_endpoints_read(server: BrokerServer) -> ServerView:
+    return server
+
+
+def server_is_what_the_rocketmq_front_end_reads(server: BrokerServer) -> RocketBroker:
     return server

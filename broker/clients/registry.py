@@ -25,9 +25,13 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from protocol.remoting import Frame
 
 __all__ = ["EXPIRY_S", "MAX_GROUPS", "MAX_MEMBERS_PER_CONNECTION", "MAX_TOPICS", "ClientIdTaken",
-           "ConsumerRegistry", "Member", "TooManyMembers", "check_subscriptions"]
+           "ConsumerRegistry", "ForeignClient", "Member", "TooManyMembers", "check_subscriptions"]
 
 #: A member that sent no heartbeat for this long is dropped (clients beat every 10 s).
 EXPIRY_S = 30.0
@@ -35,6 +39,19 @@ EXPIRY_S = 30.0
 MAX_GROUPS = 64
 MAX_TOPICS = 256
 MAX_MEMBERS_PER_CONNECTION = 256
+
+
+@runtime_checkable
+class ForeignClient(Protocol):
+    """A connection in another protocol than RaftMQ's WebSocket (a RocketMQ client,
+    ``broker.rocketmq``): the broker's requests to it (membership notices, transaction
+    checks) are RaftMQ frames it translates."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    async def deliver(self, frame: Frame) -> None:
+        """Send a oneway request of the broker's (best effort)."""
 
 
 class TooManyMembers(Exception):

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
-from broker.clients.registry import ConsumerRegistry
+from broker.clients.registry import ConsumerRegistry, ForeignClient
 from broker.deferred.carry_forward import carried_copy, carry_below, to_carry
 from broker.replication.write_path import WritePath
 from broker.state.held import (
@@ -207,7 +207,8 @@ class DeferredService:
         """Send CHECK_TRANSACTION (oneway) for the half held by ``position`` (its bytes at
         ``at``) to one live producer of ``group``."""
         for conn in self.producers.connections(group):
-            if isinstance(conn, web.WebSocketResponse) and not conn.closed:
+            foreign = isinstance(conn, ForeignClient) and not conn.closed  # a RocketMQ producer
+            if foreign or (isinstance(conn, web.WebSocketResponse) and not conn.closed):
                 data = read_message(self.rlog.commitlog, at, size)
                 if at != position:  # a carried copy: the message as its producer sent it
                     m = decode_message(data)
@@ -217,7 +218,10 @@ class DeferredService:
                 frame = CheckTransactionRequest(position=position, group=group, message=data).to_frame(
                     self._opaques, oneway=True)
                 with contextlib.suppress(ConnectionError, RuntimeError):
-                    await conn.send_bytes(frame.encode())
+                    if isinstance(conn, ForeignClient):
+                        await conn.deliver(frame)
+                    else:
+                        await conn.send_bytes(frame.encode())
                     return group
         return None
 

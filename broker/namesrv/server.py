@@ -38,8 +38,11 @@ test; warned at every start). ``raftmq namesrv-key`` writes a group's key.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
+import signal
+import ssl
 import sys
 from pathlib import Path
 from typing import Literal
@@ -57,10 +60,12 @@ from broker.namesrv.route_table import (
     TopicDelta,
     TopicPage,
 )
+from broker.rocketmq.namesrv_front import NameServerFrontEnd
 from broker.security.exposure import check_exposure
 from broker.security.registration_auth import AuthError, RegistrationVerifier, registration_key
 from broker.security.tls import server_context
 from common.process import configure_logging, control_app, run_alone
+from common.protocol_sniffer import ProtocolSniffer
 from common.refusal_log import RefusalLog
 from common.toml_config import ConfigError
 from dledger.config import load_group_config
@@ -207,11 +212,33 @@ def run(args: argparse.Namespace) -> int:
         print("error: no groups to serve: give --config naming [groups.NAME] key_file = ... (write keys "
               "with `raftmq namesrv-key`), or --insecure for a throw-away test", file=sys.stderr)
         return 2
-    host, port = listen.rsplit(":", 1)
-    web.run_app(make_app(RouteTable(), verifier), host=host, port=int(port), access_log=None,
-                ssl_context=ssl_context,
-                print=lambda *_: log.info("name server on %s", http_url(listen, "", ssl_context is not None)))
+    asyncio.run(_serve(listen, make_app(table := RouteTable(), verifier), NameServerFrontEnd(table),
+                       ssl_context))
     return 0
+
+
+async def _serve(listen: str, app: web.Application, rocketmq: NameServerFrontEnd,
+                 ssl_context: ssl.SSLContext | None) -> None:
+    """Serve ``app`` (HTTP) and RocketMQ's name-server codes on one port -- a connection's first
+    byte says which (``common.protocol_sniffer``) -- until SIGTERM or SIGINT."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    host, port = listen.rsplit(":", 1)
+    loop = asyncio.get_running_loop()
+    http = runner.server
+    assert http is not None
+    listening = await loop.create_server(lambda: ProtocolSniffer(http, rocketmq.protocol), host, int(port),
+                                         ssl=ssl_context, reuse_address=True)
+    log.info("name server on %s (RocketMQ clients: the same address)",
+             http_url(listen, "", ssl_context is not None))
+    stop = asyncio.Event()
+    for s in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(s, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        listening.close()
+        await runner.cleanup()
 
 
 def configure_key(parser: argparse.ArgumentParser) -> None:

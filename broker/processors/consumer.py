@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from broker.clients.registry import ClientIdTaken, TooManyMembers, check_subscriptions
+from broker.clients.registry import ClientIdTaken, ForeignClient, TooManyMembers, check_subscriptions
 from broker.clients.retry_topics import RetryQuotaExceeded
 from broker.processors.base import Processor
 from broker.processors.context import CONNECTION
@@ -118,8 +118,10 @@ class ConsumerProcessor(Processor):
         """Tell the members of each group that its membership changed (oneway, best effort)."""
         for group in sorted(groups):
             for conn in self._server.consumers.connections(group):
+                note = NotifyConsumersChanged(group=group).to_frame(next(self._opaques) % (2**32),
+                                                                    oneway=True)
                 if isinstance(conn, web.WebSocketResponse) and not conn.closed:
-                    note = NotifyConsumersChanged(group=group).to_frame(next(self._opaques) % (2**32),
-                                                                        oneway=True)
                     with contextlib.suppress(ConnectionError, RuntimeError):
                         await conn.send_bytes(note.encode())
+                elif isinstance(conn, ForeignClient) and not conn.closed:
+                    await conn.deliver(note)

@@ -76,6 +76,11 @@ class QueryProcessor(Processor):
             self._stamps[start] = stamp
         return stamp
 
+    def message_at(self, position: int) -> tuple[Message, int]:
+        """The message at ``position`` and its store time (the RocketMQ front end's view by
+        id); FrameError QUERY_NOT_FOUND when there is none."""
+        return self._message_at(position)
+
     def _message_at(self, position: int) -> tuple[Message, int]:
         """The message at ``position`` (of its record, read whole if chained) and its store time."""
         try:

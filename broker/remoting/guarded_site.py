@@ -26,12 +26,14 @@ import contextlib
 import errno
 import logging
 import socket
+from collections.abc import Callable
 from ssl import SSLContext
 from typing import Any
 
 from aiohttp import web
 
 from broker.remoting.connection_guard import ConnectionGuard, Link
+from common.protocol_sniffer import ProtocolSniffer
 
 __all__ = ["ACCEPT_RETRY_S", "GuardedProtocol", "GuardedRunner", "GuardedSite"]
 
@@ -53,6 +55,8 @@ class GuardedProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._link = self._guard.admit(transport, self._inner)  # type: ignore[arg-type]
+        if isinstance(self._inner, ProtocolSniffer):  # over a cap: a RocketMQ client is closed at once
+            self._inner.refused = self._link.refused
         self._inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
@@ -77,26 +81,35 @@ class GuardedProtocol(asyncio.Protocol):
 class _GuardedServer:
     """aiohttp's ``web.Server`` whose protocols are behind the guard (the rest delegated)."""
 
-    def __init__(self, server: web.Server, guard: ConnectionGuard) -> None:
+    def __init__(self, server: web.Server, guard: ConnectionGuard,
+                 alternate: Callable[[], asyncio.Protocol] | None = None) -> None:
         self._server = server
         self._guard = guard
+        self._alternate = alternate
 
     def __call__(self) -> GuardedProtocol:
-        return GuardedProtocol(self._server(), self._guard)
+        if self._alternate is None:
+            return GuardedProtocol(self._server(), self._guard)
+        return GuardedProtocol(ProtocolSniffer(self._server, self._alternate), self._guard)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._server, name)
 
 
 class GuardedRunner(web.AppRunner):
-    """``web.AppRunner`` whose connections pass ``guard`` (serve it with ``GuardedSite``)."""
+    """``web.AppRunner`` whose connections pass ``guard`` (serve it with ``GuardedSite``).
+    ``alternate``: the protocol of connections whose first byte is not HTTP's (RocketMQ's
+    remoting frames, ``common.protocol_sniffer``); None: HTTP only."""
 
-    def __init__(self, app: web.Application, guard: ConnectionGuard, **kwargs: Any) -> None:
+    def __init__(self, app: web.Application, guard: ConnectionGuard, *,
+                 alternate: Callable[[], asyncio.Protocol] | None = None, **kwargs: Any) -> None:
         super().__init__(app, **kwargs)
         self.guard = guard
+        self._alternate = alternate
 
     async def _make_server(self) -> web.Server:
-        return _GuardedServer(await super()._make_server(), self.guard)  # type: ignore[return-value]
+        return _GuardedServer(await super()._make_server(), self.guard,  # type: ignore[return-value]
+                              self._alternate)
 
 
 class _Listening:

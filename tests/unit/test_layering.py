@@ -81,6 +81,8 @@ INSIDE: list[tuple[str, tuple[str, ...], str]] = [
     ("broker/processors/*.py", ("broker.remoting", "broker.http_api", "broker.node"),
      "processors see a BrokerContext, not the server or the HTTP layer"),
     ("broker/http_api/*.py", ("broker.remoting", "broker.node"), "the HTTP endpoints see a ServerView"),
+    ("broker/rocketmq/*.py", ("broker.remoting", "broker.http_api", "broker.node", "broker.namesrv"),
+     "the RocketMQ front end sees a RocketBroker (or a route table)"),
     ("broker/security/*.py", ("broker.remoting", "broker.http_api", "broker.processors", "broker.node"),
      "access control sees an AccessServer"),
     ("broker/state/*.py", ("broker.remoting", "broker.http_api", "broker.processors", "broker.deferred",

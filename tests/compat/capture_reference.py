@@ -22,6 +22,9 @@ from tests.compat.harness import JavaRun, mqadmin, run_scenario
 from tests.compat.recording_proxy import Recorder, RecordingProxy, Route
 
 CAPTURED = Path(__file__).resolve().parent / "golden" / "captured"
+# the Go client's JSON headers (its own field order) do not re-encode byte for byte as
+# fastjson's: kept apart from the Java ones, which RaftMQ's codec tests re-encode
+CAPTURED_GO = CAPTURED.parent / "captured-go"
 REF_NAMESRV, REF_BROKER = 19876, 20911
 PROXY_NAMESRV, PROXY_BROKER = 29876, 20921
 NAMESRV = f"127.0.0.1:{PROXY_NAMESRV}"
@@ -86,7 +89,9 @@ CAPTURES: dict[str, Capture] = {
 
 
 def capture(name: str, logs: Path) -> JavaRun:
-    out_path = CAPTURED / f"{name}.hex"
+    folder = CAPTURED_GO if name.startswith("go_") else CAPTURED
+    folder.mkdir(parents=True, exist_ok=True)
+    out_path = folder / f"{name}.hex"
     with out_path.open("w") as out:
         out.write(f"# {name}: see README.md (tests/compat/capture_reference.py)\n")
         recorder = Recorder(out)
@@ -103,9 +108,9 @@ def capture(name: str, logs: Path) -> JavaRun:
         finally:
             proxy.stop()
     if name.startswith("mqadmin_"):
-        (CAPTURED / f"{name}.stdout.txt").write_text(run.stdout)
+        (folder / f"{name}.stdout.txt").write_text(run.stdout)
     else:
-        (CAPTURED / f"{name}.events.jsonl").write_text(
+        (folder / f"{name}.events.jsonl").write_text(
             "".join(line + "\n" for line in run.stdout.splitlines() if line.startswith("{"))
         )
     print(f"{name}: rc={run.rc}, {recorder.frames} frames", file=sys.stderr)

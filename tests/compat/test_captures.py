@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-CAPTURED = Path(__file__).resolve().parent / "golden" / "captured"
+GOLDEN = Path(__file__).resolve().parent / "golden"
 FLAG_RESPONSE = 0x1
 
 # capture -> request codes the README says it holds (RocketMQ RequestCode values)
@@ -31,6 +31,10 @@ PROMISED = {
     "go_ordered_sharding_key": {41, 11},
     "go_transaction_check": {37, 39},
 }
+
+
+def capture_path(name: str) -> Path:
+    return GOLDEN / ("captured-go" if name.startswith("go_") else "captured") / f"{name}.hex"
 
 
 def frames(path: Path) -> list[tuple[str, str, bytes]]:
@@ -55,7 +59,7 @@ def header_fields(frame: bytes) -> tuple[int, int, int]:
     return ser, code, flag
 
 
-CAPTURES = sorted(p.stem for p in CAPTURED.glob("*.hex"))
+CAPTURES = sorted(p.stem for p in GOLDEN.glob("captured*/*.hex"))
 
 
 def test_every_promised_capture_is_there() -> None:
@@ -64,7 +68,7 @@ def test_every_promised_capture_is_there() -> None:
 
 @pytest.mark.parametrize("name", CAPTURES)
 def test_each_line_is_one_whole_frame(name: str) -> None:
-    got = frames(CAPTURED / f"{name}.hex")
+    got = frames(capture_path(name))
     assert got, name
     for _route, direction, frame in got:
         assert direction in "<>"
@@ -79,7 +83,7 @@ def test_each_line_is_one_whole_frame(name: str) -> None:
 def test_capture_holds_the_promised_requests(name: str) -> None:
     codes = {
         code
-        for _r, _d, frame in frames(CAPTURED / f"{name}.hex")
+        for _r, _d, frame in frames(capture_path(name))
         for _ser, code, flag in [header_fields(frame)]
         if not flag & FLAG_RESPONSE
     }
@@ -87,6 +91,6 @@ def test_capture_holds_the_promised_requests(name: str) -> None:
 
 
 def test_the_binary_serialization_capture_is_binary_both_ways() -> None:
-    got = frames(CAPTURED / "producer_send_rocketmq_serialization.hex")
+    got = frames(capture_path("producer_send_rocketmq_serialization"))
     sers = {(d, header_fields(f)[0]) for _r, d, f in got}
     assert sers == {(">", 1), ("<", 1)}

@@ -66,6 +66,10 @@ class PullHandlers:
         subscription = self._edge.subscription(h.consumer_group, h.topic)
         if h.sys_flag & PullSysFlag.SUBSCRIPTION and h.subscription:
             subscription = (h.expression_type or "TAG", h.subscription)
+        if subscription is None:  # as RocketMQ's broker: never serve a group unfiltered by guess
+            return frame.response(ResponseCode.SUBSCRIPTION_NOT_EXIST, remark=(
+                f"RaftMQ: no subscription of group {h.consumer_group!r} to {h.topic!r} on this broker "
+                "(the pull carries none and no heartbeat named one)"))
         tags, sql = tag_filter(subscription)
         if h.sys_flag & PullSysFlag.COMMIT_OFFSET and h.commit_offset >= 0:
             self._commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)

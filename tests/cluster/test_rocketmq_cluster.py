@@ -70,9 +70,11 @@ def send(address: str, body: bytes, key: str) -> RemotingFrame:
 
 
 def pull(address: str, offset: int) -> tuple[RemotingFrame, list[StoredMessage]]:
+    flags = int(PullSysFlag.SUSPEND | PullSysFlag.SUBSCRIPTION)
     header = PullMessageRequestHeader(consumer_group="cg", topic=TOPIC, queue_id=QUEUE, queue_offset=offset,
-                                      max_msg_nums=64, sys_flag=int(PullSysFlag.SUSPEND), commit_offset=0,
-                                      suspend_timeout_millis=1000, sub_version=0)
+                                      max_msg_nums=64, sys_flag=flags,
+                                      commit_offset=0, suspend_timeout_millis=1000, sub_version=0,
+                                      subscription="*", expression_type="TAG")  # as a pull consumer
     answer = ask(address, RequestCode.PULL_MESSAGE, header)
     return answer, decode_stored(answer.body) if answer.code == ResponseCode.SUCCESS else []
 

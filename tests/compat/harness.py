@@ -128,6 +128,50 @@ def run_scenario(
     return run_java(HARNESS_MAIN, args, timeout_s=timeout_s, log_dir=log_dir, extra_flags=extra_flags)
 
 
+class Background:
+    """A harness started without waiting: stdout to a file, read while it runs; killed by
+    its PID group at `wait`'s deadline or by `kill` (a test's finally)."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str], log_dir: Path) -> None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.stdout_path, self.stderr_path = log_dir / "stdout.jsonl", log_dir / "stderr.log"
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, start_new_session=True)
+
+    def events(self, kind: str) -> list[dict[str, Any]]:
+        """The complete event lines of `kind` printed so far."""
+        out = []
+        for line in self.stdout_path.read_text().splitlines():
+            if line.startswith("{") and line.endswith("}"):
+                e = json.loads(line)
+                if e["event"] == kind:
+                    out.append(e)
+        return out
+
+    def wait(self, timeout_s: float) -> JavaRun:
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        return JavaRun(self.proc.returncode if self.proc.returncode is not None and self.proc.returncode >= 0
+                       else None, self.stdout_path.read_text(), self.stderr_path.read_text())
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+
+def start_scenario(
+    scenario: str, namesrv: str, *, log_dir: Path, timeout_s: float, **opts: object
+) -> Background:
+    """The Java harness's `scenario` started in the background (its own deadline timeout_s)."""
+    args = [scenario, namesrv, f"timeoutS={int(timeout_s)}", *(f"{k}={v}" for k, v in opts.items())]
+    cmd = ["java", *JVM_FLAGS, f"-Drocketmq.client.logRoot={log_dir}", f"-Duser.home={log_dir}",
+           "-cp", classpath(), HARNESS_MAIN, *args]
+    return Background(cmd, {**os.environ, "ROCKETMQ_HOME": str(ROCKETMQ_HOME)}, log_dir)
+
+
 def mqadmin(command: list[str], namesrv: str, *, log_dir: Path, timeout_s: float = 40) -> JavaRun:
     """`mqadmin COMMAND ... -n NAMESRV` (rocketmq-tools 4.9.7's MQAdminStartup)."""
     return run_java(MQADMIN_MAIN, [*command, "-n", namesrv], timeout_s=timeout_s, log_dir=log_dir)

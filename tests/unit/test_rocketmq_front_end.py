@@ -99,7 +99,7 @@ class Rocket:
 
     async def pull(self, topic: str, queue_id: int, offset: int, *, group: str = "billing",
                    suspend_ms: int = 0,
-                   subscription: str | None = None) -> tuple[RemotingFrame, list[StoredMessage]]:
+                   subscription: str | None = "*") -> tuple[RemotingFrame, list[StoredMessage]]:
         flags = (PullSysFlag.SUSPEND if suspend_ms else 0) | (PullSysFlag.SUBSCRIPTION if subscription else 0)
         header = PullMessageRequestHeader(consumer_group=group, topic=topic, queue_id=queue_id,
                                           queue_offset=offset, max_msg_nums=32, sys_flag=int(flags),
@@ -237,7 +237,7 @@ def test_offsets_heartbeats_and_consumer_lists(one_node_broker) -> None:  # type
         assert bodies.fastjson.loads(members.body) == {"consumerIdList": ["127.0.0.1@4242"]}
         # the heartbeat's filter ("paid || created") applies to the group's pulls that carry none
         await r.send("orders", 1, b"paid one", props(TAGS="paid"))
-        _, kept = await r.pull("orders", 1, 0)
+        _, kept = await r.pull("orders", 1, 0, subscription=None)
         assert [m.body for m in kept] == [b"paid one"]
         gone = await r.ask(RequestCode.UNREGISTER_CLIENT,
                            {"clientID": "127.0.0.1@4242", "consumerGroup": "billing"})
@@ -457,5 +457,20 @@ def test_values_raftmqs_frames_cannot_carry_are_answered_not_raised(one_node_bro
         assert "queueId" in (reply.remark or "") or "64" in (reply.remark or ""), reply.remark
         negative = await r.pull("orders", -5, -7)
         assert negative[0].code in (ResponseCode.SYSTEM_ERROR, ResponseCode.PULL_NOT_FOUND)
+
+    run(one_node_broker, scenario)
+
+
+def test_a_pull_with_no_subscription_known_is_refused_not_served_unfiltered(one_node_broker) -> None:  # type: ignore[no-untyped-def]
+    """A push consumer's pull names no filter: the broker takes it from the group's heartbeat.
+    With none (the heartbeat went elsewhere, or not yet) RocketMQ's broker answers
+    SUBSCRIPTION_NOT_EXIST; serving every message would hand a SQL92 or tag subscriber what it
+    did not ask for (seen with the Go client: tests/compat test_go_tag_and_sql92...)."""
+    async def scenario(r: Rocket, _server: BrokerServer) -> None:
+        await r.create_topic("orders", 4)
+        await r.send("orders", 1, b"unwanted", props(TAGS="other"))
+        reply, messages = await r.pull("orders", 1, 0, group="newcomers", subscription=None)
+        assert reply.code == ResponseCode.SUBSCRIPTION_NOT_EXIST and messages == []
+        assert reply.remark is not None and "newcomers" in reply.remark
 
     run(one_node_broker, scenario)

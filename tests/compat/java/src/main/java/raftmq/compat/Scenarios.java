@@ -51,8 +51,12 @@ final class Scenarios {
             case "retry-dlq" -> retryDlq(h);
             case "transaction" -> transaction(h);
             case "litepull" -> litePull(h);
+            case "ordered-load" -> Load.orderedLoad(h);
+            case "bench-sync" -> Load.benchSync(h);
+            case "bench-batch" -> Load.benchBatch(h);
             default -> throw new IllegalArgumentException("unknown scenario " + h.opts.scenario
-                + " (produce consume sends ordered tags sql broadcast delay retry-dlq transaction litepull)");
+                + " (produce consume sends ordered tags sql broadcast delay retry-dlq transaction litepull"
+                + " ordered-load bench-sync bench-batch)");
         }
     }
 

@@ -280,8 +280,22 @@ class LocalGroup:
                 if s and s["role"] == "leader":
                     return name
             time.sleep(0.05)
-        tails = "\n".join(f"--- {n}\n{self.log_tail(n, 10)}" for n in names)
-        raise TimeoutError(f"no leader among {names} within {timeout}s\n{tails}")
+        raise TimeoutError(f"no leader among {names} within {timeout}s\n{self._election_report(names)}")
+
+    _ELECTION_FIELDS = ("role", "term", "leader", "commit_index", "last_index", "voter", "vote_refusal",
+                        "pre_vote_rounds", "pre_vote_won", "peers_connected", "storages_catching_up")
+
+    def _election_report(self, names: list[str]) -> str:
+        """What each node says about elections (its status's election fields, or why none)
+        and the tail of its log: what a failed wait for a leader is judged by."""
+        parts = []
+        for n in list(self.nodes):
+            s = self.status(n, timeout=1.0) if self.nodes[n].alive else None
+            said = ({k: s.get(k) for k in self._ELECTION_FIELDS} if s is not None
+                    else "not running" if not self.nodes[n].alive else "no status answer")
+            tail = f"\n{self.log_tail(n, 10)}" if n in names else ""
+            parts.append(f"--- {n}: {said}{tail}")
+        return "\n".join(parts)
 
     def wait_following(self, leader: str, timeout: float = 20.0,
                        among: list[str] | None = None) -> int:

@@ -85,3 +85,21 @@ def test_repeated_leader_kills_leave_no_stale_tail(group: LocalGroup) -> None:
     assert_replicas_agree(group, history)
     truncations = {n: group.status(n)["conflict_truncations"] for n in group.nodes}
     print(f"conflict truncations per node: {truncations}; unknown outcomes: {len(history.unknown)}")
+
+
+def test_a_failed_wait_for_a_leader_says_what_each_node_knows(group: LocalGroup) -> None:
+    """A wait for a leader that times out reports each node's election state (role, term,
+    leader, pre-vote rounds and wins, links) or that it is not running, beside its log tail:
+    a CI run once failed with log tails alone, which could not tell a replica that never
+    stood from one that stood and lost."""
+    group.start()
+    leader = group.wait_leader(timeout=30)
+    alone = next(n for n in group.nodes if n != leader)
+    for name in group.nodes:
+        if name != alone:
+            group.kill(name)
+    with pytest.raises(TimeoutError) as failed:
+        group.wait_leader(timeout=2, among=[alone])
+    report = str(failed.value)
+    assert f"--- {alone}: {{'role': " in report and "'pre_vote_rounds': " in report
+    assert f"--- {leader}: not running" in report

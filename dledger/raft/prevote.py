@@ -24,7 +24,9 @@ the future -- from the moment it is set, so no pause between pysyncobj's message
 and its next election check lets it stand unasked. ``PreVote.tick`` runs a round when
 the remembered deadline passes; a won round releases the deadline (0) so pysyncobj's own
 election starts on its next tick. A leadership transfer (TimeoutNow sets the deadline to 0
-and pysyncobj's private ``__transferInProgress``) skips pre-vote, as in etcd. The messages
+and pysyncobj's private ``__transferInProgress``) skips pre-vote, as in etcd; a transfer
+overtaken by a vote (pysyncobj drew a new deadline, its flag still set) is dropped, or the
+replica would never ask nor stand again. The messages
 travel on pysyncobj's own connections: ``GroupTransport`` hands them here instead of to
 pysyncobj.
 """
@@ -141,7 +143,12 @@ class PreVote:
             self._due, self._asking = None, None
             return
         if self._get("transferInProgress"):
-            return  # TimeoutNow from the leader: stand at once
+            if self._released:
+                return  # TimeoutNow from the leader: pysyncobj stands on its next tick
+            # pysyncobj drew a new deadline after the TimeoutNow (it voted for a candidate
+            # of a higher term first) and keeps its transfer flag until it stands or hears a
+            # higher term: a stale flag, which would skip every round here for good
+            self._set("transferInProgress", False)
         lo, hi = self._timeouts()
         now = self._clock()
         if lo >= OUT_OF_REACH_S:  # not standing (a learner, a replica waiting for a snapshot)

@@ -173,3 +173,23 @@ def test_a_won_round_and_timeout_now_release_the_deadline_until_pysyncobj_stands
     assert node._SyncObj__raftElectionDeadline == FAR
     node._SyncObj__raftElectionDeadline = 0  # TimeoutNow from the leader
     assert node._SyncObj__raftElectionDeadline == 0
+
+
+def test_a_timeout_now_overtaken_by_a_vote_does_not_silence_the_replica_for_good() -> None:
+    """TimeoutNow sets pysyncobj's transfer flag and releases the deadline; a vote request
+    of a higher term arriving before pysyncobj stands makes it vote and set a new deadline,
+    and the flag stays set (pysyncobj clears it only when it stands or hears a higher term).
+    Pre-vote skipped every round while the flag was set, and pysyncobj never saw its
+    deadline: the replica never stood again (a CI run: two healed followers, no leader for
+    20 s). The stale flag is cleared; the replica asks when its deadline passes."""
+    pv, node, clock = make()
+    node._SyncObj__transferInProgress = True
+    node._SyncObj__raftElectionDeadline = 0  # TimeoutNow
+    node._SyncObj__raftCurrentTerm = 6  # a candidate's request_vote of term 6 arrived first:
+    node._SyncObj__raftElectionDeadline = 11.0  # pysyncobj voted and drew a new deadline
+    pv.tick()
+    assert node._SyncObj__raftElectionDeadline == FAR  # held, as any deadline is
+    clock.now = 11.5
+    pv.tick()
+    assert sorted(n for n, m in node.sent if m["type"] == "pre_vote") == ["b", "c"]
+    assert node._SyncObj__transferInProgress is False

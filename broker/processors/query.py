@@ -81,6 +81,22 @@ class QueryProcessor(Processor):
         id); FrameError QUERY_NOT_FOUND when there is none."""
         return self._message_at(position)
 
+    def queue_offset_of(self, topic: str, queue_id: int, position: int) -> int:
+        """The queue offset of the message at CommitLog ``position`` (a record's position
+        plus the message's index in it) in ``topic``'s queue ``queue_id``; -1 when that
+        queue holds no record there (trimmed, or another queue's)."""
+        machine = self._server.machine
+        cq = machine.queue(topic, queue_id) if topic in machine.topics else None
+        if cq is None:
+            return -1
+        try:
+            _, record_at = read_message_at(self._server.rlog.commitlog, position)
+            unit = cq.get(cq.offset_for_position(record_at))
+        except (MessageGone, ValueError):  # OffsetOutOfRange is a ValueError
+            return -1
+        index = position - record_at
+        return unit.base + index if unit.position == record_at and index < unit.count else -1
+
     def _message_at(self, position: int) -> tuple[Message, int]:
         """The message at ``position`` (of its record, read whole if chained) and its store time."""
         try:

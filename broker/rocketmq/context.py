@@ -27,6 +27,9 @@ class MessageReader(Protocol):
     def message_at(self, position: int) -> tuple[Message, int]:
         """The message at a CommitLog position and its store time; FrameError QUERY_NOT_FOUND."""
 
+    def queue_offset_of(self, topic: str, queue_id: int, position: int) -> int:
+        """The queue offset of the message at a CommitLog position; -1 if its queue holds none."""
+
 
 class Registry(Protocol):
     def drop_connection(self, connection: Hashable) -> set[str]: ...

@@ -11,8 +11,8 @@ an AdminBrokerProcessor code):
     UPDATE_AND_CREATE_TOPIC -> CREATE_TOPIC with ``writeQueueNums`` queues and ``perm``
                           (mqadmin updateTopic); a topic that exists is left as it is
 
-A message found by id or key carries queue offset -1: RaftMQ's index maps ids and keys to
-positions, not to queue offsets.
+A message found by id or key carries its queue offset: RaftMQ's index maps ids and keys to
+positions, and the queue's ConsumeQueue maps the position back (-1 once trimmed).
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ class QueryHandlers:
             m, store_ms = self._edge.broker.queries.message_at(position)
         except FrameError as e:
             return frame.response(ResponseCode.SYSTEM_ERROR, remark=f"RaftMQ: {e.message}")
-        body = encode_stored(stored_message(m, queue_offset=-1, position=position, store_ms=store_ms,
+        offset = self._edge.broker.queries.queue_offset_of(m.topic, m.queue_id, position)
+        body = encode_stored(stored_message(m, queue_offset=offset, position=position, store_ms=store_ms,
                                             store_host=self._edge.store_host()))
         return reply(frame, ResponseCode.SUCCESS, body=body)
 
@@ -78,7 +79,8 @@ class QueryHandlers:
             except MessageFormatError:
                 continue
             if m.topic == h.topic and (not h.unique_key_query or rocket_properties(m)[UNIQ_KEY] == h.key):
-                found.append(encode_stored(stored_message(m, queue_offset=-1, position=row.position,
+                offset = self._edge.broker.queries.queue_offset_of(m.topic, m.queue_id, row.position)
+                found.append(encode_stored(stored_message(m, queue_offset=offset, position=row.position,
                                                           store_ms=row.store_ms, store_host=host)))
         if not found:
             return frame.response(ResponseCode.QUERY_NOT_FOUND, remark=f"RaftMQ: no message for {h.key!r}")

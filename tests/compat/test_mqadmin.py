@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.compat.harness import JavaRun, mqadmin, run_scenario
-from tests.compat.targets import Target, raftmq_xfail
+from tests.compat.targets import Target
 
 pytestmark = [pytest.mark.cluster, pytest.mark.compat]
 
@@ -107,9 +107,6 @@ def test_consumer_progress_shows_the_group_caught_up(target: Target, loaded: Loa
     assert "Diff Total: 0" in run.stdout
 
 
-@raftmq_xfail("QUERY_MESSAGE answers messages found by key with queueOffset -1 (the IndexFile "
-              "names positions; the queue offset is not looked up): mqadmin prints -1 (the real "
-              "RocketMQ passes)")
 def test_query_msg_by_key_finds_the_message(target: Target, loaded: Loaded) -> None:
     sent = loaded.sent["sync-1"]
     table = rows(admin(target, "queryMsgByKey", "-t", loaded.topic, "-k", "sync-1"))

@@ -155,10 +155,12 @@ def test_a_send_is_pulled_viewed_by_id_and_found_by_key(one_node_broker) -> None
         viewed = await r.ask(RequestCode.VIEW_MESSAGE_BY_ID, ViewMessageRequestHeader(offset=position))
         assert viewed.code == ResponseCode.SUCCESS, viewed.remark
         assert decode_stored(viewed.body)[0].body == b"paid: 42"
+        assert decode_stored(viewed.body)[0].queue_offset == 2  # mqadmin prints it
         by_key = await r.ask(RequestCode.QUERY_MESSAGE, QueryMessageRequestHeader(
             topic="orders", key="order-8", max_num=32, begin_timestamp=0, end_timestamp=2**62))
         assert by_key.code == ResponseCode.SUCCESS, by_key.remark
-        assert [m.body for m in decode_stored(by_key.body)] == [b"paid: 42"]
+        found = [(m.body, m.queue_id, m.queue_offset) for m in decode_stored(by_key.body)]
+        assert found == [(b"paid: 42", 3, 2)]
         ext = {**QueryMessageRequestHeader(topic="orders", key=UNIQ, max_num=32, begin_timestamp=0,
                                            end_timestamp=2**62).to_ext()[0], "_UNIQUE_KEY_QUERY": "true"}
         by_uniq = await r.ask(RequestCode.QUERY_MESSAGE, ext)

@@ -42,6 +42,7 @@ class LocalLog:
         self._standing = True
         self._closed = False
         self.fsync_seconds = LatencyHistogram()
+        self.stage_seconds: dict[str, LatencyHistogram] = {}  # no replication stages
         self.disk = DiskGuard(config.data_dir, config.disk_resume_free_bytes)
 
     # -- writing and reading -----------------------------------------------------------

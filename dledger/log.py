@@ -58,7 +58,8 @@ class Log(Protocol):
     @property
     def stage_seconds(self) -> dict[str, LatencyHistogram]:
         """Stage name -> durations of that stage of entries' commits (issue 30); a fixed
-        set of names, empty for a log without replication."""
+        set of names (a log without replication: only the server's ``receive`` and ``answer``).
+        The serving process observes ``receive`` and ``answer`` from one thread each."""
         ...
 
     # -- snapshots and retention

@@ -16,7 +16,7 @@ Every series carries ``group`` and ``node``. Two kinds of series:
   the room to resume is not back) and CommitLog size, the histogram
   ``raftmq_fsync_seconds`` of the log's fsyncs, ``raftmq_commit_stage_seconds{stage}``
   (where entries' commit time goes, one fixed stage set: ``dledger.stage_clock``; the
-  broker's own receive/answer stages are not recorded yet) and ``raftmq_build_info{version}``;
+  broker's ``receive`` and ``answer`` are its WritePath's) and ``raftmq_build_info{version}``;
 * ``raftmq_leader_changes_total``: how often this replica learned of a new leader; and
   prometheus-client's ``process_*`` series (start time, CPU, memory).
 

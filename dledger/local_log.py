@@ -23,6 +23,7 @@ from dledger.errors import DiskFull, EntryTooLarge, ProposalRejected
 from dledger.latency import LatencyHistogram
 from dledger.log_events import Appended, LeaderChange, Role, SnapshotSource
 from dledger.membership import Change, Member
+from dledger.stage_clock import SERVER_STAGES, STAGE_BUCKETS
 from dledger.storage.commitlog import CommitLog
 from dledger.storage.disk_guard import DiskGuard
 from dledger.storage.entry_format import Entry, EntryKind
@@ -42,6 +43,8 @@ class LocalLog:
         self._standing = True
         self._closed = False
         self.fsync_seconds = LatencyHistogram()
+        # no replication: only the serving process's own stages (dledger.stage_clock)
+        self.stage_seconds = {s: LatencyHistogram(STAGE_BUCKETS) for s in SERVER_STAGES}
         self.disk = DiskGuard(config.data_dir, config.disk_resume_free_bytes)
 
     # -- writing and reading -----------------------------------------------------------

@@ -27,6 +27,7 @@ from typing import Any
 
 import aiohttp
 
+from raftmq.bench_breakdown import breakdown_rows, breakdown_table, read_stages
 from raftmq.local_group import LocalGroup
 
 __all__ = ["main"]
@@ -141,8 +142,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         asyncio.run(_closed_loop(url, payload, args.inflight, 2.0))
         print(f"phase 1: {args.inflight} in flight x {args.entry_bytes} B for {args.seconds}s",
               flush=True)
+        before = read_stages(group) if args.breakdown else {}
         peak = asyncio.run(_closed_loop(url, payload, args.inflight, args.seconds))
         print(f"  {peak}", flush=True)
+        if args.breakdown:
+            peak["breakdown"] = breakdown_rows(before, read_stages(group), leader,
+                                               peak["latency_ms_mean"])
         half = peak["entries_per_s"] / 2
         print(f"phase 2: open loop at {half:.0f} entries/s for {args.seconds}s", flush=True)
         at_half = asyncio.run(_open_loop(url, payload, half, args.seconds))
@@ -156,7 +161,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "machine": _machine(),
         "nodes": args.nodes, "flush": args.flush, "entry_bytes": args.entry_bytes,
         "inflight": args.inflight, "max": peak, "half_rate": at_half,
-        "replicas_same_write_position": identical,
+        "replicas_same_write_position": identical, "leader": leader,
         "leader_changes": url.leader_changes,
     }
 
@@ -182,6 +187,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--flush", choices=["sync", "async"], default="sync")
     parser.add_argument("--dir", help="group directory (default: a new temp dir)")
     parser.add_argument("--out", default="bench-out/bench-log.json", help="JSON result file")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also print where phase 1's commit time goes, stage by stage "
+                             "(every replica's /stages; dledger/stage_clock.py)")
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -197,4 +205,6 @@ def run_command(args: argparse.Namespace) -> int:
           f"{m['latency_ms_p50']} | {m['latency_ms_p99']} | {m['errors']} |\n"
           f"| half rate | {h['entries_per_s']} | {h['mb_per_s']} | {h['latency_ms_p50']} | "
           f"{h['latency_ms_p99']} | {h['errors']} |\nwritten to {out}")
+    if "breakdown" in m:
+        print(f"\nphase 1, stage by stage (leader {result['leader']}):\n{breakdown_table(m['breakdown'])}")
     return 0

@@ -14,7 +14,9 @@ Every series carries ``group`` and ``node``. Two kinds of series:
   divergence, apply stalls, overdue retries and delayed messages, free disk,
   the disk-full flag (``raftmq_disk_full``: 1 while a write failed for want of space and
   the room to resume is not back) and CommitLog size, the histogram
-  ``raftmq_fsync_seconds`` of the log's fsyncs, and ``raftmq_build_info{version}``;
+  ``raftmq_fsync_seconds`` of the log's fsyncs, ``raftmq_commit_stage_seconds{stage}``
+  (where entries' commit time goes, one fixed stage set: ``dledger.stage_clock``; the
+  broker's ``receive`` and ``answer`` are its WritePath's) and ``raftmq_build_info{version}``;
 * ``raftmq_leader_changes_total``: how often this replica learned of a new leader; and
   prometheus-client's ``process_*`` series (start time, CPU, memory).
 
@@ -148,6 +150,13 @@ class _ReplicaCollector(Collector):
                                        labels=list(self._labels))
         family.add_metric(list(self._labels.values()), buckets, total)
         yield family
+        stages = HistogramMetricFamily("raftmq_commit_stage_seconds", "An entry's commit, stage by stage "
+                                       "(dledger.stage_clock): leader stages on the leader, follower_* "
+                                       "on followers", labels=[*self._labels, "stage"])
+        for stage, histogram in rlog.stage_seconds.items():
+            buckets, total = histogram.snapshot()
+            stages.add_metric([*self._labels.values(), stage], buckets, total)
+        yield stages
 
     def _pop_groups(self) -> Metric:
         """SimpleConsumer groups (issue 29): messages in flight (claimed, not yet settled)."""

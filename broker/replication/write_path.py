@@ -31,6 +31,11 @@ records were in the failed entry (or chain). A timeout while waiting is ``Outcom
 
 Runs on one asyncio loop; ``send`` must be called from that loop.
 
+Two stages of an entry's commit (``dledger.stage_clock``) are timed here: ``receive``, each
+sender's wait from ``send`` to its entries' proposal (the accumulator's group commit), and
+``answer``, a batch's wait from its last entry's commit to its callers' outcomes (the
+state machine's apply on the apply thread and the hand-off back to the loop).
+
 ``_proposed(batch)`` is called once a batch's entries are proposed, before any of
 them commits; it does nothing here. (The chaos suite's deliberately broken build,
 ``tests/support/unsafe_broker.py``, overrides it to answer early: production code has
@@ -67,6 +72,7 @@ MAX_IN_FLIGHT = 64
 class _Pending:
     records: list[bytes]
     future: asyncio.Future[list[Applied]] = field(default_factory=asyncio.Future)
+    sent: float = field(default_factory=time.perf_counter)  # when ``send`` took it
 
 
 class WritePath:
@@ -164,12 +170,19 @@ class WritePath:
             plan = self._plan(records, self._stamp())
             outcomes: list[Applied] = []
             # all proposed before the first await: the entries are back to back
-            futures = [(asyncio.wrap_future(self._rlog.propose(p)), answers) for p, answers in plan]
+            proposals = [(self._rlog.propose(p), answers) for p, answers in plan]
+            futures = [(asyncio.wrap_future(f), answers) for f, answers in proposals]
             self._proposed(batch)
+            self._observe_receive(batch)
+            committed: list[float] = []
+            if proposals:  # none for a send of no records
+                proposals[-1][0].add_done_callback(lambda _: committed.append(time.perf_counter()))
             for fut, answers in futures:
                 appended = await asyncio.wait_for(fut, self._timeout)
                 if answers:
                     outcomes.extend(await self._results_of(appended.index))
+            if committed:
+                self._observe("answer", time.perf_counter() - committed[0])
         except Exception as e:  # every caller in this batch learns the same error
             for fut, _ in futures:
                 fut.add_done_callback(_retrieve)  # later entries' errors are the same news
@@ -184,6 +197,18 @@ class WritePath:
             if not p.future.done():
                 p.future.set_result(outcomes[start:start + len(p.records)])
             start += len(p.records)
+
+    def _observe_receive(self, batch: list[_Pending]) -> None:
+        """Each sender's wait from ``send`` to its entries' proposal (the accumulator)."""
+        now = time.perf_counter()
+        for p in batch:
+            self._observe("receive", now - p.sent)
+
+    def _observe(self, stage: str, seconds: float) -> None:
+        """A server stage of ``dledger.stage_clock`` (the loop is its one writer)."""
+        histogram = self._rlog.stage_seconds.get(stage)
+        if histogram is not None:
+            histogram.observe(seconds)
 
     def _timed_out(self) -> Exception:
         """The error for an entry that did not commit in time: DiskFull when members' disks

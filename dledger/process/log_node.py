@@ -9,6 +9,8 @@ and inspect a group without the broker on top:
                                                 503 no leader, 409 outcome unknown,
                                                 413 too large
     GET  /status                             -> JSON (role, term, leader, indexes...)
+    GET  /stages                             -> JSON {stage: {"buckets": [[le, count]], "sum"}}
+                                                (dledger.stage_clock)
     GET  /entries?from=N&max_bytes=M         -> msgpack [[index, term, kind, position, body]]
                                                 committed entries only
     GET  /healthz                            -> 200 "ok"
@@ -47,11 +49,18 @@ def _error(status: int, code: str, message: str, **extra: object) -> web.Respons
 
 
 def make_app(rlog: ReplicatedLog, applier: Applier) -> web.Application:
+    stages = rlog.stages
+
     async def propose(request: web.Request) -> web.Response:
         payload = await request.read()
         try:
+            read = stages.clock()
             future = rlog.propose(payload)
+            stages.observe("receive", stages.clock() - read)
+            answered: list[float] = []
+            future.add_done_callback(lambda _: answered.append(stages.clock()))
             appended = await asyncio.wait_for(asyncio.wrap_future(future), PROPOSE_TIMEOUT_S)
+            stages.observe("answer", stages.clock() - answered[0])
         except EntryTooLarge as e:
             return _error(413, "too_large", str(e))
         except NotLeader as e:
@@ -81,8 +90,12 @@ def make_app(rlog: ReplicatedLog, applier: Applier) -> web.Application:
                 for e in rlog.read(start, max_bytes)]
         return web.Response(body=msgpack.packb(rows), content_type="application/x-msgpack")
 
+    async def stage_times(request: web.Request) -> web.Response:
+        return web.json_response({stage: {"buckets": h.snapshot()[0], "sum": h.snapshot()[1]}
+                                  for stage, h in stages.histograms.items()})
+
     return control_app([web.post("/propose", propose), web.get("/status", status),
-                        web.get("/entries", entries)])
+                        web.get("/entries", entries), web.get("/stages", stage_times)])
 
 
 async def _serve(rlog: ReplicatedLog, applier: Applier, http: str) -> None:

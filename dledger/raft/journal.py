@@ -58,6 +58,7 @@ from pysyncobj.journal import Journal
 
 from dledger.latency import LatencyHistogram
 from dledger.raft.codec import decode_command, encode_command
+from dledger.stage_clock import StageClock
 from dledger.storage.commitlog import CommitLog, LogGap
 from dledger.storage.disk_guard import DiskGuard
 from dledger.storage.entry_format import Entry, EntryKind
@@ -168,6 +169,7 @@ class RaftJournal(Journal):
         self._commit_listeners: list[Any] = []
         self.last_fsync_time: float | None = None
         self.fsync_seconds = LatencyHistogram()  # every flush that synced (/metrics)
+        self.stages = StageClock()  # where an entry's commit time goes (/metrics, /stages)
         self.skipped_deletes = 0
         self.conflict_truncations = 0
         self._closed = False
@@ -201,6 +203,7 @@ class RaftJournal(Journal):
         self._confirm(idx)
 
     def _append(self, command: bytes, idx: int, term: int) -> None:
+        began = self.stages.clock()
         kind, body = decode_command(command)
         try:
             self._log.append(idx, term, kind, body)
@@ -213,6 +216,7 @@ class RaftJournal(Journal):
         if kind == EntryKind.RAFT and self.on_raft_entry is not None:
             self.on_raft_entry(idx, body)
         self._recent[idx] = (command, idx, term)
+        self.stages.appended(idx, command, began)
         self._recent_bytes += len(command)
         while self._recent_bytes > RECENT_CACHE_BYTES:
             oldest = next(iter(self._recent))
@@ -340,10 +344,12 @@ class RaftJournal(Journal):
         if not self._log.dirty:
             return False
         began = time.monotonic()
+        upto = self._log.last_index
         synced = self._log.flush()
         if synced:
             self.fsync_seconds.observe(time.monotonic() - began)
             self.last_fsync_time = time.time()
+            self.stages.synced(upto)
         return synced
 
     # -- internals -------------------------------------------------------------
@@ -363,6 +369,7 @@ class RaftJournal(Journal):
             if target <= self._committed:
                 return
             self._committed = target
+        self.stages.committed(target)
         for listener in self._commit_listeners:
             listener(target)
 

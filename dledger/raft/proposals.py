@@ -86,6 +86,7 @@ class Proposals:
             self._commands[id(command)] = (command, future)
             self._adapt_batching()
         future.add_done_callback(lambda f: self._forget(f, id(command)))
+        self._journal.stages.proposed(command)
         self._node._applyCommand(command, lambda res, err: self._done(future, res, err))
         wake(self._wakeup)
         return future
@@ -120,6 +121,7 @@ class Proposals:
         if err == FAIL_REASON.SUCCESS:
             self._journal.flush()  # a one-node group acks here; otherwise a no-op
             appended = Appended(index, self._commitlog.term_at(index), self._commitlog.position_of(index))
+            self._journal.stages.applied(index)
             future.set_result(appended)
             return
         future.set_exception(propose_error(err, self._not_leader))

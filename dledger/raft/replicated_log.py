@@ -73,6 +73,7 @@ from dledger.raft.snapshot_fetch import SnapshotFetch
 from dledger.raft.storage_binding import StorageBinding
 from dledger.raft.storage_identity import StorageIdentity, open_identity
 from dledger.raft.transport import PeerNode, make_transport_class
+from dledger.stage_clock import StageClock
 from dledger.storage.commitlog import CommitLog
 from dledger.storage.disk_guard import DiskGuard
 from dledger.storage.entry_format import Entry
@@ -177,7 +178,8 @@ class ReplicatedLog:
         transport = make_transport_class(self.journal.flush if sync else None,
                                          lambda: self.journal.resume_hint, lambda: self._members.learner,
                                          self._set_transport, disk_full=lambda: self.disk.full,
-                                         follower_full=self._follower_disks.node_is_full)
+                                         follower_full=self._follower_disks.node_is_full,
+                                         stages=self.journal.stages)
         self._transport: Any = None
         self._start = RetainedStart(
             config.data_dir, self.commitlog, self.journal, self._history,
@@ -405,6 +407,15 @@ class ReplicatedLog:
     def fsync_seconds(self) -> LatencyHistogram:
         """How long each fsync of this replica's log took (the journal's flushes)."""
         return self.journal.fsync_seconds
+
+    @property
+    def stages(self) -> StageClock:
+        """Where entries' commit time goes, per stage (``dledger.stage_clock``)."""
+        return self.journal.stages
+
+    @property
+    def stage_seconds(self) -> dict[str, LatencyHistogram]:
+        return self.journal.stages.histograms
 
     # -- membership (dledger.raft.group_members) --------------------------------------------------
     def members(self) -> dict[str, Member]:

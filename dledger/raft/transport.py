@@ -66,6 +66,7 @@ from pysyncobj.transport import TCPTransport
 
 from dledger.raft.journal import EntryNotStored
 from dledger.raft.peer_guard import PendingHandshakes, install
+from dledger.stage_clock import StageClock
 
 log = logging.getLogger("dledger.transport")
 STRANGER_WARN_EVERY_S = 60.0
@@ -115,6 +116,8 @@ class GroupTransport(TCPTransport):
     follower_full: Callable[[Any], bool] | None = None
     #: every outgoing message passes through it (the storage token on answers)
     stamp: Callable[[Any], Any] | None = None
+    #: told of appends sent, acks read and acks sent (``dledger.stage_clock``)
+    stages: StageClock | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._handshakes = PendingHandshakes()
@@ -167,14 +170,23 @@ class GroupTransport(TCPTransport):
     def _onMessageReceived(self, node: Any, message: Any) -> None:
         if self.intercept is not None and isinstance(message, dict) and self.intercept(node, message):
             return
+        kind = message.get("type") if isinstance(message, dict) else None
+        stages = self.stages
+        if stages is not None and kind == "append_entries":
+            stages.receiving(True)
         try:
             super()._onMessageReceived(node, message)
+            if stages is not None and kind == "next_node_idx" and message.get("success"):
+                stages.acked(message["next_node_idx"] - 1)
         except EntryNotStored:
             if isinstance(message, dict) and message.get("type") == "append_entries":
                 assert self.resume_hint is not None
                 self.send(node, {"type": "next_node_idx", "next_node_idx": self.resume_hint(),
                                  "reset": True, "success": False})
             # otherwise a new leader's no-op: it leads without it and hands over
+        finally:
+            if stages is not None and kind == "append_entries":
+                stages.receiving(False)
 
     def reintroduce(self) -> None:
         """Drop every connection made as a learner: each is made again under this node's
@@ -201,7 +213,18 @@ class GroupTransport(TCPTransport):
                 message = {**message, "disk_full": True}
         if self.stamp is not None:
             message = self.stamp(message)
-        return super().send(node, message)
+        sent = bool(super().send(node, message))
+        if self.stages is not None and sent and isinstance(message, dict):
+            self._note_sent(self.stages, message)
+        return sent
+
+    @staticmethod
+    def _note_sent(stages: StageClock, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind == "append_entries" and message.get("entries"):
+            stages.sent(message["entries"][-1][1])
+        elif kind == "next_node_idx" and message.get("success"):
+            stages.ack_sent(message["next_node_idx"] - 1)
 
 
 def make_transport_class(
@@ -210,6 +233,7 @@ def make_transport_class(
     created: Callable[[GroupTransport], None] | None = None,
     disk_full: Callable[[], bool] | None = None,
     follower_full: Callable[[Any], bool] | None = None,
+    stages: StageClock | None = None,
 ) -> type[GroupTransport]:
     """A GroupTransport subclass bound to one node's journal (pysyncobj takes a class)."""
     return type(
@@ -222,5 +246,6 @@ def make_transport_class(
             "created": staticmethod(created) if created else None,
             "disk_full": staticmethod(disk_full) if disk_full else None,
             "follower_full": staticmethod(follower_full) if follower_full else None,
+            "stages": stages,
         },
     )

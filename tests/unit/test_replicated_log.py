@@ -302,3 +302,26 @@ def test_a_deaf_leader_whose_lease_lapsed_has_a_follower_stand_at_once(
     new = leader_of({r.config.node: r for r in others}, timeout=15)
     assert leader.status()["lease_hand_offs"] == 1
     assert new.status()["pre_vote_won"] == won_before[new.config.node], "stood on TimeoutNow, not a pre-vote"
+
+
+def _stage_counts(rlog: ReplicatedLog) -> dict[str, int]:
+    return {stage: h.snapshot()[0][-1][1] for stage, h in rlog.stage_seconds.items()}
+
+
+@pytest.mark.sockets
+def test_every_stage_of_a_commit_is_timed_on_the_leader_and_the_followers(
+        make_group: Callable[..., dict[str, ReplicatedLog]]) -> None:
+    """Issue 30: each proposal passes every leader stage once; each follower times its own."""
+    logs = make_group(3)
+    leader = leader_of(logs)
+    for i in range(10):
+        leader.propose(f"s{i}".encode()).result(timeout=10)
+    leader_stages = ("queue", "append", "leader_fsync", "send", "replicate", "commit", "apply")
+    counts = _stage_counts(leader)
+    assert {s: counts[s] for s in leader_stages} == dict.fromkeys(leader_stages, 10)
+    assert all(counts[s] == 0 for s in ("follower_append", "follower_fsync", "follower_ack"))
+    for follower in (r for r in logs.values() if r is not leader):
+        wait_for(lambda f=follower: _stage_counts(f)["follower_ack"] >= 10, 10, "a follower's acks")
+        counts = _stage_counts(follower)
+        assert min(counts[s] for s in ("follower_append", "follower_fsync")) >= 10
+        assert all(counts[s] == 0 for s in leader_stages)

@@ -155,3 +155,20 @@ def test_large_messages_go_in_chains_among_small_ones_in_order(node: Node) -> No
         assert node.machine.queue("t", 0).max_offset == len(sizes)
 
     asyncio.run(main())
+
+
+def test_the_write_path_times_its_receive_and_answer_stages(node: Node) -> None:
+    """Issue 30: each send's wait to be proposed (the accumulator) is a ``receive``, each
+    batch's wait from its last entry's commit to the callers' outcomes an ``answer``."""
+    def count(stage: str) -> int:
+        return node.rlog.stage_seconds[stage].snapshot()[0][-1][1]
+
+    async def main() -> None:
+        path = node.write_path(linger_ms=2)
+        assert await create_topic(path, "orders") == Outcome.DONE
+        receives, answers = count("receive"), count("answer")
+        await asyncio.gather(*(path.send([encode_message(Message("orders", b"m"))]) for _ in range(20)))
+        assert count("receive") - receives == 20
+        assert 1 <= count("answer") - answers <= 20
+
+    asyncio.run(main())

@@ -35,7 +35,7 @@ from client.aio import AsyncAdmin, AsyncProducer, AsyncSimpleConsumer
 from client.aio.core import ClientCore
 from client.aio.pull_consumer import fetch, queue_offsets
 from client.aio.routes import PERM_READ
-from client.cli import _where, add_tls_arguments, cluster_tls
+from client.cli_cluster import add_tls_arguments, client_kwargs, cluster_tls
 from client.errors import ClientError
 from client.message import Message
 
@@ -420,7 +420,7 @@ def run_command(args: argparse.Namespace) -> int:
             with _local_cluster(args.groups, args.tls, args.acl) as where:
                 result = asyncio.run(run(where))
         else:
-            result = asyncio.run(run(_where(args)))
+            result = asyncio.run(run(client_kwargs(args)))
     except ClientError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

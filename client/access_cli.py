@@ -56,9 +56,9 @@ def read_new_password(args: argparse.Namespace) -> str:
 
 
 def _admin(args: argparse.Namespace) -> AsyncAdmin:
-    from client.cli import _where  # the client commands' one way to find the cluster
+    from client.cli_cluster import client_kwargs  # the client commands' one way to find the cluster
 
-    return AsyncAdmin(**_where(args))
+    return AsyncAdmin(**client_kwargs(args))
 
 
 async def _user(args: argparse.Namespace) -> int:

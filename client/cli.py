@@ -1,19 +1,7 @@
 """Client commands of ``raftmq``: topics, send, consume, query, consumer groups.
 
-Where the cluster is: ``--namesrv HOST:PORT`` (repeatable), ``--servers A,B,C`` (one
-group's nodes, no name server), or ``--dir DIR`` (a cluster started by ``scripts/run``
-or ``raftmq cluster up``: its ``cluster.json`` names the name server). Without any,
-``$RAFTMQ_NAMESRV``, then ``./run/cluster.json``, then RocketMQ's ``127.0.0.1:9876``.
-
-TLS (``protocol.tls``): ``--ca-file`` (``--cert-file``/``--key-file`` for mutual TLS,
-``--tls`` for the system's CAs); else a cluster found through a ``cluster.json`` uses the
-CA and client certificate it names (``raftmq cluster up --tls``); else ``$RAFTMQ_CA_FILE``
-and friends.
-
-Who: a broker group with ACLs on needs a user. The commands read it from
-``--credentials-file`` (two lines: user, password), ``$RAFTMQ_CREDENTIALS_FILE``, or
-``$RAFTMQ_USER`` and ``$RAFTMQ_PASSWORD`` -- never from argv. Users and policies:
-``raftmq user`` and ``raftmq acl`` (``client.access_cli``).
+Where the cluster is, its TLS and who we are: ``client.cli_cluster``. Users and
+policies: ``raftmq user`` and ``raftmq acl`` (``client.access_cli``).
 """
 
 from __future__ import annotations
@@ -22,7 +10,6 @@ import argparse
 import asyncio
 import base64
 import json
-import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -32,79 +19,12 @@ from typing import Any
 
 from client.access_cli import ACCESS_COMMANDS, add_access_commands
 from client.aio import AsyncAdmin, AsyncProducer, AsyncPullConsumer
-from client.aio.routes import default_namesrv
-from client.credentials import Credentials
+from client.cli_cluster import add_cluster_options, client_kwargs
 from client.dead_letters import resend_copy
 from client.errors import ClientError
 from client.message import Message, ReceivedMessage
-from protocol.tls import ClientTls
 
-__all__ = ["CLIENT_COMMANDS", "add_client_commands", "add_tls_arguments", "cli_tls", "cluster_tls",
-           "run_client_command"]
-
-DEFAULT_RUN_DIR = "run"
-
-
-def _where(args: argparse.Namespace) -> dict[str, Any]:
-    """The client's keyword arguments: where the cluster is, and who we are."""
-    try:
-        credentials = Credentials.from_env(file=getattr(args, "credentials_file", None))
-    except (OSError, ValueError) as e:
-        raise SystemExit(f"error: credentials: {e}") from None
-    who = {} if credentials is None else {"credentials": credentials}
-    return {**_cluster(args), **who}
-
-
-def _cluster(args: argparse.Namespace) -> dict[str, Any]:
-    if args.servers:
-        return {"servers": [s.strip() for s in args.servers.split(",") if s.strip()], "tls": cli_tls(args)}
-    if args.namesrv:
-        return {"namesrv": args.namesrv, "tls": cli_tls(args)}
-    if args.dir:
-        state = Path(args.dir) / "cluster.json"
-        if not state.exists():
-            raise SystemExit(f"error: no cluster.json under {args.dir} (the directory of scripts/run or "
-                             "`raftmq cluster up`)")
-        doc = json.loads(state.read_text())
-        return {"namesrv": [doc["namesrv"]["address"]], "tls": cli_tls(args, doc)}
-    state = Path(DEFAULT_RUN_DIR) / "cluster.json"
-    if not os.environ.get("RAFTMQ_NAMESRV") and state.exists():
-        doc = json.loads(state.read_text())
-        return {"namesrv": [doc["namesrv"]["address"]], "tls": cli_tls(args, doc)}
-    return {"namesrv": default_namesrv(), "tls": cli_tls(args)}
-
-
-def add_tls_arguments(parser: argparse.ArgumentParser,
-                      tls_help: str = "TLS verified against the system's CAs ($RAFTMQ_TLS=1)") -> None:
-    """``--tls`` (``tls_help`` says what it does), ``--ca-file``, ``--cert-file``, ``--key-file``
-    (module docstring)."""
-    g = parser.add_argument_group("TLS (a cluster serving wss:// and https://)")
-    g.add_argument("--ca-file", metavar="PEM", help="verify the cluster's certificates against this CA "
-                   "(default: $RAFTMQ_CA_FILE, or the CA a --dir's cluster.json names)")
-    g.add_argument("--cert-file", metavar="PEM", help="this client's certificate, for mutual TLS "
-                   "($RAFTMQ_CERT_FILE)")
-    g.add_argument("--key-file", metavar="PEM", help="its private key ($RAFTMQ_KEY_FILE)")
-    g.add_argument("--tls", action="store_true", help=tls_help)
-
-
-def cluster_tls(state: dict[str, Any]) -> ClientTls | None:
-    """The CA and client certificate a ``cluster.json`` names (``raftmq cluster up --tls``)."""
-    tls = state.get("tls")
-    if not tls:
-        return None
-    return ClientTls(tls.get("ca_file"), tls.get("cert_file"), tls.get("key_file"))
-
-
-def cli_tls(args: argparse.Namespace, state: dict[str, Any] | None = None) -> ClientTls | bool | None:
-    """A command's ``tls=``: its flags; else the ``state`` (a cluster.json) it found the cluster
-    through (False when that names no TLS); else None: the environment decides."""
-    ca, cert, key = (getattr(args, k, None) for k in ("ca_file", "cert_file", "key_file"))
-    if ca or cert or getattr(args, "tls", False):
-        return ClientTls(ca, cert, key)
-    if state is not None:
-        return cluster_tls(state) or False
-    return None
-
+__all__ = ["CLIENT_COMMANDS", "add_client_commands", "run_client_command"]
 
 def _time_ms(text: str) -> int:
     """Milliseconds since the epoch, or an ISO-8601 time (local time if no zone)."""
@@ -138,7 +58,7 @@ def _show(m: ReceivedMessage, as_json: bool) -> str:
 
 
 async def _topic(args: argparse.Namespace) -> int:
-    async with AsyncAdmin(**_where(args)) as admin:
+    async with AsyncAdmin(**client_kwargs(args)) as admin:
         if args.action == "create":
             groups = args.groups.split(",") if args.groups else None
             made = await admin.create_topic(args.name, args.queues, args.perm, groups)
@@ -166,7 +86,7 @@ async def _send(args: argparse.Namespace) -> int:
     keys = [k for k in (args.keys or "").split(",") if k]
     props = dict(p.split("=", 1) for p in args.property or [])
     failures = 0
-    async with AsyncProducer(**_where(args), group=args.group) as p:
+    async with AsyncProducer(**client_kwargs(args), group=args.group) as p:
         for body in bodies:
             try:
                 r = await p.send(Message(args.topic, body, args.tags, keys, props), shard_key=args.shard_key)
@@ -184,7 +104,7 @@ async def _send(args: argparse.Namespace) -> int:
 
 
 async def _consume(args: argparse.Namespace) -> int:
-    where = _where(args)
+    where = client_kwargs(args)
     c = AsyncPullConsumer(**where, group=args.group, read_from=args.read_from, selector=args.selector)
     shown = 0
     try:
@@ -221,7 +141,7 @@ async def _consume(args: argparse.Namespace) -> int:
 
 
 async def _query(args: argparse.Namespace) -> int:
-    async with AsyncAdmin(**_where(args)) as admin:
+    async with AsyncAdmin(**client_kwargs(args)) as admin:
         if args.id:
             m = await admin.message_by_id(args.topic, args.id)
             found = [m] if m else []
@@ -260,7 +180,7 @@ async def _group(args: argparse.Namespace) -> int:
     if args.topic is None:
         print(f"raftmq group {args.action} needs a TOPIC", file=sys.stderr)
         return 2
-    async with AsyncAdmin(**_where(args)) as admin:
+    async with AsyncAdmin(**client_kwargs(args)) as admin:
         if args.action == "progress":
             rows = await admin.progress(args.group, args.topic)
             if args.json:
@@ -287,7 +207,7 @@ async def _group_config(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"--retry: {e}", file=sys.stderr)
         return 2
-    async with AsyncAdmin(**_where(args)) as admin:
+    async with AsyncAdmin(**client_kwargs(args)) as admin:
         made = await admin.group_config(args.group, retry, args.max_deliveries, ordered=args.ordered)
     print(f"group {args.group}: retry after {' '.join(f'{s:g}s' for s in retry)}, at most "
           f"{args.max_deliveries} deliveries{', ordered' if args.ordered else ''}, on "
@@ -297,7 +217,7 @@ async def _group_config(args: argparse.Namespace) -> int:
 
 async def _dlq(args: argparse.Namespace) -> int:
     """List or re-send a consumer group's dead letters (``%DLQ%group``)."""
-    where = _where(args)
+    where = client_kwargs(args)
     dlq = f"%DLQ%{args.group}"
     progress_group = f"{args.group}-dlq-resend"
     c = AsyncPullConsumer(**where, group=progress_group, read_from="any")
@@ -331,18 +251,6 @@ async def _dlq(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_cluster_options(p: argparse.ArgumentParser) -> None:
-    """The options naming the cluster, its TLS and the output, common to every client command."""
-    g = p.add_argument_group("cluster")
-    g.add_argument("--namesrv", action="append", metavar="HOST:PORT", help="a name server (repeatable)")
-    g.add_argument("--servers", metavar="A,B,C", help="one group's broker addresses (no name server)")
-    g.add_argument("--dir", help="a local cluster's directory (its cluster.json names the name server)")
-    g.add_argument("--credentials-file", metavar="FILE",
-                   help="user name and password, one a line (else $RAFTMQ_USER, $RAFTMQ_PASSWORD)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    add_tls_arguments(p)
-
-
 def _add_topic_and_send(sub: Any) -> None:
     """``raftmq topic`` and ``raftmq send``."""
     t = sub.add_parser("topic", help="create, list or delete topics",
@@ -353,7 +261,7 @@ def _add_topic_and_send(sub: Any) -> None:
     t.add_argument("--queues", type=int, default=8, help="queues per group (default 8)")
     t.add_argument("--perm", type=int, default=6, choices=[2, 4, 6], help="2 write, 4 read, 6 both (default)")
     t.add_argument("--groups", help="only these groups, comma-separated (default: all)")
-    _add_cluster_options(t)
+    add_cluster_options(t)
 
     s = sub.add_parser("send", help="send messages",
                        description="Send BODY (or --file, or one message per stdin line); prints each "
@@ -367,7 +275,7 @@ def _add_topic_and_send(sub: Any) -> None:
     s.add_argument("--property", action="append", metavar="K=V", help="a user property (repeatable)")
     s.add_argument("--shard-key", help="messages with one shard key keep their order")
     s.add_argument("--group", default="raftmq-cli", help="producer group")
-    _add_cluster_options(s)
+    add_cluster_options(s)
 
 
 def _add_consume_and_query(sub: Any) -> None:
@@ -383,7 +291,7 @@ def _add_consume_and_query(sub: Any) -> None:
     c.add_argument("--idle", type=float, help="stop after this many seconds without a message")
     c.add_argument("--commit", action="store_true", help="commit the group's offsets as we go")
     c.add_argument("--read-from", default="follower", choices=["follower", "leader", "any"])
-    _add_cluster_options(c)
+    add_cluster_options(c)
 
     q = sub.add_parser("query", help="find messages by id or key",
                        description="Look up messages by message id, or by key within a time range.")
@@ -394,7 +302,7 @@ def _add_consume_and_query(sub: Any) -> None:
     q.add_argument("--begin", type=_time_ms, help="from this store time (ms or ISO)")
     q.add_argument("--end", type=_time_ms, help="until this store time (ms or ISO)")
     q.add_argument("--max", type=int, default=32, help="most results (default 32)")
-    _add_cluster_options(q)
+    add_cluster_options(q)
 
 
 def _add_group_and_dlq(sub: Any) -> None:
@@ -414,7 +322,7 @@ def _add_group_and_dlq(sub: Any) -> None:
     g.add_argument("--ordered", action="store_true",
                    help="config: hand out a queue's messages one at a time, in order (each shard key "
                         "in order)")
-    _add_cluster_options(g)
+    add_cluster_options(g)
 
     d = sub.add_parser("dlq", help="list or re-send a consumer group's dead letters",
                        description="Dead letters are messages a group failed to consume more than its "
@@ -424,7 +332,7 @@ def _add_group_and_dlq(sub: Any) -> None:
     d.add_argument("group", help="the consumer group whose dead letters to handle")
     d.add_argument("--topic", help="resend: to this topic instead of the original one")
     d.add_argument("--max", type=int, help="at most this many messages")
-    _add_cluster_options(d)
+    add_cluster_options(d)
 
 
 def add_client_commands(sub: Any) -> None:
@@ -432,7 +340,7 @@ def add_client_commands(sub: Any) -> None:
     _add_topic_and_send(sub)
     _add_consume_and_query(sub)
     _add_group_and_dlq(sub)
-    add_access_commands(sub, _add_cluster_options)
+    add_access_commands(sub, add_cluster_options)
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {

@@ -33,7 +33,7 @@ from pathlib import Path
 from aiohttp import web
 
 from client.aio.routes import default_namesrv
-from client.cli import add_tls_arguments, cli_tls
+from client.cli_cluster import add_tls_arguments, cli_tls
 from console.gateway import ClusterGateway
 from console.web import Console
 from protocol.exposure import check_exposure, is_loopback

@@ -1,4 +1,4 @@
-"""``raftmq bench produce|consume``: client throughput and latency against a cluster.
+"""``raftmq bench produce|consume|receive``: client throughput and latency against a cluster.
 
     raftmq bench produce --local --size 256 --batch 64 --inflight 32 --duration 20
     raftmq bench produce --local --size 256 --rate 1000 --duration 20      # latency at a fixed rate
@@ -31,13 +31,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from client.aio import AsyncAdmin, AsyncProducer, AsyncSimpleConsumer
-from client.aio.core import ClientCore
-from client.aio.pull_consumer import fetch, queue_offsets
-from client.aio.routes import PERM_READ
-from client.cli import _where, add_tls_arguments, cluster_tls
+from client.aio import AsyncAdmin, AsyncProducer
+from client.cli_cluster import add_tls_arguments, client_kwargs, cluster_tls
 from client.errors import ClientError
 from client.message import Message
+from raftmq.bench_read import Progress, consume, receive
 
 __all__ = ["main"]
 
@@ -47,26 +45,6 @@ def _percentile(sorted_values: list[float], p: float) -> float:
         return float("nan")
     k = min(len(sorted_values) - 1, max(0, round(p / 100 * (len(sorted_values) - 1))))
     return sorted_values[k]
-
-
-class _Progress:
-    def __init__(self, label: str, quiet: bool) -> None:
-        self.label, self.quiet = label, quiet
-        self.count = 0
-        self.bytes = 0
-        self.errors = 0
-        self.started = time.monotonic()
-        self._last = (self.started, 0)
-
-    async def run(self) -> None:
-        while True:
-            await asyncio.sleep(1.0)
-            now = time.monotonic()
-            rate = (self.count - self._last[1]) / (now - self._last[0])
-            self._last = (now, self.count)
-            if not self.quiet:
-                print(f"  {self.label}: {now - self.started:5.1f} s  {self.count:>10,} msgs  "
-                      f"{rate:>10,.0f} msgs/s  errors {self.errors}", file=sys.stderr, flush=True)
 
 
 def _body(size: int) -> bytes:
@@ -80,7 +58,7 @@ def _producer_options(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in given.items() if v is not None}
 
 
-def _produce_result(args: argparse.Namespace, progress: _Progress, elapsed: float,
+def _produce_result(args: argparse.Namespace, progress: Progress, elapsed: float,
                     latencies: list[float]) -> dict[str, Any]:
     latencies.sort()
     return {"mode": "produce", "api": args.api, "send_async": args.send_async, "size": args.size,
@@ -92,7 +70,7 @@ def _produce_result(args: argparse.Namespace, progress: _Progress, elapsed: floa
             "latency_ms": {f"p{p}": round(_percentile(latencies, p) * 1000, 2) for p in (50, 99, 99.9)}}
 
 
-def _produce_blocking(args: argparse.Namespace, where: dict[str, Any], progress: _Progress) -> dict[str, Any]:
+def _produce_blocking(args: argparse.Namespace, where: dict[str, Any], progress: Progress) -> dict[str, Any]:
     """The blocking client (``client.Producer``): ``--inflight`` threads each calling
     ``send_batch`` (``--batch`` > 1) or ``send``; with ``--send-async``, one thread keeping
     ``--inflight`` single ``send_async`` calls in flight."""
@@ -181,7 +159,7 @@ def _produce_blocking(args: argparse.Namespace, where: dict[str, Any], progress:
 
 async def _produce(args: argparse.Namespace, where: dict[str, Any]) -> dict[str, Any]:
     if args.api == "blocking":
-        progress = _Progress("produce", args.json)
+        progress = Progress("produce", args.json)
         ticker = asyncio.create_task(progress.run())
         try:
             return await asyncio.to_thread(_produce_blocking, args, where, progress)
@@ -189,7 +167,7 @@ async def _produce(args: argparse.Namespace, where: dict[str, Any]) -> dict[str,
             ticker.cancel()
     body = _body(args.size)
     latencies: list[float] = []
-    progress = _Progress("produce", args.json)
+    progress = Progress("produce", args.json)
     keys = [f"shard-{i}" for i in range(args.shard_keys)] if args.shard_keys else [None]
     stop_at = time.monotonic() + args.duration
     options = _producer_options(args)
@@ -252,95 +230,6 @@ async def _produce(args: argparse.Namespace, where: dict[str, Any]) -> dict[str,
         elapsed = time.monotonic() - started
         ticker.cancel()
     return _produce_result(args, progress, elapsed, latencies)
-
-
-async def _consume(args: argparse.Namespace, where: dict[str, Any]) -> dict[str, Any]:
-    if args.messages:
-        load = argparse.Namespace(**{**vars(args), "duration": 3600.0, "json": True})
-        print(f"  loading {args.messages:,} messages of {args.size} B ...", file=sys.stderr, flush=True)
-        await _load(load, where, args.messages)
-    core = ClientCore(where.get("namesrv"), where.get("servers"), tls=where.get("tls"),
-                      credentials=where.get("credentials"))
-    progress = _Progress("consume", args.json)
-    try:
-        route = await core.routes.route(args.topic)
-        queues = route.queues(PERM_READ)
-        ends = {q: (await queue_offsets(core, q))[1] for q in queues}
-        total = sum(ends.values())
-        ticker = asyncio.create_task(progress.run())
-        started = time.monotonic()
-
-        async def drain(q: Any) -> None:
-            offset = 0
-            while offset < ends[q]:
-                r = await fetch(core, q, offset, max_msgs=256, read_from=args.read_from)
-                offset = r.next_offset
-                progress.count += len(r.messages)
-                progress.bytes += sum(len(m.body) for m in r.messages)
-
-        await asyncio.gather(*(drain(q) for q in queues))
-        elapsed = time.monotonic() - started
-        ticker.cancel()
-    finally:
-        await core.close()
-    return {"mode": "consume", "read_from": args.read_from, "messages": progress.count, "expected": total,
-            "seconds": round(elapsed, 2), "msgs_per_s": round(progress.count / elapsed),
-            "mb_per_s": round(progress.bytes / elapsed / 1e6, 2)}
-
-
-async def _receive(args: argparse.Namespace, where: dict[str, Any]) -> dict[str, Any]:
-    """``--consumers`` SimpleConsumers of one new group drain what was loaded: receive 32 at a
-    time, ack each (the acks of a batch concurrently). Counts messages acked."""
-    if args.messages:
-        load = argparse.Namespace(**{**vars(args), "duration": 3600.0, "json": True})
-        print(f"  loading {args.messages:,} messages of {args.size} B ...", file=sys.stderr, flush=True)
-        await _load(load, where, args.messages)
-    group = f"bench-simple-{os.getpid()}-{int(time.time())}"
-    consumers = [AsyncSimpleConsumer(group=group, topic=args.topic, **where) for _ in range(args.consumers)]
-    progress = _Progress("receive", args.json)
-    idle_s = 0.0
-    try:
-        ticker = asyncio.create_task(progress.run())
-        started = time.monotonic()
-
-        async def work(c: AsyncSimpleConsumer) -> None:
-            nonlocal idle_s
-            while progress.count < args.messages:
-                batch = await c.receive(max_messages=32, invisible_duration_s=60, wait_s=2)
-                if not batch:
-                    idle_s += 2
-                    if idle_s > 10 * args.consumers:
-                        return  # nothing more arrives: what was loaded is drained (or lost: reported)
-                    continue
-                await asyncio.gather(*(c.ack(m) for m in batch))
-                progress.count += len(batch)
-                progress.bytes += sum(len(m.body) for m in batch)
-
-        await asyncio.gather(*(work(c) for c in consumers))
-        elapsed = time.monotonic() - started
-        ticker.cancel()
-    finally:
-        for c in consumers:
-            await c.close()
-    return {"mode": "receive", "consumers": args.consumers, "messages": progress.count,
-            "expected": args.messages, "seconds": round(elapsed, 2),
-            "msgs_per_s": round(progress.count / elapsed),
-            "mb_per_s": round(progress.bytes / elapsed / 1e6, 2)}
-
-
-async def _load(args: argparse.Namespace, where: dict[str, Any], count: int) -> None:
-    body = b"x" * args.size
-    async with AsyncProducer(**where, group="bench-loader", send_timeout=30) as p:
-        per_worker = count // 16
-
-        async def worker(w: int) -> None:
-            left = per_worker + (count % 16 if w == 0 else 0)
-            while left > 0:
-                n = min(256, left)
-                await p.send_batch([Message(args.topic, body)] * n, shard_key=f"load-{w}")
-                left -= n
-
-        await asyncio.gather(*(worker(w) for w in range(16)))
 
 
 @contextlib.contextmanager
@@ -412,7 +301,7 @@ def run_command(args: argparse.Namespace) -> int:
             topics = await admin.topics()
             if args.topic not in topics:
                 await admin.create_topic(args.topic, 8)
-        modes = {"produce": _produce, "consume": _consume, "receive": _receive}
+        modes = {"produce": _produce, "consume": consume, "receive": receive}
         return await modes[args.mode](args, where)
 
     try:
@@ -420,7 +309,7 @@ def run_command(args: argparse.Namespace) -> int:
             with _local_cluster(args.groups, args.tls, args.acl) as where:
                 result = asyncio.run(run(where))
         else:
-            result = asyncio.run(run(_where(args)))
+            result = asyncio.run(run(client_kwargs(args)))
     except ClientError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

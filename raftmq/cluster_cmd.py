@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from client.cli import add_tls_arguments
+from client.cli_cluster import add_tls_arguments
 from client.errors import AuthFailedError
 from raftmq.cluster_http import ClusterHttp
 from raftmq.cluster_verify import EXIT_INCOMPLETE, verify_groups

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from client.cli import cli_tls
+from client.cli_cluster import cli_tls
 from client.credentials import Credentials
 from client.errors import ConnectionLostError
 from protocol.tls import ClientTls, http_url, resolve_tls

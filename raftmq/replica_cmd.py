@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from client.cli import add_tls_arguments
+from client.cli_cluster import add_tls_arguments
 from client.errors import AuthFailedError
 from raftmq.cluster_cmd import find_group
 from raftmq.cluster_http import ClusterHttp

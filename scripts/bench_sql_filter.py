@@ -25,7 +25,6 @@ sys.path.insert(0, str(ROOT))
 
 from protocol import sql_filter as hand  # noqa: E402
 from protocol.sql_filter import (  # noqa: E402
-    _ORDERING,
     MAX_EXPRESSION_LENGTH,
     MAX_NESTING,
     And,
@@ -39,6 +38,7 @@ from protocol.sql_filter import (  # noqa: E402
     Or,
     SqlFilter,
 )
+from protocol.sql_filter.parser import _ORDERING  # noqa: E402
 from tests.unit.test_sql_filter import CASES, ERRORS  # noqa: E402
 
 try:

@@ -16,7 +16,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from client import Admin, Credentials, Message, Producer
-from client.cli import cluster_tls
+from client.cli_cluster import cluster_tls
 from tests.console.conftest import console_process, raftmq, screenshot, wait_for
 from tests.console.test_console_pages import click, confirm, notice, open_page, page_texts
 

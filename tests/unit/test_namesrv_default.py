@@ -13,7 +13,7 @@ import pytest
 
 from client.aio.core import ClientCore
 from client.aio.routes import DEFAULT_NAMESRV, default_namesrv
-from client.cli import _where
+from client.cli_cluster import client_kwargs
 from protocol.tls import ClientTls, resolve_tls
 from raftmq import cluster_cmd
 
@@ -44,20 +44,20 @@ def _args(**kw: object) -> argparse.Namespace:
     return argparse.Namespace(**{"servers": None, "namesrv": None, "dir": None, **kw})
 
 
-def test_cli_where(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_cliclient_kwargs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("RAFTMQ_NAMESRV", raising=False)
     # tls None: the environment decides; False: the cluster.json found names no TLS
-    assert _where(_args()) == {"namesrv": ["127.0.0.1:9876"], "tls": None}
+    assert client_kwargs(_args()) == {"namesrv": ["127.0.0.1:9876"], "tls": None}
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "cluster.json").write_text(json.dumps({"namesrv": {"address": "127.0.0.1:2000"}}))
-    assert _where(_args()) == {"namesrv": ["127.0.0.1:2000"], "tls": False}  # scripts/run's, from the root
+    assert client_kwargs(_args()) == {"namesrv": ["127.0.0.1:2000"], "tls": False}  # scripts/run
     monkeypatch.setenv("RAFTMQ_NAMESRV", "127.0.0.1:3000")
-    assert _where(_args()) == {"namesrv": ["127.0.0.1:3000"], "tls": None}
-    assert _where(_args(dir="run")) == {"namesrv": ["127.0.0.1:2000"], "tls": False}
-    assert _where(_args(namesrv=["h:1"])) == {"namesrv": ["h:1"], "tls": None}
+    assert client_kwargs(_args()) == {"namesrv": ["127.0.0.1:3000"], "tls": None}
+    assert client_kwargs(_args(dir="run")) == {"namesrv": ["127.0.0.1:2000"], "tls": False}
+    assert client_kwargs(_args(namesrv=["h:1"])) == {"namesrv": ["h:1"], "tls": None}
     with pytest.raises(SystemExit, match=r"no cluster\.json under nowhere"):
-        _where(_args(dir="nowhere"))
+        client_kwargs(_args(dir="nowhere"))
 
 
 def test_cli_tls_from_flags_else_the_cluster_json_else_the_environment(
@@ -69,13 +69,13 @@ def test_cli_tls_from_flags_else_the_cluster_json_else_the_environment(
     (tmp_path / "run" / "cluster.json").write_text(json.dumps({"namesrv": {"address": "127.0.0.1:2000"},
                                                               "tls": tls}))
     from_state = ClientTls("/c/ca.pem", "/c/client.pem", "/c/client.key")
-    assert _where(_args())["tls"] == from_state
-    assert _where(_args(dir="run"))["tls"] == from_state
-    assert _where(_args(dir="run", ca_file="/other.pem"))["tls"] == ClientTls("/other.pem")
-    assert _where(_args(namesrv=["h:1"], tls=True))["tls"] == ClientTls()
+    assert client_kwargs(_args())["tls"] == from_state
+    assert client_kwargs(_args(dir="run"))["tls"] == from_state
+    assert client_kwargs(_args(dir="run", ca_file="/other.pem"))["tls"] == ClientTls("/other.pem")
+    assert client_kwargs(_args(namesrv=["h:1"], tls=True))["tls"] == ClientTls()
     monkeypatch.setenv("RAFTMQ_CA_FILE", "/env/ca.pem")
-    assert resolve_tls(_where(_args(namesrv=["h:1"]))["tls"]) == ClientTls("/env/ca.pem")
-    assert resolve_tls(_where(_args(dir="run"))["tls"]) == from_state  # the cluster's own CA wins
+    assert resolve_tls(client_kwargs(_args(namesrv=["h:1"]))["tls"]) == ClientTls("/env/ca.pem")
+    assert resolve_tls(client_kwargs(_args(dir="run"))["tls"]) == from_state  # the cluster's own CA wins
 
 
 @pytest.mark.sockets

@@ -401,7 +401,7 @@ def test_the_fast_ext_check_agrees_with_the_explained_one(ext: dict[Any, Any]) -
     """Frames check a valid ext without formatting any message (``_plain_ext``); whatever it
     accepts the item-by-item check accepts identically, and whatever it cannot accept goes to
     the item-by-item check, which names the fault."""
-    from protocol.remoting import _checked_ext_explained, _plain_ext
+    from protocol.remoting.frame import _checked_ext_explained, _plain_ext
 
     plain = _plain_ext(ext)
     try:

@@ -1,68 +1,17 @@
-"""RocketMQ's SQL92 message filter, evaluated over a message's properties.
+"""The SQL92 filter's tokenizer and recursive-descent parser, and the compiled ``SqlFilter``.
 
-A consumer may subscribe with an SQL92 condition (``MessageSelector.bySql``)
-instead of a tag list; the broker compiles it once with :func:`compile_filter`
-and tests each message's properties with :meth:`SqlFilter.matches`.
-
-Grammar (keywords are case-insensitive; whitespace separates tokens)::
-
-    expression  = or_expr ;
-    or_expr     = and_expr , { "OR" , and_expr } ;
-    and_expr    = not_expr , { "AND" , not_expr } ;
-    not_expr    = "NOT" , not_expr | primary ;
-    primary     = "(" , or_expr , ")" | identifier , predicate ;
-    predicate   = compare_op , value
-                | [ "NOT" ] , "BETWEEN" , number , "AND" , number
-                | [ "NOT" ] , "IN" , "(" , string , { "," , string } , ")"
-                | "IS" , [ "NOT" ] , "NULL" ;
-    compare_op  = "=" | "<>" | ">" | ">=" | "<" | "<=" ;
-    value       = number | string | "TRUE" | "FALSE" ;
-    number      = [ "-" ] , digits , [ "." , digits ] , [ ( "e" | "E" ) , [ "+" | "-" ] , digits ] ;
-    string      = "'" , { any character but "'" | "''" } , "'" ;    (* '' is one quote *)
-    identifier  = ( letter | "_" | "$" ) , { letter | digit | "_" | "." | "$" } ;   (* ASCII *)
-
-So NOT binds tighter than AND, and AND tighter than OR; the AND of a BETWEEN
-belongs to the BETWEEN (``a BETWEEN 1 AND 2 AND b = 'x'`` is two conditions).
-
-Type errors that can be seen in the text are refused at compile time:
-``>``/``>=``/``<``/``<=`` and BETWEEN take numbers only, IN takes strings only,
-TRUE/FALSE only go with ``=``/``<>``, and NULL is only written as ``IS [NOT] NULL``.
-
-Semantics (every property value is a string):
-
-* A *numeric* comparison (a number literal, or BETWEEN) reads the property as a
-  number: ``[+-]digits[.digits][(e|E)[+-]digits]``, ASCII, nothing around it; an
-  integer is compared exactly as an int, anything else as a float.
-* A *string* comparison (``=``/``<>``/IN with string literals) compares the text
-  exactly (case-sensitive).
-* A *boolean* comparison (``= TRUE`` ...) reads ``true``/``false`` in any case.
-* A comparison whose property is absent, or not of the literal's type, is False
-  -- for the negated forms ``<>``, ``NOT BETWEEN`` and ``NOT IN`` too.
-* NOT, AND and OR are plain two-valued logic over those results, so
-  ``NOT (a > 1)`` is True when ``a`` is absent while ``a NOT IN ('x')`` is False.
-* ``a IS NULL`` is True exactly when ``a`` is absent.
-
-:meth:`SqlFilter.matches` never raises; compile errors are
-:class:`FilterSyntaxError` with the 0-based offset of the offending token (for an
-unterminated string, of its opening quote).
-
-Why a hand-written parser (measured 2026-11-25, ``python scripts/bench_sql_filter.py``,
-docs/BENCHMARKS.md): the same grammar on lark's LALR parser, building these same nodes,
-compiled the test's 65 expressions 2.3-5x slower (115-210 us against 30-70 us an
-expression; evaluation is the same tree, so the same speed), and in 134 lines against
-the 214 of the tokenizer and parser here it put 50 of the test's 56 errors at the right
-position and gave 17 the right message; the rest would need a table from lark's
-expected-terminal sets to these messages. Slower and not yet equal, so not adopted.
+The grammar, the compile-time type rules and the semantics are the package's docstring
+(``protocol.sql_filter``); the nodes the parser builds are ``protocol.sql_filter.tree``.
 """
 
 from __future__ import annotations
 
 import math
-import operator
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from protocol.sql_filter.tree import And, Between, Compare, In, IsNull, Node, Not, Or, Value
 
 __all__ = ["MAX_EXPRESSION_LENGTH", "MAX_NESTING", "FilterSyntaxError", "SqlFilter", "compile_filter"]
 
@@ -73,16 +22,9 @@ _KEYWORDS = frozenset({"AND", "OR", "NOT", "BETWEEN", "IN", "IS", "NULL", "TRUE"
 _WHITESPACE = " \t\r\n\f\v"
 _IDENT = re.compile(r"[A-Za-z_$][A-Za-z0-9_.$]*")
 _NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
-_NUMERIC_PROPERTY = re.compile(r"[+-]?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 _OPERATORS = ("<>", ">=", "<=", "=", ">", "<")  # two-character ones first
 _MISTAKES = {"!=": "'<>'", "==": "'='", "=<": "'<='", "=>": "'>='"}
 _ORDERING = frozenset({">", ">=", "<", "<="})
-_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
-    "=": operator.eq, "<>": operator.ne, ">": operator.gt,
-    ">=": operator.ge, "<": operator.lt, "<=": operator.le,
-}
-
-Value = int | float | str | bool
 
 
 class FilterSyntaxError(ValueError):
@@ -173,109 +115,6 @@ def _tokenize(expr: str) -> list[_Token]:
                 raise FilterSyntaxError(expr, i, f"unexpected character {ch!r}")
             tokens.append(_Token("op", op, i))
             i += len(op)
-
-
-# ---------------------------------------------------------------- syntax tree and evaluation
-
-def _as_number(raw: str) -> int | float | None:
-    m = _NUMERIC_PROPERTY.fullmatch(raw)
-    if m is None:
-        return None
-    if m.group(1) or m.group(2):
-        return float(raw)
-    try:
-        return int(raw)
-    except ValueError:  # more digits than int() converts; a float still orders it
-        return float(raw)
-
-
-def _as_bool(raw: str) -> bool | None:
-    return {"true": True, "false": False}.get(raw.lower())
-
-
-def _lookup(properties: Mapping[str, str], name: str) -> str | None:
-    raw = properties.get(name)
-    return raw if raw is None or isinstance(raw, str) else str(raw)
-
-
-@dataclass(frozen=True, slots=True)
-class Compare:
-    name: str
-    op: str
-    value: Value
-
-    def test(self, properties: Mapping[str, str]) -> bool:
-        raw = _lookup(properties, self.name)
-        if raw is None:
-            return False
-        left: Value | None
-        if isinstance(self.value, bool):
-            left = _as_bool(raw)
-        elif isinstance(self.value, str):
-            left = raw
-        else:
-            left = _as_number(raw)
-        return left is not None and _COMPARE[self.op](left, self.value)
-
-
-@dataclass(frozen=True, slots=True)
-class Between:
-    name: str
-    low: int | float
-    high: int | float
-    negated: bool
-
-    def test(self, properties: Mapping[str, str]) -> bool:
-        raw = _lookup(properties, self.name)
-        number = None if raw is None else _as_number(raw)
-        return number is not None and (self.low <= number <= self.high) != self.negated
-
-
-@dataclass(frozen=True, slots=True)
-class In:
-    name: str
-    values: frozenset[str]
-    negated: bool
-
-    def test(self, properties: Mapping[str, str]) -> bool:
-        raw = _lookup(properties, self.name)
-        return raw is not None and (raw in self.values) != self.negated
-
-
-@dataclass(frozen=True, slots=True)
-class IsNull:
-    name: str
-    negated: bool
-
-    def test(self, properties: Mapping[str, str]) -> bool:
-        return (_lookup(properties, self.name) is None) != self.negated
-
-
-@dataclass(frozen=True, slots=True)
-class Not:
-    operand: Node
-
-    def test(self, properties: Mapping[str, str]) -> bool:
-        return not self.operand.test(properties)
-
-
-@dataclass(frozen=True, slots=True)
-class And:
-    operands: tuple[Node, ...]
-
-    def test(self, properties: Mapping[str, str]) -> bool:
-        return all(node.test(properties) for node in self.operands)
-
-
-@dataclass(frozen=True, slots=True)
-class Or:
-    operands: tuple[Node, ...]
-
-    def test(self, properties: Mapping[str, str]) -> bool:
-        return any(node.test(properties) for node in self.operands)
-
-
-Node = Compare | Between | In | IsNull | Not | And | Or
 
 
 # ---------------------------------------------------------------- parser

@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: the packages users run; benchmarks/ and tests/ stay in the checkout
 PACKAGES = {"common", "protocol", "dledger", "broker", "client", "spark", "raftmq", "console"}
 #: benchmarks that are CLI commands (``raftmq bench``, ``raftmq bench-log``) ship
-CLI_BENCHMARKS = {"raftmq/bench.py", "raftmq/bench_read.py", "raftmq/bench_log.py"}
+CLI_BENCHMARKS = {"raftmq/bench.py", "raftmq/bench_read.py", "raftmq/bench_log.py",
+                  "raftmq/bench_breakdown.py"}
 
 
 def _run(*args: str | Path, cwd: Path, timeout: float = 300,

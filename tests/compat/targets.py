@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import struct
 from collections.abc import Callable, Iterator
@@ -68,6 +69,22 @@ class Target:
 def probe_rocketmq(addr: str, timeout_s: float = 5.0) -> str | None:
     """Sends GET_BROKER_CLUSTER_INFO (106) as a JSON remoting frame; None when a response
     frame with the request's opaque comes back, else what went wrong."""
+    return _cluster_info(addr, timeout_s)[0]
+
+
+_MASTER = re.compile(rb'"brokerAddrs"\s*:\s*\{(?:[^}]*?,)?\s*"?0"?\s*:')
+
+
+def names_a_master(addr: str) -> bool:
+    """Whether the name server's cluster info names a master (brokerId 0): what a RocketMQ
+    client needs before it can send; a group just started may name only slaves until its
+    leader has registered."""
+    error, body = _cluster_info(addr, 5.0)
+    return error is None and _MASTER.search(body) is not None
+
+
+def _cluster_info(addr: str, timeout_s: float) -> tuple[str | None, bytes]:
+    """(what went wrong or None, the answer's body) of GET_BROKER_CLUSTER_INFO."""
     header = json.dumps({"code": 106, "flag": 0, "language": "JAVA", "opaque": 7,
                          "serializeTypeCurrentRPC": "JSON", "version": 407}).encode()
     frame = struct.pack(">II", 4 + len(header), len(header)) + header
@@ -79,18 +96,18 @@ def probe_rocketmq(addr: str, timeout_s: float = 5.0) -> str | None:
             while len(buf) < 8:
                 chunk = s.recv(65536)
                 if not chunk:
-                    return f"connection closed after {buf!r}"
+                    return f"connection closed after {buf!r}", b""
                 buf += chunk
             (length, mark) = struct.unpack_from(">II", buf, 0)
             if length > 16 << 20 or (mark >> 24) not in (0, 1):
-                return f"answered what is no remoting frame: {buf[:40]!r}"
+                return f"answered what is no remoting frame: {buf[:40]!r}", b""
             while len(buf) < 4 + length:
                 chunk = s.recv(65536)
                 if not chunk:
-                    return "connection closed mid-frame"
+                    return "connection closed mid-frame", b""
                 buf += chunk
     except OSError as e:
-        return f"{type(e).__name__}: {e}"
+        return f"{type(e).__name__}: {e}", b""
     hlen = mark & 0xFFFFFF
     if mark >> 24 == 0:
         h = json.loads(buf[8 : 8 + hlen])
@@ -98,8 +115,8 @@ def probe_rocketmq(addr: str, timeout_s: float = 5.0) -> str | None:
     else:
         _code, _lang, _ver, opaque, flag = struct.unpack_from(">hBhii", buf, 8)
     if opaque != 7 or not flag & 1:
-        return f"answer is not the response to the probe (opaque={opaque}, flag={flag})"
-    return None
+        return f"answer is not the response to the probe (opaque={opaque}, flag={flag})", b""
+    return None, bytes(buf[8 + hlen : 4 + length])
 
 
 def reference_target(logs: Path) -> Iterator[Target]:
@@ -128,9 +145,21 @@ def raftmq_target(base: Path) -> Iterator[Target]:
         group.start()
         group.wait_leader(timeout=60)
         wait_until(lambda: _listening(ns), 30, what="the name server")
+        wait_until(lambda: names_a_master(ns), 30, what="the name server naming g1's leader as master")
         # one RocketMQ broker per RaftMQ group, named as the group, in cluster DefaultCluster
-        yield Target("raftmq", ns, "DefaultCluster", ["g1"], 3, base / "java",
-                     lambda t, q: create_topic(group, t, q), probe_rocketmq(ns), group)
+        def create(topic: str, queues: int) -> None:
+            # a connection to a replica can still drop just after the group formed
+            from client.errors import ClientError
+
+            def made() -> bool:
+                try:
+                    create_topic(group, topic, queues)
+                    return True
+                except ClientError:
+                    return False
+            wait_until(made, 30, interval=0.5, what=f"topic {topic} created")
+        yield Target("raftmq", ns, "DefaultCluster", ["g1"], 3, base / "java", create,
+                     probe_rocketmq(ns), group)
     finally:
         group.stop()
         namesrv.stop()

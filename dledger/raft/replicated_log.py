@@ -86,6 +86,11 @@ log = logging.getLogger("dledger.replicated_log")
 
 DISK_CHECK_S = 1.0  # how often the disk's free space is looked at
 
+def held_through(commitlog: CommitLog) -> int:
+    """The highest index a reopened CommitLog accounts for: its last entry; for a log
+    restarted empty at a leader's retained start (a snapshot install), that start, which
+    the journal counts as committed before it arrives; 0 for an empty log."""
+    return commitlog.last_index or commitlog.awaiting_start
 
 class ReplicatedLog:
     """One replica of a group's CommitLog (see module docstring)."""
@@ -151,7 +156,7 @@ class ReplicatedLog:
         """This replica's storage identity (``dledger.raft.storage_identity``): a new one when it may
         have forgotten what it acknowledged -- a lost or unreadable hard state (moved aside
         as ``raft-state.corrupt``), or a CommitLog cut by repair or below the commit index
-        it had learned."""
+        it had stored, with or without a cut."""
         state_path = self.config.data_dir / "raft-state"
         hard, state = probe_hard_state(state_path)
         if hard == "corrupt":
@@ -161,9 +166,14 @@ class ReplicatedLog:
         if recovery.cut_at is not None and recovery.repaired:
             forgot = (f"--repair-log cut its CommitLog ({recovery.cut_bytes} bytes from position "
                       f"{recovery.cut_at}): entries it had stored and acknowledged are gone")
-        elif recovery.cut_at is not None and state is not None and self.commitlog.last_index < state.commit:
-            forgot = (f"its CommitLog's tail failed its checks and was cut to index "
-                      f"{self.commitlog.last_index}, below the commit index {state.commit} it had learned")
+        elif state is not None and held_through(self.commitlog) < state.commit:
+            # The hint is stored only once the log under it is on disk (RaftJournal), so a log
+            # that ends below it lost entries this replica had acknowledged: a tail cut at
+            # recovery, or segments (or the whole folder) gone without a cut.
+            how = ("its CommitLog's tail failed its checks and was cut" if recovery.cut_at is not None
+                   else "its CommitLog lost entries (files missing)")
+            forgot = (f"{how}: it ends at index {held_through(self.commitlog)}, below the commit "
+                      f"index {state.commit} it had stored")
         return open_identity(self.config.data_dir, hard_state=hard,
                              log_holds_entries=self.commitlog.last_index > 0, forgot=forgot)
 

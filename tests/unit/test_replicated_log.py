@@ -19,7 +19,8 @@ from dledger.config import (
 )
 from dledger.errors import DiskFull, EntryTooLarge, NotLeader
 from dledger.raft.codec import encode_payload_command
-from dledger.raft.replicated_log import ReplicatedLog
+from dledger.raft.replicated_log import ReplicatedLog, held_through
+from dledger.storage.commitlog import CommitLog
 from dledger.storage.entry_format import EntryKind
 from raftmq.local_group import free_port
 from tests.support.founding import founding
@@ -325,3 +326,68 @@ def test_every_stage_of_a_commit_is_timed_on_the_leader_and_the_followers(
         counts = _stage_counts(follower)
         assert min(counts[s] for s in ("follower_append", "follower_fsync")) >= 10
         assert all(counts[s] == 0 for s in leader_stages)
+
+
+
+def _one_node_with_entries(tmp_path: Path) -> tuple[GroupConfig, str]:
+    """A one-node group that committed ~800 KB over several 256 KiB segments, then closed
+    (closing stores the commit hint); its config and storage token."""
+    cfg = founding(GroupConfig(node="n1", peers={"n1": f"127.0.0.1:{free_port()}"},
+                               data_dir=tmp_path / "n1", secret="test-secret", segment_bytes=256 << 10,
+                               flush=FlushPolicy("sync")))
+    rlog = ReplicatedLog(cfg)
+    try:
+        leader_of({"n1": rlog})
+        for i in range(40):
+            rlog.propose(b"m%d" % i + b"x" * 20_000).result(timeout=10)
+        return cfg, rlog.identity.token
+    finally:
+        rlog.close()
+
+
+@pytest.mark.sockets
+@pytest.mark.parametrize("lost", ["commitlog", "last-segments"])
+def test_a_log_lost_without_a_cut_below_its_commit_hint_makes_a_new_storage(
+        tmp_path: Path, lost: str) -> None:
+    """Issue 24: a replica whose CommitLog folder (or its newest segments) is gone while its
+    hard state and storage id survive forgot entries it acknowledged -- recovery cut nothing,
+    so only the commit hint can tell. It must come back as a new storage that does not vote."""
+    cfg, first = _one_node_with_entries(tmp_path)
+    folder = cfg.data_dir / "commitlog"
+    segments = sorted(p for p in folder.iterdir() if p.name.isdigit())
+    assert len(segments) >= 3, segments
+    for path in segments if lost == "commitlog" else segments[1:]:
+        path.unlink()
+    reopened = ReplicatedLog(cfg)
+    try:
+        assert reopened.forgot is not None and "commit index" in reopened.forgot, reopened.forgot
+        assert reopened.identity.token.startswith("j-") and reopened.identity.token != first
+        assert reopened.candidacy.reasons, "a replica that forgot must neither vote nor stand"
+    finally:
+        reopened.close()
+
+
+@pytest.mark.sockets
+def test_a_replica_reopened_with_its_whole_log_keeps_its_storage(tmp_path: Path) -> None:
+    cfg, first = _one_node_with_entries(tmp_path)
+    reopened = ReplicatedLog(cfg)
+    try:
+        assert reopened.forgot is None and reopened.identity.token == first
+        assert not reopened.candidacy.reasons
+    finally:
+        reopened.close()
+
+
+def test_a_log_restarted_at_a_retained_start_holds_through_that_start(tmp_path: Path) -> None:
+    """The journal counts a reset log's start as committed before the entry arrives; the
+    forgetting check must not take that log for one that lost entries."""
+    log = CommitLog(tmp_path / "commitlog", 4 * MAX_ENTRY_BYTES)
+    try:
+        assert held_through(log) == 0
+        log.reset(40, 4096)
+        assert held_through(log) == 40
+        log.append(40, 2, EntryKind.DATA, b"forty")
+        log.append(41, 2, EntryKind.DATA, b"forty-one")
+        assert held_through(log) == 41
+    finally:
+        log.close()

@@ -175,6 +175,10 @@ def test_follower_behind_the_retained_start_restarts_its_log_there(tmp_path: Pat
                  "the follower's state machine to apply past the gap")
         records = read_records(tmp_path / lagging / "applied.log")
         assert any(r[2] == GAP_KIND and r[0] == start - 1 for r in records)
+        token = follower.identity.token
+        close(follower)  # a log restarted at the retained start forgot nothing it acknowledged
+        nodes[lagging] = follower = open_node(lagging)
+        assert (follower.forgot, follower.identity.token) == (None, token)
     finally:
         for rlog, _, _ in opened:
             close(rlog)

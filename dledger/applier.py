@@ -109,7 +109,9 @@ class Applier:
             self._machine.apply_gap(gap.first_index)
             return
         received = self._rlog.received_snapshot()
-        if received is not None and received[0] == gap.first_index - 1:
+        # at the log's start, or later (SnapshotFetch takes a later one, up to the committed
+        # index, when no member holds the one the leader named any more)
+        if received is not None and received[0] >= gap.first_index - 1:
             try:
                 install(*received)
             except ValueError as e:  # damaged: the leader sends it again

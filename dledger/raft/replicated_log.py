@@ -232,7 +232,9 @@ class ReplicatedLog:
             self.config.data_dir, members=lambda: list(self._node._SyncObj__otherNodes),
             leader=self._node._getLeader, send=lambda node, m: self._transport.send(node, m),
             snapshot_bytes=lambda i: snapshots.snapshots.snapshot_bytes(i) if snapshots.snapshots else None,
-            done=snapshots.keep_received)
+            done=snapshots.keep_received,
+            held_indexes=lambda: snapshots.snapshots.snapshot_indexes() if snapshots.snapshots else [],
+            reachable=lambda: self.journal.committed_index)
         self._transport.intercept = (
             lambda node, m: self._binding.on_message(node, m)
             or self._follower_disks.note_answer(node, m, self._view.address_names)

@@ -12,6 +12,15 @@ member holding that snapshot when the leader does not answer::
                              <---------  snapshot_chunk{index, offset, total, sha256,
                                                         data (<= CHUNK_BYTES), crc32}
                              <---------  snapshot_chunk{index, offset, error}   (not held)
+                             <---------  snapshot_chunk{index, offset, error,
+                                                        later{index, size, sha256}}
+
+A request also says ``or_later_upto``: the follower's committed index. Retention may have
+pruned the named snapshot on every member while the follower was still fetching it (its log
+was caught up, so nothing held the cut back); a member that does not hold it then names
+the oldest snapshot it holds after it, up to that index, and the follower fetches that one
+instead -- the state after a later entry its committed log reaches is as good a start
+(every replica derives the same state at an index), and applying goes on after it.
 
     data_dir/
       snapshot-fetch.want   msgpack [index, size, sha256]: what is being fetched
@@ -64,11 +73,16 @@ class SnapshotFetch:
                  leader: Callable[[], Any | None], send: Callable[[Any, dict[str, Any]], Any],
                  snapshot_bytes: Callable[[int], bytes | None],
                  done: Callable[[int, bytes], None],
+                 held_indexes: Callable[[], Sequence[int]] = tuple,
+                 reachable: Callable[[], int] = lambda: 0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """``members``: the other members' pysyncobj nodes; ``leader``: the node of the
         leader known, if any; ``send(node, message)``; ``snapshot_bytes(index)``: this
-        replica's own snapshots (to serve); ``done(index, data)``: a fetched, verified one."""
+        replica's own snapshots (to serve), ``held_indexes()`` their indexes; ``done(index,
+        data)``: a fetched, verified one; ``reachable()``: this replica's committed index (a
+        later snapshot up to it will do)."""
         self._dir = directory
+        self._held_indexes, self._reachable = held_indexes, reachable
         self._members, self._leader, self._send = members, leader, send
         self._snapshot_bytes, self._done, self._clock = snapshot_bytes, done, clock
         self._want: StateRef | None = None
@@ -153,7 +167,7 @@ class SnapshotFetch:
             return
         self._asked, self._asked_at = node, self._clock()
         self._send(node, {"type": "snapshot_read", "index": self._want.index, "offset": self._have,
-                          "sha256": self._want.sha256})
+                          "sha256": self._want.sha256, "or_later_upto": self._reachable()})
 
     def _pick(self) -> Any | None:
         members = list(self._members())
@@ -171,6 +185,13 @@ class SnapshotFetch:
             return  # not what was asked for (a late answer, another transfer)
         self._asked = None
         if message.get("error"):
+            later = _later_ref(message.get("later"))
+            if later is not None and want.index < later.index <= self._reachable():
+                log.warning("no member holds the snapshot at %d any more (retention); %s holds "
+                            "one at %d, which this replica's committed log reaches: fetching it",
+                            want.index, getattr(node, "name", node), later.index)
+                self.want(later)
+                return
             log.info("%s does not hold the snapshot at %d (%s): asking another member",
                      getattr(node, "name", node), want.index, message["error"])
             self._skip.append(node)
@@ -202,7 +223,7 @@ class SnapshotFetch:
         assert self._want is not None
         self._asked, self._asked_at = node, self._clock()
         self._send(node, {"type": "snapshot_read", "index": self._want.index, "offset": self._have,
-                          "sha256": self._want.sha256})
+                          "sha256": self._want.sha256, "or_later_upto": self._reachable()})
 
     def _finish_if_complete(self) -> bool:
         want = self._want
@@ -231,6 +252,11 @@ class SnapshotFetch:
         held = self._held(index)
         if held is None:
             reply["error"] = "not held"
+            upto = message.get("or_later_upto")
+            if isinstance(upto, int):
+                later = self._later_than(index, upto)
+                if later is not None:
+                    reply["later"] = later
         else:
             data, sha = held
             if message.get("sha256") != sha:
@@ -255,6 +281,14 @@ class SnapshotFetch:
             self._serving = (index, data, hashlib.sha256(data).hexdigest())
         return self._serving[1], self._serving[2]
 
+    def _later_than(self, index: int, upto: int) -> dict[str, Any] | None:
+        """The oldest snapshot held after ``index``, up to ``upto``, as a request names one."""
+        for later in sorted(i for i in self._held_indexes() if index < i <= upto):
+            held = self._held(later)
+            if held is not None:
+                return {"index": later, "size": len(held[0]), "sha256": held[1]}
+        return None
+
     # -- messages (GroupTransport hands them here) -------------------------------------
     def on_message(self, node: Any, message: dict[str, Any]) -> bool:
         """True if ``message`` was a snapshot transfer message (consumed)."""
@@ -266,3 +300,13 @@ class SnapshotFetch:
             self._receive(node, message)
             return True
         return False
+
+
+def _later_ref(offer: Any) -> StateRef | None:
+    """A ``later`` offer of a chunk answer, if well formed."""
+    if not isinstance(offer, dict):
+        return None
+    index, size, sha = offer.get("index"), offer.get("size"), offer.get("sha256")
+    if not (isinstance(index, int) and isinstance(size, int) and isinstance(sha, str)) or size < 0:
+        return None
+    return StateRef(index, size, sha)

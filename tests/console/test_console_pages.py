@@ -237,10 +237,13 @@ def test_a_dead_letter_is_listed_and_resent(cluster: dict[str, Any], console: st
                             f"button[data-resend='{r.msg_id}']") or browser.find_elements(By.ID, "dlq-none"),
                             5) and browser.find_elements(By.CSS_SELECTOR, f"button[data-resend='{r.msg_id}']")
 
-        (button,) = wait_for("the dead letter listed", listed, 30, every=0.5)
+        wait_for("the dead letter listed", listed, 30, every=0.5)
         assert "ui-dlq" in browser.find_element(By.ID, "dlq-list").text
         screenshot(browser, "dead-letters")
-        button.click()
+        # looked up again at the click: a listing answered late re-renders the list, and a button
+        # found before is then stale (fresh-clone CI run 1 of 9846a9b)
+        wait_for("the resend button clicked", lambda: browser.find_element(
+            By.CSS_SELECTOR, f"button[data-resend='{r.msg_id}']").click() or True)
         notice(browser, f"resent {r.msg_id} to ui-dlq")
         again = wait_for("the resent copy in ui-dlq", lambda: (lambda found: len(found) >= 2 and found)(
             admin.messages_by_key("ui-dlq", "poison-1")))

@@ -51,13 +51,15 @@ class Clock:
 
 
 def replica(net: Net, name: str, tmp: Path, clock: Clock, held: dict[int, bytes] | None = None,
-            leader: str | None = "n1", got: list[tuple[int, bytes]] | None = None) -> SnapshotFetch:
+            leader: str | None = "n1", got: list[tuple[int, bytes]] | None = None,
+            reachable: int = 0) -> SnapshotFetch:
     d = tmp / name
     d.mkdir(exist_ok=True)
     others = [n for n in ("n1", "n2", "n3") if n != name]
     fetch = SnapshotFetch(d, members=lambda: others, leader=lambda: leader, send=net.send_from(name),
                           snapshot_bytes=lambda i: (held or {}).get(i),
                           done=lambda i, data: (got if got is not None else []).append((i, data)),
+                          held_indexes=lambda: sorted(held or {}), reachable=lambda: reachable,
                           clock=clock)
     net.nodes[name] = fetch
     return fetch
@@ -178,3 +180,40 @@ def test_a_snapshot_larger_than_accepted_is_refused(tmp_path: Path, caplog: pyte
     f = replica(net, "n3", tmp_path, clock)
     f.want(StateRef(41, 1 << 40, REF.sha256))
     assert f.wanted is None and "more than this replica accepts" in caplog.text
+
+
+LATER = b"the state after entry 300" * 1000
+
+
+def test_a_snapshot_no_member_holds_any_more_is_replaced_by_a_later_one_within_reach(
+        tmp_path: Path) -> None:
+    """CI run 1 of 9846a9b (tests/cluster/test_membership_cluster.py, grow to five): the
+    snapshot a new replica's log-start dump named (41 here) was pruned on every member by
+    retention while the replica was still fetching it -- its log was caught up, so nothing
+    held it back -- and it asked for it for ever, never applying. A member holding a later
+    snapshot the replica's committed log reaches (300 <= 500) offers it; one beyond reach
+    (900) is not taken."""
+    net, clock, got = Net(), Clock(), []
+    replica(net, "n1", tmp_path, clock, held={900: b"beyond"})
+    replica(net, "n2", tmp_path, clock, held={300: LATER, 900: b"beyond"})
+    f = replica(net, "n3", tmp_path, clock, got=got, reachable=500)
+    f.want(REF)
+    for _ in range(4):
+        f.tick()
+        net.run()
+        clock.now += REQUEST_TIMEOUT_S
+    assert got == [(300, LATER)]
+    assert f.wanted is None
+
+
+def test_without_a_later_snapshot_within_reach_the_fetch_keeps_asking(tmp_path: Path) -> None:
+    net, clock, got = Net(), Clock(), []
+    replica(net, "n1", tmp_path, clock, held={900: b"beyond"})
+    replica(net, "n2", tmp_path, clock, held={40: b"older"})
+    f = replica(net, "n3", tmp_path, clock, got=got, reachable=500)
+    f.want(REF)
+    for _ in range(4):
+        f.tick()
+        net.run()
+        clock.now += REQUEST_TIMEOUT_S
+    assert got == [] and f.wanted == REF

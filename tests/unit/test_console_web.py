@@ -131,3 +131,43 @@ def test_the_group_page_gathers_in_flight_messages_from_every_broker_group() -> 
     got = asyncio.run(main())
     assert got["count"] == 4 and set(got["policies"]) == {"b1", "b2"}
     assert [(r["group"], r["offset"]) for r in got["rows"]] == [("b2", 3), ("b1", 7)]
+
+
+@pytest.mark.sockets
+def test_sign_ins_in_parallel_have_at_most_the_free_allowance_verified() -> None:
+    """Issue 25, row 7 (second pass, G1): the sign-in checked the throttle, then awaited the
+    cluster's verdict, and only then counted a failure: sign-ins sent together were all
+    verified. Each one in flight now counts until its verdict."""
+    verified: list[str] = []
+    release = asyncio.Event()
+
+    class Gateway(_Gateway):
+        async def verify(self) -> None:
+            verified.append(self.password)
+            await release.wait()
+            await super().verify()
+
+    class SlowConsole(Console):
+        def gateway_for(self, credentials: Credentials | None) -> Any:
+            return Gateway(credentials.password if credentials else "")
+
+    async def main() -> list[int]:
+        console = SlowConsole(["127.0.0.1:1"], sample_interval_s=60)
+        async with TestClient(TestServer(console.app())) as client:
+            csrf = {"X-CSRF-Token": (await (await client.get("/api/whoami")).json())["csrf"]}
+
+            async def sign_in(i: int) -> int:
+                async with client.post("/api/login", json={"user": "ops", "password": f"g{i}"},
+                                       headers=csrf) as resp:
+                    return resp.status
+
+            tries = [asyncio.create_task(sign_in(i)) for i in range(USER_FREE + 10)]
+            deadline = asyncio.get_running_loop().time() + 10
+            while sum(t.done() for t in tries) < 10 and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.01)  # poll until the throttled ones are answered
+            release.set()
+            return list(await asyncio.wait_for(asyncio.gather(*tries), 10))
+
+    statuses = asyncio.run(main())
+    assert len(verified) <= USER_FREE, f"{len(verified)} sign-ins verified in parallel"
+    assert statuses.count(429) >= 10 and statuses.count(401) == len(verified), statuses

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from broker.config import read_broker_section
+from broker.node import rocket_front_end
 from broker.remoting.server import AppliedSignal, BrokerServer
 from broker.rocketmq import offsets as offsets_module
 from broker.rocketmq.front_end import ACL_REFUSAL, RocketFrontEnd
@@ -523,3 +525,21 @@ def test_a_pull_of_compressed_bombs_inflates_a_bounded_amount_off_the_event_loop
         assert threads and all(name.startswith("inflate") for name in threads), set(threads)
 
     run(one_node_broker, scenario)
+
+
+def test_the_rocketmq_port_takes_the_client_ports_configured_deadline_and_idle_limit(
+        one_node_broker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Second pass (G9): broker/node.py built the front end with fixed 30 s / 120 s, whatever
+    ``[broker] frame_deadline_s`` and ``idle_timeout_s`` said."""
+    toml = tmp_path / "broker.toml"
+    toml.write_text('[broker]\nlisten = "127.0.0.1:1"\nframe_deadline_s = 7\nidle_timeout_s = 9\n')
+    options = read_broker_section(toml).server_options()
+
+    async def scenario(_r: Rocket, server: BrokerServer) -> None:
+        front = rocket_front_end(server, STORE_HOST)
+        conn = front.protocol()
+        assert (conn.limits.frame_deadline_s, conn.limits.idle_timeout_s) == (7, 9)
+        assert conn.limits.max_frame_bytes == server.max_frame_bytes
+        assert conn.limits.meter is server.connections
+
+    run(one_node_broker, scenario, **options)

@@ -153,9 +153,9 @@ class Console:
                            request.remote or "-", refused.message("sign-ins"))
             return web.json_response({"error": refused.message("sign-ins"), "login": True}, status=429,
                                      headers={"Retry-After": str(max(1, round(refused.retry_after_s)))})
-        gateway = self.gateway_for(credentials)
         ok: bool | None = None  # no verdict on the password (the cluster down): counts nothing
         try:
+            gateway = self.gateway_for(credentials)
             await gateway.verify()
             ok = True
         except ClientError as e:

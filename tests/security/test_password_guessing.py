@@ -153,6 +153,37 @@ def test_exchanges_started_in_parallel_have_at_most_the_free_allowance_checked(g
     assert len(throttled) >= 10, answers
 
 
+def test_http_exchanges_started_in_parallel_have_at_most_the_free_allowance_checked(
+        group: LocalGroup) -> None:
+    """Second pass (G1), ``POST /auth/scram``: as many exchanges as one source may hold
+    pending (MAX_HTTP_EXCHANGES_PER_SOURCE > USER_FREE), all started before any second step,
+    then all finished wrong: at most USER_FREE proofs checked (401), the rest 429."""
+    import scramp
+    address = leader_address(group)
+    before = _metric(address, "raftmq_auth_failures_total")
+
+    async def go() -> list[int]:
+        async with aiohttp.ClientSession() as session:
+            async def step(doc: dict[str, str]) -> tuple[int, dict[str, str]]:
+                async with session.post(f"http://{address}/auth/scram", json=doc) as resp:
+                    return resp.status, await resp.json()
+
+            finals = []
+            for _ in range(MAX_HTTP_EXCHANGES_PER_SOURCE):
+                client = scramp.ScramClient(["SCRAM-SHA-256"], ALICE.user, "a-guess")
+                status, first = await step({"message": client.get_client_first()})
+                assert status == 200, first
+                client.set_server_first(first["message"])
+                finals.append({"session": first["session"], "message": client.get_client_final()})
+            answers = await asyncio.gather(*(step(doc) for doc in finals))
+            return [status for status, _ in answers]
+    statuses = run(go())
+    checked = _metric(address, "raftmq_auth_failures_total") - before
+    assert checked <= USER_FREE, f"{checked:.0f} proofs of {len(statuses)} parallel guesses were checked"
+    assert statuses.count(429) >= MAX_HTTP_EXCHANGES_PER_SOURCE - USER_FREE, statuses
+    assert set(statuses) <= {401, 429}, statuses
+
+
 def _server_first(address: str, user: str) -> str:
     async def go() -> str:
         async with client_session(None) as session:

@@ -37,6 +37,7 @@ from broker.node_tls import ServingTls, read_serving
 from broker.registrar import Registrar
 from broker.remoting.guarded_site import GuardedSite
 from broker.remoting.server import AppliedSignal, BrokerServer
+from broker.rocketmq.connection import RocketLimits
 from broker.rocketmq.front_end import RocketFrontEnd
 from broker.state.machine import BrokerStateMachine
 from broker.store.format import StoreFormatError, check_store_format
@@ -50,6 +51,15 @@ __all__ = ["main"]
 
 log = logging.getLogger("broker.node")
 
+def rocket_front_end(server: BrokerServer, listen: str) -> RocketFrontEnd:
+    """The RocketMQ port's front end under the client port's ``[broker]`` bounds: its frame
+    limit, ``frame_deadline_s``, ``idle_timeout_s`` and its meter of frames still arriving."""
+    limits = server.connections.limits
+    return RocketFrontEnd(server, listen, RocketLimits(
+        max_frame_bytes=server.max_frame_bytes, frame_deadline_s=limits.frame_deadline_s,
+        idle_timeout_s=limits.idle_timeout_s, meter=server.connections))
+
+
 async def _serve(rlog: Log, machine: BrokerStateMachine, applier: Applier,
                  listen: str, addresses: dict[str, str], namesrvs: list[str],
                  tls: ServingTls | None = None, **options: Any) -> None:
@@ -59,7 +69,7 @@ async def _serve(rlog: Log, machine: BrokerStateMachine, applier: Applier,
                           addresses=addresses, peer_tls=peer, **options)
     # on SIGTERM: close the clients' WebSockets at once (they re-route to the next leader)
     # instead of letting aiohttp wait up to 60 s for them while this node still leads
-    rocketmq = RocketFrontEnd(server, listen)  # RocketMQ's clients on the same port (first byte)
+    rocketmq = rocket_front_end(server, listen)  # RocketMQ's clients on the same port (first byte)
     runner = server.runner(access_log=None, shutdown_timeout=1.0,  # behind the connection guard
                            alternate=rocketmq.protocol)
     await runner.setup()

@@ -145,24 +145,29 @@ class Console:
     async def login(self, request: web.Request) -> web.Response:
         doc = await _body(request, "user", "password")
         credentials = Credentials(str(doc["user"]), str(doc["password"]))
-        refused = self.throttle.check(credentials.user, request.remote)
+        # begin: a sign-in awaiting its verdict counts as a failure until it ends, so sign-ins
+        # sent together get no more verifications than sign-ins sent one after another
+        refused = self.throttle.begin(credentials.user, request.remote)
         if refused is not None:
             _AUDIT.warning("throttled console sign-in user=%s from=%s: %s", credentials.user,
                            request.remote or "-", refused.message("sign-ins"))
             return web.json_response({"error": refused.message("sign-ins"), "login": True}, status=429,
                                      headers={"Retry-After": str(max(1, round(refused.retry_after_s)))})
-        gateway = self.gateway_for(credentials)
+        ok: bool | None = None  # no verdict on the password (the cluster down): counts nothing
         try:
+            gateway = self.gateway_for(credentials)
             await gateway.verify()
+            ok = True
         except ClientError as e:
             self._gateways.pop(credentials, None)
             await gateway.close()
             if isinstance(e, AuthFailedError):
-                self.throttle.failed(credentials.user, request.remote)
+                ok = False
                 _AUDIT.warning("denied console sign-in user=%s from=%s: %s", credentials.user,
                                request.remote or "-", e)
             raise
-        self.throttle.succeeded(credentials.user)
+        finally:
+            self.throttle.end(credentials.user, request.remote, ok=ok)
         session = self.sessions.sign_in(request[_SESSION].id, credentials)  # a new id: no fixation
         response = web.json_response({"user": credentials.user, "csrf": session.csrf})
         _set_cookie(response, request, session.id)

@@ -11,6 +11,9 @@ NIST SP 800-63B 5.2.2: at most 100 consecutive failures per account)::
               after the last failure; earlier ones are refused without being checked and
               without counting
     cap       at ``cap`` failures the key is refused until WINDOW_S after the last failure
+    in flight an attempt between ``begin`` and ``end`` counts as a failure made now, so
+              attempts checked in parallel get no more than those made one after another
+              (at most ``free`` proofs checked however many run at once)
 
     user:    free 5,  cap 20          source:  free 10, cap 100
 
@@ -55,20 +58,38 @@ class _Counts:
     def __init__(self, free: int, cap: int) -> None:
         self.free, self.cap = free, cap
         self._last: OrderedDict[str, tuple[int, float]] = OrderedDict()  # key -> (failures, last)
+        self._in_flight: dict[str, int] = {}  # key -> attempts begun and not ended
 
     def wait(self, key: str, now: float) -> tuple[int, float]:
-        """(failures, seconds the next attempt must still wait; <= 0: none)."""
+        """(failures, seconds the next attempt must still wait; <= 0: none), attempts in
+        flight counted as failures made ``now``."""
         failures, last = self._last.get(key, (0, 0.0))
         if failures and now - last >= WINDOW_S:
             del self._last[key]
-            return 0, 0.0
+            failures = 0
+        in_flight = self._in_flight.get(key, 0)
+        if in_flight:
+            failures, last = failures + in_flight, now
         if failures < self.free:
             return failures, 0.0
-        delay = WINDOW_S if failures >= self.cap else min(2.0 ** (failures - self.free), MAX_DELAY_S)
-        return failures, last + delay - now
+        return failures, last + self._delay(failures) - now
+
+    def _delay(self, failures: int) -> float:
+        return WINDOW_S if failures >= self.cap else min(2.0 ** (failures - self.free), MAX_DELAY_S)
+
+    def begin(self, key: str) -> None:
+        self._in_flight[key] = self._in_flight.get(key, 0) + 1
+
+    def end(self, key: str) -> None:
+        left = self._in_flight.get(key, 0) - 1
+        if left > 0:
+            self._in_flight[key] = left
+        else:
+            self._in_flight.pop(key, None)
 
     def fail(self, key: str, now: float) -> int:
-        failures = self.wait(key, now)[0] + 1
+        failures, last = self._last.get(key, (0, 0.0))
+        failures = (0 if now - last >= WINDOW_S else failures) + 1
         self._last[key] = (failures, now)
         self._last.move_to_end(key)
         while len(self._last) > MAX_KEYS:
@@ -97,6 +118,27 @@ class LoginThrottle:
             if wait > 0:
                 return Throttled(kind, key, failures, wait)
         return None
+
+    def begin(self, user: str, source: str | None) -> Throttled | None:
+        """``check``, and if allowed count the attempt as in flight until ``end``: call this
+        right before a proof is checked, and ``end`` exactly once after (in ``finally``)."""
+        refused = self.check(user, source)
+        if refused is None:
+            self._users.begin(user)
+            if source is not None:
+                self._sources.begin(source)
+        return refused
+
+    def end(self, user: str, source: str | None, *, ok: bool | None) -> None:
+        """The outcome of an attempt ``begin`` allowed: ``succeeded`` (True), ``failed``
+        (False) or none (None: no verdict on the password, e.g. the cluster did not answer)."""
+        self._users.end(user)
+        if source is not None:
+            self._sources.end(source)
+        if ok:
+            self.succeeded(user)
+        elif ok is not None:
+            self.failed(user, source)
 
     def failed(self, user: str, source: str | None) -> None:
         now = self._clock()

@@ -17,9 +17,14 @@ RaftMQ's and its answer back (``sends``, ``pulls``, ``offsets``, ``clients``, ``
 Security: RocketMQ's AK/SK request signature is not checked yet, so with ACLs on
 (``[broker] acl``) every request is refused with NO_PERMISSION and a remark saying so --
 this port is never a way around the ACLs. Off loopback the port follows the broker's
-exposure rule (it is the client port: TLS and ACLs, or ``--insecure``). Every request is
-served through the broker's own dispatch (``RocketBroker.handle``), so its health gate,
-access check and errors are the native port's; the connection is the one consumer
+exposure rule (it is the client port: TLS and ACLs, or ``--insecure``). Requests are
+served through the broker's own dispatch (``RocketBroker.handle``), so their health gate,
+access check and errors are the native port's -- except three that read the broker
+directly: VIEW_MESSAGE_BY_ID (the message at a CommitLog position, through the broker's
+``queries`` reader, after the same health gate), GET_CONSUME_STATS (the broker's
+``lag_rows`` of the group; each queue's last store time is read through the dispatch) and
+GET_BROKER_RUNTIME_INFO (the log's positions and disk use). With ACLs on they are refused
+as every request is, before any handler runs. The connection is the one consumer
 registrations and parked pulls are counted against (``CONNECTION``), and its registrations
 go when it closes.
 

@@ -9,6 +9,11 @@ TAG expressions (``a || b``, ``*``) become RaftMQ's tag hashes, SQL92 is passed 
 whose messages the filter all left out answers PULL_RETRY_IMMEDIATELY with the next offset
 (RocketMQ's "no matched message"), so the client pulls again from there at once.
 
+The page's records are decoded where the native SQL92 pull reads properties: on an
+inflating thread when one is compressed, and only until they decompressed
+``MAX_INFLATED_PER_PULL`` (``broker.store.inflation``; the first record always goes); the
+answer's next offset is the record it stopped before, so the client pulls on from there.
+
 A pull's ``commitOffset`` (the COMMIT_OFFSET flag) is committed through the log on the
 leader when it moved, without holding the pull up; followers leave it to the client's
 UPDATE_CONSUMER_OFFSET. ``suggestWhichBrokerId`` is always 0 (the group's leader).
@@ -24,10 +29,11 @@ from broker.rocketmq.answers import refused, rocket_code
 from broker.rocketmq.client_link import RocketClient
 from broker.rocketmq.edge import Edge, Subscription
 from broker.rocketmq.translate import stored_message
+from broker.store.inflation import MAX_INFLATED_PER_PULL, inflate
 from protocol.offset import CommitOffsetRequest
-from protocol.pull import MAX_PULL, MAX_SUSPEND_MS, PullRequest, PullResponse
+from protocol.pull import MAX_PULL, MAX_SUSPEND_MS, PullRequest, PullResponse, PullRow
 from protocol.query import SearchOffsetRequest, SearchOffsetResponse
-from protocol.record_batch import MessageFormatError
+from protocol.record_batch import MessageFormatError, read_header
 from protocol.remoting import Frame
 from protocol.remoting import ResponseCode as Native
 from protocol.rocketmq.codes import PullSysFlag, ResponseCode
@@ -87,37 +93,14 @@ class PullHandlers:
         low, high = await self._bounds(h.topic, h.queue_id, page)
         if answer.code != Native.SUCCESS:
             return self._answer(frame, rocket_code(answer.code), page.next_offset, low, high)
-        body, next_offset = self._messages(page, request.offset, wanted, tags)
+        host = self._edge.store_host()
+        if any(_compressed(row) for row in page.rows or ()):  # inflates: off the event loop
+            body, next_offset = await inflate(_messages, page, request.offset, wanted, tags, host)
+        else:
+            body, next_offset = _messages(page, request.offset, wanted, tags, host)
         if not body:
             return self._answer(frame, ResponseCode.PULL_RETRY_IMMEDIATELY, next_offset, low, high)
         return self._answer(frame, ResponseCode.SUCCESS, next_offset, low, high, body)
-
-    def _messages(self, page: PullResponse, offset: int, wanted: int,
-                  tags: frozenset[str] | None) -> tuple[bytes, int]:
-        """The stored messages of ``page`` from ``offset`` (filtered, at most ``wanted``) and
-        where the next pull starts."""
-        host = self._edge.store_host()
-        out: list[bytes] = []
-        for row in page.rows or ():
-            try:
-                messages = row.messages()
-            except MessageFormatError as e:
-                log.warning("a pulled record at offset %d cannot be read: %s", row.offset, e)
-                continue
-            for i, m in enumerate(messages):
-                queue_offset = row.offset + i
-                if queue_offset < offset:
-                    continue
-                if len(out) >= wanted:
-                    return b"".join(out), queue_offset
-                if row.selected is not None and i not in row.selected:
-                    continue
-                if tags is not None and m.tags not in tags:
-                    continue
-                out.append(encode_stored(stored_message(m, queue_offset=queue_offset,
-                                                        position=row.position + i, store_ms=row.store_ms,
-                                                        store_host=host)))
-        return b"".join(out), page.next_offset
 
     async def _bounds(self, topic: str, queue_id: int, page: PullResponse) -> tuple[int, int]:
         answer = await self._edge.call(SearchOffsetRequest(topic=topic, queue_id=queue_id))
@@ -151,3 +134,44 @@ class PullHandlers:
                                                                   offset=offset))
         if answer.code != Native.SUCCESS:
             self._committed.pop(key, None)  # the next pull tries again
+
+
+def _compressed(row: PullRow) -> bool:
+    try:
+        return bool(read_header(row.record).codec)
+    except MessageFormatError:
+        return False
+
+
+def _messages(page: PullResponse, offset: int, wanted: int, tags: frozenset[str] | None,
+              host: tuple[str, int]) -> tuple[bytes, int]:
+    """The stored messages of ``page`` from ``offset`` (filtered, at most ``wanted``) and where
+    the next pull starts: before the first record that would take what it decompressed past
+    MAX_INFLATED_PER_PULL (the first record always goes). Any thread: an inflating one
+    when a record is compressed."""
+    out: list[bytes] = []
+    inflated = 0
+    for row in page.rows or ():
+        try:
+            header = read_header(row.record)
+            raw = header.raw_length if header.codec else 0
+            if inflated and inflated + raw > MAX_INFLATED_PER_PULL:  # the rest next pull
+                return b"".join(out), max(row.offset, offset)
+            inflated += raw
+            messages = row.messages()
+        except MessageFormatError as e:
+            log.warning("a pulled record at offset %d cannot be read: %s", row.offset, e)
+            continue
+        for i, m in enumerate(messages):
+            queue_offset = row.offset + i
+            if queue_offset < offset:
+                continue
+            if len(out) >= wanted:
+                return b"".join(out), queue_offset
+            if row.selected is not None and i not in row.selected:
+                continue
+            if tags is not None and m.tags not in tags:
+                continue
+            out.append(encode_stored(stored_message(m, queue_offset=queue_offset, position=row.position + i,
+                                                    store_ms=row.store_ms, store_host=host)))
+    return b"".join(out), page.next_offset

@@ -11,7 +11,9 @@ wrong password does (the answer does not tell which).
 
 An exchange whose proof failed ends its connection's attempts (AUTH_START again: refused).
 With a ``LoginThrottle`` an exchange counts its failures by user and source and refuses an
-attempt the throttle delays (``AuthThrottled``, before the proof is looked at).
+attempt the throttle delays (``AuthThrottled``, before the proof is looked at): when it
+starts, and again right before its proof is checked, so exchanges started together have
+no more proofs checked than exchanges made one after another.
 
 Admin token (``AdminTokens``), valid on every replica of the group for ``TOKEN_TTL_S``::
 
@@ -117,17 +119,22 @@ class ScramExchange:
         if server is None:
             raise AuthFailed("no authentication was started: send AUTH_START first")
         name = self._name or ""
+        refused = self._throttle and self._throttle.begin(name, self._source)
+        if refused:  # exchanges started together: only as many proofs as checked one by one
+            self._spent = True
+            raise AuthThrottled(refused, name)
+        ok = False
         try:
             server.set_client_final(client_final)
             if name not in self._tables().users:  # deleted meanwhile, or a fake salt's proof
                 raise scramp.ScramException("no such user")
+            ok = True
         except scramp.ScramException:
             self._spent = True
-            if self._throttle is not None:
-                self._throttle.failed(name, self._source)
             raise PasswordRejected(f"wrong user name or password (user {name!r})") from None
-        if self._throttle is not None:
-            self._throttle.succeeded(name)
+        finally:
+            if self._throttle is not None:
+                self._throttle.end(name, self._source, ok=ok)
         self.user = name
         return server.get_server_final()
 

@@ -119,3 +119,21 @@ def test_a_non_ascii_signature_or_timestamp_is_refused_as_bad_not_500(cluster: C
     code, answer = post(cluster, data, {**headers, ts_header: "\u00b2" * 13})
     assert code == 401 and answer["reason"] == "malformed", (code, answer)
     assert_route_intact(cluster)
+
+
+def test_a_web_page_can_neither_register_nor_read_routes_through_a_rebound_name(cluster: Cluster) -> None:
+    """Issue 25, row 4 (second pass, G6): the name server's browser guard. A registration a
+    page of another origin carries -- even one signed with the group's key -- is refused
+    (403) before its signature is looked at (its nonce is not spent), and a page on a DNS
+    name rebound to 127.0.0.1 cannot read a route (403)."""
+    s = leader_status(cluster)
+    data = body(s["node"], "leader", s["term"], cluster.nodes()[s["node"]]["address"], ["n1", "n2", "n3"])
+    headers = sign_registration(key_of(cluster), "g1", data)
+    code, answer = post(cluster, data, {**headers, "Origin": "http://evil.example"})
+    assert code == 403 and "http://evil.example" in answer["error"], (code, answer)
+    port = cluster.ns.rsplit(":", 1)[1]
+    code, answer = http_json(f"http://{cluster.ns}/route/orders", headers={"Host": f"rebound.example:{port}"})
+    assert code == 403 and "rebound.example" in answer["error"], (code, answer)
+    code, answer = post(cluster, data, headers)  # the same registration from a tool: its nonce unspent
+    assert code in (200, 409), (code, answer)
+    assert_route_intact(cluster)

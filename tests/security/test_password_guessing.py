@@ -16,6 +16,7 @@ ACLs on, stopped by PID.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import urllib.request
 from collections.abc import Iterator
@@ -108,6 +109,79 @@ def test_guesses_at_one_user_are_delayed_then_refused(group: LocalGroup) -> None
     throttled = re.search(r'^raftmq_auth_throttled_total\{[^}]*\} (\S+)', metrics, re.M)
     assert failures and float(failures.group(1)) >= USER_FREE, metrics[-2000:]
     assert throttled and float(throttled.group(1)) >= 2
+
+
+def _metric(address: str, name: str) -> float:
+    metrics = urllib.request.urlopen(f"http://{address}/metrics", timeout=5).read().decode()
+    found = re.search(rf'^{name}(?:{{[^}}]*}})? (\S+)', metrics, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_exchanges_started_in_parallel_have_at_most_the_free_allowance_checked(group: LocalGroup) -> None:
+    """Second pass (G1): the throttle was asked only when an exchange started, so exchanges
+    started together, before any failure was recorded, all had their proofs checked (~256
+    connections per address past the 20-per-user cap). Now it is asked again right before a
+    proof is checked: USER_FREE + 10 exchanges started, all finished wrong, have at most
+    USER_FREE proofs checked; the rest are throttled."""
+    import scramp
+    address = leader_address(group)
+    before = _metric(address, "raftmq_auth_failures_total")
+
+    async def go() -> list[tuple[int, str]]:
+        async with client_session(None) as session:
+            conns = [await FrameClient.connect(session, address) for _ in range(USER_FREE + 10)]
+            try:
+                finals = []
+                for conn in conns:  # every exchange started before any proof is checked
+                    client = scramp.ScramClient(["SCRAM-SHA-256"], ALICE.user, "a-guess")
+                    first = await conn.call(RequestCode.AUTH_START, {"mechanism": "SCRAM-SHA-256",
+                                                                     "message": client.get_client_first()})
+                    assert first.code == ResponseCode.SUCCESS, first.remark
+                    client.set_server_first(str(first.ext["message"]))
+                    finals.append(client.get_client_final())
+                answers = await asyncio.gather(*(conn.call(RequestCode.AUTH_FINISH, {"message": final})
+                                                 for conn, final in zip(conns, finals, strict=True)))
+                return [(a.code, a.remark or "") for a in answers]
+            finally:
+                for conn in conns:
+                    await conn.close()
+    answers = run(go())
+    assert all(code == ResponseCode.AUTH_FAILED for code, _ in answers), answers
+    checked = _metric(address, "raftmq_auth_failures_total") - before
+    assert checked <= USER_FREE, f"{checked:.0f} proofs of {len(answers)} parallel guesses were checked"
+    throttled = [remark for _, remark in answers if "too many failed authentications" in remark]
+    assert len(throttled) >= 10, answers
+
+
+def test_http_exchanges_started_in_parallel_have_at_most_the_free_allowance_checked(
+        group: LocalGroup) -> None:
+    """Second pass (G1), ``POST /auth/scram``: as many exchanges as one source may hold
+    pending (MAX_HTTP_EXCHANGES_PER_SOURCE > USER_FREE), all started before any second step,
+    then all finished wrong: at most USER_FREE proofs checked (401), the rest 429."""
+    import scramp
+    address = leader_address(group)
+    before = _metric(address, "raftmq_auth_failures_total")
+
+    async def go() -> list[int]:
+        async with aiohttp.ClientSession() as session:
+            async def step(doc: dict[str, str]) -> tuple[int, dict[str, str]]:
+                async with session.post(f"http://{address}/auth/scram", json=doc) as resp:
+                    return resp.status, await resp.json()
+
+            finals = []
+            for _ in range(MAX_HTTP_EXCHANGES_PER_SOURCE):
+                client = scramp.ScramClient(["SCRAM-SHA-256"], ALICE.user, "a-guess")
+                status, first = await step({"message": client.get_client_first()})
+                assert status == 200, first
+                client.set_server_first(first["message"])
+                finals.append({"session": first["session"], "message": client.get_client_final()})
+            answers = await asyncio.gather(*(step(doc) for doc in finals))
+            return [status for status, _ in answers]
+    statuses = run(go())
+    checked = _metric(address, "raftmq_auth_failures_total") - before
+    assert checked <= USER_FREE, f"{checked:.0f} proofs of {len(statuses)} parallel guesses were checked"
+    assert statuses.count(429) >= MAX_HTTP_EXCHANGES_PER_SOURCE - USER_FREE, statuses
+    assert set(statuses) <= {401, 429}, statuses
 
 
 def _server_first(address: str, user: str) -> str:

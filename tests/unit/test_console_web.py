@@ -12,7 +12,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from client.credentials import Credentials
 from client.errors import AuthFailedError
 from console.gateway import ClusterGateway
-from console.web import Console, _replica_row, last_verify
+from console.sessions import ABSOLUTE_S, IDLE_S, Sessions
+from console.web import _COOKIE, Console, _replica_row, last_verify
 from protocol.login_throttle import USER_FREE
 from protocol.remoting import ResponseCode
 
@@ -131,3 +132,135 @@ def test_the_group_page_gathers_in_flight_messages_from_every_broker_group() -> 
     got = asyncio.run(main())
     assert got["count"] == 4 and set(got["policies"]) == {"b1", "b2"}
     assert [(r["group"], r["offset"]) for r in got["rows"]] == [("b2", 3), ("b1", 7)]
+
+
+@pytest.mark.sockets
+def test_sign_ins_in_parallel_have_at_most_the_free_allowance_verified() -> None:
+    """Issue 25, row 7 (second pass, G1): the sign-in checked the throttle, then awaited the
+    cluster's verdict, and only then counted a failure: sign-ins sent together were all
+    verified. Each one in flight now counts until its verdict."""
+    verified: list[str] = []
+    release = asyncio.Event()
+
+    class Gateway(_Gateway):
+        async def verify(self) -> None:
+            verified.append(self.password)
+            await release.wait()
+            await super().verify()
+
+    class SlowConsole(Console):
+        def gateway_for(self, credentials: Credentials | None) -> Any:
+            return Gateway(credentials.password if credentials else "")
+
+    async def main() -> list[int]:
+        console = SlowConsole(["127.0.0.1:1"], sample_interval_s=60)
+        async with TestClient(TestServer(console.app())) as client:
+            csrf = {"X-CSRF-Token": (await (await client.get("/api/whoami")).json())["csrf"]}
+
+            async def sign_in(i: int) -> int:
+                async with client.post("/api/login", json={"user": "ops", "password": f"g{i}"},
+                                       headers=csrf) as resp:
+                    return resp.status
+
+            tries = [asyncio.create_task(sign_in(i)) for i in range(USER_FREE + 10)]
+            deadline = asyncio.get_running_loop().time() + 10
+            while sum(t.done() for t in tries) < 10 and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.01)  # poll until the throttled ones are answered
+            release.set()
+            return list(await asyncio.wait_for(asyncio.gather(*tries), 10))
+
+    statuses = asyncio.run(main())
+    assert len(verified) <= USER_FREE, f"{len(verified)} sign-ins verified in parallel"
+    assert statuses.count(429) >= 10 and statuses.count(401) == len(verified), statuses
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _cookie(response: Any) -> str:
+    return str(response.cookies[_COOKIE].value)
+
+
+async def _whoami(client: TestClient, sid: str) -> tuple[str | None, Any]:
+    """Who the session ``sid`` is signed in as (None: anonymous), and the answer."""
+    client.session.cookie_jar.clear()
+    answer = await client.get("/api/whoami", headers={"Cookie": f"{_COOKIE}={sid}"})
+    assert answer.status == 200
+    return (await answer.json())["user"], answer
+
+
+async def _sign_in(client: TestClient) -> tuple[str, str]:
+    """(the anonymous session's id, the signed-in session's id) of a sign-in as ``ops``."""
+    first = await client.get("/api/whoami")
+    csrf = (await first.json())["csrf"]
+    login = await client.post("/api/login", json={"user": "ops", "password": "right"},
+                              headers={"X-CSRF-Token": csrf})
+    assert login.status == 200, await login.text()
+    return _cookie(first), _cookie(login)
+
+
+@pytest.mark.sockets
+def test_sign_in_gives_a_new_session_id_and_the_old_one_names_nothing() -> None:
+    """Second pass (G7): no session fixation -- a page that planted the pre-login cookie
+    gains nothing when the operator signs in."""
+    async def main() -> None:
+        console = _OfflineConsole(["127.0.0.1:1"], sample_interval_s=60)
+        async with TestClient(TestServer(console.app(), host="127.0.0.1")) as client:
+            old, new = await _sign_in(client)
+            assert new != old
+            user, answer = await _whoami(client, old)
+            assert user is None and _COOKIE in answer.cookies, "the pre-login id still names a session"
+            assert _cookie(answer) not in (old, new)  # a fresh anonymous one
+            assert (await _whoami(client, new))[0] == "ops"
+
+    asyncio.run(main())
+
+
+@pytest.mark.sockets
+def test_a_session_ends_after_its_idle_time_and_its_absolute_lifetime() -> None:
+    async def main() -> None:
+        clock = _Clock()
+        console = _OfflineConsole(["127.0.0.1:1"], sample_interval_s=60)
+        console.sessions = Sessions(clock=clock)
+        async with TestClient(TestServer(console.app(), host="127.0.0.1")) as client:
+            _, idle = await _sign_in(client)
+            clock.now += IDLE_S - 1
+            assert (await _whoami(client, idle))[0] == "ops"  # used: its idle time starts again
+            clock.now += IDLE_S + 1
+            assert (await _whoami(client, idle))[0] is None
+            client.session.cookie_jar.clear()
+            _, busy = await _sign_in(client)
+            started = clock.now
+            while clock.now - started < ABSOLUTE_S - IDLE_S / 2:
+                clock.now += IDLE_S / 2
+                assert (await _whoami(client, busy))[0] == "ops"
+            clock.now += IDLE_S / 2 + 1  # never idle, but older than the absolute lifetime
+            assert (await _whoami(client, busy))[0] is None
+
+    asyncio.run(main())
+
+
+@pytest.mark.sockets
+def test_a_foreign_host_is_refused_and_sign_in_only_answers_the_api_to_signed_in_sessions() -> None:
+    async def main() -> None:
+        console = _OfflineConsole(["127.0.0.1:1"], sample_interval_s=60, sign_in_only=True)
+        async with TestClient(TestServer(console.app(), host="127.0.0.1")) as client:
+            rebound = await client.get("/api/whoami", headers={"Host": "evil.example"})
+            assert rebound.status == 403 and "evil.example" in (await rebound.json())["error"]
+            for path in ("/api/overview", "/api/topics", "/api/cluster"):
+                anonymous = await client.get(path)
+                assert anonymous.status == 401 and (await anonymous.json())["login"] is True, path
+            assert (await client.get("/api/whoami")).status == 200  # the page may ask who it is
+            assert (await client.get("/")).status == 200
+            client.session.cookie_jar.clear()
+            _, sid = await _sign_in(client)
+            client.session.cookie_jar.clear()
+            signed_in = await client.get("/api/overview", headers={"Cookie": f"{_COOKIE}={sid}"})
+            assert signed_in.status == 200, await signed_in.text()
+
+    asyncio.run(main())

@@ -6,21 +6,28 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import zlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
+from broker.config import read_broker_section
+from broker.node import rocket_front_end
 from broker.remoting.server import AppliedSignal, BrokerServer
 from broker.rocketmq import offsets as offsets_module
 from broker.rocketmq.front_end import ACL_REFUSAL, RocketFrontEnd
 from broker.state.machine import BrokerStateMachine
+from broker.store.inflation import MAX_INFLATED_PER_PULL
 from dledger.applier import Applier
 from dledger.errors import NotLeader
 from dledger.log import Log
+from protocol import record_batch
 from protocol.deferred import CheckTransactionRequest
 from protocol.message_format import Message, encode_message
+from protocol.record_batch import encode_record
+from protocol.remoting import ResponseCode as Native
 from protocol.rocketmq import bodies
 from protocol.rocketmq.codes import MessageSysFlag, PullSysFlag, RequestCode, ResponseCode, SerializeType
 from protocol.rocketmq.frame import RemotingFrame, decode_frame
@@ -44,6 +51,7 @@ from protocol.rocketmq.message import (
     decode_stored,
     encode_batch_message,
 )
+from protocol.send import SendBatchRequest
 
 GOLDEN = Path(__file__).resolve().parents[1] / "compat" / "golden" / "encoded"
 STORE_HOST = "127.0.0.1:10911"
@@ -476,3 +484,62 @@ def test_a_pull_with_no_subscription_known_is_refused_not_served_unfiltered(one_
         assert reply.remark is not None and "newcomers" in reply.remark
 
     run(one_node_broker, scenario)
+
+
+def test_a_pull_of_compressed_bombs_inflates_a_bounded_amount_off_the_event_loop(
+        one_node_broker, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """Issue 25, row 3 (second pass, G3): the front end decoded a native page's records on the
+    event loop, up to maxMsgNums of them: records of a few hundred bytes each inflating to
+    ~4 MiB made one answer of ~GiB. Now a pull decompresses at most MAX_INFLATED_PER_PULL (the
+    native SQL pull's bound), on an inflating thread, and answers the offset it reached."""
+    raw = (4 << 20) - 4096
+    bombs = 8  # 32 MiB inflated: twice the bound
+    record = encode_record("bombs", 0, [(bytes(16), 1_700_000_000_000, 0, None, None, {}, 0,
+                                         b"\0" * (raw - 256))], compression="zstd")
+    assert len(record) < 2048
+    threads: list[str] = []
+    decompress = record_batch._decompress
+
+    def recorded(codec: int, data: bytes, raw_length: int) -> bytes:
+        threads.append(threading.current_thread().name)
+        return decompress(codec, data, raw_length)
+
+    async def scenario(r: Rocket, server: BrokerServer) -> None:
+        await r.create_topic("bombs", 1)
+        for _ in range(bombs):
+            sent = await server.handle(SendBatchRequest(records=(record,)).to_frame(1))
+            assert sent.code == Native.SUCCESS, sent.remark
+        monkeypatch.setattr(record_batch, "_decompress", recorded)
+        offset, pulls = 0, 0
+        while offset < bombs:
+            pulls += 1
+            assert pulls <= bombs, "the pulls did not get through the queue"
+            reply, messages = await r.pull("bombs", 0, offset)
+            assert reply.code == ResponseCode.SUCCESS, reply.remark
+            size = len(reply.body)
+            assert size <= MAX_INFLATED_PER_PULL + raw, f"one answer of {size} bytes"
+            assert [m.queue_offset for m in messages] == list(range(offset, offset + len(messages)))
+            offset = PullMessageResponseHeader.from_ext(reply.ext).next_begin_offset
+            assert offset == messages[-1].queue_offset + 1
+        assert pulls >= 2, "one answer held every bomb"
+        assert threads and all(name.startswith("inflate") for name in threads), set(threads)
+
+    run(one_node_broker, scenario)
+
+
+def test_the_rocketmq_port_takes_the_client_ports_configured_deadline_and_idle_limit(
+        one_node_broker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Second pass (G9): broker/node.py built the front end with fixed 30 s / 120 s, whatever
+    ``[broker] frame_deadline_s`` and ``idle_timeout_s`` said."""
+    toml = tmp_path / "broker.toml"
+    toml.write_text('[broker]\nlisten = "127.0.0.1:1"\nframe_deadline_s = 7\nidle_timeout_s = 9\n')
+    options = read_broker_section(toml).server_options()
+
+    async def scenario(_r: Rocket, server: BrokerServer) -> None:
+        front = rocket_front_end(server, STORE_HOST)
+        conn = front.protocol()
+        assert (conn.limits.frame_deadline_s, conn.limits.idle_timeout_s) == (7, 9)
+        assert conn.limits.max_frame_bytes == server.max_frame_bytes
+        assert conn.limits.meter is server.connections
+
+    run(one_node_broker, scenario, **options)

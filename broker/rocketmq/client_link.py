@@ -105,7 +105,8 @@ class RocketClient:
             check = CheckTransactionRequest.from_frame(frame)
             m = decode_message(check.message)
             host = self._edge.store_host()
-            uniq = rocket_properties(m)[UNIQ_KEY]
+            # a half sent without UNIQ_KEY (RocketMQ's clients always set one): its offsetMsgId
+            uniq = rocket_properties(m).get(UNIQ_KEY) or message_id(host, check.position)
             body = encode_stored(stored_message(m, queue_offset=-1, position=check.position, store_ms=0,
                                                 store_host=host))
             header = CheckTransactionStateRequestHeader(

@@ -78,7 +78,7 @@ class QueryHandlers:
                 m = decode_record(row.message)
             except MessageFormatError:
                 continue
-            if m.topic == h.topic and (not h.unique_key_query or rocket_properties(m)[UNIQ_KEY] == h.key):
+            if m.topic == h.topic and (not h.unique_key_query or rocket_properties(m).get(UNIQ_KEY) == h.key):
                 offset = self._edge.broker.queries.queue_offset_of(m.topic, m.queue_id, row.position)
                 found.append(encode_stored(stored_message(m, queue_offset=offset, position=row.position,
                                                           store_ms=row.store_ms, store_host=host)))

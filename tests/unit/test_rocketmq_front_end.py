@@ -43,6 +43,7 @@ from protocol.rocketmq.message import (
     decode_message_id,
     decode_stored,
     encode_batch_message,
+    message_id,
 )
 
 GOLDEN = Path(__file__).resolve().parents[1] / "compat" / "golden" / "encoded"
@@ -188,6 +189,10 @@ def test_a_batch_is_stored_in_the_queue_the_client_chose_and_filtered_by_tag(one
         _, every = await r.pull("orders", 2, 0)
         assert [m.body for m in every] == [b"m0", b"m1", b"m2", b"m3"]
         assert [decode_message_id(i)[1] for i in ids] == [m.commit_log_offset for m in every]
+        # sent without UNIQ_KEY (the Go client's batch): pulled without one, as RocketMQ's broker
+        # answers, so a client's msgId (UNIQ_KEY, else offsetMsgId) is the id the send answered
+        assert all("UNIQ_KEY" not in m.properties for m in every)
+        assert [message_id(m.store_host, m.commit_log_offset) for m in every] == ids
         _, odd = await r.pull("orders", 2, 0, subscription="t1")
         assert [m.body for m in odd] == [b"m1", b"m3"]
         nothing, _ = await r.pull("orders", 2, 0, subscription="none-such")

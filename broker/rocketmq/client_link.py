@@ -25,6 +25,7 @@ from broker.processors.context import CONNECTION
 from broker.rocketmq.connection import RocketConnection
 from broker.rocketmq.edge import Edge
 from broker.rocketmq.translate import UNIQ_KEY, rocket_properties, stored_message
+from broker.security.authorizer import Principal
 from protocol.consumer import HeartbeatRequest, NotifyConsumersChanged
 from protocol.deferred import CheckTransactionRequest
 from protocol.message_format import MessageFormatError, decode_message
@@ -55,6 +56,8 @@ class RocketClient:
         self._heartbeat: HeartbeatRequest | None = None
         self._heard = 0.0
         self._keepalive: asyncio.Task[None] | None = None
+        #: the user its last signed request came from (ACLs on), its decisions cached
+        self.principal: Principal | None = None
 
     @property
     def remote(self) -> str:

@@ -71,9 +71,12 @@ def golden_frame(name: str) -> RemotingFrame:
 class Rocket:
     """Requests to a front end, as a RocketMQ client would send them."""
 
-    def __init__(self, front: RocketFrontEnd, conn: FakeConnection | None = None) -> None:
+    def __init__(self, front: RocketFrontEnd, conn: FakeConnection | None = None,
+                 sign: Callable[[dict[str, str], bytes], dict[str, str]] | None = None) -> None:
+        """``sign``: the ext a request goes with, given its own and its body (AclClientRPCHook's)."""
         self.front = front
         self.conn = conn or FakeConnection()
+        self._sign = sign
         self._opaque = 0
 
     async def ask(self, code: int, header: Header | dict[str, str] | None = None, body: bytes = b"",
@@ -81,6 +84,8 @@ class Rocket:
         self._opaque += 1
         opaque = self._opaque
         ext = header.to_ext()[0] if isinstance(header, Header) else header
+        if self._sign is not None:
+            ext = self._sign(dict(ext or {}), body)
         frame = RemotingFrame(code, opaque, 0, None, ext, body, serialize_type=kind)
         reply = await self.front.serve(self.conn, frame)  # type: ignore[arg-type]
         assert reply.opaque == opaque and reply.is_response

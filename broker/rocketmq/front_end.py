@@ -56,6 +56,7 @@ from protocol.remoting import FrameError
 from protocol.rocketmq.codes import RequestCode, ResponseCode
 from protocol.rocketmq.frame import RemotingFrame
 from protocol.rocketmq.headers import HeaderError
+from protocol.rocketmq.signature import SignedRequest
 
 __all__ = ["RocketFrontEnd", "code_name"]
 
@@ -171,7 +172,7 @@ class RocketFrontEnd:
         ``CONNECTION_AUTH``); its NO_PERMISSION answer when no key did."""
         access = self._broker.access
         try:
-            user = access.access_keys.user_of(frame.ext, frame.body)
+            user = access.access_keys.user_of(SignedRequest.of(frame))
         except AccessKeyRefused as e:
             access.audit_denied(None, client.remote, f"RocketMQ {code_name(frame.code)}", f"signature: {e}")
             return frame.response(ResponseCode.NO_PERMISSION, remark=f"RaftMQ: {e}")

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker.security.access_key_seal import AccessKeySeal, SealError
 from broker.store.access_key_commands import PutAccessKey
 from protocol.access_keys import check_access_key, check_secret_key
-from protocol.rocketmq import signature
+from protocol.rocketmq.signature import SignedRequest
 
 if TYPE_CHECKING:
     from broker.state.access import AccessTables
@@ -56,10 +56,9 @@ class AccessKeys:
         check_secret_key(secret_key)
         return PutAccessKey(access_key, user, self.seal.seal(access_key, user, secret_key), created_ms)
 
-    def user_of(self, ext: Mapping[str, str] | None, body: bytes) -> str:
-        """The user whose access key signed this request (ext and body as received);
-        AccessKeyRefused saying why not."""
-        access_key = signature.access_key(ext)
+    def user_of(self, request: SignedRequest) -> str:
+        """The user whose access key signed ``request``; AccessKeyRefused saying why not."""
+        access_key = request.access_key
         if not access_key:
             raise AccessKeyRefused("this broker has ACLs on: sign requests with an access key "
                                    "(AclClientRPCHook; `raftmq user access-key create USER`)")
@@ -67,7 +66,7 @@ class AccessKeys:
         if row is None:
             raise AccessKeyRefused(f"access key {access_key[:64]!r} is unknown or revoked")
         secret_key = self._secret(access_key, row.user, row.sealed)
-        if not signature.verify(ext, body, secret_key):
+        if not request.signed_with(secret_key):
             raise AccessKeyRefused(f"the signature of access key {access_key!r} does not match the "
                                    "request: a wrong secret key, or the request changed")
         return row.user

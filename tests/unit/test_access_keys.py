@@ -16,6 +16,7 @@ from broker.store.access_key_commands import PutAccessKey, RevokeAccessKey
 from broker.store.commands import DeleteUser, PutUser, decode_admin, encode_admin
 from protocol.access_keys import new_access_key, new_secret_key
 from protocol.rocketmq import signature
+from protocol.rocketmq.signature import SignedRequest
 
 SECRET = "cluster-secret-of-g1-0123456789abcdef"
 AK = "RMQ0123456789ABCDEF0123"
@@ -127,8 +128,8 @@ def test_a_request_signed_with_the_keys_secret_is_its_users() -> None:
     checker = AccessKeys(SECRET, "g1", lambda: tables)
     tables = _tables(_alice(), checker.record(AK, "alice", SK, 1))
     ext, body = {"topic": "orders", "queueId": "1"}, b"payload"
-    assert checker.user_of(_signed(ext, body), body) == "alice"
-    assert checker.user_of(_signed(ext, body), body) == "alice"  # cached: the same answer
+    assert checker.user_of(SignedRequest(_signed(ext, body), body)) == "alice"
+    assert checker.user_of(SignedRequest(_signed(ext, body), body)) == "alice"  # cached: the same answer
 
 
 @pytest.mark.parametrize(("case", "remark"), [
@@ -150,7 +151,7 @@ def test_a_request_not_signed_with_a_held_keys_secret_is_refused(case: str, rema
         "changed field": ({**_signed(ext, body), "topic": "audit"}, body),
     }[case]
     with pytest.raises(AccessKeyRefused, match=remark) as refused:
-        checker.user_of(sent_ext, sent_body)
+        checker.user_of(SignedRequest(sent_ext, sent_body))
     assert SK not in str(refused.value)
 
 
@@ -158,10 +159,10 @@ def test_a_revoked_key_is_refused_although_its_secret_was_cached() -> None:
     checker = AccessKeys(SECRET, "g1", lambda: tables)
     tables = _tables(_alice(), checker.record(AK, "alice", SK, 1))
     body = b"x"
-    assert checker.user_of(_signed({}, body), body) == "alice"
+    assert checker.user_of(SignedRequest(_signed({}, body), body)) == "alice"
     assert tables.apply(RevokeAccessKey(AK)) is None
     with pytest.raises(AccessKeyRefused, match="unknown or revoked"):
-        checker.user_of(_signed({}, body), body)
+        checker.user_of(SignedRequest(_signed({}, body), body))
 
 
 def test_a_record_sealed_under_another_secret_is_refused_not_trusted() -> None:
@@ -169,4 +170,4 @@ def test_a_record_sealed_under_another_secret_is_refused_not_trusted() -> None:
                      .record(AK, "alice", SK, 1))
     checker = AccessKeys(SECRET, "g1", lambda: tables)
     with pytest.raises(AccessKeyRefused, match="does not unseal"):
-        checker.user_of(_signed({}, b""), b"")
+        checker.user_of(SignedRequest(_signed({}, b""), b""))

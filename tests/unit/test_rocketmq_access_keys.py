@@ -16,6 +16,7 @@ import pytest
 from broker.remoting.server import AppliedSignal, BrokerServer
 from broker.rocketmq.front_end import RocketFrontEnd
 from broker.security.access_control import CONNECTION_AUTH, ConnectionAuth
+from broker.security.access_key_seal import AccessKeySeal
 from broker.security.authorizer import Principal
 from broker.state.machine import BrokerStateMachine
 from broker.store.commands import CreateTopic, Grant, PutUser, encode_admin
@@ -157,8 +158,20 @@ def test_the_secret_key_is_never_in_the_log_a_checkpoint_or_a_snapshot(sealed_br
 
     run(sealed_broker, scenario)
     machine.checkpoint()
-    machine._take_snapshot(machine.applied_index())  # as before a segment: what a lagging replica gets
+    index = machine.applied_index()
+    machine._take_snapshot(index)  # as before a segment: what a lagging replica gets
     files = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     assert any(access_key.encode() in data for data in files.values())  # the record is there ...
     assert any(b"access_keys" in data for p, data in files.items() if "snapshots" in p.parts)
     assert not [p for p, data in files.items() if secret_key.encode() in data]  # ... its secret never
+    # a replica installing that snapshot holds the key and unseals it with the same cluster secret
+    snapshot = machine.snapshot_bytes(index)
+    assert snapshot is not None
+    lagging = BrokerStateMachine(tmp_path / "lagging", index_slots=64, index_entries=4096)
+    try:
+        lagging.install_snapshot(index, snapshot)
+        row = lagging.access.access_keys.get(access_key)
+        assert row is not None and row.user == "alice"
+        assert AccessKeySeal(SECRET, "g1").unseal(access_key, "alice", row.sealed) == secret_key
+    finally:
+        lagging.close()

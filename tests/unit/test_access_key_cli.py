@@ -16,14 +16,15 @@ from client import Admin, Credentials
 from client.credentials import scram_record
 from client.errors import AuthFailedError
 from dledger.applier import Applier
-from dledger.config import GroupConfig
 from dledger.local_log import LocalLog
 from raftmq.cli import main
+from tests.support.one_node import one_node_group
 from tests.support.procs import wait_until
 
 pytestmark = pytest.mark.sockets  # a broker served on 127.0.0.1
 
 ADMIN = Credentials("root", "root-secret")
+SECRET = "the-cluster-secret-of-g1-0123456789"
 _ROOT = scram_record(ADMIN.password)
 BROKER_OPTIONS = {"acl": True, "acl_bootstrap": PutUser("root", True, _ROOT.salt, _ROOT.iterations,
                                                           _ROOT.stored_key, _ROOT.server_key)}
@@ -32,17 +33,8 @@ BROKER_OPTIONS = {"acl": True, "acl_bootstrap": PutUser("root", True, _ROOT.salt
 @pytest.fixture
 def one_node_broker(tmp_path: Path) -> Iterator[tuple[LocalLog, BrokerStateMachine, Applier]]:
     """The conftest's, with a cluster secret: access keys are sealed with it."""
-    rlog = LocalLog(GroupConfig(node="n1", peers={"n1": "127.0.0.1:1"}, data_dir=tmp_path / "log",
-                                secret="the-cluster-secret-of-g1-0123456789"))
-    machine = BrokerStateMachine(tmp_path / "store", index_slots=64, index_entries=4096)
-    applier = Applier(rlog, machine).start()
-    try:
-        wait_until(lambda: rlog.is_leader, 10, what="a one-node group's leader")
-        yield rlog, machine, applier
-    finally:
-        applier.stop()
-        rlog.close()
-        machine.close()
+    with one_node_group(tmp_path, SECRET) as group:
+        yield group
 
 
 def _ready(broker: str) -> None:

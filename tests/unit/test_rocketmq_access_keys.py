@@ -7,7 +7,6 @@ never in the log or the broker's files."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,6 @@ from broker.security.authorizer import Principal
 from broker.state.machine import BrokerStateMachine
 from broker.store.commands import CreateTopic, Grant, PutUser, encode_admin
 from dledger.applier import Applier
-from dledger.config import GroupConfig
 from dledger.local_log import LocalLog
 from protocol.access_keys import (
     AccessKeysResponse,
@@ -37,6 +35,7 @@ from protocol.rocketmq import signature
 from protocol.rocketmq.codes import RequestCode, ResponseCode
 from protocol.rocketmq.headers import ViewMessageRequestHeader
 from protocol.wire import Request
+from tests.support.one_node import one_node_group
 from tests.unit.test_rocketmq_front_end import STORE_HOST, Rocket
 
 SECRET = "the-cluster-secret-of-g1-0123456789"
@@ -46,20 +45,8 @@ _KEYS = (b"s" * 16, 4096, b"k" * 32, b"v" * 32)
 @pytest.fixture
 def sealed_broker(tmp_path: Path) -> Iterator[tuple[LocalLog, BrokerStateMachine, Applier]]:
     """A one-replica group with a cluster secret (access keys are sealed with it)."""
-    rlog = LocalLog(GroupConfig(node="n1", peers={"n1": "127.0.0.1:1"}, data_dir=tmp_path / "log",
-                                secret=SECRET))
-    machine = BrokerStateMachine(tmp_path / "store", index_slots=64, index_entries=4096)
-    applier = Applier(rlog, machine).start()
-    try:
-        deadline = time.monotonic() + 10
-        while not rlog.is_leader:
-            assert time.monotonic() < deadline, "a one-node group elected no leader in 10 s"
-            time.sleep(0.02)
-        yield rlog, machine, applier
-    finally:
-        applier.stop()
-        rlog.close()
-        machine.close()
+    with one_node_group(tmp_path, SECRET) as group:
+        yield group
 
 
 def signer(access_key: str, secret_key: str):  # type: ignore[no-untyped-def]

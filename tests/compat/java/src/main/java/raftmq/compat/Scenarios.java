@@ -156,24 +156,31 @@ final class Scenarios {
         c.start();
         p.start();
         try {
-            for (int i = 0; i < h.count; i++) {
-                String key = "acl-" + i;
-                expected.add(key);
-                sent("sync", key, p.send(message(h.topic, "TagA", key)));
-            }
+            syncSends(h, p, "acl-", expected);
             h.awaitKeys(expected, seen);
             try {
                 sent("sync", "denied-0", p.send(message(denied, "TagA", "denied-0")));
             } catch (MQClientException e) {
-                Events.of("refused").put("topic", denied).put("code", e.getResponseCode())
-                    .put("message", Harness.causes(e)).emit();
+                refused(denied, e.getResponseCode(), e);
             } catch (MQBrokerException e) {
-                Events.of("refused").put("topic", denied).put("code", e.getResponseCode())
-                    .put("message", Harness.causes(e)).emit();
+                refused(denied, e.getResponseCode(), e);
             }
         } finally {
             p.shutdown();
             c.shutdown();
+        }
+    }
+
+    static void refused(String topic, int code, Exception e) {
+        Events.of("refused").put("topic", topic).put("code", code).put("message", Harness.causes(e)).emit();
+    }
+
+    /** Sync sends of keys `prefix`0.. to the scenario's topic, each a "sent" event; the keys into `expected`. */
+    static void syncSends(Harness h, DefaultMQProducer p, String prefix, Set<String> expected) throws Exception {
+        for (int i = 0; i < h.count; i++) {
+            String key = prefix + i;
+            expected.add(key);
+            sent("sync", key, p.send(message(h.topic, "TagA", key)));
         }
     }
 
@@ -188,11 +195,7 @@ final class Scenarios {
         c.start();
         p.start();
         try {
-            for (int i = 0; i < h.count; i++) {
-                String key = "sync-" + i;
-                expected.add(key);
-                sent("sync", key, p.send(message(h.topic, "TagA", key)));
-            }
+            syncSends(h, p, "sync-", expected);
             AtomicInteger asyncDone = new AtomicInteger();
             for (int i = 0; i < h.count; i++) {
                 String key = "async-" + i;

@@ -171,14 +171,16 @@ class RocketFrontEnd:
         """ACLs on: serve ``frame`` as the user whose access key signed it (this task's
         ``CONNECTION_AUTH``); its NO_PERMISSION answer when no key did."""
         access = self._broker.access
+        request = SignedRequest.of(frame)
         try:
-            user = access.access_keys.user_of(SignedRequest.of(frame))
+            user = access.access_keys.user_of(request)
         except AccessKeyRefused as e:
             access.audit_denied(None, client.remote, f"RocketMQ {code_name(frame.code)}", f"signature: {e}")
             return frame.response(ResponseCode.NO_PERMISSION, remark=f"RaftMQ: {e}")
         principal = client.principal
         if principal is None or principal.user != user:  # decisions cached per connection and user
             principal = client.principal = Principal.of(user, client.remote.rpartition(":")[0].strip("[]"))
+        client.signed_by = (request.access_key or "", user)
         CONNECTION_AUTH.set(ConnectionAuth(client.remote, principal=principal))
         return None
 

@@ -71,6 +71,11 @@ class AccessKeys:
                                    "request: a wrong secret key, or the request changed")
         return row.user
 
+    def holds(self, access_key: str, user: str) -> bool:
+        """Whether ``access_key`` is still held for ``user`` (not revoked, the user not deleted)."""
+        row = self._tables().access_keys.get(access_key)
+        return row is not None and row.user == user
+
     def _secret(self, access_key: str, user: str, sealed: bytes) -> str:
         cached = self._unsealed.get(access_key)
         if cached is not None and cached[0] == sealed:

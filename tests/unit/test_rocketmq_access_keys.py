@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from broker.remoting.server import AppliedSignal, BrokerServer
+from broker.rocketmq import client_link
 from broker.rocketmq.front_end import RocketFrontEnd
 from broker.security.access_control import CONNECTION_AUTH, ConnectionAuth
 from broker.security.access_key_seal import AccessKeySeal
@@ -36,7 +37,7 @@ from protocol.rocketmq.codes import RequestCode, ResponseCode
 from protocol.rocketmq.headers import ViewMessageRequestHeader
 from protocol.wire import Request
 from tests.support.one_node import one_node_group
-from tests.unit.test_rocketmq_front_end import STORE_HOST, Rocket
+from tests.unit.test_rocketmq_front_end import STORE_HOST, Rocket, heartbeat
 
 SECRET = "the-cluster-secret-of-g1-0123456789"
 _KEYS = (b"s" * 16, 4096, b"k" * 32, b"v" * 32)
@@ -162,3 +163,24 @@ def test_the_secret_key_is_never_in_the_log_a_checkpoint_or_a_snapshot(sealed_br
         assert AccessKeySeal(SECRET, "g1").unseal(access_key, "alice", row.sealed) == secret_key
     finally:
         lagging.close()
+
+
+def test_a_connections_repeated_heartbeat_stops_when_its_key_is_revoked(sealed_broker, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(client_link, "KEEPALIVE_S", 0.02)
+    access_key, secret_key = new_access_key(), new_secret_key()
+
+    async def scenario(server: BrokerServer, front: RocketFrontEnd) -> None:
+        await as_user(server, "root", PutAccessKeyRequest(access_key=access_key, user="alice",
+                                                          secret_key=secret_key))
+        alice = Rocket(front, sign=signer(access_key, secret_key))
+        beat = await alice.ask(RequestCode.HEART_BEAT, None, heartbeat("c1"))
+        assert beat.code == ResponseCode.SUCCESS, beat.remark
+        (client,) = front.connections.values()
+        keepalive = client._keepalive
+        assert keepalive is not None
+        await asyncio.sleep(0.1)
+        assert not keepalive.done()  # repeating alice's heartbeat
+        await as_user(server, "root", RevokeAccessKeyRequest(access_key=access_key))
+        await asyncio.wait_for(asyncio.shield(keepalive), 5)  # ... and no longer once her key is gone
+
+    run(sealed_broker, scenario)

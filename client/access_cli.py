@@ -6,6 +6,10 @@
     raftmq user list
     raftmq user hash NAME [--out F]    a super user's SCRAM record for [broker] acl_bootstrap_file
                                        (offline: no cluster needed)
+    raftmq user access-key create USER a RocketMQ access key of USER on every group: the access
+                                       key and secret key printed once (AclClientRPCHook(AK, SK))
+    raftmq user access-key list [USER] access keys and their users (never a secret)
+    raftmq user access-key revoke AK
     raftmq acl grant USER RESOURCE ACTIONS [--deny] [--source CIDR]
     raftmq acl revoke USER RESOURCE [ACTIONS] [--deny] [--source CIDR]
     raftmq acl list [USER]
@@ -61,7 +65,32 @@ def _admin(args: argparse.Namespace) -> AsyncAdmin:
     return AsyncAdmin(**client_kwargs(args))
 
 
+async def _access_key(args: argparse.Namespace) -> int:
+    verb, what = args.name, args.arg
+    if verb not in ("create", "list", "revoke") or (verb != "list" and not what):
+        raise SystemExit("error: user access-key create USER | list [USER] | revoke ACCESS_KEY")
+    async with _admin(args) as admin:
+        if verb == "create":
+            access_key, secret_key, groups = await admin.access.create_access_key(what)
+            if args.json:
+                print(json.dumps({"user": what, "access_key": access_key, "secret_key": secret_key,
+                                  "groups": groups}))
+            else:
+                print(f"access key {access_key} of {what} added on {', '.join(groups)}; its secret key, "
+                      f"shown this once (no command shows it again):\n{secret_key}")
+        elif verb == "revoke":
+            groups = await admin.access.revoke_access_key(what)
+            print(f"access key {what} revoked on {', '.join(groups)}")
+        else:
+            for row in await admin.access.list_access_keys(what):
+                doc = {"access_key": row.access_key, "user": row.user, "created_ms": row.created_ms}
+                print(json.dumps(doc) if args.json else f"{row.access_key:30} {row.user}")
+    return 0
+
+
 async def _user(args: argparse.Namespace) -> int:
+    if args.action == "access-key":
+        return await _access_key(args)
     if args.action == "hash":
         record = scram_record(read_new_password(args))
         doc = json.dumps({"user": args.name, "salt": record.salt.hex(), "iterations": record.iterations,
@@ -118,8 +147,9 @@ def add_access_commands(sub: Any, where: Callable[[argparse.ArgumentParser], Non
                        description="Users of the broker groups (SCRAM-SHA-256: brokers store no password). "
                                    f"A new password comes from ${ENV_NEW_PASSWORD}, --password-file or a "
                                    "prompt, never from the command line.")
-    u.add_argument("action", choices=["add", "del", "list", "passwd", "hash"])
-    u.add_argument("name", nargs="?", help="user name")
+    u.add_argument("action", choices=["add", "del", "list", "passwd", "hash", "access-key"])
+    u.add_argument("name", nargs="?", help="user name (access-key: create, list or revoke)")
+    u.add_argument("arg", nargs="?", help="access-key create/list: the user; revoke: the access key")
     u.add_argument("--super", action="store_true", help="add: a super user (every right)")
     u.add_argument("--password-file", help="add/passwd/hash: read the new password from this file")
     u.add_argument("--out", help="hash: write the record to this file (mode 0600)")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from protocol import acl, consumer, deferred, offset, pop, pull, query, send, topic
+from protocol import access_keys, acl, consumer, deferred, offset, pop, pull, query, send, topic
 from protocol.remoting import RequestCode
 from protocol.wire import EmptyResponse, Request, Response
 
@@ -62,6 +62,10 @@ CATALOG: Mapping[RequestCode, tuple[type[Request], type[Response] | None]] = Map
     RequestCode.GRANT: (acl.GrantRequest, send.WriteResponse),
     RequestCode.REVOKE: (acl.RevokeRequest, send.WriteResponse),
     RequestCode.LIST_POLICIES: (acl.ListPoliciesRequest, acl.PoliciesResponse),
+    # RocketMQ access keys (protocol.access_keys)
+    RequestCode.PUT_ACCESS_KEY: (access_keys.PutAccessKeyRequest, send.WriteResponse),
+    RequestCode.REVOKE_ACCESS_KEY: (access_keys.RevokeAccessKeyRequest, send.WriteResponse),
+    RequestCode.LIST_ACCESS_KEYS: (access_keys.ListAccessKeysRequest, access_keys.AccessKeysResponse),
 })
 
 #: Codes with no contract: reserved, answered REQUEST_CODE_NOT_SUPPORTED.

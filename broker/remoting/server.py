@@ -51,6 +51,7 @@ from broker.http_api.admin import admin_routes
 from broker.http_api.membership import member_routes
 from broker.http_api.metrics import VERSION, BrokerMetrics
 from broker.http_api.verify import Verifier
+from broker.processors.access_keys import AccessKeyProcessor
 from broker.processors.acl import AclProcessor
 from broker.processors.consumer import ConsumerProcessor
 from broker.processors.context import CONNECTION
@@ -167,6 +168,7 @@ class BrokerServer:
         self.access = AccessControl(self, enabled=acl, bootstrap=acl_bootstrap,  # every request checked
                                     token_ttl_s=acl_token_ttl_s)
         self.acl_requests = AclProcessor(self)
+        self.access_key_requests = AccessKeyProcessor(self)
         self.retry_quota = RetryTopicQuota(lambda: machine.topics)  # heartbeats' and send-backs'
         self.verifier = Verifier(self)  # raftmq cluster verify's routes, the last comparison
         self._handlers = self._dispatch_table()
@@ -208,6 +210,9 @@ class BrokerServer:
             RequestCode.GRANT: self.acl_requests.grant,
             RequestCode.REVOKE: self.acl_requests.grant,
             RequestCode.LIST_POLICIES: self.acl_requests.list_policies,
+            RequestCode.PUT_ACCESS_KEY: self.access_key_requests.put_access_key,
+            RequestCode.REVOKE_ACCESS_KEY: self.access_key_requests.revoke_access_key,
+            RequestCode.LIST_ACCESS_KEYS: self.access_key_requests.list_access_keys,
         }
 
     def app(self) -> web.Application:

@@ -21,6 +21,8 @@ import time
 from broker.rocketmq.answers import refused
 from broker.rocketmq.client_link import RocketClient
 from broker.rocketmq.edge import Edge
+from broker.security.authorizer import Need
+from protocol.acl import Action, ResourceType
 from protocol.pull import PullRequest, PullResponse
 from protocol.query import SearchOffsetRequest, SearchOffsetResponse
 from protocol.remoting import ResponseCode as Native
@@ -74,6 +76,7 @@ class AdminHandlers:
 
     async def consume_stats(self, conn: RocketClient, frame: RemotingFrame) -> RemotingFrame:
         h = GetConsumeStatsRequestHeader.of(frame)
+        self._edge.require(Need(ResourceType.GROUP, h.consumer_group, (Action.GET,)), frame.code)  # offsets
         rows = []
         for row in self._edge.broker.lag_rows(h.consumer_group):
             topic, queue_id = str(row["topic"]), int(row["queue"])  # type: ignore[call-overload]
@@ -87,6 +90,7 @@ class AdminHandlers:
         return reply(frame, ResponseCode.SUCCESS, body=consume_stats(rows))
 
     async def runtime_info(self, conn: RocketClient, frame: RemotingFrame) -> RemotingFrame:
+        self._edge.require(Need(ResourceType.CLUSTER, "", (Action.GET,)), frame.code)  # as /admin/cluster
         rlog = self._edge.broker.rlog
         usage = shutil.disk_usage(rlog.config.data_dir)
         table = {

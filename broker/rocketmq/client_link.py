@@ -12,7 +12,8 @@ broker's own requests reach it (``broker.clients.registry.ForeignClient``):
 RocketMQ clients heartbeat every 30 s, and RaftMQ forgets a member after 30 s without one
 (``broker.clients.registry.EXPIRY_S``): while the connection is open the front end repeats
 the client's last heartbeat every ``KEEPALIVE_S``, for up to ``HEARTBEAT_TIMEOUT_S`` after
-the client's own (RocketMQ's broker keeps a channel 120 s).
+the client's own (RocketMQ's broker keeps a channel 120 s) -- and, with ACLs on, only while
+the access key its requests were signed with is still held for the same user.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from broker.processors.context import CONNECTION
 from broker.rocketmq.connection import RocketConnection
 from broker.rocketmq.edge import Edge
 from broker.rocketmq.translate import UNIQ_KEY, rocket_properties, stored_message
+from broker.security.authorizer import Principal
 from protocol.consumer import HeartbeatRequest, NotifyConsumersChanged
 from protocol.deferred import CheckTransactionRequest
 from protocol.message_format import MessageFormatError, decode_message
@@ -55,6 +57,10 @@ class RocketClient:
         self._heartbeat: HeartbeatRequest | None = None
         self._heard = 0.0
         self._keepalive: asyncio.Task[None] | None = None
+        #: the user its last signed request came from (ACLs on), its decisions cached
+        self.principal: Principal | None = None
+        #: (access key, user) of its last signed request (ACLs on)
+        self.signed_by: tuple[str, str] | None = None
 
     @property
     def remote(self) -> str:
@@ -82,6 +88,8 @@ class RocketClient:
             await asyncio.sleep(KEEPALIVE_S)
             if loop.time() - self._heard > HEARTBEAT_TIMEOUT_S:
                 return
+            if self.signed_by is not None and not self._edge.broker.access.access_keys.holds(*self.signed_by):
+                return  # its key was revoked (or its user deleted): it no longer acts as the user
             with contextlib.suppress(Exception):
                 await self._edge.call(self._heartbeat)
 
@@ -105,7 +113,8 @@ class RocketClient:
             check = CheckTransactionRequest.from_frame(frame)
             m = decode_message(check.message)
             host = self._edge.store_host()
-            uniq = rocket_properties(m)[UNIQ_KEY]
+            # a half sent without UNIQ_KEY (RocketMQ's clients always set one): its offsetMsgId
+            uniq = rocket_properties(m).get(UNIQ_KEY) or message_id(host, check.position)
             body = encode_stored(stored_message(m, queue_offset=-1, position=check.position, store_ms=0,
                                                 store_host=host))
             header = CheckTransactionStateRequestHeader(

@@ -14,7 +14,9 @@ from collections import OrderedDict
 
 from broker.rocketmq.context import RocketBroker
 from broker.rocketmq.translate import host_port
+from broker.security.authorizer import Need
 from protocol.remoting import Frame
+from protocol.rocketmq.codes import RequestCode as RocketCode
 from protocol.wire import Request
 
 __all__ = ["MAX_SUBSCRIPTIONS", "Edge", "Subscription"]
@@ -34,6 +36,16 @@ class Edge:
     async def call(self, request: Request) -> Frame:
         """``request`` served as if it came on the native port (its answer, never raises)."""
         return await self.broker.handle(request.to_frame(1))
+
+    def require(self, need: Need, code: int) -> None:
+        """For a code answered from state directly, not through ``call``: FrameError
+        NO_PERMISSION (audited) unless the request's user may ``need`` -- the check ``call``
+        makes for a native request. Nothing when ACLs are off."""
+        try:
+            name = RocketCode(code).name
+        except ValueError:
+            name = str(code)
+        self.broker.access.require(need, f"RocketMQ {name}")
 
     def store_host(self) -> tuple[str, int]:
         """This replica's client address (the one the routes name): message ids carry it."""

@@ -14,19 +14,21 @@ RaftMQ's and its answer back (``sends``, ``pulls``, ``offsets``, ``clients``, ``
     GET_TOPIC_STATS_INFO, GET_CONSUME_STATS, GET_BROKER_RUNTIME_INFO (mqadmin)   admin
     anything else                     REQUEST_CODE_NOT_SUPPORTED, the remark naming the code
 
-Security: RocketMQ's AK/SK request signature is not checked yet, so with ACLs on
-(``[broker] acl``) every request is refused with NO_PERMISSION and a remark saying so --
-this port is never a way around the ACLs. Off loopback the port follows the broker's
-exposure rule (it is the client port: TLS and ACLs, or ``--insecure``). Requests are
-served through the broker's own dispatch (``RocketBroker.handle``), so their health gate,
-access check and errors are the native port's -- except three that read the broker
-directly: VIEW_MESSAGE_BY_ID (the message at a CommitLog position, through the broker's
-``queries`` reader, after the same health gate), GET_CONSUME_STATS (the broker's
-``lag_rows`` of the group; each queue's last store time is read through the dispatch) and
-GET_BROKER_RUNTIME_INFO (the log's positions and disk use). With ACLs on they are refused
-as every request is, before any handler runs. The connection is the one consumer
-registrations and parked pulls are counted against (``CONNECTION``), and its registrations
-go when it closes.
+Security: with ACLs on (``[broker] acl``) every request must carry RocketMQ's AK/SK
+signature (``AclClientRPCHook``): its access key is looked up in the replicated table, its
+secret unsealed with the cluster secret and the signature checked
+(``broker.security.access_keys``); the request is then served as the user the key maps to
+(``CONNECTION_AUTH``), so the broker's own access check decides what it may do. An unsigned
+request, an unknown or revoked key or a wrong signature is refused with NO_PERMISSION, its
+remark saying which. Off loopback the port follows the broker's exposure rule (it is the
+client port: TLS and ACLs, or ``--insecure``). Requests are served through the broker's own
+dispatch (``RocketBroker.handle``), so their health gate, access check and errors are the
+native port's -- except three that read the broker directly, each checking its native
+equivalent's need first (``Edge.require``): VIEW_MESSAGE_BY_ID (the message at a CommitLog
+position, through the broker's ``queries`` reader, after the same health gate),
+GET_CONSUME_STATS (the broker's ``lag_rows`` of the group) and GET_BROKER_RUNTIME_INFO (the
+log's positions and disk use). The connection is the one consumer registrations and parked
+pulls are counted against (``CONNECTION``), and its registrations go when it closes.
 
 Threads: the server's event loop only.
 """
@@ -40,6 +42,7 @@ from collections.abc import Awaitable, Callable
 
 from broker.processors.context import CONNECTION
 from broker.rocketmq.admin import AdminHandlers
+from broker.rocketmq.answers import rocket_code
 from broker.rocketmq.client_link import RocketClient
 from broker.rocketmq.clients import ClientHandlers
 from broker.rocketmq.connection import RocketConnection, RocketLimits
@@ -49,12 +52,16 @@ from broker.rocketmq.offsets import OffsetHandlers
 from broker.rocketmq.pulls import PullHandlers
 from broker.rocketmq.queries import QueryHandlers
 from broker.rocketmq.sends import SendHandlers
+from broker.security.access_control import CONNECTION_AUTH, ConnectionAuth
+from broker.security.access_keys import AccessKeyRefused
+from broker.security.authorizer import Principal
 from protocol.remoting import FrameError
 from protocol.rocketmq.codes import RequestCode, ResponseCode
 from protocol.rocketmq.frame import RemotingFrame
 from protocol.rocketmq.headers import HeaderError
+from protocol.rocketmq.signature import SignedRequest
 
-__all__ = ["ACL_REFUSAL", "RocketFrontEnd", "code_name"]
+__all__ = ["RocketFrontEnd", "code_name"]
 
 log = logging.getLogger("broker.rocketmq")
 
@@ -62,8 +69,6 @@ Handler = Callable[[RocketClient, RemotingFrame], Awaitable[RemotingFrame]]
 
 #: an unexpected failure of a request code is logged (with its traceback) at most this often
 LOG_EVERY_S = 60.0
-ACL_REFUSAL = ("RaftMQ: this broker has ACLs on and its RocketMQ port does not check RocketMQ's AK/SK "
-               "signature yet: every request is refused; use the RaftMQ client with credentials")
 
 
 def code_name(code: int) -> str:
@@ -146,14 +151,16 @@ class RocketFrontEnd:
             return frame.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                   remark=f"RaftMQ: request code {code_name(frame.code)} is not supported")
         if self._broker.access.enabled:
-            return frame.response(ResponseCode.NO_PERMISSION, remark=ACL_REFUSAL)
+            refusal = self._sign_in(client, frame)
+            if refusal is not None:
+                return refusal
         CONNECTION.set(client)  # type: ignore[arg-type]  # any hashable connection object
         try:
             return await handler(client, frame)
         except HeaderError as e:
             return frame.response(ResponseCode.SYSTEM_ERROR, remark=f"RaftMQ: {e}")
-        except FrameError as e:  # a value RaftMQ's frames cannot carry (an int beyond 64 bits, ...)
-            return frame.response(ResponseCode.SYSTEM_ERROR, remark=f"RaftMQ: {e.message}")
+        except FrameError as e:  # a value RaftMQ's frames cannot carry (an int beyond 64 bits, ...),
+            return frame.response(rocket_code(e.code), remark=f"RaftMQ: {e.message}")  # a need unmet
         except Exception:
             now = time.monotonic()
             if now - self._logged.get(frame.code, -LOG_EVERY_S) >= LOG_EVERY_S:  # a client may repeat it
@@ -162,6 +169,23 @@ class RocketFrontEnd:
                               code_name(frame.code))
             return frame.response(ResponseCode.SYSTEM_ERROR,
                                   remark="RaftMQ: internal error; see the broker log")
+
+    def _sign_in(self, client: RocketClient, frame: RemotingFrame) -> RemotingFrame | None:
+        """ACLs on: serve ``frame`` as the user whose access key signed it (this task's
+        ``CONNECTION_AUTH``); its NO_PERMISSION answer when no key did."""
+        access = self._broker.access
+        request = SignedRequest.of(frame)
+        try:
+            user = access.access_keys.user_of(request)
+        except AccessKeyRefused as e:
+            access.audit_denied(None, client.remote, f"RocketMQ {code_name(frame.code)}", f"signature: {e}")
+            return frame.response(ResponseCode.NO_PERMISSION, remark=f"RaftMQ: {e}")
+        principal = client.principal
+        if principal is None or principal.user != user:  # decisions cached per connection and user
+            principal = client.principal = Principal.of(user, client.remote.rpartition(":")[0].strip("[]"))
+        client.signed_by = (request.access_key or "", user)
+        CONNECTION_AUTH.set(ConnectionAuth(client.remote, principal=principal))
+        return None
 
     def close_connections(self) -> None:
         for conn in list(self.connections):

@@ -23,6 +23,8 @@ from broker.rocketmq.answers import refused
 from broker.rocketmq.client_link import RocketClient
 from broker.rocketmq.edge import Edge
 from broker.rocketmq.translate import UNIQ_KEY, is_message_id, rocket_properties, stored_message
+from broker.security.authorizer import Need
+from protocol.acl import Action, ResourceType
 from protocol.message_format import MessageFormatError, decode_record
 from protocol.query import QueryMessageRequest, QueryResponse, ViewMessageRequest
 from protocol.remoting import FrameError
@@ -48,6 +50,7 @@ class QueryHandlers:
 
     async def view_by_id(self, conn: RocketClient, frame: RemotingFrame) -> RemotingFrame:
         position = ViewMessageRequestHeader.of(frame).offset
+        self._edge.require(Need(ResourceType.CLUSTER, "", (Action.GET,)), frame.code)  # as VIEW_MESSAGE_BY_ID
         why = self._edge.broker.unhealthy()
         if why is not None:
             return frame.response(ResponseCode.SYSTEM_BUSY,
@@ -78,7 +81,7 @@ class QueryHandlers:
                 m = decode_record(row.message)
             except MessageFormatError:
                 continue
-            if m.topic == h.topic and (not h.unique_key_query or rocket_properties(m)[UNIQ_KEY] == h.key):
+            if m.topic == h.topic and (not h.unique_key_query or rocket_properties(m).get(UNIQ_KEY) == h.key):
                 offset = self._edge.broker.queries.queue_offset_of(m.topic, m.queue_id, row.position)
                 found.append(encode_stored(stored_message(m, queue_offset=offset, position=row.position,
                                                           store_ms=row.store_ms, store_host=host)))

@@ -10,6 +10,10 @@ A RocketMQ send's header and properties become one RaftMQ ``Message``:
                                                               message through RaftMQ's index;
     (56 hex digits from an IPv6 one)                       -> kept, and one more key, so the
                                                               index finds it by key
+    (none: the Go client's batch)                          -> NO_UNIQ_KEY = "1", so it is
+                                                              served without one, as RocketMQ's
+                                                              broker serves it: the client's
+                                                              msgId is then its offsetMsgId
     other properties (DELAY, TRAN_MSG, PGROUP, WAIT, user) -> properties, as they are (RaftMQ
                                                               reads DELAY, TRAN_MSG and PGROUP
                                                               under RocketMQ's names)
@@ -29,11 +33,15 @@ from protocol.message_format import Message
 from protocol.record_batch import MessageRecord
 from protocol.rocketmq.message import BatchMessage, StoredMessage, parse_properties
 
-__all__ = ["KEYS", "TAGS", "UNIQ_KEY", "host_port", "is_message_id", "native_message", "stored_message"]
+__all__ = ["KEYS", "NO_UNIQ_KEY", "TAGS", "UNIQ_KEY", "host_port", "is_message_id", "native_message",
+           "stored_message"]
 
 TAGS = "TAGS"
 KEYS = "KEYS"
 UNIQ_KEY = "UNIQ_KEY"
+#: a RocketMQ message stored without UNIQ_KEY (a RaftMQ client's messages have none either,
+#: but are shown with their RaftMQ message id as UNIQ_KEY); never shown to RocketMQ clients
+NO_UNIQ_KEY = "RAFTMQ_NO_UNIQ_KEY"
 _HEX32 = re.compile(r"[0-9A-Fa-f]{32}")
 
 
@@ -50,6 +58,7 @@ def native_message(topic: str, queue_id: int, body: bytes, properties: dict[str,
                    born_ms: int, born_host: str, reconsume: int = 0) -> Message:
     """The RaftMQ message a RocketMQ send stands for (module docstring)."""
     props = dict(properties)
+    props.pop(NO_UNIQ_KEY, None)  # RaftMQ's own mark: set below, never taken from a client
     tags = props.pop(TAGS, None) or None
     keys = tuple(k for k in props.pop(KEYS, "").split(" ") if k)
     m = Message(topic, body, queue_id, tags, keys, props, flag=flag, born_ts_ms=born_ms,
@@ -60,6 +69,8 @@ def native_message(topic: str, queue_id: int, body: bytes, properties: dict[str,
         m.msg_id = bytes.fromhex(uniq)
     elif uniq:
         m.keys = (*keys, uniq)
+    else:
+        props[NO_UNIQ_KEY] = "1"
     return m
 
 
@@ -75,11 +86,12 @@ def batch_messages(topic: str, queue_id: int, batch: list[BatchMessage], *, born
 
 
 def rocket_properties(m: MessageRecord | Message) -> dict[str, str]:
-    """The properties a RocketMQ client reads for ``m`` (TAGS, KEYS, UNIQ_KEY put back)."""
+    """The properties a RocketMQ client reads for ``m`` (TAGS, KEYS, UNIQ_KEY put back; none
+    for a RocketMQ message sent without one)."""
     props = dict(m.properties)
     if m.tags:
         props[TAGS] = m.tags
-    uniq = props.setdefault(UNIQ_KEY, m.msg_id.hex().upper())
+    uniq = None if props.pop(NO_UNIQ_KEY, None) else props.setdefault(UNIQ_KEY, m.msg_id.hex().upper())
     keys = [k for k in m.keys if k != uniq]
     if keys:
         props[KEYS] = " ".join(keys)

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Protocol
 import msgspec
 from aiohttp import web
 
+from broker.security.access_keys import AccessKeys
 from broker.security.access_map import HTTP_ACCESS, OPEN, SUPER_ONLY, needs
 from broker.security.authorizer import Need, Principal
 from broker.security.scram_auth import (
@@ -164,6 +165,8 @@ class AccessControl:
         self._bootstrap = bootstrap
         config = server.rlog.config
         self.tokens = AdminTokens(config.secret, config.group, lambda: server.machine.access, token_ttl_s)
+        #: RocketMQ's AK/SK signatures (the RocketMQ front end maps a key onto its user)
+        self.access_keys = AccessKeys(config.secret, config.group, lambda: server.machine.access)
         self._unknown_key = unknown_user_key(config.secret, config.group)
         self.throttle = LoginThrottle()
         self._http_exchanges: dict[str, tuple[float, ScramExchange, str | None]] = {}
@@ -232,7 +235,7 @@ class AccessControl:
                 return self._refuse(frame, ResponseCode.NO_PERMISSION, remark)
         return None
 
-    def require(self, need: Need, code: int) -> None:
+    def require(self, need: Need, code: int | str) -> None:
         """Within a request: FrameError NO_PERMISSION (audited) unless its connection's user
         may ``need`` -- for what only the request's decoded messages say (a half's producer
         group). Nothing when ACLs are off."""
@@ -260,7 +263,7 @@ class AccessControl:
         return frame.response(code, remark=remark)
 
     # -- audit ---------------------------------------------------------------------------
-    def audit_denied(self, user: str | None, remote: str | None, code: int, need: str) -> None:
+    def audit_denied(self, user: str | None, remote: str | None, code: int | str, need: str) -> None:
         AUDIT.warning("denied user=%s from=%s request=%s needs=%r", user or "-", remote or "-",
                       _name(code), need)
 
@@ -385,7 +388,9 @@ def _denied(user: str, need: Need) -> str:
     return f"user {user!r} may not {need}"
 
 
-def _name(code: int) -> str:
+def _name(code: int | str) -> str:
+    if isinstance(code, str):  # a request of another protocol, named by its front end
+        return code
     try:
         return RequestCode(code).name
     except ValueError:

@@ -35,6 +35,8 @@ a code or serves an admin route that has no row here.
     AUTH_START, AUTH_FINISH          nothing (they are how one authenticates)
     PUT_USER, DELETE_USER, GRANT,    a super user (SUPER_ONLY); PUT_USER of one's own name
     REVOKE, LIST_USERS, LIST_POLICIES  without ``super`` is a password change, allowed
+    PUT/REVOKE_ACCESS_KEY,           a super user (SUPER_ONLY): RocketMQ access keys act as
+    LIST_ACCESS_KEYS                 their user (broker.security.access_keys)
     HTTP GET /admin/topics, /admin/cluster, /admin/members   get on the cluster
     HTTP GET /admin/groups           list on the cluster
     HTTP GET /admin/groups/{g}/offsets, /admin/groups/{g}/in-flight  get on the group
@@ -89,7 +91,9 @@ TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLU
 OPEN = frozenset({RequestCode.AUTH_START, RequestCode.AUTH_FINISH})
 #: Requests only a super user may send (user and policy management).
 SUPER_ONLY = frozenset({RequestCode.PUT_USER, RequestCode.DELETE_USER, RequestCode.LIST_USERS,
-                        RequestCode.GRANT, RequestCode.REVOKE, RequestCode.LIST_POLICIES})
+                        RequestCode.GRANT, RequestCode.REVOKE, RequestCode.LIST_POLICIES,
+                        RequestCode.PUT_ACCESS_KEY, RequestCode.REVOKE_ACCESS_KEY,
+                        RequestCode.LIST_ACCESS_KEYS})
 
 
 def _topic(name: str, actions: tuple[Action, ...]) -> Need:

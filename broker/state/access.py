@@ -6,11 +6,15 @@ statement is (user, resource, decision, source) -> the actions it covers; granti
 actions to a statement, revoking takes them away (the statement goes when none is left).
 Deleting a user deletes its statements.
 
+RocketMQ access keys (``broker.state.access_keys``) are held here too: a user's keys go
+when the user does.
+
 Checkpoint form (only when not empty: a history without users keeps the state's
 canonical form, and digest, it always had)::
 
     "users":    {user: [super, salt, iterations, stored key, server key]}
     "policies": {"user\\0resource\\0decision\\0source": [actions, sorted]}
+    "access_keys": see broker.state.access_keys
 
 ``version`` counts the changes this replica applied or loaded (not replicated): a
 decision cached under one version is stale under another (``broker.security.authorizer``).
@@ -23,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from broker.state.access_keys import AccessKeyTable
+from broker.store.access_key_commands import ACCESS_KEY_TYPES, AccessKeyRecord
 from broker.store.commands import DeleteUser, Grant, PutUser, Revoke
 
 __all__ = ["AccessTables", "Statement", "UserCredentials"]
@@ -55,18 +61,25 @@ class AccessTables:
     ``version`` (a lookup is atomic; the tables are replaced whole, never changed in place)."""
 
     def __init__(self, users: Mapping[str, list[Any]] | None = None,
-                 policies: Mapping[str, list[str]] | None = None) -> None:
+                 policies: Mapping[str, list[str]] | None = None,
+                 access_keys: Mapping[str, list[Any]] | None = None) -> None:
         self.users: dict[str, UserCredentials] = {
             name: UserCredentials(bool(row[0]), bytes(row[1]), int(row[2]), bytes(row[3]), bytes(row[4]))
             for name, row in (users or {}).items()}
         self._policies: dict[tuple[str, str, str, str], frozenset[str]] = {
             _split(key): frozenset(actions) for key, actions in (policies or {}).items()}
         self._by_user: dict[str, tuple[Statement, ...]] = {}
+        self.access_keys = AccessKeyTable(access_keys)
         self.version = 0
         self._changed()
 
-    def apply(self, cmd: PutUser | DeleteUser | Grant) -> str | None:
-        """Apply one user or policy record; the reason it changed nothing, else None."""
+    def apply(self, cmd: PutUser | DeleteUser | Grant | AccessKeyRecord) -> str | None:
+        """Apply one user, policy or access-key record; the reason it changed nothing, else None."""
+        if isinstance(cmd, ACCESS_KEY_TYPES):
+            why = self.access_keys.apply(cmd, self.users)
+            if why is None:
+                self.version = next(_VERSIONS)
+            return why
         if isinstance(cmd, PutUser):
             self.users = {**self.users, cmd.user: UserCredentials(
                 cmd.super, cmd.salt, cmd.iterations, cmd.stored_key, cmd.server_key)}
@@ -75,6 +88,7 @@ class AccessTables:
                 return f"no user {cmd.user!r}"
             self.users = {n: c for n, c in self.users.items() if n != cmd.user}
             self._policies = {k: a for k, a in self._policies.items() if k[0] != cmd.user}
+            self.access_keys.forget_user(cmd.user)
         elif isinstance(cmd, Revoke):
             key = (cmd.user, cmd.resource, cmd.decision, cmd.source)
             held = self._policies.get(key)
@@ -115,7 +129,7 @@ class AccessTables:
                             for n, c in sorted(self.users.items())}
         if self._policies:
             out["policies"] = {"\x00".join(k): sorted(a) for k, a in sorted(self._policies.items())}
-        return out
+        return {**out, **self.access_keys.state()}
 
 
 def _split(key: str) -> tuple[str, str, str, str]:

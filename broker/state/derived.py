@@ -8,7 +8,7 @@ operations and its checkpoint form -- with the files derived alongside::
     producers     ProducerWindows    (producer, topic, queue) -> last sequence, recent records
     locks         QueueLocks         (group, topic, queue) -> the client holding its consume lock
     deferral      Deferral           held messages: Timers, Halves (broker.deferred), SendBacks
-    access        AccessTables       users (SCRAM credentials) and access policies
+    access        AccessTables       users (SCRAM credentials), access policies, RocketMQ access keys
     pops          PopTables          per-message acknowledgement: each group's windows of
                                      messages in flight, its retry policy (broker.state.pops)
     queue_files   QueueFiles         the ConsumeQueues and their running hash
@@ -45,6 +45,7 @@ from broker.state.pops import PopTables
 from broker.state.producers import ProducerWindows
 from broker.state.queues import QueueFiles
 from broker.state.topics import TopicConfig, Topics
+from broker.store.access_key_commands import PutAccessKey, RevokeAccessKey
 from broker.store.commands import (
     CheckHalf,
     CommitOffset,
@@ -116,7 +117,7 @@ class DerivedState:
         self.producers = ProducerWindows(state.get("producers"))
         self.locks = QueueLocks(state.get("locks"))
         self.deferral = Deferral(state)
-        self.access = AccessTables(state.get("users"), state.get("policies"))
+        self.access = AccessTables(state.get("users"), state.get("policies"), state.get("access_keys"))
         self.pops = PopTables(state.get("pops"), state.get("retry"))
 
     # -- applying ----------------------------------------------------------------------
@@ -240,7 +241,7 @@ class DerivedState:
                     return kept(Outcome.DUPLICATE, reason="the transaction was already resolved")
             case LockQueue():
                 return self.locks.apply(cmd, stamp)
-            case PutUser() | DeleteUser() | Grant():
+            case PutUser() | DeleteUser() | Grant() | PutAccessKey() | RevokeAccessKey():
                 why = self.access.apply(cmd)
                 if why is not None:
                     return kept(Outcome.INVALID, reason=why)

@@ -24,6 +24,9 @@ state command::
      141  [141, user]                                                delete a user and its policies
      142  [142, user, resource, decision, source, [actions]]         grant: add actions to a statement
      143  [143, user, resource, decision, source, [actions]]         revoke them ([]: the statement)
+     144  [144, access_key, user, sealed, created_ms]              a RocketMQ access key of a user,
+     145  [145, access_key]                                        revoked (broker.store.
+                                                                   access_key_commands)
      160..164  a group's retry policy; POP claims, acks, invisibility changes, dead-letter
                settlements (see broker.store.pop_commands)
      150  [150, marker_id, from_position]                            a verify marker: every replica
@@ -49,6 +52,13 @@ from dataclasses import dataclass
 
 import msgpack
 
+from broker.store.access_key_commands import (
+    ACCESS_KEY_KINDS,
+    ACCESS_KEY_TYPES,
+    AccessKeyRecord,
+    access_key_row,
+    decode_access_key,
+)
 from broker.store.pop_commands import POP_KINDS, POP_TYPES, PopRecord, decode_pop, pop_row
 from protocol.record_batch import RECORD_KIND
 from protocol.topic import Perm
@@ -177,7 +187,7 @@ class VerifyMarker:
 
 
 AdminRecord = (CreateTopic | DeleteTopic | CommitOffset | RollbackHalf | CheckHalf | LockQueue
-               | PutUser | DeleteUser | Grant | Revoke | VerifyMarker | PopRecord)
+               | PutUser | DeleteUser | Grant | Revoke | VerifyMarker | PopRecord | AccessKeyRecord)
 
 
 def record_kind(record: bytes) -> int | None:
@@ -202,6 +212,8 @@ def encode_admin(record: AdminRecord) -> bytes:
     row: list[object]
     if isinstance(record, POP_TYPES):
         row = pop_row(record)
+    elif isinstance(record, ACCESS_KEY_TYPES):
+        row = access_key_row(record)
     elif isinstance(record, CreateTopic):
         row = [RecordKind.CREATE_TOPIC, record.topic, record.queues, int(record.perm)]
     elif isinstance(record, DeleteTopic):
@@ -283,6 +295,8 @@ def decode_admin(record: bytes) -> AdminRecord:
             return _decode_access(kind, args)
         if kind in POP_KINDS:
             return decode_pop(kind, args)
+        if kind in ACCESS_KEY_KINDS:
+            return decode_access_key(kind, args)
     except (TypeError, ValueError) as e:
         raise ValueError(f"malformed record of kind {kind}: {e}") from None
     raise ValueError(f"unknown record kind {kind!r}")

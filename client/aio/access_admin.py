@@ -4,6 +4,9 @@ Users and policies are entries in each group's log: a change goes to every group
 (default: every group the client knows), a listing is read from any replica. The password
 is turned into a SCRAM record here (``client.credentials.scram_record``): brokers never see it.
 Only super users may manage users and policies; a user may change their own password.
+RocketMQ access keys (AK/SK, for RocketMQ clients signing with ``AclClientRPCHook``) are
+made here, one pair for every group; each group's leader seals the secret key before it
+enters its log.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from client.backoff import Deadline
 from client.credentials import scram_record
-from protocol import acl
+from protocol import access_keys, acl
 from protocol.wire import Request
 
 if TYPE_CHECKING:
@@ -73,3 +76,23 @@ class AccessAdmin:
         reply = await self._admin.core.read_request(chosen[0], acl.ListPoliciesRequest(user=user),
                                                     read_from="any")
         return list(acl.PoliciesResponse.from_frame(reply).policies)
+
+    async def create_access_key(self, user: str, groups: Sequence[str] | None = None,
+                                ) -> tuple[str, str, list[str]]:
+        """A new access key of ``user`` on each group: (access key, secret key, groups). The
+        secret key is not kept anywhere readable: show it to the operator once."""
+        access_key, secret_key = access_keys.new_access_key(), access_keys.new_secret_key()
+        request = access_keys.PutAccessKeyRequest(access_key=access_key, user=user, secret_key=secret_key)
+        return access_key, secret_key, await self._write(request, groups)
+
+    async def revoke_access_key(self, access_key: str, groups: Sequence[str] | None = None) -> list[str]:
+        """Revoke ``access_key`` on each group."""
+        return await self._write(access_keys.RevokeAccessKeyRequest(access_key=access_key), groups)
+
+    async def list_access_keys(self, user: str | None = None,
+                               group: str | None = None) -> list[access_keys.AccessKeyRow]:
+        """The access keys (of ``user``), never their secrets."""
+        chosen = await self._admin._groups([group] if group else None)
+        reply = await self._admin.core.read_request(chosen[0], access_keys.ListAccessKeysRequest(user=user),
+                                                    read_from="any")
+        return list(access_keys.AccessKeysResponse.from_frame(reply).access_keys)

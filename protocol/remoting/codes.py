@@ -51,6 +51,9 @@ class RequestCode(IntEnum):
     GRANT = 75
     REVOKE = 76
     LIST_POLICIES = 77
+    PUT_ACCESS_KEY = 78  # RocketMQ access keys (AK/SK): entries in the log (protocol.access_keys)
+    REVOKE_ACCESS_KEY = 79
+    LIST_ACCESS_KEYS = 80
 
 
 class ResponseCode(IntEnum):

@@ -12,7 +12,8 @@ A signed request carries, among its extFields::
               order of their keys (Java's TreeMap: by UTF-16 code units), concatenated,
               as UTF-8, followed by the body's bytes
 
-Pure; ``verify`` compares in constant time.
+Pure; ``verify`` compares in constant time. ``SignedRequest`` is what a broker checks: a
+received frame's extFields and body, as they came.
 """
 
 from __future__ import annotations
@@ -21,8 +22,12 @@ import base64
 import hashlib
 import hmac
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-__all__ = ["ACCESS_KEY", "SECURITY_TOKEN", "SIGNATURE", "access_key", "sign", "signed_content", "verify"]
+from protocol.rocketmq.frame import RemotingFrame
+
+__all__ = ["ACCESS_KEY", "SECURITY_TOKEN", "SIGNATURE", "SignedRequest", "access_key", "sign",
+           "signed_content", "verify"]
 
 ACCESS_KEY = "AccessKey"
 SIGNATURE = "Signature"
@@ -57,3 +62,24 @@ def verify(ext: Mapping[str, str] | None, body: bytes, secret_key: str) -> bool:
     if not given:
         return False
     return hmac.compare_digest(given.encode(), sign(signed_content(ext, body), secret_key).encode())
+
+
+@dataclass(frozen=True, slots=True)
+class SignedRequest:
+    """A request as its signature covers it: extFields and body, as received."""
+
+    ext: Mapping[str, str] | None
+    body: bytes
+
+    @classmethod
+    def of(cls, frame: RemotingFrame) -> SignedRequest:
+        return cls(frame.ext, frame.body)
+
+    @property
+    def access_key(self) -> str | None:
+        """The access key it names (None: unsigned)."""
+        return access_key(self.ext)
+
+    def signed_with(self, secret_key: str) -> bool:
+        """Whether its Signature is the one ``secret_key`` makes of it."""
+        return verify(self.ext, self.body, secret_key)

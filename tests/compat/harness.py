@@ -114,10 +114,12 @@ def run_scenario(
     timeout_s: float = 60,
     extra_flags: list[str] | None = None,
     client: str = "java",
+    env: dict[str, str] | None = None,
     **opts: object,
 ) -> JavaRun:
     """Runs the `client` harness ("java" or "go"): SCENARIO NAMESRV key=value...; its own
-    deadline is timeout_s less 10 s, so it reports what was missing before it is killed."""
+    deadline is timeout_s less 10 s, so it reports what was missing before it is killed.
+    `env`: more environment (the Java harness's access key and secret key, never argv)."""
     args = [scenario, namesrv, f"timeoutS={max(5, int(timeout_s) - 10)}"]
     args += [f"{k}={v}" for k, v in opts.items()]
     if client == "go":
@@ -125,7 +127,8 @@ def run_scenario(
             raise HarnessMissing(f"{GO_BIN} is not built: run scripts/bootstrap --compat")
         log_dir.mkdir(parents=True, exist_ok=True)
         return _run([str(GO_BIN), *args], {**os.environ, "HOME": str(log_dir)}, timeout_s)
-    return run_java(HARNESS_MAIN, args, timeout_s=timeout_s, log_dir=log_dir, extra_flags=extra_flags)
+    return run_java(HARNESS_MAIN, args, timeout_s=timeout_s, log_dir=log_dir, extra_flags=extra_flags,
+                    env=env)
 
 
 class Background:

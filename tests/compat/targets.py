@@ -129,31 +129,38 @@ def reference_target(logs: Path) -> Iterator[Target]:
                  probe_rocketmq(REFERENCE_NAMESRV))
 
 
-def raftmq_target(base: Path) -> Iterator[Target]:
+def raftmq_target(base: Path, *, acl: bool = False) -> Iterator[Target]:
+    """A fresh 3-node group g1 and its name server; ``acl``: ACLs on, the super user
+    ``admin`` bootstrapped (its credentials in ``base/admin.credentials``: raftmq.local_acl),
+    topics created as it."""
+    from raftmq.local_acl import acl_broker_options, local_credentials, wait_for_super_user
     from raftmq.local_group import LocalGroup
     from raftmq.local_namesrv import configure_namesrv, namesrv_argv
-    from tests.support.broker_group import create_topic
     from tests.support.procs import ManagedProcess, free_ports, wait_until
 
     (port,) = free_ports(1)
     ns = f"127.0.0.1:{port}"
     group = LocalGroup(base / "g1", 3, module="broker", group="g1",
                        broker={"namesrv": [ns], "index_slots": 4096, "index_entries": 65536,
-                               **ROCKETMQ_BROKER_SETTINGS})
+                               **ROCKETMQ_BROKER_SETTINGS, **(acl_broker_options(base) if acl else {})})
     namesrv = ManagedProcess(namesrv_argv(configure_namesrv(base, ns, [group])), base / "namesrv.log")
     try:
         group.start()
         group.wait_leader(timeout=60)
         wait_until(lambda: _listening(ns), 30, what="the name server")
         wait_until(lambda: names_a_master(ns), 30, what="the name server naming g1's leader as master")
+        if acl:
+            wait_for_super_user(ns, base)
+        credentials = local_credentials(base) if acl else None
         # one RocketMQ broker per RaftMQ group, named as the group, in cluster DefaultCluster
         def create(topic: str, queues: int) -> None:
             # a connection to a replica can still drop just after the group formed
             from client.errors import ClientError
+            from tests.support.broker_group import servers
 
             def made() -> bool:
                 try:
-                    create_topic(group, topic, queues)
+                    create_topic_as(servers(group), topic, queues, credentials)
                     return True
                 except ClientError:
                     return False
@@ -163,6 +170,17 @@ def raftmq_target(base: Path) -> Iterator[Target]:
     finally:
         group.stop()
         namesrv.stop()
+
+
+def create_topic_as(servers: list[str], topic: str, queues: int, credentials: Any) -> None:
+    """``topic`` created through an Admin on ``servers`` as ``credentials`` (None: anonymous)."""
+    from client import Admin
+
+    admin = Admin(servers=servers, credentials=credentials)
+    try:
+        admin.create_topic(topic, queues=queues)
+    finally:
+        admin.close()
 
 
 def _listening(addr: str) -> bool:

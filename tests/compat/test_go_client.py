@@ -9,17 +9,10 @@ import pytest
 
 from tests.compat import checks
 from tests.compat.checks import scenario
-from tests.compat.targets import Target, raftmq_xfail
+from tests.compat.targets import Target
 
 pytestmark = [pytest.mark.cluster, pytest.mark.compat]
 
-BATCH_WITHOUT_UNIQ_KEY = (
-    "a message sent without UNIQ_KEY (the Go client's batch) comes back with one: RaftMQ's own "
-    "message id is put back as UNIQ_KEY, so the Go consumer's msgId is not the offsetMsgId its "
-    "send returned (the real RocketMQ passes)")
-
-
-@raftmq_xfail(BATCH_WITHOUT_UNIQ_KEY)
 def test_go_sync_async_oneway_and_batch_sends_are_all_received(target: Target) -> None:
     checks.check_sends(scenario(target, "sends", client="go", count=10), 10)
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from client import Admin, Credentials
 from client.credentials import scram_record
+from protocol.access_keys import ListAccessKeysRequest, PutAccessKeyRequest, RevokeAccessKeyRequest
 from protocol.acl import (
     DeleteUserRequest,
     GrantRequest,
@@ -198,4 +199,9 @@ def samples(position: int) -> dict[RequestCode, Sample]:
         RequestCode.REVOKE: Sample(RevokeRequest(user="alice", resource="topic:*", actions=()), (),
                                    "only super users"),
         RequestCode.LIST_POLICIES: Sample(ListPoliciesRequest(), (), "only super users"),
+        RequestCode.PUT_ACCESS_KEY: Sample(PutAccessKeyRequest(access_key="RMQ-mallory-key", user="mallory",
+                                                               secret_key="m" * 40), (), "only super users"),
+        RequestCode.REVOKE_ACCESS_KEY: Sample(RevokeAccessKeyRequest(access_key="RMQ-alice-key"), (),
+                                              "only super users"),
+        RequestCode.LIST_ACCESS_KEYS: Sample(ListAccessKeysRequest(), (), "only super users"),
     }

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,10 +17,9 @@ from broker.remoting.guarded_site import GuardedSite
 from broker.remoting.server import AppliedSignal, BrokerServer
 from broker.state.machine import BrokerStateMachine
 from dledger.applier import Applier
-from dledger.config import GroupConfig
-from dledger.local_log import LocalLog
 from dledger.log import Log
 from raftmq.local_group import free_port
+from tests.support.one_node import one_node_group
 
 
 class NetworkForbidden(AssertionError):
@@ -65,19 +63,8 @@ def no_network_unless_marked(request: pytest.FixtureRequest,
 def one_node_broker(tmp_path: Path) -> Iterator[tuple[Log, BrokerStateMachine, Applier]]:
     """A one-replica group (leader once yielded) with the broker's apply step behind it:
     a ``LocalLog`` (no pysyncobj node, no election, no Raft socket)."""
-    rlog = LocalLog(GroupConfig(node="n1", peers={"n1": "127.0.0.1:1"}, data_dir=tmp_path / "log"))
-    machine = BrokerStateMachine(tmp_path / "store", index_slots=64, index_entries=4096)
-    applier = Applier(rlog, machine).start()
-    try:
-        deadline = time.monotonic() + 10
-        while not rlog.is_leader:
-            assert time.monotonic() < deadline, "a one-node group elected no leader in 10 s"
-            time.sleep(0.02)
-        yield rlog, machine, applier
-    finally:
-        applier.stop()
-        rlog.close()
-        machine.close()
+    with one_node_group(tmp_path) as group:
+        yield group
 
 
 @pytest.fixture

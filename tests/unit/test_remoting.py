@@ -146,7 +146,8 @@ def test_code_values_are_fixed() -> None:
         "GET_ROUTE": 40, "CREATE_TOPIC": 50, "DELETE_TOPIC": 51, "GET_TOPICS": 52, "UPDATE_GROUP_CONFIG": 53,
         "END_TRANSACTION": 60, "CHECK_TRANSACTION": 61, "NOTIFY_CONSUMER_IDS_CHANGED": 62,
         "AUTH_START": 70, "AUTH_FINISH": 71, "PUT_USER": 72, "DELETE_USER": 73, "LIST_USERS": 74,
-        "GRANT": 75, "REVOKE": 76, "LIST_POLICIES": 77}
+        "GRANT": 75, "REVOKE": 76, "LIST_POLICIES": 77, "PUT_ACCESS_KEY": 78, "REVOKE_ACCESS_KEY": 79,
+        "LIST_ACCESS_KEYS": 80}
     assert [c.value for c in ResponseCode] == list(range(22))
     assert ResponseCode.AUTH_FAILED == 20 and not ResponseCode.AUTH_FAILED.retriable
     assert not ResponseCode.NO_PERMISSION.retriable

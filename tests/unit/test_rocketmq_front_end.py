@@ -17,7 +17,7 @@ from broker.config import read_broker_section
 from broker.node import rocket_front_end
 from broker.remoting.server import AppliedSignal, BrokerServer
 from broker.rocketmq import offsets as offsets_module
-from broker.rocketmq.front_end import ACL_REFUSAL, RocketFrontEnd
+from broker.rocketmq.front_end import RocketFrontEnd
 from broker.state.machine import BrokerStateMachine
 from broker.store.inflation import MAX_INFLATED_PER_PULL
 from dledger.applier import Applier
@@ -50,6 +50,7 @@ from protocol.rocketmq.message import (
     decode_message_id,
     decode_stored,
     encode_batch_message,
+    message_id,
 )
 from protocol.send import SendBatchRequest
 
@@ -78,9 +79,12 @@ def golden_frame(name: str) -> RemotingFrame:
 class Rocket:
     """Requests to a front end, as a RocketMQ client would send them."""
 
-    def __init__(self, front: RocketFrontEnd, conn: FakeConnection | None = None) -> None:
+    def __init__(self, front: RocketFrontEnd, conn: FakeConnection | None = None,
+                 sign: Callable[[dict[str, str], bytes], dict[str, str]] | None = None) -> None:
+        """``sign``: the ext a request goes with, given its own and its body (AclClientRPCHook's)."""
         self.front = front
         self.conn = conn or FakeConnection()
+        self._sign = sign
         self._opaque = 0
 
     async def ask(self, code: int, header: Header | dict[str, str] | None = None, body: bytes = b"",
@@ -88,6 +92,8 @@ class Rocket:
         self._opaque += 1
         opaque = self._opaque
         ext = header.to_ext()[0] if isinstance(header, Header) else header
+        if self._sign is not None:
+            ext = self._sign(dict(ext or {}), body)
         frame = RemotingFrame(code, opaque, 0, None, ext, body, serialize_type=kind)
         reply = await self.front.serve(self.conn, frame)  # type: ignore[arg-type]
         assert reply.opaque == opaque and reply.is_response
@@ -196,6 +202,10 @@ def test_a_batch_is_stored_in_the_queue_the_client_chose_and_filtered_by_tag(one
         _, every = await r.pull("orders", 2, 0)
         assert [m.body for m in every] == [b"m0", b"m1", b"m2", b"m3"]
         assert [decode_message_id(i)[1] for i in ids] == [m.commit_log_offset for m in every]
+        # sent without UNIQ_KEY (the Go client's batch): pulled without one, as RocketMQ's broker
+        # answers, so a client's msgId (UNIQ_KEY, else offsetMsgId) is the id the send answered
+        assert all("UNIQ_KEY" not in m.properties for m in every)
+        assert [message_id(m.store_host, m.commit_log_offset) for m in every] == ids
         _, odd = await r.pull("orders", 2, 0, subscription="t1")
         assert [m.body for m in odd] == [b"m1", b"m3"]
         nothing, _ = await r.pull("orders", 2, 0, subscription="none-such")
@@ -292,11 +302,12 @@ def test_not_leader_becomes_service_not_available_naming_the_leader(one_node_bro
 @pytest.mark.parametrize("code", [RequestCode.SEND_MESSAGE, RequestCode.PULL_MESSAGE, RequestCode.HEART_BEAT,
                                   RequestCode.QUERY_CONSUMER_OFFSET, RequestCode.VIEW_MESSAGE_BY_ID,
                                   RequestCode.UPDATE_AND_CREATE_TOPIC])
-def test_with_acls_on_every_request_is_refused(one_node_broker, code: RequestCode) -> None:  # type: ignore[no-untyped-def]
+def test_with_acls_on_every_unsigned_request_is_refused(one_node_broker, code: RequestCode) -> None:  # type: ignore[no-untyped-def]
     async def scenario(r: Rocket, _server: BrokerServer) -> None:
         golden = golden_frame("send_v1_json")
         reply = await r.ask(code, dict(golden.ext or {}), golden.body)
-        assert reply.code == ResponseCode.NO_PERMISSION and reply.remark == ACL_REFUSAL
+        assert reply.code == ResponseCode.NO_PERMISSION
+        assert "sign requests with an access key" in (reply.remark or "")
 
     run(one_node_broker, scenario, acl=True)
 

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol import acl, consumer, deferred, offset, pop, query, topic
+from protocol import access_keys, acl, consumer, deferred, offset, pop, query, topic
 from protocol.catalog import CATALOG, UNSERVED
 from protocol.pull import LeaderlessMark, PullRequest, PullResponse, PullRow
 from protocol.remoting import Frame, FrameError, RequestCode, ResponseCode, decode_frame
@@ -151,6 +151,13 @@ LEGACY: list[tuple[Request | tuple[Response, int], Frame]] = [
     (acl.ListPoliciesRequest(user="alice"), _request(77, {"user": "alice"})),
     ((acl.PoliciesResponse(policies=(acl.PolicyRow("alice", "topic:*", "allow", "", ("get", "pub")),)), OK),
      _reply(body=msgpack.packb([["alice", "topic:*", "allow", "", ["get", "pub"]]]))),
+    # RocketMQ access keys (issue 27: new in this version; the bytes are the layout's)
+    (access_keys.PutAccessKeyRequest(access_key="RMQ01234", user="alice", secret_key="s" * 43),
+     _request(78, {"accessKey": "RMQ01234", "user": "alice", "secretKey": "s" * 43})),
+    (access_keys.RevokeAccessKeyRequest(access_key="RMQ01234"), _request(79, {"accessKey": "RMQ01234"})),
+    (access_keys.ListAccessKeysRequest(user="alice"), _request(80, {"user": "alice"})),
+    ((access_keys.AccessKeysResponse(access_keys=(access_keys.AccessKeyRow("RMQ01234", "alice", 5),)), OK),
+     _reply(body=msgpack.packb([["RMQ01234", "alice", 5]]))),
     # per-message acknowledgement (issue 29: new in this version; the bytes are the layout's)
     (pop.PopRequest(group="g", topic="t", max_msgs=8, invisible_ms=30_000, wait_ms=5_000),
      _request(36, {"group": "g", "topic": "t", "maxMsgs": 8, "invisibleMs": 30_000, "waitMs": 5_000})),

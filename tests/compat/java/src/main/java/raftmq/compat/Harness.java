@@ -8,7 +8,10 @@ import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.function.BooleanSupplier;
+import org.apache.rocketmq.acl.common.AclClientRPCHook;
+import org.apache.rocketmq.acl.common.SessionCredentials;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.common.MixAll;
 import org.apache.rocketmq.common.TopicConfig;
@@ -17,6 +20,7 @@ import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.protocol.body.ClusterInfo;
 import org.apache.rocketmq.common.protocol.route.BrokerData;
 import org.apache.rocketmq.common.protocol.route.TopicRouteData;
+import org.apache.rocketmq.remoting.RPCHook;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 
 public final class Harness {
@@ -64,23 +68,46 @@ public final class Harness {
             Events.of("timeout").put("missing", t.getMessage()).emit();
             rc = 3;
         } catch (Throwable t) {
-            Events.of("error").put("error", t.getClass().getName()).put("message", String.valueOf(t.getMessage())).emit();
+            Events.of("error").put("error", t.getClass().getName()).put("message", String.valueOf(t.getMessage()))
+                .put("causes", causes(t)).emit();
             t.printStackTrace();
             rc = 1;
         }
         System.exit(rc);
     }
 
+    /** The messages of `t` and its causes, outermost first (a client exception wraps the broker's remark). */
+    static String causes(Throwable t) {
+        StringBuilder b = new StringBuilder();
+        for (Throwable c = t; c != null; c = c.getCause()) {
+            b.append(b.length() == 0 ? "" : " <- ").append(c.getMessage());
+        }
+        return b.toString();
+    }
+
     // ---- clients -------------------------------------------------------------------
 
+    /**
+     * RocketMQ's AK/SK request signature (AclClientRPCHook) with the access key and secret key
+     * in $RAFTMQ_COMPAT_ACCESS_KEY and $RAFTMQ_COMPAT_SECRET_KEY (never on the command line);
+     * null without them: unsigned requests, as before.
+     */
+    static RPCHook aclHook() {
+        String accessKey = System.getenv("RAFTMQ_COMPAT_ACCESS_KEY");
+        String secretKey = System.getenv("RAFTMQ_COMPAT_SECRET_KEY");
+        return accessKey == null || secretKey == null ? null
+            : new AclClientRPCHook(new SessionCredentials(accessKey, secretKey));
+    }
+
     DefaultMQProducer producer(String producerGroup) {
-        DefaultMQProducer p = new DefaultMQProducer(producerGroup);
+        DefaultMQProducer p = new DefaultMQProducer(producerGroup, aclHook());
         configure(p);
         return p;
     }
 
     DefaultMQPushConsumer pushConsumer(String consumerGroup, String instance) {
-        DefaultMQPushConsumer c = new DefaultMQPushConsumer(consumerGroup);
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer(consumerGroup, aclHook(),
+            new AllocateMessageQueueAveragely());
         c.setNamesrvAddr(opts.namesrv);
         c.setVipChannelEnabled(false);
         c.setClientIP("127.0.0.1");

@@ -18,6 +18,8 @@ import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
+import org.apache.rocketmq.client.exception.MQBrokerException;
+import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.LocalTransactionState;
 import org.apache.rocketmq.client.producer.SendCallback;
@@ -51,11 +53,12 @@ final class Scenarios {
             case "retry-dlq" -> retryDlq(h);
             case "transaction" -> transaction(h);
             case "litepull" -> litePull(h);
+            case "acl" -> acl(h);
             case "ordered-load" -> Load.orderedLoad(h);
             case "bench-sync" -> Load.benchSync(h);
             case "bench-batch" -> Load.benchBatch(h);
             default -> throw new IllegalArgumentException("unknown scenario " + h.opts.scenario
-                + " (produce consume sends ordered tags sql broadcast delay retry-dlq transaction litepull"
+                + " (produce consume sends ordered tags sql broadcast delay retry-dlq transaction litepull acl"
                 + " ordered-load bench-sync bench-batch)");
         }
     }
@@ -132,6 +135,55 @@ final class Scenarios {
         }
     }
 
+    // ---- acl: signed with AclClientRPCHook (Harness.aclHook), allowed and refused --------------
+
+    /**
+     * Sync sends to the scenario's topic, all received by a push consumer; then one send to
+     * `deniedTopic`, which must be refused: a "refused" event with the broker's code and remark
+     * (a "sent" event for it would mean it was stored).
+     */
+    static void acl(Harness h) throws Exception {
+        String denied = h.opts.str("deniedTopic", null);
+        if (denied == null) {
+            throw new IllegalArgumentException("acl needs deniedTopic=");
+        }
+        h.prepareTopic(h.topic);
+        h.prepareTopic(denied);
+        Map<String, AtomicInteger> seen = new ConcurrentHashMap<>();
+        DefaultMQPushConsumer c = recordingConsumer(h, "c1", seen);
+        DefaultMQProducer p = h.producer("pg-" + h.runId);
+        Set<String> expected = new HashSet<>();
+        c.start();
+        p.start();
+        try {
+            syncSends(h, p, "acl-", expected);
+            h.awaitKeys(expected, seen);
+            try {
+                sent("sync", "denied-0", p.send(message(denied, "TagA", "denied-0")));
+            } catch (MQClientException e) {
+                refused(denied, e.getResponseCode(), e);
+            } catch (MQBrokerException e) {
+                refused(denied, e.getResponseCode(), e);
+            }
+        } finally {
+            p.shutdown();
+            c.shutdown();
+        }
+    }
+
+    static void refused(String topic, int code, Exception e) {
+        Events.of("refused").put("topic", topic).put("code", code).put("message", Harness.causes(e)).emit();
+    }
+
+    /** Sync sends of keys `prefix`0.. to the scenario's topic, each a "sent" event; the keys into `expected`. */
+    static void syncSends(Harness h, DefaultMQProducer p, String prefix, Set<String> expected) throws Exception {
+        for (int i = 0; i < h.count; i++) {
+            String key = prefix + i;
+            expected.add(key);
+            sent("sync", key, p.send(message(h.topic, "TagA", key)));
+        }
+    }
+
     // ---- sends: sync, async, oneway, batch, all received ---------------------------------
 
     static void sends(Harness h) throws Exception {
@@ -143,11 +195,7 @@ final class Scenarios {
         c.start();
         p.start();
         try {
-            for (int i = 0; i < h.count; i++) {
-                String key = "sync-" + i;
-                expected.add(key);
-                sent("sync", key, p.send(message(h.topic, "TagA", key)));
-            }
+            syncSends(h, p, "sync-", expected);
             AtomicInteger asyncDone = new AtomicInteger();
             for (int i = 0; i < h.count; i++) {
                 String key = "async-" + i;

@@ -16,12 +16,12 @@ are ``PeerNode`` (dialable through a proxy). This module wires the parts, each o
 one concern:
 
     dledger/raft/proposals.py           a leader's proposals in flight, batching by bytes
-    dledger/raft/candidacy.py           the reasons a replica must not lead; hand-over rule
-    dledger/raft/leadership_transfer.py  TimeoutNow transfers and a leader's hand-over
+    dledger/raft/election/candidacy.py           the reasons a replica must not lead; hand-over rule
+    dledger/raft/election/leadership_transfer.py  TimeoutNow transfers and a leader's hand-over
     dledger/raft/group_members.py       members from the log, pysyncobj's set reconciled
     dledger/raft/retained_start.py      the log-start dump and the snapshot a follower receives
     dledger/raft/log_retention.py       old segments deleted, followers behind the start
-    dledger/raft/prevote.py, snapshot_fetch.py   on pysyncobj's peer connections
+    dledger/raft/election/prevote.py, snapshot_fetch.py   on pysyncobj's peer connections
 
 A full disk (``dledger.storage.disk_guard``): a replica whose disk cannot take an entry does not
 stand for election until ``disk_resume_free_bytes`` are free again; a leader hands the
@@ -50,12 +50,13 @@ from dledger.errors import EntryTooLarge, NoLeader, NotLeader
 from dledger.latency import LatencyHistogram
 from dledger.log_events import Appended, LeaderChange, Role, SnapshotSource
 from dledger.membership import BIND_FUNC_ID, Change, Member, MemberHistory
-from dledger.raft.candidacy import DISK_FULL, NOT_A_MEMBER, STORAGE_NOT_RECORDED, Candidacy
 from dledger.raft.codec import APPEND_FUNC_ID
+from dledger.raft.election.candidacy import DISK_FULL, NOT_A_MEMBER, STORAGE_NOT_RECORDED, Candidacy
+from dledger.raft.election.leadership_transfer import LeadershipTransfer
+from dledger.raft.election.prevote import PreVote
 from dledger.raft.full_disks import FollowerDisks, own_disk_full, refusal
 from dledger.raft.group_members import GroupMembers
 from dledger.raft.journal import RaftJournal
-from dledger.raft.leadership_transfer import LeadershipTransfer
 from dledger.raft.log_retention import LogRetention
 from dledger.raft.node import (
     ROLE_OF_STATE,
@@ -66,7 +67,6 @@ from dledger.raft.node import (
     hand_journal,
 )
 from dledger.raft.patches import install_patches
-from dledger.raft.prevote import PreVote
 from dledger.raft.proposals import Proposals
 from dledger.raft.retained_start import RetainedStart, finish_interrupted_reset
 from dledger.raft.snapshot_fetch import SnapshotFetch
@@ -323,7 +323,7 @@ class ReplicatedLog:
     def stand_for_election(self, allowed: bool, reason: str = "its state is known to be wrong") -> None:
         """Whether this node may become a candidate for ``reason`` (it always votes): a replica
         whose state is wrong or behind what it can apply must not lead. It stands again once
-        no reason is left; a leader that must not lead hands over (``dledger.raft.candidacy``)."""
+        no reason is left; a leader that must not lead hands over (``dledger.raft.election.candidacy``)."""
         if self.candidacy.set(allowed, reason) and self.is_leader:
             self._transfer.start_hand_over()
         self._apply_candidacy()
@@ -338,7 +338,7 @@ class ReplicatedLog:
     def transfer_leadership(self, target: str | None = None, timeout: float = 3.0) -> str | None:
         """Leader: hand the leadership to ``target`` (default: the connected member with the
         highest match index, passing over members known full or that did not take a transfer
-        lately; ``dledger.raft.leadership_transfer``). Returns the new leader, or None if it did
+        lately; ``dledger.raft.election.leadership_transfer``). Returns the new leader, or None if it did
         not move within ``timeout``. Any thread but the tick thread."""
         return self._transfer.transfer(target, timeout)
 

@@ -23,19 +23,22 @@ The parts it wires, each one concern:
 
 The callbacks it hands the parts (``stand_for_election``, ``members``, ``_not_leader``,
 ``committed_index``, ``_on_not_stored``, ``_on_commit``, the ``_watch_*`` ticks) are
-``ReplicatedLog``'s. Runs on the constructing thread, before pysyncobj's tick thread starts
--- except ``_set_transport``, which pysyncobj calls when it makes its transport.
+``ReplicatedLog``'s (abstract here). Runs on the constructing thread, before pysyncobj's
+tick thread starts -- except ``_set_transport``, which pysyncobj calls when it makes its
+transport.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from abc import ABC, abstractmethod
 from typing import Any
 
 from pysyncobj.pipe_notifier import PipeNotifier
 
 from dledger.config import GroupConfig
+from dledger.errors import NoLeader, NotLeader
 from dledger.membership import BIND_FUNC_ID, Member, MemberHistory
 from dledger.raft.codec import APPEND_FUNC_ID
 from dledger.raft.election.candidacy import NOT_A_MEMBER, STORAGE_NOT_RECORDED, Candidacy
@@ -61,10 +64,41 @@ __all__ = ["ReplicaWiring"]
 log = logging.getLogger("dledger.replicated_log")
 
 
-class ReplicaWiring:
+class ReplicaWiring(ABC):
     """The construction of a ``ReplicatedLog`` (see the module docstring)."""
 
     config: GroupConfig
+
+    # -- ReplicatedLog's, handed to the parts ------------------------------------------
+    @abstractmethod
+    def stand_for_election(self, allowed: bool, reason: str = "its state is known to be wrong") -> None: ...
+
+    @abstractmethod
+    def members(self) -> dict[str, Member]: ...
+
+    @property
+    @abstractmethod
+    def committed_index(self) -> int: ...
+
+    @abstractmethod
+    def _not_leader(self) -> NotLeader | NoLeader: ...
+
+    @abstractmethod
+    def _on_not_stored(self, command: bytes) -> None: ...
+
+    @abstractmethod
+    def _on_commit(self, _committed: int) -> None: ...
+
+    @abstractmethod
+    def _watch_disk(self) -> None: ...
+
+    @abstractmethod
+    def _watch_leadership(self) -> None: ...
+
+    @abstractmethod
+    def _watch_membership(self) -> None: ...
+
+    # -- the construction ----------------------------------------------------------------
 
     def _open_storage(self) -> None:
         """The CommitLog (an interrupted log restart finished), the members it says, the

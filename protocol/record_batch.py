@@ -36,7 +36,8 @@ Pure: ``encode_record`` (client, leader), ``read_header`` (broker: header and ar
 never the section), ``check_messages`` (the leader, once per record it accepts: the
 section decodes as consumers decode it, the arrays agree with it), ``decode_messages``
 (consumers: every message), ``record_properties`` (SQL92 filters: properties only).
-Anything malformed raises ``MessageFormatError``.
+Anything malformed raises ``MessageFormatError``. The message section's rows, decoders and
+block codecs are ``protocol.record_section``.
 """
 
 from __future__ import annotations
@@ -45,11 +46,23 @@ import struct
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
 import msgpack
 import msgspec
 
+from protocol.record_section import (
+    MAX_BASE_BORN_MS,
+    PROPERTIES_ROWS,
+    ROW_TUPLES,
+    ROWS,
+    MessageFormatError,
+    SectionRow,
+    checked_rows,
+    compress,
+    decode_rows,
+    inflate,
+)
 from protocol.tags import tag_hash
 
 __all__ = [
@@ -93,10 +106,6 @@ _TAGS = struct.Struct(">q")
 Entry = tuple[bytes, int, int, "str | None", Sequence[str], Mapping[str, str], int, bytes]
 
 
-class MessageFormatError(ValueError):
-    """Bytes that are not a record (or message) of this format."""
-
-
 class MessageRecord(msgspec.Struct, frozen=True, gc=False):
     """One message of a record, decoded: what consumers, queries and Spark read."""
 
@@ -115,40 +124,7 @@ class MessageRecord(msgspec.Struct, frozen=True, gc=False):
     body: bytes
 
 
-class _Row(msgspec.Struct, array_like=True, frozen=True, gc=False):
-    born_delta: int
-    flag: int
-    tags: str | None
-    properties: dict[str, str]
-    reconsume: int
-    body: bytes
-
-
-class _PropsRow(msgspec.Struct, array_like=True, frozen=True, gc=False):
-    """A message section row read up to its properties (the rest, body included, is skipped)."""
-
-    born_delta: int
-    flag: int
-    tags: str | None
-    properties: dict[str, str]
-
-
-_SECTION = msgspec.msgpack.Decoder(list[_Row])
-_SECTION_TUPLES = msgspec.msgpack.Decoder(list[tuple[int, int, str | None, dict[str, str], int, bytes]])
-_PROPS = msgspec.msgpack.Decoder(list[_PropsRow])
 _KEYS = msgspec.msgpack.Decoder(list[tuple[str, ...]])
-#: Born times the leader accepts (``check_messages``): a record's base within 2**53 ms of the
-#: epoch, each message within 2**40 ms (~35 years) of it -- so a born time is always an int64
-#: of milliseconds, and of microseconds too (Spark's TIMESTAMP).
-MAX_BASE_BORN_MS = 2**53
-MAX_BORN_DELTA_MS = 2**40
-_Delta = Annotated[int, msgspec.Meta(ge=-MAX_BORN_DELTA_MS, le=MAX_BORN_DELTA_MS)]
-_Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
-_Reconsume = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
-#: The rows as consumers read them, bounded; bodies are views, not copies.
-_CHECKED = msgspec.msgpack.Decoder(
-    list[tuple[_Delta, _Int32, str | None, dict[str, str], _Reconsume, memoryview]])
-_ROW_FIELDS = ("born delta", "flag", "tags", "properties", "reconsume", "body")
 _tag_hashes: dict[str | None, bytes] = {}
 _local = threading.local()
 
@@ -204,7 +180,7 @@ def encode_record(topic: str, queue_id: int, messages: Sequence[Entry], *, produ
     if codec < 0:
         raise ValueError(f"compression must be None, 'zstd' or 'lz4', not {compression!r}")
     if codec:
-        packed = _compress(codec, raw)
+        packed = compress(codec, raw)
         if len(packed) < len(raw):
             section, flags = packed, flags | codec
     key_table = pack([list(k) for k in keys]) if any_keys else b""
@@ -300,30 +276,6 @@ def record_count(record: bytes) -> int:
     return HEADER.unpack_from(record)[2] if len(record) >= HEADER_SIZE else 0
 
 
-def _section(record: bytes | memoryview, h: RecordHeader) -> bytes | memoryview:
-    """The message section, inflated if compressed (a view of ``record`` if not: no copy)."""
-    data = memoryview(record)[h.section_at:]
-    if not h.codec:
-        return data
-    try:
-        out = _decompress(h.codec, bytes(data), h.raw_length)
-    except Exception as e:
-        raise MessageFormatError(f"the message section does not decompress: {e}") from None
-    if len(out) != h.raw_length:
-        raise MessageFormatError(f"the message section inflates to {len(out)} bytes, not {h.raw_length}")
-    return out
-
-
-def _rows(decoder: msgspec.msgpack.Decoder[Any], record: bytes | memoryview, h: RecordHeader) -> list[Any]:
-    try:
-        rows: list[Any] = decoder.decode(_section(record, h))
-    except msgspec.DecodeError as e:
-        raise MessageFormatError(f"malformed message section: {e}") from None
-    if len(rows) != h.count:
-        raise MessageFormatError(f"the message section has {len(rows)} messages, the header {h.count}")
-    return rows
-
-
 def check_messages(record: bytes, header: RecordHeader | None = None) -> RecordHeader:
     """``record``'s header, once its messages are known to read as every consumer reads them
     (the leader's check of a record before storing it; the apply step then trusts its header):
@@ -336,14 +288,7 @@ def check_messages(record: bytes, header: RecordHeader | None = None) -> RecordH
     if not -MAX_BASE_BORN_MS <= h.base_born_ms <= MAX_BASE_BORN_MS:
         raise MessageFormatError(f"born time {h.base_born_ms} ms is out of range "
                                  f"(within {MAX_BASE_BORN_MS} ms of the epoch)")
-    try:
-        rows = _CHECKED.decode(_section(record, h))
-    except msgspec.ValidationError as e:
-        raise MessageFormatError(_named(str(e))) from None
-    except msgspec.DecodeError as e:
-        raise MessageFormatError(f"malformed message section: {e}") from None
-    if len(rows) != h.count:
-        raise MessageFormatError(f"the message section has {len(rows)} messages, the header {h.count}")
+    rows = checked_rows(_section(record, h), h.count)
     if not h.special:  # the flag routes a record through the broker's checks of such properties
         for i, row in enumerate(rows):
             if row[3] and is_special(row[3]):
@@ -358,23 +303,10 @@ def check_messages(record: bytes, header: RecordHeader | None = None) -> RecordH
     return h
 
 
-def _named(text: str) -> str:
-    """msgspec's complaint about the section, with the message and field it is at
-    (``... - at `$[2][5]``` -> ``message 2: body: ...``)."""
-    what, _, where = text.partition(" - at `$[")
-    what = what[:1].lower() + what[1:]
-    if not where:
-        return f"malformed message section: {what}"
-    index, _, rest = where.partition("]")
-    field = rest[1:].partition("]")[0] if rest.startswith("[") else ""
-    name = _ROW_FIELDS[int(field)] if field.isdigit() and int(field) < len(_ROW_FIELDS) else ""
-    return f"message {index}: {name + ': ' if name else ''}{what}"
-
-
 def decode_messages(record: bytes, header: RecordHeader | None = None) -> list[MessageRecord]:
     """Every message of ``record``, in order; MessageFormatError if it is not a record."""
     h = header or read_header(record)
-    rows: list[_Row] = _rows(_SECTION, record, h)
+    rows: list[SectionRow] = decode_rows(ROWS, _section(record, h), h.count)
     keys = h.keys(record)
     ids = h.msg_ids(record)
     topic, qid, producer, host, born = h.topic, h.queue_id, h.producer_id, h.born_host, h.base_born_ms
@@ -416,7 +348,7 @@ def record_columns(record: bytes, header: RecordHeader | None = None) -> RecordC
     """Every message of ``record`` as columns, without an object per message (what a columnar
     reader such as Spark wants); MessageFormatError if it is not a record."""
     h = header or read_header(record)
-    rows = _rows(_SECTION_TUPLES, record, h)
+    rows = decode_rows(ROW_TUPLES, _section(record, h), h.count)
     deltas, flags, tags, props, reconsumes, bodies = zip(*rows, strict=True)
     return RecordColumns(h.base_born_ms, deltas, flags, tags, props, reconsumes, bodies, h.keys(record),
                          record[h.ids_at:h.keys_at])
@@ -425,26 +357,9 @@ def record_columns(record: bytes, header: RecordHeader | None = None) -> RecordC
 def record_properties(record: bytes, header: RecordHeader | None = None) -> list[dict[str, str]]:
     """Each message's properties, bodies not copied (what an SQL92 filter reads)."""
     h = header or read_header(record)
-    return [r.properties for r in _rows(_PROPS, record, h)]
+    return [r.properties for r in decode_rows(PROPERTIES_ROWS, _section(record, h), h.count)]
 
 
-def _compress(codec: int, data: bytes) -> bytes:
-    if codec == 1:
-        compressor = getattr(_local, "zstd", None)
-        if compressor is None:
-            import zstandard
-            compressor = _local.zstd = zstandard.ZstdCompressor(level=1)
-        return bytes(compressor.compress(data))
-    import lz4.block
-    return bytes(lz4.block.compress(data, store_size=False))
-
-
-def _decompress(codec: int, data: bytes, raw_length: int) -> bytes:
-    if codec == 1:
-        decompressor = getattr(_local, "unzstd", None)
-        if decompressor is None:  # one per thread: a new one costs ~8 us, a record's decompression ~1
-            import zstandard
-            decompressor = _local.unzstd = zstandard.ZstdDecompressor()
-        return bytes(decompressor.decompress(data, max_output_size=raw_length))
-    import lz4.block
-    return bytes(lz4.block.decompress(data, uncompressed_size=raw_length))
+def _section(record: bytes | memoryview, h: RecordHeader) -> bytes | memoryview:
+    """The message section, inflated if compressed (a view of ``record`` if not: no copy)."""
+    return inflate(memoryview(record)[h.section_at:], h.codec, h.raw_length)

@@ -7,13 +7,14 @@
                                             members (``broker.http_api.membership``) and
                                             ``raftmq cluster verify``'s (``broker.http_api.verify``)
 
-Requests are dispatched by code (``_handlers``) to one processor per family, as
-RocketMQ's remoting server does: sends (``broker.processors.send``), pulls
-(``broker.processors.pull``), queries and resets by time (``broker.processors.query``),
-topics (``broker.processors.topic``), offsets and locks (``broker.processors.offset``),
-consumer membership (``broker.processors.consumer``), send-backs and transactions
-(``broker.processors.deferred``). This module owns the connections, the dispatch and the
-health gate; ``broker.remoting.replica_tasks`` the background tasks.
+Requests are dispatched by code (``_handlers``: ``broker.remoting.dispatch``, which also
+answers a handler's errors) to one processor per family, as RocketMQ's remoting server
+does: sends (``broker.processors.send``), pulls (``broker.processors.pull``), queries and
+resets by time (``broker.processors.query``), topics (``broker.processors.topic``), offsets
+and locks (``broker.processors.offset``), consumer membership (``broker.processors.consumer``),
+send-backs and transactions (``broker.processors.deferred``). This module builds the parts
+and owns the health gate and HTTP; ``broker.remoting.client_sockets`` the WebSockets,
+``broker.remoting.replica_tasks`` the background tasks.
 
 Writes go through the leader's ``WritePath``; a follower answers NOT_LEADER naming the
 leader. A message may be up to ``max_message_bytes`` encoded (4 MiB by default; larger
@@ -31,16 +32,14 @@ requests in flight, parked pulls, idle time) is bounded by ``ClientLimits``: see
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
-from aiohttp import WSCloseCode, web
+from aiohttp import web
 
 from broker.clients.registry import ConsumerRegistry
 from broker.clients.retry_topics import RetryTopicQuota
@@ -54,7 +53,6 @@ from broker.http_api.verify import Verifier
 from broker.processors.access_keys import AccessKeyProcessor
 from broker.processors.acl import AclProcessor
 from broker.processors.consumer import ConsumerProcessor
-from broker.processors.context import CONNECTION
 from broker.processors.deferred import DeferredProcessor
 from broker.processors.long_polls import AppliedSignal, ParkedPulls
 from broker.processors.offset import OffsetProcessor
@@ -64,8 +62,9 @@ from broker.processors.query import QueryProcessor
 from broker.processors.send import SendProcessor
 from broker.processors.topic import TopicProcessor
 from broker.remoting.client_limits import ClientLimits
+from broker.remoting.client_sockets import ClientSockets
 from broker.remoting.connection_guard import ConnectionGuard
-from broker.remoting.frame_reader import FrameReader, open_websocket
+from broker.remoting.dispatch import SERVED_WHEN_UNHEALTHY, answer, dispatch_table
 from broker.remoting.guarded_site import GuardedRunner
 from broker.remoting.replica_tasks import run_background
 from broker.replication.divergence import MARKER as DIVERGENT_MARKER
@@ -75,23 +74,13 @@ from broker.security.access_control import AccessControl
 from broker.state.held import DEFAULT_DELAY_LEVELS, RETRY_DELAYS
 from broker.state.machine import BrokerStateMachine
 from broker.store.commands import PutUser
-from broker.store.entry_batch import MessageTooLarge
 from common.http_errors import browser_guard, json_errors
 from dledger.applier import Applier
-from dledger.errors import DiskFull, NoLeader, NotLeader, OutcomeUnknown, ProposeError
+from dledger.errors import NoLeader, NotLeader
 from dledger.log import Log
 from protocol.message_format import MAX_MESSAGE_BYTES
-from protocol.names import InvalidName
-from protocol.remoting import (
-    DEFAULT_MAX_FRAME,
-    Frame,
-    FrameError,
-    RequestCode,
-    ResponseCode,
-    decode_frame,
-)
+from protocol.remoting import DEFAULT_MAX_FRAME, Frame, ResponseCode
 from protocol.tls import ClientTls, http_url
-from protocol.wire import NotLeaderResponse
 
 __all__ = ["AppliedSignal", "BrokerServer"]
 
@@ -99,15 +88,6 @@ log = logging.getLogger("broker.server")
 
 #: A frame's bytes beyond its body (header fields, ext).
 FRAME_SLACK = 64 * 1024
-#: A handler's error -> the answer's code, the first that matches (ProposeError, the base
-#: of the log's errors, last); FrameError and NotLeader are answered with more.
-_ERROR_CODES: tuple[tuple[type[Exception], ResponseCode], ...] = (
-    (InvalidName, ResponseCode.INVALID_NAME), (MessageTooLarge, ResponseCode.MESSAGE_TOO_LARGE),
-    (NoLeader, ResponseCode.NO_LEADER), (OutcomeUnknown, ResponseCode.OUTCOME_UNKNOWN),
-    (DiskFull, ResponseCode.DISK_FULL), (ProposeError, ResponseCode.SYSTEM_BUSY))
-_ANSWERED_ERRORS = tuple(kind for kind, _ in _ERROR_CODES)
-#: Requests an unhealthy replica still answers: none of them reads or changes state.
-_SERVED_WHEN_UNHEALTHY = frozenset({RequestCode.HEARTBEAT, RequestCode.UNREGISTER_CLIENT})
 
 
 class BrokerServer:
@@ -154,7 +134,7 @@ class BrokerServer:
                                     threshold_s=retry_overdue_s)
         self._session: aiohttp.ClientSession | None = None  # to peers (divergence check)
         self._peer_tls = peer_tls
-        self._sockets: set[web.WebSocketResponse] = set()
+        self.sockets = ClientSockets(self)  # /ws
         self.signal = signal
         machine.on_queues_grown.append(signal.notify)  # parked pulls wake by queue
         self.connections = ConnectionGuard(limits)
@@ -171,56 +151,14 @@ class BrokerServer:
         self.access_key_requests = AccessKeyProcessor(self)
         self.retry_quota = RetryTopicQuota(lambda: machine.topics)  # heartbeats' and send-backs'
         self.verifier = Verifier(self)  # raftmq cluster verify's routes, the last comparison
-        self._handlers = self._dispatch_table()
-
-    def _dispatch_table(self) -> dict[int, Callable[[Frame], Awaitable[Frame]]]:
-        """Every request code served -> its processor's handler (one place, as RocketMQ's
-        remoting server registers its processors)."""
-        return {
-            RequestCode.SEND_MESSAGE: self.sends.send,
-            RequestCode.SEND_BATCH: self.sends.send_batch,
-            RequestCode.PULL_MESSAGE: self.pulls.pull,
-            RequestCode.CREATE_TOPIC: self.topic_requests.create_topic,
-            RequestCode.DELETE_TOPIC: self.topic_requests.delete_topic,
-            RequestCode.GET_TOPICS: self.topic_requests.topics,
-            RequestCode.COMMIT_OFFSET: self.offset_requests.commit_offset,
-            RequestCode.LOCK_BATCH_MQ: self.offset_requests.lock_queues,
-            RequestCode.UNLOCK_BATCH_MQ: self.offset_requests.lock_queues,
-            RequestCode.QUERY_OFFSET: self.offset_requests.query_offset,
-            RequestCode.POP_MESSAGE: self.pop_requests.pop,
-            RequestCode.ACK_MESSAGE: self.pop_requests.ack,
-            RequestCode.CHANGE_INVISIBLE_DURATION: self.pop_requests.change_invisible,
-            RequestCode.NACK_MESSAGE: self.pop_requests.nack,
-            RequestCode.UPDATE_GROUP_CONFIG: self.pop_requests.group_config,
-            RequestCode.HEARTBEAT: self.client_requests.heartbeat,
-            RequestCode.QUERY_MESSAGE: self.queries.query_by_key,
-            RequestCode.VIEW_MESSAGE_BY_ID: self.queries.view_by_id,
-            RequestCode.RESET_OFFSET: self.queries.reset_offset,
-            RequestCode.GET_ROUTE: self.topic_requests.route,
-            RequestCode.SEARCH_OFFSET: self.queries.search_offset,
-            RequestCode.UNREGISTER_CLIENT: self.client_requests.unregister,
-            RequestCode.GET_CONSUMER_LIST: self.client_requests.consumer_list,
-            RequestCode.CONSUMER_SEND_MSG_BACK: self.deferred_requests.send_back,
-            RequestCode.END_TRANSACTION: self.deferred_requests.end_transaction,
-            RequestCode.AUTH_START: self.acl_requests.auth_start,
-            RequestCode.AUTH_FINISH: self.acl_requests.auth_finish,
-            RequestCode.PUT_USER: self.acl_requests.put_user,
-            RequestCode.DELETE_USER: self.acl_requests.delete_user,
-            RequestCode.LIST_USERS: self.acl_requests.list_users,
-            RequestCode.GRANT: self.acl_requests.grant,
-            RequestCode.REVOKE: self.acl_requests.grant,
-            RequestCode.LIST_POLICIES: self.acl_requests.list_policies,
-            RequestCode.PUT_ACCESS_KEY: self.access_key_requests.put_access_key,
-            RequestCode.REVOKE_ACCESS_KEY: self.access_key_requests.revoke_access_key,
-            RequestCode.LIST_ACCESS_KEYS: self.access_key_requests.list_access_keys,
-        }
+        self._handlers = dispatch_table(self)  # every request code served -> its handler
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[json_errors, browser_guard(self.allowed_origins),
                                            self.connections.middleware,
                                            self.access.http_middleware],
                               handler_args={"keepalive_timeout": self.connections.limits.idle_timeout_s})
-        app.add_routes([web.get("/ws", self._ws), web.get("/healthz", self._healthz),
+        app.add_routes([web.get("/ws", self.sockets.serve), web.get("/healthz", self._healthz),
                         web.get("/status", self._status), *admin_routes(self), *member_routes(self),
                         *self.verifier.routes(), *self.access.routes()])
         app.cleanup_ctx.append(functools.partial(run_background, self))
@@ -234,9 +172,7 @@ class BrokerServer:
 
     async def close_connections(self) -> None:
         """Close every client WebSocket (going away): clients reconnect elsewhere."""
-        for ws in list(self._sockets):
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(ws.close(code=1001, message=b"broker stopping"), 1.0)
+        await self.sockets.close_all()
 
     async def close_http_session(self) -> None:
         if self._session is not None:
@@ -305,51 +241,6 @@ class BrokerServer:
         status["started_at"] = self.started_at
         return web.json_response(status)
 
-    async def _ws(self, request: web.Request) -> web.WebSocketResponse:
-        # twice the frame limit: a somewhat larger frame still gets a MESSAGE_TOO_LARGE answer
-        ws = open_websocket(max_msg_size=2 * self.max_frame_bytes)
-        await ws.prepare(request)
-        reader = FrameReader(ws, request.transport, self.connections)
-        CONNECTION.set(ws)
-        self.access.open_connection(request.remote)
-        self._sockets.add(ws)
-        try:
-            await self._read_frames(reader)
-        finally:
-            reader.cancel()
-            self._sockets.discard(ws)
-            await self.client_requests.members_changed(self.consumers.drop_connection(ws))
-            self.producers.drop_connection(ws)
-        return ws
-
-    async def _read_frames(self, reader: FrameReader) -> None:
-        async for data in reader.frames():
-            if isinstance(data, str):
-                await reader.ws.send_bytes(Frame(ResponseCode.MALFORMED_FRAME, 0, 1,
-                                                 "frames are binary WebSocket messages").encode())
-                continue
-            reader.spawn(self._serve_frame(reader, data), len(data))
-
-    async def _serve_frame(self, reader: FrameReader, data: bytes) -> None:
-        ws = reader.ws
-        try:
-            frame = decode_frame(data, self.max_frame_bytes)
-        except FrameError as e:
-            reply = e.response()
-            if reply is None:  # nobody to answer: say why on the way out
-                reader.kill(WSCloseCode.INVALID_TEXT, e.message)
-            elif not ws.closed:
-                await ws.send_bytes(reply.encode())
-            return
-        if frame.is_response:
-            return  # no server-to-client requests are outstanding yet
-        if frame.is_oneway:  # handled as a request; its answer (an error, say) goes nowhere
-            await self.handle(dataclasses.replace(frame, flags=0))
-            return
-        reply = await self.handle(frame)
-        if not ws.closed:
-            await ws.send_bytes(reply.encode())
-
     async def handle(self, frame: Frame) -> Frame:
         handler = self._handlers.get(frame.code)
         self.metrics.request(frame.code if handler is not None else None)  # bounded labels
@@ -360,23 +251,10 @@ class BrokerServer:
         if refused is not None:
             return refused
         why = self.unhealthy()
-        if why is not None and frame.code not in _SERVED_WHEN_UNHEALTHY:
+        if why is not None and frame.code not in SERVED_WHEN_UNHEALTHY:
             return frame.response(ResponseCode.SYSTEM_BUSY,
                                   remark=f"replica {self.rlog.config.node} does not serve: {why}")
-        try:
-            return await handler(frame)
-        except FrameError as e:
-            return frame.response(e.code, remark=e.message)
-        except NotLeader as e:
-            address = self.leader_address(e.leader or "")
-            return NotLeaderResponse(leader=e.leader, leader_address=address).reply(
-                frame, ResponseCode.NOT_LEADER, remark=str(e))
-        except _ANSWERED_ERRORS as e:
-            code = next(c for kind, c in _ERROR_CODES if isinstance(e, kind))
-            return frame.response(code, remark=str(e))
-        except Exception:
-            log.exception("request %s failed", frame.code)
-            return frame.response(ResponseCode.SYSTEM_ERROR, remark="internal error; see the broker log")
+        return await answer(frame, handler, self.leader_address)
 
     # -- writes ----------------------------------------------------------------------
     def require_leader(self) -> None:

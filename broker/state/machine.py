@@ -19,7 +19,8 @@ typed tables of ``broker.state``, the ConsumeQueues, the IndexFiles). Files
 
 Digests of the state are taken at every snapshot, after every ``digest_every``-th entry,
 and after every entry holding a verify marker (``raftmq cluster verify``), where the
-ConsumeQueue units are also read back from their files (``broker.state.marker_digest``).
+ConsumeQueue units are also read back from their files (``broker.state.marker_digest``);
+the snapshots held and the recent digests are ``broker.state.snapshot_keeper``'s.
 
 At most every CHECKPOINT_EVERY_S (and when idle) the apply thread takes the state
 and a checkpoint thread fsyncs the ConsumeQueues and IndexFiles -- which then hold
@@ -41,7 +42,6 @@ in its mapping, results kept as plain tuples (``broker.state.outcome``).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -61,7 +61,8 @@ from broker.state.outcome import Applied, Kept, Outcome, applied
 from broker.state.pops import PopTables
 from broker.state.producers import PRODUCER_EXPIRY_MS, RECENT_RECORDS
 from broker.state.send_backs import SENT_BACK_WINDOW_MS
-from broker.state.snapshot import Snapshot, SnapshotError, SnapshotStore
+from broker.state.snapshot import Snapshot, SnapshotError
+from broker.state.snapshot_keeper import SnapshotKeeper
 from broker.state.topics import TopicConfig, Topics
 from broker.store.consume_queue import ConsumeQueue
 from broker.store.index_layout import DEFAULT_INDEX_NUM, DEFAULT_SLOT_NUM
@@ -83,7 +84,6 @@ RECENT_RESULTS = 20_000  # entries whose outcomes stay available to the proposer
 #: write-protects pages it writes back): every 0.1 s that cost ~1.3 us per message at
 #: full load, every 0.25 s about 5 % of throughput. A crash replays <= ~0.25 s of entries.
 CHECKPOINT_EVERY_S = 0.25
-DIGESTS_KEPT = 16  # recent state digests kept in memory (shown in /status, compared)
 #: The state's digest is also recorded after every this-many entries (replicas compare them).
 DIGEST_EVERY = 4096
 
@@ -105,8 +105,8 @@ class BrokerStateMachine:
         self._checkpoint_stuck_at = -1  # durable index when a checkpoint last failed (logged once)
         self._segment_bytes = segment_bytes
         self._digest_every = digest_every
-        self.snapshots = SnapshotStore(store / "snapshots")
-        self._lock = threading.Lock()  # the results, the applied index, the digests
+        self._snapshots = SnapshotKeeper(store / "snapshots", disk)
+        self._lock = threading.Lock()  # the results, the applied index
         self._results: OrderedDict[int, list[Kept]] = OrderedDict()  # untracked by the gc
         self.on_applied: list[Callable[[int], None]] = []  # run on the apply thread
         #: run on the apply thread with the (topic, queue id)s an apply call appended to
@@ -119,12 +119,6 @@ class BrokerStateMachine:
         #: snapshots installed here: [snapshot index, when (ms), the first entry this replica
         #: never applied (the gap is from there to the snapshot index)] (not replicated state)
         self.installs: list[list[int]] = checkpoint.get("installs", [])
-        self._digests: dict[int, str] = {}  # recent snapshot index -> digest
-        for index in self.snapshots.indexes()[-DIGESTS_KEPT:]:
-            with contextlib.suppress(SnapshotError, OSError):
-                snap = self.snapshots.load(index)
-                if snap is not None:
-                    self._digests[index] = snap.digest
         self._state = DerivedState(store, checkpoint, cq_units_per_file, index_slots, index_entries,
                                    disk.wait_for_space if disk is not None else None)
         #: the digests taken at verify markers (broker.state.marker_digest; read by any thread)
@@ -203,7 +197,7 @@ class BrokerStateMachine:
                 state.chains.abandon()  # e.g. a new leader's no-op between two fragments
                 done.append((entry.index, []))
             if entry.index % self._digest_every == 0:
-                self._record(Snapshot.of(entry.index, self._canonical_state()))
+                self._snapshots.record(Snapshot.of(entry.index, self._canonical_state()))
         try:  # the units before the applied index that covers them
             grown = state.queue_files.write_appends()
         except OSError as e:
@@ -282,16 +276,15 @@ class BrokerStateMachine:
     # -- snapshots -----------------------------------------------------------------
     def snapshot_indexes(self) -> list[int]:
         """The indexes of the snapshots held (durable), oldest first."""
-        return self.snapshots.indexes()
+        return self._snapshots.indexes()
 
     def snapshot_bytes(self, index: int) -> bytes | None:
         """The encoded snapshot of the state after entry ``index``, if held."""
-        return self.snapshots.read(index)
+        return self._snapshots.read(index)
 
     def prune_snapshots_below(self, index: int) -> None:
         """Retention moved the log start past ``index + 1``: older snapshots are not needed."""
-        if self.snapshots.prune_below(index):
-            log.info("snapshots before %d deleted with the log", index)
+        self._snapshots.prune_below(index)
 
     def oldest_held_position(self) -> int | None:
         """The lowest CommitLog position of a held (delayed, retried or transaction half)
@@ -307,8 +300,7 @@ class BrokerStateMachine:
 
     def recent_digests(self) -> dict[int, str]:
         """Digests of the derived state at the most recent snapshot indexes."""
-        with self._lock:
-            return dict(self._digests)
+        return self._snapshots.recent_digests()
 
     def _take_snapshot(self, index: int) -> None:
         """Apply thread, between two entries: the state after ``index``. Skipped while a
@@ -316,22 +308,13 @@ class BrokerStateMachine:
         if self._state.chains.first_index is not None:
             log.info("no snapshot at %d: a large message's fragments span the segment boundary", index)
             return
-        snap = Snapshot.of(index, self._canonical_state())
-        try:
-            self.snapshots.write(snap)
-        except OSError as e:
-            if self._disk is not None:
-                self._disk.note(f"writing the snapshot at {index}", e)
-            log.error("cannot write the snapshot at %d (retention cannot cut the log there): %s", index, e)
-            return
-        self._record(snap)
-        log.info("snapshot at index %d, state digest %s", index, snap.digest[:16])
+        self._snapshots.take(Snapshot.of(index, self._canonical_state()))
 
     def _take_markers(self, index: int) -> None:
         """Apply thread, after entry ``index``, which held verify markers: the state's digest
         there (kept with the others), and the ConsumeQueues' ends for the read-back."""
         snap = Snapshot.of(index, self._canonical_state())
-        self._record(snap)
+        self._snapshots.record(snap)
         for marker in self._state.take_markers():
             self.markers.taken(index, marker, snap.digest, self._state.last_store_ms)
         log.info("verify marker at index %d: state digest %s", index, snap.digest[:16])
@@ -341,12 +324,6 @@ class BrokerStateMachine:
         index (checkpoints prune expired entries whenever they run)."""
         self._state.forget_expired()
         return self._state.state()
-
-    def _record(self, snap: Snapshot) -> None:
-        with self._lock:
-            self._digests[snap.index] = snap.digest
-            for old in sorted(self._digests)[:-DIGESTS_KEPT]:
-                del self._digests[old]
 
     def install_snapshot(self, index: int, data: bytes) -> None:
         """Apply thread: replace all derived state with the snapshot ``data`` of the state
@@ -363,8 +340,8 @@ class BrokerStateMachine:
         self._state.install(snap.state)
         with self._lock:
             self._applied = index
-            self._digests[index] = snap.digest
-        self.snapshots.write(snap)  # this replica can now send it on
+            self._snapshots.add_installed(snap)
+        self._snapshots.store.write(snap)  # this replica can now send it on
         self.installs.append([index, int(time.time() * 1000), gap_from])
         self._checkpoint()
         log.info("installed the snapshot at index %d (state digest %s; entries %d..%d were never "

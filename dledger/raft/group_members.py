@@ -32,7 +32,7 @@ from pysyncobj.pipe_notifier import PipeNotifier
 from dledger.config import GroupConfig
 from dledger.errors import NoLeader, NotLeader, OutcomeUnknown, ProposalRejected
 from dledger.membership import MEMBERSHIP_PREFIX, Change, Member, MemberHistory, decode_changes, encode_change
-from dledger.raft.candidacy import NOT_A_MEMBER
+from dledger.raft.election.candidacy import NOT_A_MEMBER
 from dledger.raft.node import RaftNode, RaftView
 from dledger.raft.proposals import propose_error, wake
 from dledger.raft.transport import PeerNode

@@ -42,7 +42,8 @@ are enforced:
   never moves backwards.
 
 Threads: pysyncobj's tick thread calls every contract method; other threads may
-call ``committed_index``, ``read_committed`` and ``flush`` concurrently.
+call ``committed_index``, ``read_committed`` and ``flush`` concurrently. How entries are
+read back as pysyncobj's tuples (lazily, the newest from memory): ``journal_entries``.
 """
 
 from __future__ import annotations
@@ -50,14 +51,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from pysyncobj.journal import Journal
 
 from dledger.latency import LatencyHistogram
-from dledger.raft.codec import decode_command, encode_command
+from dledger.raft.codec import decode_command
+from dledger.raft.journal_entries import LazyEntries, tuple_at
 from dledger.stage_clock import StageClock
 from dledger.storage.commitlog import CommitLog, LogGap
 from dledger.storage.disk_guard import DiskGuard
@@ -68,9 +69,8 @@ __all__ = ["CommittedEntryConflict", "EntryNotStored", "LogGap", "RaftJournal"]
 
 log = logging.getLogger("dledger.journal")
 
-_READ_AHEAD_BYTES = 256 * 1024
 #: The newest entries are also kept as pysyncobj tuples in memory, so that
-#: replicating them to followers reads no disk and re-encodes nothing.
+#: replicating them to followers reads no disk and re-encodes nothing (``journal_entries``).
 RECENT_CACHE_BYTES = 16 << 20
 
 
@@ -85,64 +85,6 @@ class EntryNotStored(Exception):
     def __init__(self, index: int, error: OSError) -> None:
         super().__init__(f"entry {index} not stored: {error}")
         self.index = index
-
-
-class _LazyEntries:
-    """A read-only view ``log[start:stop]`` of ``(command, index, term)`` tuples.
-
-    pysyncobj slices the whole tail on every send and iterates only until its
-    batch is full, so entries are read from disk on demand (in read-ahead
-    chunks). Pickles as a plain list when pysyncobj puts it in a message.
-    """
-
-    __slots__ = ("_journal", "_start", "_stop")
-
-    def __init__(self, journal: RaftJournal, start: int, stop: int) -> None:
-        self._journal = journal
-        self._start = start
-        self._stop = max(start, stop)
-
-    def __len__(self) -> int:
-        return self._stop - self._start
-
-    def __getitem__(self, item: int | slice) -> Any:
-        n = len(self)
-        if isinstance(item, slice):
-            lo, hi, step = item.indices(n)
-            if step != 1:
-                return list(self)[item]
-            return _LazyEntries(self._journal, self._start + lo, self._start + max(lo, hi))
-        if item < 0:
-            item += n
-        if not 0 <= item < n:
-            raise IndexError(item)
-        return self._journal._tuple_at(self._start + item)
-
-    def __iter__(self) -> Iterator[tuple[bytes, int, int]]:
-        index = self._start
-        recent = self._journal._recent
-        while index < self._stop:
-            cached = recent.get(index)
-            if cached is not None:
-                yield cached
-                index += 1
-                continue
-            chunk = self._journal._log.entries(index, _READ_AHEAD_BYTES, self._stop - 1)
-            if not chunk:
-                return
-            for entry in chunk:
-                yield _as_tuple(entry)
-            index = chunk[-1].index + 1
-
-    def __reversed__(self) -> Iterator[tuple[bytes, int, int]]:
-        return reversed(list(self))
-
-    def __reduce__(self) -> tuple[type, tuple[list[tuple[bytes, int, int]]]]:
-        return (list, (list(self),))
-
-
-def _as_tuple(entry: Entry) -> tuple[bytes, int, int]:
-    return (encode_command(entry.kind, entry.body), entry.index, entry.term)
 
 
 class RaftJournal(Journal):
@@ -173,7 +115,7 @@ class RaftJournal(Journal):
         self.skipped_deletes = 0
         self.conflict_truncations = 0
         self._closed = False
-        self._recent: dict[int, tuple[bytes, int, int]] = {}
+        self._recent: dict[int, tuple[bytes, int, int]] = {}  # never replaced: LazyEntries hold it
         self._recent_bytes = 0
         self._staged_reset: tuple[int, int] | None = None
         self.log_resets: list[tuple[int, int]] = []  # (first, last) index ranges never received
@@ -267,12 +209,12 @@ class RaftJournal(Journal):
             lo, hi, step = item.indices(n)
             if step != 1:
                 raise ValueError("RaftJournal slices must have step 1")
-            return _LazyEntries(self, first + lo, first + max(lo, hi))
+            return LazyEntries(self._log, self._recent, first + lo, first + max(lo, hi))
         if item < 0:
             item += n
         if not 0 <= item < n:
             raise IndexError(item)
-        return self._tuple_at(first + item)
+        return tuple_at(self._log, self._recent, first + item)
 
     def __len__(self) -> int:
         return len(self._log)
@@ -353,10 +295,6 @@ class RaftJournal(Journal):
         return synced
 
     # -- internals -------------------------------------------------------------
-    def _tuple_at(self, index: int) -> tuple[bytes, int, int]:
-        cached = self._recent.get(index)
-        return cached if cached is not None else _as_tuple(self._log.entry(index))
-
     def _confirm(self, index: int) -> None:
         with self._lock:
             if index > self._confirmed:

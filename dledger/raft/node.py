@@ -27,9 +27,9 @@ from pysyncobj import syncobj as _syncobj_module
 from dledger.config import APPEND_BATCH_BYTES, ConfigError, GroupConfig
 from dledger.log_events import Role
 from dledger.membership import Member
-from dledger.raft.candidacy import OUT_OF_REACH_S
+from dledger.raft.election.candidacy import OUT_OF_REACH_S
+from dledger.raft.election.prevote import ElectionDeadlineHold
 from dledger.raft.journal import EntryNotStored, RaftJournal
-from dledger.raft.prevote import ElectionDeadlineHold
 
 __all__ = ["GroupConf", "RaftNode", "RaftView", "Role", "check_bindable", "group_conf", "hand_journal"]
 

@@ -12,16 +12,9 @@
 Behind it: a pysyncobj ``SyncObj`` (``dledger.raft.node``: its configuration closes the
 remaining defects) whose journal is ``RaftJournal`` over the segmented ``CommitLog``,
 whose transport is ``GroupTransport`` (flush before send, conflict hints) and whose peers
-are ``PeerNode`` (dialable through a proxy). This module wires the parts, each of which is
-one concern:
-
-    dledger/raft/proposals.py           a leader's proposals in flight, batching by bytes
-    dledger/raft/candidacy.py           the reasons a replica must not lead; hand-over rule
-    dledger/raft/leadership_transfer.py  TimeoutNow transfers and a leader's hand-over
-    dledger/raft/group_members.py       members from the log, pysyncobj's set reconciled
-    dledger/raft/retained_start.py      the log-start dump and the snapshot a follower receives
-    dledger/raft/log_retention.py       old segments deleted, followers behind the start
-    dledger/raft/prevote.py, snapshot_fetch.py   on pysyncobj's peer connections
+are ``PeerNode`` (dialable through a proxy). ``dledger.raft.replica_wiring`` (the base
+class) builds and wires those parts, each of which is one concern; this module is the
+interface over them and the ticks that watch the disk, leadership and membership.
 
 A full disk (``dledger.storage.disk_guard``): a replica whose disk cannot take an entry does not
 stand for election until ``disk_resume_free_bytes`` are free again; a leader hands the
@@ -43,41 +36,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pysyncobj.pipe_notifier import PipeNotifier
-
 from dledger.config import MAX_ENTRY_BYTES, FlushPolicy, GroupConfig
 from dledger.errors import EntryTooLarge, NoLeader, NotLeader
 from dledger.latency import LatencyHistogram
 from dledger.log_events import Appended, LeaderChange, Role, SnapshotSource
-from dledger.membership import BIND_FUNC_ID, Change, Member, MemberHistory
-from dledger.raft.candidacy import DISK_FULL, NOT_A_MEMBER, STORAGE_NOT_RECORDED, Candidacy
-from dledger.raft.codec import APPEND_FUNC_ID
-from dledger.raft.full_disks import FollowerDisks, own_disk_full, refusal
-from dledger.raft.group_members import GroupMembers
-from dledger.raft.journal import RaftJournal
-from dledger.raft.leadership_transfer import LeadershipTransfer
-from dledger.raft.log_retention import LogRetention
-from dledger.raft.node import (
-    ROLE_OF_STATE,
-    RaftNode,
-    RaftView,
-    check_bindable,
-    group_conf,
-    hand_journal,
-)
+from dledger.membership import Change, Member
+from dledger.raft.election.candidacy import DISK_FULL, NOT_A_MEMBER
+from dledger.raft.full_disks import own_disk_full, refusal
+from dledger.raft.node import ROLE_OF_STATE, check_bindable
 from dledger.raft.patches import install_patches
-from dledger.raft.prevote import PreVote
-from dledger.raft.proposals import Proposals
-from dledger.raft.retained_start import RetainedStart, finish_interrupted_reset
-from dledger.raft.snapshot_fetch import SnapshotFetch
-from dledger.raft.storage_binding import StorageBinding
-from dledger.raft.storage_identity import StorageIdentity, open_identity
-from dledger.raft.transport import PeerNode, make_transport_class
+from dledger.raft.replica_wiring import ReplicaWiring
 from dledger.stage_clock import StageClock
-from dledger.storage.commitlog import CommitLog
-from dledger.storage.disk_guard import DiskGuard
 from dledger.storage.entry_format import Entry
-from dledger.storage.hard_state import probe as probe_hard_state
 from dledger.storage.retention import RetentionPlan
 
 __all__ = ["NOT_A_MEMBER", "Appended", "LeaderChange", "ReplicatedLog", "Role", "SnapshotSource"]
@@ -86,13 +56,8 @@ log = logging.getLogger("dledger.replicated_log")
 
 DISK_CHECK_S = 1.0  # how often the disk's free space is looked at
 
-def held_through(commitlog: CommitLog) -> int:
-    """The highest index a reopened CommitLog accounts for: its last entry; for a log
-    restarted empty at a leader's retained start (a snapshot install), that start, which
-    the journal counts as committed before it arrives; 0 for an empty log."""
-    return commitlog.last_index or commitlog.awaiting_start
 
-class ReplicatedLog:
+class ReplicatedLog(ReplicaWiring):
     """One replica of a group's CommitLog (see module docstring)."""
 
     def __init__(self, config: GroupConfig) -> None:
@@ -117,132 +82,6 @@ class ReplicatedLog:
             self._flusher = threading.Thread(target=self._flush_loop, name="dledger-flush",
                                              daemon=True)
             self._flusher.start()
-
-    def _open_storage(self) -> None:
-        """The CommitLog (an interrupted log restart finished), the members it says, the
-        candidacy they leave, the disk guard and the journal with its hooks."""
-        config = self.config
-        self.commitlog_dir = config.data_dir / "commitlog"
-        self.commitlog = CommitLog(self.commitlog_dir, config.segment_bytes, repair=config.repair_log)
-        finish_interrupted_reset(self.commitlog, config.data_dir)
-        self.identity, self.forgot = self._open_identity()
-        initial = {name: Member(name, addr) for name, addr in config.peers.items()
-                   if not (config.join and name == config.node)}
-        self._history = MemberHistory(config.data_dir / "members", initial, self.commitlog.last_index)
-        self._members = GroupMembers(config, self._history, self.stand_for_election)
-        self.disk = DiskGuard(config.data_dir, config.disk_resume_free_bytes)
-        self._follower_disks = FollowerDisks()  # on a leader: what each follower last said
-        self._next_disk_check = 0.0
-        self.journal = RaftJournal(self.commitlog, config.data_dir / "raft-state", self.disk)
-        self._binding = StorageBinding(
-            config.node, self.identity, self._history, committed_index=lambda: self.journal.committed_index,
-            is_leader=lambda: self._view.is_leader, names=lambda: self._view.address_names(),
-            propose=self._propose_bindings,
-            stand=lambda allowed: self.stand_for_election(allowed, STORAGE_NOT_RECORDED))
-        # held before pysyncobj draws its first election deadline
-        held = {NOT_A_MEMBER} if self._members.learner else set()
-        if self._binding.refusal() is not None:
-            held.add(STORAGE_NOT_RECORDED)
-            log.warning("%s neither votes nor stands: %s", config.node, self._binding.refusal())
-        self.candidacy = Candidacy(config.election_timeout_ms, held)
-        self.journal.on_raft_entry = self._members.on_raft_entry
-        self.journal.on_truncate = self._members.on_truncate
-        self.journal.on_kept_tail = self._members.mark_dirty
-        self.journal.on_not_stored = self._on_not_stored
-        self._commit_cond = threading.Condition()
-        self.journal.add_commit_listener(self._on_commit)
-
-    def _open_identity(self) -> tuple[StorageIdentity, str | None]:
-        """This replica's storage identity (``dledger.raft.storage_identity``): a new one when it may
-        have forgotten what it acknowledged -- a lost or unreadable hard state (moved aside
-        as ``raft-state.corrupt``), or a CommitLog cut by repair or below the commit index
-        it had stored, with or without a cut."""
-        state_path = self.config.data_dir / "raft-state"
-        hard, state = probe_hard_state(state_path)
-        if hard == "corrupt":
-            state_path.rename(state_path.with_name("raft-state.corrupt"))
-        recovery = self.commitlog.recovery
-        forgot = None
-        if recovery.cut_at is not None and recovery.repaired:
-            forgot = (f"--repair-log cut its CommitLog ({recovery.cut_bytes} bytes from position "
-                      f"{recovery.cut_at}): entries it had stored and acknowledged are gone")
-        elif state is not None and held_through(self.commitlog) < state.commit:
-            # The hint is stored only once the log under it is on disk (RaftJournal), so a log
-            # that ends below it lost entries this replica had acknowledged: a tail cut at
-            # recovery, or segments (or the whole folder) gone without a cut.
-            how = ("its CommitLog's tail failed its checks and was cut" if recovery.cut_at is not None
-                   else "its CommitLog lost entries (files missing)")
-            forgot = (f"{how}: it ends at index {held_through(self.commitlog)}, below the commit "
-                      f"index {state.commit} it had stored")
-        return open_identity(self.config.data_dir, hard_state=hard,
-                             log_holds_entries=self.commitlog.last_index > 0, forgot=forgot)
-
-    def _propose_bindings(self, payload: bytes, callback: Any) -> None:
-        """Append a bind entry (``dledger.raft.storage_binding``); tick thread."""
-        self._node._bind_storage(payload, callback=callback)
-
-    def _start_raft(self, sync: bool) -> None:
-        """The retained start's dump rewritten, pysyncobj's node over our journal and
-        transport, and the parts that act through it."""
-        config = self.config
-        transport = make_transport_class(self.journal.flush if sync else None,
-                                         lambda: self.journal.resume_hint, lambda: self._members.learner,
-                                         self._set_transport, disk_full=lambda: self.disk.full,
-                                         follower_full=self._follower_disks.node_is_full,
-                                         stages=self.journal.stages)
-        self._transport: Any = None
-        self._start = RetainedStart(
-            config.data_dir, self.commitlog, self.journal, self._history,
-            want_snapshot=lambda ref: self._fetch.want(ref), restarted=self._members.restart_at,
-            nodes=lambda: [self._members.peer_node(m) for m in self.members().values()],
-            sender=lambda: self._node._getLeader())
-        self._start.dump_path.unlink(missing_ok=True)  # rewritten from the log as it is now
-        self._start.write()
-        journal_key = str(self.commitlog_dir)
-        hand_journal(journal_key, self.journal)
-        others = [self._members.peer_node(m) for m in self.members().values() if m.raft != config.address]
-        self._conf = group_conf(config, journal_key, str(self._start.dump_path), self._start.read,
-                                standing=not self.candidacy.reasons)
-        self._node = RaftNode(PeerNode(config.address, name=config.node), others, self._conf,
-                              nodeClass=self._members.node_of_member_id, transportClass=transport)
-        if (self._node._methodToID.get("_append_v0", APPEND_FUNC_ID) != APPEND_FUNC_ID
-                or self._node._methodToID.get("_bind_storage_v0", BIND_FUNC_ID) != BIND_FUNC_ID):
-            raise RuntimeError("pysyncobj numbered the replicated methods unexpectedly")
-        self._wakeup = PipeNotifier(self._node._poller)
-        self._view = RaftView(self._node, config.address, config.node, self.members)
-        self._proposals = Proposals(self._node, self._conf, self._wakeup, self.journal, self.commitlog,
-                                    self._not_leader)
-        self._transfer = LeadershipTransfer(
-            self._node, self._view, self._wakeup, config.address, members=self.members,
-            peer_node=self._members.peer_node, follower_disks=self._follower_disks,
-            must_not_lead=lambda: self.candidacy.reasons, not_leader=self._not_leader)
-        self._members.attach(self._node, self._view, self._wakeup, transport=lambda: self._transport,
-                             committed_index=lambda: self.committed_index, not_leader=self._not_leader)
-        self._retention = LogRetention(config, self.commitlog, self._view, self._history, self._start,
-                                       lambda: self.committed_index)
-
-    def _attach_to_ticks(self) -> None:
-        """What runs on pysyncobj's tick thread besides Raft: leadership events, pre-vote,
-        snapshot transfers (both on pysyncobj's peer connections), membership, retention."""
-        self._prevote = PreVote(self._node, lambda: self.config.election_timeout_ms[0] / 1000,
-                                lambda: (self._conf.raftMinTimeout, self._conf.raftMaxTimeout),
-                                may_vote=lambda: self._binding.refusal() is None)
-        snapshots = self._start
-        self._fetch = SnapshotFetch(
-            self.config.data_dir, members=lambda: list(self._node._SyncObj__otherNodes),
-            leader=self._node._getLeader, send=lambda node, m: self._transport.send(node, m),
-            snapshot_bytes=lambda i: snapshots.snapshots.snapshot_bytes(i) if snapshots.snapshots else None,
-            done=snapshots.keep_received,
-            held_indexes=lambda: snapshots.snapshots.snapshot_indexes() if snapshots.snapshots else [],
-            reachable=lambda: self.journal.committed_index)
-        self._transport.intercept = (
-            lambda node, m: self._binding.on_message(node, m)
-            or self._follower_disks.note_answer(node, m, self._view.address_names)
-            or self.candidacy.refuse_transfer(m)
-            or self._prevote.on_message(node, m) or self._fetch.on_message(node, m))
-        for tick in (self._binding.tick, self._watch_disk, self._watch_leadership, self._prevote.tick,
-                     self._fetch.tick, self._watch_membership, self._retention.tick):
-            self._node.addOnTickCallback(tick)
 
     # -- writing ---------------------------------------------------------------
     def propose(self, payload: bytes) -> concurrent.futures.Future[Appended]:
@@ -335,7 +174,7 @@ class ReplicatedLog:
     def stand_for_election(self, allowed: bool, reason: str = "its state is known to be wrong") -> None:
         """Whether this node may become a candidate for ``reason`` (it always votes): a replica
         whose state is wrong or behind what it can apply must not lead. It stands again once
-        no reason is left; a leader that must not lead hands over (``dledger.raft.candidacy``)."""
+        no reason is left; a leader that must not lead hands over (``dledger.raft.election.candidacy``)."""
         if self.candidacy.set(allowed, reason) and self.is_leader:
             self._transfer.start_hand_over()
         self._apply_candidacy()
@@ -350,7 +189,7 @@ class ReplicatedLog:
     def transfer_leadership(self, target: str | None = None, timeout: float = 3.0) -> str | None:
         """Leader: hand the leadership to ``target`` (default: the connected member with the
         highest match index, passing over members known full or that did not take a transfer
-        lately; ``dledger.raft.leadership_transfer``). Returns the new leader, or None if it did
+        lately; ``dledger.raft.election.leadership_transfer``). Returns the new leader, or None if it did
         not move within ``timeout``. Any thread but the tick thread."""
         return self._transfer.transfer(target, timeout)
 
@@ -453,12 +292,6 @@ class ReplicatedLog:
     def client_addresses(self) -> dict[str, str]:
         """name -> broker address of every member."""
         return self._members.client_addresses()
-
-    def _set_transport(self, transport: Any) -> None:
-        """pysyncobj made its transport: the storage rule holds from its first message on."""
-        self._transport = transport
-        transport.stamp = self._binding.stamp
-        transport.intercept = self._binding.on_message  # until _attach_to_ticks chains the rest
 
     def _watch_membership(self) -> None:
         self._start.at_startup = False

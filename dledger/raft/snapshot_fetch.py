@@ -4,7 +4,7 @@ snapshot in checksummed chunks, and a broken transfer resumes where it stopped.
 pysyncobj ships the log-start dump (``dledger.storage.log_start``), which names the snapshot of
 the state before the retained start by index, size and SHA-256. The follower then pulls
 the bytes over the group's own authenticated peer connections (pysyncobj's, the way
-``dledger.raft.prevote`` talks), one chunk at a time, from the leader first and from any other
+``dledger.raft.election.prevote`` talks), one chunk at a time, from the leader first and from any other
 member holding that snapshot when the leader does not answer::
 
     follower                                                member holding the snapshot

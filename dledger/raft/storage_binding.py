@@ -8,7 +8,7 @@ it without touching its code, on the messages our transport sees first:
       not vote
     response_vote from a storage that      dropped: the candidate does not count it
       does not count
-    pre_vote (dledger.raft.prevote)             not granted by a replica that may not vote
+    pre_vote (dledger.raft.election.prevote)             not granted by a replica that may not vote
     pre_vote_response                      a grant from a storage that does not count is
                                            read as a refusal
     next_node_idx on a leader, from a      its success is turned into a plain "resume at"

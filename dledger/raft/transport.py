@@ -40,7 +40,7 @@
      ``response_vote``, ``pre_vote_response`` -- says which storage identity sent it, so
      the leader and candidates count only the storages the membership records.
 
-On the receive path, ``intercept`` (``dledger.raft.prevote``, the leader's note of full disks)
+On the receive path, ``intercept`` (``dledger.raft.election.prevote``, the leader's note of full disks)
 sees every message first and consumes pre-vote's own two message types. An append whose
 entries the disk cannot take (the journal raises ``EntryNotStored`` out of pysyncobj's
 handler, which then sent nothing) is answered here: a rejection asking the leader to

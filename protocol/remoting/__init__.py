@@ -1,9 +1,10 @@
-"""The wire: one frame per WebSocket message (``frame``) carrying a code (``codes``).
+"""The wire: one frame per WebSocket message (``frame``, ``frame_decoder``) carrying a code (``codes``).
 
-Importers use ``protocol.remoting``; the two modules are its halves:
+Importers use ``protocol.remoting``; its modules:
 
-    frame.py   the frame layout, ``Frame``, ``decode_frame``, ``FrameError``, limits
-    codes.py   ``RequestCode``, ``ResponseCode`` and ``RETRIABLE``
+    frame.py           the frame layout, ``Frame``, ``FrameError``, limits, field checks
+    frame_decoder.py   ``decode_frame``: bytes to a ``Frame``, bounded
+    codes.py           ``RequestCode``, ``ResponseCode`` and ``RETRIABLE``
 """
 
 from protocol.remoting.codes import RETRIABLE, RequestCode, ResponseCode
@@ -19,8 +20,8 @@ from protocol.remoting.frame import (
     Frame,
     FrameError,
     FrameFlag,
-    decode_frame,
 )
+from protocol.remoting.frame_decoder import decode_frame
 
 __all__ = [
     "DEFAULT_MAX_FRAME",

@@ -1,4 +1,4 @@
-"""``dledger.raft.candidacy``: what a replica that must not lead does with a leadership transfer."""
+"""``dledger.raft.election.candidacy``: what a replica that must not lead does with a leadership transfer."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from dledger.raft.candidacy import Candidacy
+from dledger.raft.election.candidacy import Candidacy
 
 
 def test_refused_transfers_are_logged_every_ten_seconds_however_often_they_come(

@@ -11,15 +11,15 @@ import pytest
 from common.durable_file import atomic_write
 from dledger.storage import commitlog as commitlog_module
 from dledger.storage import segments as segments_module
-from dledger.storage.commitlog import (
+from dledger.storage.commitlog import CommitLog, CorruptLogError
+from dledger.storage.entry_format import HEADER_SIZE, EntryKind, FormatError, record_size
+from dledger.storage.log_start_marker import (
+    MAGIC_START,
     START_MARKER,
-    CommitLog,
-    CorruptLogError,
     StartMarker,
     decode_start_marker,
     encode_start_marker,
 )
-from dledger.storage.entry_format import HEADER_SIZE, EntryKind, FormatError, record_size
 from dledger.storage.segments import segment_name
 
 SEG = 4096
@@ -381,7 +381,7 @@ def test_bad_reset_arguments(tmp_path: Path, index: int, position: int) -> None:
 
 def test_marker_encoding() -> None:
     data = encode_start_marker(RESET_AT, 12_344, complete=True)
-    assert len(data) == 24 and data[:4] == commitlog_module.MAGIC_START.to_bytes(4, "big")
+    assert len(data) == 24 and data[:4] == MAGIC_START.to_bytes(4, "big")
     assert decode_start_marker(data) == StartMarker(RESET_AT, 12_344, True)
     pending = encode_start_marker(5, 0, complete=False)
     assert decode_start_marker(pending) == StartMarker(5, 0, False)

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from dledger.membership import Member
-from dledger.raft.leadership_transfer import LeadershipTransfer
+from dledger.raft.election.leadership_transfer import LeadershipTransfer
 
 
 def test_a_second_transfer_while_one_runs_gives_up_at_once_and_proposals_reopen_after_the_first() -> None:

@@ -1,11 +1,11 @@
-"""Pre-vote (dledger/raft/prevote.py) against a stand-in for pysyncobj's private state."""
+"""Pre-vote (dledger/raft/election/prevote.py) against a stand-in for pysyncobj's private state."""
 
 from __future__ import annotations
 
 import random
 from typing import Any
 
-from dledger.raft.prevote import ElectionDeadlineHold, PreVote
+from dledger.raft.election.prevote import ElectionDeadlineHold, PreVote
 
 FAR = 1e18
 

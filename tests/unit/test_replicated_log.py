@@ -19,7 +19,8 @@ from dledger.config import (
 )
 from dledger.errors import DiskFull, EntryTooLarge, NotLeader
 from dledger.raft.codec import encode_payload_command
-from dledger.raft.replicated_log import ReplicatedLog, held_through
+from dledger.raft.replica_wiring import held_through
+from dledger.raft.replicated_log import ReplicatedLog
 from dledger.storage.commitlog import CommitLog
 from dledger.storage.entry_format import EntryKind
 from raftmq.local_group import free_port

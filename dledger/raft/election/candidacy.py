@@ -12,7 +12,7 @@ A member that must not lead still stands when no leader has been heard for
 ``HANDOVER_AFTER_TIMEOUTS`` maximum election timeouts: it still holds the log, which may
 hold committed entries no other reachable member has, and then no other member can win
 an election (their logs are older). It stands only to hand the leadership over at once
-(``dledger.raft.leadership_transfer``).
+(``dledger.raft.election.leadership_transfer``).
 
 How it acts on pysyncobj (0.3.17, pinned): the election timeouts of our conf object,
 read at each use, are set out of reach (1e9 s) while the replica must not stand; and a
@@ -87,7 +87,7 @@ class Candidacy:
         """The (min, max) election timeouts in force: the configured ones, or out of reach
         while a reason holds and no hand-over is due. pysyncobj never stands while it is
         connected to no peer; a node whose link drops messages while the connection stays
-        up would, but ``dledger.raft.prevote`` makes it ask the members first."""
+        up would, but ``dledger.raft.election.prevote`` makes it ask the members first."""
         lo, hi = self._timeouts
         if self._reasons and not self._may_stand_to_hand_over(is_leader, leader_heard_at):
             return OUT_OF_REACH_S, OUT_OF_REACH_S

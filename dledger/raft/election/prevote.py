@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dledger.raft.candidacy import OUT_OF_REACH_S
+from dledger.raft.election.candidacy import OUT_OF_REACH_S
 
 __all__ = ["ElectionDeadlineHold", "PreVote"]
 

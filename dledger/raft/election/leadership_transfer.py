@@ -10,7 +10,7 @@ refuses while the target lacks an entry, and proposals made before the pause may
 appended, so the check must be the tick thread's own. The default target is the connected
 member with the highest match index, passing over members whose disks are full (they would
 hand it on again) and members that did not take a transfer in the last
-``TRANSFER_NOT_TAKEN_S`` (they must not lead: ``dledger.raft.candidacy`` drops TimeoutNow).
+``TRANSFER_NOT_TAKEN_S`` (they must not lead: ``dledger.raft.election.candidacy`` drops TimeoutNow).
 
 A replica that must not lead and leads anyway (it won an election, or was found wrong
 while leading) hands over from a thread of its own, as soon as a member has every entry.
@@ -35,7 +35,7 @@ from pysyncobj.pipe_notifier import PipeNotifier
 
 from dledger.errors import NoLeader, NotLeader, ProposeError
 from dledger.membership import Member
-from dledger.raft.candidacy import DISK_FULL
+from dledger.raft.election.candidacy import DISK_FULL
 from dledger.raft.full_disks import FollowerDisks
 from dledger.raft.node import RaftNode, RaftView
 from dledger.raft.proposals import wake

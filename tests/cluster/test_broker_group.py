@@ -68,6 +68,9 @@ def same_tree(a: Path, b: Path) -> None:
 def test_broker_group_end_to_end(brokers: LocalGroup) -> None:
     brokers.start()
     leader = brokers.wait_leader(timeout=30)
+    # a follower answers NOT_LEADER naming the leader only once it has heard it (issue 32's race:
+    # wait_leader returns when the leader won, before its first append reached anyone)
+    brokers.wait_following(leader, timeout=30)
     follower = next(n for n in brokers.nodes if n != leader)
     address = {n: p.http for n, p in brokers.nodes.items()}
 

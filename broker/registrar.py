@@ -123,10 +123,10 @@ class Registrar:
     def identity(self) -> dict[str, Any] | None:
         """This replica's registration without topics; None while it is not a member."""
         status = self._rlog.status()
-        if not status.get("member", True):
+        if not status.member:
             return None
         config = self._rlog.config  # type: ignore[attr-defined]
-        return {"group": config.group, "node": config.node, "role": status["role"], "term": status["term"],
+        return {"group": config.group, "node": config.node, "role": status.role, "term": status.term,
                 "address": self._listen, "members": sorted(self._rlog.members())}
 
     async def register_once(self, session: aiohttp.ClientSession) -> None:

@@ -94,8 +94,8 @@ INSIDE: list[tuple[str, tuple[str, ...], str]] = [
     ("common/*.py", tuple(p for p in PACKAGES if p != "common"), "shared utilities import nothing of RaftMQ"),
     *((f"dledger/{api}.py", ("dledger.raft", "dledger.process", "pysyncobj"),
        "the Log API and the memory log load no Raft")
-      for api in ("log", "log_events", "local_log", "errors", "config", "membership", "latency",
-                  "stage_clock", "applier")),
+      for api in ("log", "log_events", "log_reader", "log_status", "local_log", "errors", "config",
+                  "membership", "latency", "stage_clock", "applier")),
 ]
 #: (files, the only RaftMQ modules and pysyncobj they may import)
 ONLY: list[tuple[str, tuple[str, ...], str]] = [

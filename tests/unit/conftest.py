@@ -18,7 +18,7 @@ from broker.remoting.guarded_site import GuardedSite
 from broker.remoting.server import AppliedSignal, BrokerServer
 from broker.state.machine import BrokerStateMachine
 from dledger.applier import Applier
-from dledger.config import GroupConfig
+from dledger.config import MAX_ENTRY_BYTES, GroupConfig
 from dledger.local_log import LocalLog
 from dledger.log import Log
 from raftmq.local_group import free_port
@@ -65,7 +65,21 @@ def no_network_unless_marked(request: pytest.FixtureRequest,
 def one_node_broker(tmp_path: Path) -> Iterator[tuple[Log, BrokerStateMachine, Applier]]:
     """A one-replica group (leader once yielded) with the broker's apply step behind it:
     a ``LocalLog`` (no pysyncobj node, no election, no Raft socket)."""
-    rlog = LocalLog(GroupConfig(node="n1", peers={"n1": "127.0.0.1:1"}, data_dir=tmp_path / "log"))
+    yield from _one_node_broker(tmp_path, None)
+
+
+@pytest.fixture
+def small_segment_broker(tmp_path: Path) -> Iterator[tuple[LocalLog, BrokerStateMachine, Applier]]:
+    """``one_node_broker`` whose CommitLog rolls a segment every 240 KiB (the least there
+    is), so a test can delete old segments as retention does: ``rlog.commitlog.delete_before``."""
+    yield from _one_node_broker(tmp_path, 4 * MAX_ENTRY_BYTES)
+
+
+def _one_node_broker(tmp_path: Path,
+                     segment_bytes: int | None) -> Iterator[tuple[LocalLog, BrokerStateMachine, Applier]]:
+    geometry = {} if segment_bytes is None else {"segment_bytes": segment_bytes}
+    rlog = LocalLog(GroupConfig(node="n1", peers={"n1": "127.0.0.1:1"}, data_dir=tmp_path / "log",
+                                **geometry))  # type: ignore[arg-type]
     machine = BrokerStateMachine(tmp_path / "store", index_slots=64, index_entries=4096)
     applier = Applier(rlog, machine).start()
     try:

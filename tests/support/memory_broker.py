@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from broker.clients.registry import ConsumerRegistry
 from broker.clients.retry_topics import RetryTopicQuota
 from broker.deferred.service import DeferredService
+from broker.processors.deferred import DeferredProcessor
 from broker.processors.long_polls import AppliedSignal
 from broker.processors.offset import OffsetProcessor
 from broker.processors.pull import PullProcessor
@@ -119,6 +120,10 @@ class MemoryBroker:
     def queries(self) -> QueryProcessor:
         return QueryProcessor(self)  # type: ignore[arg-type]
 
+    @functools.cached_property
+    def deferred_requests(self) -> DeferredProcessor:
+        return DeferredProcessor(self)  # type: ignore[arg-type]
+
     def require_leader(self) -> None:
         if not self.leading:
             raise NotLeader("n2", "127.0.0.1:9877")
@@ -138,14 +143,17 @@ class MemoryBroker:
 
 
 @contextlib.asynccontextmanager
-async def memory_broker(parts: tuple[Log, BrokerStateMachine, Applier]) -> AsyncIterator[MemoryBroker]:
+async def memory_broker(parts: tuple[Log, BrokerStateMachine, Applier], *,
+                        max_message_bytes: int = MAX_MESSAGE_BYTES) -> AsyncIterator[MemoryBroker]:
+    """``max_message_bytes``: the broker's ``[broker] max_message_bytes``."""
     rlog, machine, applier = parts
     clock = Clock()
-    write = WritePath(rlog, machine, applier, clock_ms=clock)
+    write = WritePath(rlog, machine, applier, clock_ms=clock, max_message_bytes=max_message_bytes)
     signal = AppliedSignal(asyncio.get_running_loop())
     machine.on_queues_grown.append(signal.notify)  # parked pulls wake by queue
     broker = MemoryBroker(rlog, machine, write, DeferredService(rlog, machine, write, ConsumerRegistry(),
-                                                                clock_ms=clock), signal, clock)
+                                                                clock_ms=clock), signal, clock,
+                          max_message_bytes=max_message_bytes)
     broker.producers = broker.deferred.producers
     try:
         yield broker

@@ -17,6 +17,7 @@ from dledger.log import Log
 from dledger.log_reader import LogReader
 from dledger.raft.replicated_log import ReplicatedLog
 from dledger.storage.commitlog import CommitLog
+from tests.support.memory_broker import MemoryBroker
 
 
 def memory_log_is_a_log(log: LocalLog) -> Log:
@@ -49,3 +50,7 @@ def server_is_what_the_http_endpoints_read(server: BrokerServer) -> ServerView:
 
 def server_is_what_the_rocketmq_front_end_reads(server: BrokerServer) -> RocketBroker:
     return server
+
+
+def the_memory_broker_is_a_context(broker: MemoryBroker) -> BrokerContext:
+    return broker  # the processor tests' context (tests/support/memory_broker.py)

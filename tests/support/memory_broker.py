@@ -106,7 +106,7 @@ class MemoryBroker:
     # -- the processors under test, each on this context (as BrokerServer builds them)
     @functools.cached_property
     def sends(self) -> SendProcessor:
-        return SendProcessor(self)  # type: ignore[arg-type]  # a BrokerContext but for typing's AuthCounters
+        return SendProcessor(self)
 
     @functools.cached_property
     def pulls(self) -> PullProcessor:
@@ -114,15 +114,15 @@ class MemoryBroker:
 
     @functools.cached_property
     def offsets(self) -> OffsetProcessor:
-        return OffsetProcessor(self)  # type: ignore[arg-type]
+        return OffsetProcessor(self)
 
     @functools.cached_property
     def queries(self) -> QueryProcessor:
-        return QueryProcessor(self)  # type: ignore[arg-type]
+        return QueryProcessor(self)
 
     @functools.cached_property
     def deferred_requests(self) -> DeferredProcessor:
-        return DeferredProcessor(self)  # type: ignore[arg-type]
+        return DeferredProcessor(self)
 
     def require_leader(self) -> None:
         if not self.leading:

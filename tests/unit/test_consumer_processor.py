@@ -53,7 +53,7 @@ def run(parts: Parts, scenario: Callable[[MemoryBroker, ConsumerProcessor], Awai
     async def main() -> None:
         async with memory_broker(parts) as broker:
             await broker.create_topic("orders", 1)
-            await scenario(broker, ConsumerProcessor(broker))  # type: ignore[arg-type]
+            await scenario(broker, ConsumerProcessor(broker))
 
     asyncio.run(asyncio.wait_for(main(), 60))
 

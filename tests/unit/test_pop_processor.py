@@ -81,7 +81,7 @@ def _run(one_node_broker: tuple[Log, BrokerStateMachine, Applier],
          scenario: Callable[[Harness], Awaitable[None]]) -> None:
     async def main() -> None:
         async with memory_broker(one_node_broker) as context:
-            processor = PopProcessor(context, context.signal)  # type: ignore[arg-type]
+            processor = PopProcessor(context, context.signal)
             harness = Harness(processor, context, context.clock)
             await context.create_topic("jobs", 2)
             await scenario(harness)

@@ -33,7 +33,7 @@ def _run(one_node_broker: tuple[Log, BrokerStateMachine, Applier],
     async def main() -> None:
         async with memory_broker(one_node_broker) as broker:
             broker.leading = leading
-            await scenario(TopicProcessor(broker), broker)  # type: ignore[arg-type]
+            await scenario(TopicProcessor(broker), broker)
 
     asyncio.run(asyncio.wait_for(main(), 30))
 

@@ -107,7 +107,7 @@ class Registrar:
         self._machine = machine
         self._listen = listen
         self._held = {ns: _Held() for ns in namesrvs}
-        config = rlog.config  # type: ignore[attr-defined]
+        config = rlog.config
         self._group: str = config.group
         self._key = registration_key(config.secret, config.group) if config.secret else None
         self._versions = (f"{os.urandom(4).hex()}:{i}" for i in itertools.count(1))
@@ -123,10 +123,10 @@ class Registrar:
     def identity(self) -> dict[str, Any] | None:
         """This replica's registration without topics; None while it is not a member."""
         status = self._rlog.status()
-        if not status.get("member", True):
+        if not status.member:
             return None
-        config = self._rlog.config  # type: ignore[attr-defined]
-        return {"group": config.group, "node": config.node, "role": status["role"], "term": status["term"],
+        config = self._rlog.config
+        return {"group": config.group, "node": config.node, "role": status.role, "term": status.term,
                 "address": self._listen, "members": sorted(self._rlog.members())}
 
     async def register_once(self, session: aiohttp.ClientSession) -> None:

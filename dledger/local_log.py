@@ -8,6 +8,8 @@ directory: the broker reads messages by CommitLog position, so the bytes must be
 ones a replica would hold.
 
 It always leads (term 1); membership changes and leadership transfers are refused.
+``commitlog`` is the storage itself (the tests that damage or inspect files use it); the
+layers above read through ``reader``.
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ import concurrent.futures
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from dledger.config import MAX_ENTRY_BYTES, FlushPolicy, GroupConfig
 from dledger.errors import DiskFull, EntryTooLarge, ProposalRejected
 from dledger.latency import LatencyHistogram
 from dledger.log_events import Appended, LeaderChange, Role, SnapshotSource
+from dledger.log_reader import LogReader
+from dledger.log_status import MemberStatus, Status
 from dledger.membership import Change, Member
 from dledger.stage_clock import SERVER_STAGES, STAGE_BUCKETS
 from dledger.storage.commitlog import CommitLog
@@ -83,6 +86,10 @@ class LocalLog:
     def committed_index(self) -> int:
         return self._committed
 
+    @property
+    def reader(self) -> LogReader:
+        return self.commitlog
+
     def read(self, from_index: int, max_bytes: int = 1 << 20) -> list[Entry]:
         """Committed entries from ``from_index``; ``LogGap`` below the first held one."""
         return self.commitlog.committed_entries(from_index, max_bytes, self._committed)
@@ -129,23 +136,21 @@ class LocalLog:
     def client_addresses(self) -> dict[str, str]:
         return {n: a for n, a in self._clients.items() if n == self.config.node and a}
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> Status:
         me = self.members()[self.config.node]
-        return {
-            "group": self.config.group, "node": self.config.node,
-            "role": (Role.LEADER if self._standing else Role.FOLLOWER).value, "term": TERM,
-            "leader": self.leader, "commit_index": self._committed, "raft_commit_index": self._committed,
-            "first_index": self.commitlog.first_index, "last_index": self.commitlog.last_index,
-            "write_position": self.commitlog.write_position, "follower_match_index": {},
-            "peers_connected": {}, "last_fsync_time": None, "flush": self.config.flush.value,
-            "conflict_truncations": 0, "lease_hand_offs": 0, "followers_behind_retained_start": [],
-            "log_resets": [],
-            "members": {me.name: {"raft": me.raft, "client": me.client, "storage": ""}}, "member": True,
-            "members_changed_at": 0, "pre_vote_rounds": 0, "pre_vote_won": 0, "snapshot_fetch": None,
-            "disk": self.disk.status(), "disk_full_members": self.disk_full_nodes(),
+        cl = self.commitlog
+        return Status(
+            group=self.config.group, node=self.config.node,
+            role=(Role.LEADER if self._standing else Role.FOLLOWER).value, term=TERM,
+            leader=self.leader, commit_index=self._committed, raft_commit_index=self._committed,
+            first_index=cl.first_index, last_index=cl.last_index, write_position=cl.write_position,
+            follower_match_index={}, peers_connected={}, last_fsync_time=None, flush=self.config.flush.value,
+            conflict_truncations=0, lease_hand_offs=0, followers_behind_retained_start=[], log_resets=[],
+            members={me.name: MemberStatus(me.raft, me.client, "")},
             # one replica, no Raft: nothing to forget or record (dledger.raft.storage_rule)
-            "storage": "", "voter": True, "vote_refusal": None, "storages_catching_up": {}, "forgot": None,
-        }
+            storage="", voter=True, vote_refusal=None, storages_catching_up={}, forgot=None,
+            member=True, members_changed_at=0, pre_vote_rounds=0, pre_vote_won=0, snapshot_fetch=None,
+            disk=self.disk.status(), disk_full_members=self.disk_full_nodes())
 
     # -- hooks the broker sets (snapshots, retention): nothing is ever cut here -----------
     def set_snapshot_source(self, source: SnapshotSource) -> None:

@@ -1,21 +1,24 @@
 """``Log``: what the layers above ask of a replicated CommitLog -- propose, read committed
-entries, status, leadership events, members, and the snapshot/retention hooks. The broker
-is written against it; ``ReplicatedLog`` (Raft on pysyncobj) and ``LocalLog`` (one replica,
-no Raft: the unit tests) implement it (``tests/unit/test_local_log.py`` checks both).
+entries, read records by position (``reader``: a ``dledger.log_reader.LogReader``), status
+(a typed ``dledger.log_status.Status``), leadership events, members, and the
+snapshot/retention hooks. The broker is written against it, never the concrete CommitLog;
+``ReplicatedLog`` (Raft on pysyncobj) and ``LocalLog`` (one replica, no Raft: the unit tests)
+implement it (``tests/unit/test_local_log.py`` and ``tests/typing_conformance.py`` check both).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from dledger.config import GroupConfig
     from dledger.latency import LatencyHistogram
     from dledger.log_events import Appended, LeaderChange, SnapshotSource
+    from dledger.log_reader import LogReader
+    from dledger.log_status import Status
     from dledger.membership import Change, Member
-    from dledger.storage.commitlog import CommitLog
     from dledger.storage.disk_guard import DiskGuard
     from dledger.storage.entry_format import Entry
 
@@ -24,9 +27,6 @@ __all__ = ["Log"]
 
 class Log(Protocol):
     config: GroupConfig
-    #: committed entries by CommitLog position (the broker reads messages where its
-    #: ConsumeQueue points); never beyond ``committed_index`` through ``read``
-    commitlog: CommitLog
     #: the disk-full flag of this replica's data directory (the broker's files report to it)
     disk: DiskGuard
 
@@ -36,6 +36,17 @@ class Log(Protocol):
     def committed_index(self) -> int: ...
     def read(self, from_index: int, max_bytes: int = ...) -> list[Entry]: ...
     def wait_committed(self, index: int, timeout: float) -> bool: ...
+    @property
+    def reader(self) -> LogReader:
+        """Records by CommitLog position (the broker reads messages where its ConsumeQueue
+        and IndexFile point) and the retained range; only committed entries are read."""
+        ...
+    @property
+    def commitlog(self) -> LogReader:
+        """The same reader under its old name, for ``broker/rocketmq`` alone (offsets.py,
+        admin.py read the CommitLog's bounds through it): that folder was outside the change
+        that moved the broker to ``reader`` (issue 26); this goes once those reads move."""
+        ...
 
     # -- leadership
     @property
@@ -51,7 +62,7 @@ class Log(Protocol):
     def change_membership(self, change: Change, timeout: float = ...) -> dict[str, Member]: ...
     def set_client_addresses(self, clients: dict[str, str]) -> None: ...
     def client_addresses(self) -> dict[str, str]: ...
-    def status(self) -> dict[str, Any]: ...
+    def status(self) -> Status: ...
     def disk_full_nodes(self) -> list[str]: ...
     @property
     def fsync_seconds(self) -> LatencyHistogram: ...

@@ -132,7 +132,7 @@ class DeferredService:
         if held is None:
             return "already resolved"
         if commit:
-            half = decode_message(read_message(self.rlog.commitlog, held.at, held.size))
+            half = decode_message(read_message(self.rlog.reader, held.at, held.size))
             (applied,) = await self.write.send([encode_message(self.committed_copy(half, position))])
         else:
             (applied,) = await self.write.send([encode_admin(RollbackHalf(position))])
@@ -160,7 +160,7 @@ class DeferredService:
         copies = []
         for held in due:
             try:
-                m = decode_message(read_message(self.rlog.commitlog, held.at, held.size))
+                m = decode_message(read_message(self.rlog.reader, held.at, held.size))
             except MessageGone:
                 log.error("delayed message at %d is no longer retained; dropping it", held.position)
                 m = Message("", b"")
@@ -187,7 +187,7 @@ class DeferredService:
         """Re-append the held records retention is about to reach (``broker.deferred.carry_forward``),
         the oldest first, at most CARRY_BYTES: each is read from its copy once that applies.
         Timers already due are left to ``_deliver_due``."""
-        config, cl, now = self.rlog.config, self.rlog.commitlog, self.clock_ms()
+        config, cl, now = self.rlog.config, self.rlog.reader, self.clock_ms()
         below = carry_below(cl.segments(), config.segment_bytes, cl.write_position, now=time.time(),
                             max_age_s=config.retention_hours * 3600, max_bytes=config.retention_bytes)
         held = [h for h in self.machine.timers.held() if h.due_ms > now] + self.machine.halves.held()
@@ -209,7 +209,7 @@ class DeferredService:
         for conn in self.producers.connections(group):
             foreign = isinstance(conn, ForeignClient) and not conn.closed  # a RocketMQ producer
             if foreign or (isinstance(conn, web.WebSocketResponse) and not conn.closed):
-                data = read_message(self.rlog.commitlog, at, size)
+                data = read_message(self.rlog.reader, at, size)
                 if at != position:  # a carried copy: the message as its producer sent it
                     m = decode_message(data)
                     data = encode_message(Message(**{**_fields(m), "properties": _without(

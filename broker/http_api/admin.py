@@ -96,7 +96,7 @@ class AdminApi:
 
     async def admin_topics(self, request: web.Request) -> web.Response:
         out = {}
-        machine, log_start = self._server.machine, self._server.rlog.commitlog.start_position
+        machine, log_start = self._server.machine, self._server.rlog.reader.start_position
         for topic, cfg in sorted(machine.topics.items()):
             queues = [machine.queue(topic, q) for q in range(cfg.queues)]
             lows = [machine.retained_min_offset(q, log_start) if q else 0 for q in queues]
@@ -122,7 +122,8 @@ class AdminApi:
         return web.json_response({
             "group": server.rlog.config.group, "node": server.rlog.config.node,
             "leader": leader, "leader_address": server.addresses.get(leader) if leader else None,
-            "replicas": server.addresses, "status": {**status, "applied_index": machine.applied_index()},
+            "replicas": server.addresses,
+            "status": {**status.to_json(), "applied_index": machine.applied_index()},
             "consumers": {g: [m.client_id for m in members]
                           for g, members in server.consumers.groups().items()},
             "held": {"delayed": len(machine.timers), "transaction_halves": len(machine.halves)}})

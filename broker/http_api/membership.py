@@ -50,7 +50,7 @@ def _members_doc(server: ServerView) -> dict[str, Any]:
     return {"group": rlog.config.group, "node": rlog.config.node, "leader": rlog.leader,
             "members": {n: {"raft": m.raft, "client": clients.get(n, "")}
                         for n, m in sorted(rlog.members().items())},
-            "changed_at": rlog.status()["members_changed_at"]}
+            "changed_at": rlog.status().members_changed_at}
 
 
 async def _learner_lag(server: ServerView, member: Member) -> tuple[int | None, str, str]:

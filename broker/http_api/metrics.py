@@ -49,6 +49,7 @@ from prometheus_client.registry import Collector
 if TYPE_CHECKING:
     from broker.http_api.server_view import ServerView
     from dledger.log_events import LeaderChange
+    from dledger.log_status import Status
 
 __all__ = ["CONTENT_TYPE", "VERSION", "BrokerMetrics"]
 
@@ -124,14 +125,11 @@ class _ReplicaCollector(Collector):
         family.add_metric([*self._labels.values(), *extra.values()], value)
         return family
 
-    def _replication(self, s: dict[str, object]) -> Iterator[Metric]:
+    def _replication(self, s: Status) -> Iterator[Metric]:
         lag = GaugeMetricFamily("raftmq_replication_lag_entries", "On the leader: entries of its log a "
                                 "follower does not hold yet", labels=[*self._labels, "follower"])
-        last = s.get("last_index")
-        matched = s.get("follower_match_index")
-        if isinstance(last, int) and isinstance(matched, dict):
-            for follower, index in sorted(matched.items()):
-                lag.add_metric([*self._labels.values(), follower], max(0, last - int(index)))
+        for follower, index in sorted(s.follower_match_index.items()):
+            lag.add_metric([*self._labels.values(), follower], max(0, s.last_index - index))
         yield lag
 
     def _disk(self) -> Iterator[Metric]:
@@ -142,7 +140,7 @@ class _ReplicaCollector(Collector):
                           "want of space and not enough room is free again to resume", int(rlog.disk.full))
         yield self._gauge("raftmq_disk_total_bytes", "Size of the data directory's file system",
                           shutil.disk_usage(rlog.config.data_dir).total)
-        cl = rlog.commitlog
+        cl = rlog.reader
         yield self._gauge("raftmq_commitlog_bytes", "Bytes of the retained CommitLog",
                           cl.write_position - cl.start_position)
         buckets, total = rlog.fsync_seconds.snapshot()
@@ -170,9 +168,9 @@ class _ReplicaCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         server = self._server
         s = server.rlog.status()
-        yield self._gauge("raftmq_is_leader", "1 on the group's leader", int(s["role"] == "leader"))
-        yield self._gauge("raftmq_term", "Raft term", s["term"])
-        yield self._gauge("raftmq_commit_index", "Raft commit index", s["commit_index"])
+        yield self._gauge("raftmq_is_leader", "1 on the group's leader", int(s.role == "leader"))
+        yield self._gauge("raftmq_term", "Raft term", s.term)
+        yield self._gauge("raftmq_commit_index", "Raft commit index", s.commit_index)
         yield self._gauge("raftmq_applied_index", "Index the broker state machine applied",
                           server.machine.applied_index())
         yield self._gauge("raftmq_build_info", "1, labelled with the RaftMQ version", 1, version=VERSION)

@@ -151,7 +151,7 @@ class Verifier:
         """The highest CommitLog start position among this leader and the members that answer:
         every member holds the ConsumeQueue units of the records from there on."""
         me = self._server.rlog.config.node
-        starts = [self._server.rlog.commitlog.start_position]
+        starts = [self._server.rlog.reader.start_position]
         answers = await asyncio.gather(*(self._json(a, "/status", {}) for n, a in members.items() if n != me))
         starts += [int(a["log_start_position"]) for a in answers
                    if isinstance(a, dict) and isinstance(a.get("log_start_position"), int)]

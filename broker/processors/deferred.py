@@ -36,7 +36,7 @@ class DeferredProcessor(Processor):
         req = SendBackRequest.from_frame(frame)
         group, position, max_times = validate_group(req.group), req.position, req.max_reconsume_times
         try:
-            record, at = read_message_at(self._server.rlog.commitlog, position)
+            record, at = read_message_at(self._server.rlog.reader, position)
             stored = message_at(record, position - at)
         except (MessageGone, MessageFormatError, ValueError) as e:
             raise FrameError(ResponseCode.INVALID_ARGUMENT,

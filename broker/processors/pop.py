@@ -190,7 +190,7 @@ class PopProcessor(Processor):
             start = self._server.machine.pops.next_offset(group, topic, q)
             if start is None:  # the group's first POP here: from its committed offset, else the start
                 committed = self._server.machine.committed_offset(group, topic, q)
-                low = self._server.machine.retained_min_offset(cq, self._server.rlog.commitlog.start_position)
+                low = self._server.machine.retained_min_offset(cq, self._server.rlog.reader.start_position)
                 start = max(low, committed or 0)
             end = min(cq.max_offset, start + (1 if ordered else room - len(found)))
             found += [(q, offset) for offset in range(start, end)]
@@ -239,7 +239,7 @@ class PopProcessor(Processor):
         and the claims whose message retention deleted (or whose topic went)."""
         by_record: dict[tuple[int, int], tuple[PullRow, list[tuple[int, int]]]] = {}
         gone: list[tuple[int, int, int]] = []
-        commitlog = self._server.rlog.commitlog
+        reader = self._server.rlog.reader
         for q, offset, delivery in sorted(claimed):
             cq = self._server.machine.queue(topic, q)
             try:
@@ -248,7 +248,7 @@ class PopProcessor(Processor):
                 unit = cq.get(offset)
                 key = (q, unit.base)
                 if key not in by_record:
-                    record = read_message(commitlog, unit.position, unit.size)
+                    record = read_message(reader, unit.position, unit.size)
                     by_record[key] = (PullRow(unit.base, unit.position, unit.store_ms, record), [])
             except (OffsetOutOfRange, MessageGone, ValueError):
                 gone.append((q, offset, delivery))
@@ -274,7 +274,7 @@ class PopProcessor(Processor):
                 raise MessageGone("the queue is gone")
             unit = cq.get(held.offset)
             position = unit.position + held.offset - unit.base
-            record, at = read_message_at(self._server.rlog.commitlog, position)
+            record, at = read_message_at(self._server.rlog.reader, position)
             stored = message_at(record, position - at)
         except (OffsetOutOfRange, MessageGone, MessageFormatError, ValueError):
             await self._server.write.send(records)

@@ -40,7 +40,6 @@ from broker.store.fragments import MessageGone, read_message
 from broker.store.inflation import MAX_INFLATED_PER_PULL, inflate
 from common.refusal_log import RefusalLog
 from dledger.log import Log
-from dledger.storage.commitlog import CommitLog
 from protocol.pull import MAX_PULL, MAX_SUSPEND_MS, PullRequest, PullResponse, PullRow
 from protocol.record_batch import MessageFormatError, read_header, record_properties
 from protocol.remoting import Frame, FrameError, ResponseCode
@@ -48,6 +47,7 @@ from protocol.sql_filter import FilterSyntaxError, SqlFilter, compile_filter
 
 if TYPE_CHECKING:
     from broker.store.consume_queue import ConsumeQueue
+    from dledger.log_reader import LogReader
 
 __all__ = ["LEADERLESS_SUSPEND_S", "MAX_FILTER_SCAN", "MAX_PULL", "MAX_SUSPEND_MS", "PULL_BODY_BYTES",
            "PullProcessor"]
@@ -106,7 +106,7 @@ class PullProcessor:
             return PullResponse(next_offset=offset, leaderless=leaderless).reply(
                 frame, ResponseCode.PULL_NOT_FOUND)
         served_from = loop.time()
-        low = self._machine.retained_min_offset(cq, self._rlog.commitlog.start_position)
+        low = self._machine.retained_min_offset(cq, self._rlog.reader.start_position)
         if offset < low:  # retention deleted those messages: the first one kept
             return PullResponse(next_offset=low, min_offset=low).reply(frame, ResponseCode.PULL_OFFSET_MOVED)
         filtered = wanted_set is not None or sql is not None
@@ -117,7 +117,7 @@ class PullProcessor:
         else:
             rows, next_offset, gone_at = self._rows(read.units, read.next_offset, page)
         if gone_at is not None:  # retention deleted the first message while this pull read the queue
-            low = self._machine.retained_min_offset(cq, self._rlog.commitlog.start_position)
+            low = self._machine.retained_min_offset(cq, self._rlog.reader.start_position)
             return PullResponse(next_offset=max(low, gone_at), min_offset=low).reply(
                 frame, ResponseCode.PULL_OFFSET_MOVED)
         self._metrics.pulled.inc(page.got)
@@ -149,7 +149,7 @@ class PullProcessor:
         after a record retention deleted before any row was read (None: none)."""
         rows: list[PullRow] = []
         size = 0
-        entry = _EntryWindow(self._rlog.commitlog)  # consecutive records share an entry: one read
+        entry = _EntryWindow(self._rlog.reader)  # consecutive records share an entry: one read
         for unit in units:
             if page.stripe and unit.base < page.offset:
                 continue  # the record holding the offset: the pull before this stripe has it
@@ -161,7 +161,7 @@ class PullProcessor:
             try:
                 data = entry.slice(unit.position, unit.size)
                 if data is None:  # a record chained over several entries
-                    data = read_message(self._rlog.commitlog, unit.position, unit.size)
+                    data = read_message(self._rlog.reader, unit.position, unit.size)
             except MessageGone:  # retention deleted it while this pull read the queue
                 return (rows, unit.base, None) if rows else (rows, unit.base, unit.end)
             row = page.row(unit, data)
@@ -245,20 +245,20 @@ class _EntryWindow:
     """The last entry record a pull read: the records a ConsumeQueue lists one after the
     other mostly sit in the same entry, so each entry is read once, not once per record."""
 
-    __slots__ = ("_commitlog", "_data", "_end", "_start")
+    __slots__ = ("_data", "_end", "_reader", "_start")
 
-    def __init__(self, commitlog: CommitLog) -> None:
-        self._commitlog = commitlog
+    def __init__(self, reader: LogReader) -> None:
+        self._reader = reader
         self._start, self._end, self._data = -1, -1, b""
 
     def slice(self, position: int, size: int) -> bytes | None:
         """The ``size`` bytes at ``position`` if they lie inside one entry record, else None."""
         if not (self._start <= position and position + size <= self._end):
-            found = self._commitlog.entry_containing(position)
+            found = self._reader.entry_containing(position)
             if found is None:
                 return None
             index, start = found
-            self._data = self._commitlog.read_at(start, self._commitlog.record_size_of(index))
+            self._data = self._reader.read_at(start, self._reader.record_size_of(index))
             self._start, self._end = start, start + len(self._data)
             if position + size > self._end:
                 return None

@@ -63,14 +63,14 @@ class QueryProcessor(Processor):
     def store_time(self, position: int) -> int:
         """The store time of the entry holding ``position`` (messages of one entry share it;
         a chained message's position is in its first fragment's entry, whose stamp it has)."""
-        found = self._server.rlog.commitlog.entry_containing(position)
+        found = self._server.rlog.reader.entry_containing(position)
         if found is None:
             return -1
         index, start = found
         stamp = self._stamps.get(start)
         if stamp is None:
-            size = self._server.rlog.commitlog.record_size_of(index) - HEADER_SIZE
-            stamp = read_stamp(self._server.rlog.commitlog.read_at(start + HEADER_SIZE, min(16, size)))
+            size = self._server.rlog.reader.record_size_of(index) - HEADER_SIZE
+            stamp = read_stamp(self._server.rlog.reader.read_at(start + HEADER_SIZE, min(16, size)))
             if len(self._stamps) >= 4096:
                 self._stamps.clear()
             self._stamps[start] = stamp
@@ -90,7 +90,7 @@ class QueryProcessor(Processor):
         if cq is None:
             return -1
         try:
-            _, record_at = read_message_at(self._server.rlog.commitlog, position)
+            _, record_at = read_message_at(self._server.rlog.reader, position)
             unit = cq.get(cq.offset_for_position(record_at))
         except (MessageGone, ValueError):  # OffsetOutOfRange is a ValueError
             return -1
@@ -100,7 +100,7 @@ class QueryProcessor(Processor):
     def _message_at(self, position: int) -> tuple[Message, int]:
         """The message at ``position`` (of its record, read whole if chained) and its store time."""
         try:
-            record, at = read_message_at(self._server.rlog.commitlog, position)
+            record, at = read_message_at(self._server.rlog.reader, position)
             return message_at(record, position - at), self.store_time(at)
         except MessageGone:
             raise FrameError(ResponseCode.QUERY_NOT_FOUND, f"position {position} is not retained") from None
@@ -145,7 +145,7 @@ class QueryProcessor(Processor):
         machine = self._server.machine
         cq = machine.queue(req.topic, req.queue_id)
         low, high = (0, 0) if cq is None else (
-            machine.retained_min_offset(cq, self._server.rlog.commitlog.start_position), cq.max_offset)
+            machine.retained_min_offset(cq, self._server.rlog.reader.start_position), cq.max_offset)
         at = None
         if req.timestamp is not None:
             at = 0 if cq is None else cq.bisect(_stored_at, req.timestamp)

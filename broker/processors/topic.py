@@ -55,7 +55,7 @@ class TopicProcessor(Processor):
         status = self._server.rlog.status()
         leader = self._server.rlog.leader
         group = GroupRouteData(group=self._server.rlog.config.group, queues=config.queues,
-                               perm=int(config.perm), term=status["term"],
+                               perm=int(config.perm), term=status.term,
                                leader=self._server.addresses.get(leader) if leader else None,
                                replicas=dict(sorted(self._server.addresses.items())))
         return RouteResponse(route=TopicRouteData(topic, (group,))).reply(frame)

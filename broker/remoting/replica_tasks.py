@@ -49,7 +49,7 @@ async def _trim_derived(server: BrokerServer) -> None:
     trimmed_at = -1
     while True:
         await asyncio.sleep(TRIM_CHECK_S)
-        start = server.rlog.commitlog.start_position
+        start = server.rlog.reader.start_position
         if start == trimmed_at:
             continue
         try:

@@ -187,7 +187,7 @@ class BrokerServer:
         """A CommitLog cut (--repair-log, a torn tail below the commit index) ends before the
         state applied from it: ConsumeQueue units name positions the log does not hold until
         the leader sends those entries again, and a read there would call them deleted."""
-        log = self.rlog.commitlog
+        log = self.rlog.reader
         held = log.last_index or max(log.awaiting_start - 1, 0)  # an empty reset log: its start
         applied = self.machine.applied_index()
         if applied <= held:
@@ -223,7 +223,7 @@ class BrokerServer:
         return web.Response(text="ok")
 
     async def _status(self, request: web.Request) -> web.Response:
-        status = self.rlog.status()
+        status = self.rlog.status().to_json()
         status["applied_index"] = self.machine.applied_index()
         status["healthy"] = self.unhealthy() is None
         status["apply_stalled"] = self.applier.stalled
@@ -232,7 +232,7 @@ class BrokerServer:
         status["snapshot_indexes"] = snapshots[-8:]
         status["state_digests"] = {str(i): d for i, d in sorted(self.machine.recent_digests().items())}
         status["snapshot_installs"] = self.machine.installs
-        cl = self.rlog.commitlog
+        cl = self.rlog.reader
         status["disk"] = {"commitlog_bytes": cl.write_position - cl.start_position,
                           **self.rlog.disk.status()}
         status["log_start_position"] = cl.start_position
@@ -272,7 +272,7 @@ class BrokerServer:
                 cq = self.machine.queue(topic, qid)
                 top = cq.max_offset if cq is not None else 0
                 low = 0 if cq is None else self.machine.retained_min_offset(
-                    cq, self.rlog.commitlog.start_position)
+                    cq, self.rlog.reader.start_position)
                 rows.append({"topic": topic, "queue": qid, "committed": committed, "min_offset": low,
                              "max_offset": top, "lag": max(0, top - max(committed, low))})
         return rows

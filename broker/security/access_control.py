@@ -249,7 +249,7 @@ class AccessControl:
     # -- positions (broker.security.access_map.Positions) -----------------------------------------
     def topic_at(self, position: int) -> str | None:
         try:
-            return peek_topic(read_message_at(self._server.rlog.commitlog, position)[0])
+            return peek_topic(read_message_at(self._server.rlog.reader, position)[0])
         except (MessageGone, ValueError, OSError):
             return None
 

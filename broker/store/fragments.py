@@ -46,9 +46,9 @@ A pending chain lives only in memory: the checkpoint records the applied index
 as the entry before the chain's fragment 0, so a restart re-applies the chain
 from its start (no state changed in between).
 
-Reading: ``read_message(commitlog, position, size)`` returns a record's bytes
-from its ConsumeQueue unit -- one read when they lie in one entry, else slice 0
-and the slices of the following entries; ``read_message_at(commitlog, position)``
+Reading (through a ``dledger.log_reader.LogReader``): ``read_message(log, position, size)``
+returns a record's bytes from its ConsumeQueue unit -- one read when they lie in one entry, else slice 0
+and the slices of the following entries; ``read_message_at(log, position)``
 finds the record holding a message's position (an IndexFile hit: the record's
 position plus the message's index in it).
 """
@@ -56,13 +56,16 @@ position plus the message's index in it).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import msgpack
 
 from broker.store.commands import RecordKind, record_kind
 from broker.store.entry_batch import locate_messages, max_message_bytes, pack_entries
-from dledger.storage.commitlog import CommitLog
 from dledger.storage.entry_format import ALIGN, HEADER_SIZE, Entry, EntryKind, decode_header
+
+if TYPE_CHECKING:
+    from dledger.log_reader import LogReader
 
 __all__ = [
     "MAX_TOTAL",
@@ -159,28 +162,28 @@ def _only_fragment(entry: Entry) -> tuple[int, Fragment]:
     return offset, parse_fragment(entry.body[offset:offset + length])
 
 
-def read_message(commitlog: CommitLog, position: int, size: int) -> bytes:
+def read_message(log: LogReader, position: int, size: int) -> bytes:
     """The ``size`` bytes of the message at ``position`` (a ConsumeQueue unit), whole.
 
     Only for applied messages. Raises MessageGone if the position is no longer
     retained, ValueError if the log there does not hold such a message.
     """
-    found = commitlog.entry_containing(position)
+    found = log.entry_containing(position)
     if found is None:
         raise MessageGone(f"position {position} is not in the retained CommitLog")
     index, start = found
-    record_end = start + commitlog.record_size_of(index)
+    record_end = start + log.record_size_of(index)
     if position + size <= record_end - (ALIGN - 1):  # padding is < ALIGN: inside the body
-        return commitlog.read_at(position, size)
-    body_end = start + HEADER_SIZE + decode_header(commitlog.read_at(start, HEADER_SIZE)).body_len
+        return log.read_at(position, size)
+    body_end = start + HEADER_SIZE + decode_header(log.read_at(start, HEADER_SIZE)).body_len
     if position + size <= body_end:
-        return commitlog.read_at(position, size)
-    offset, first = _only_fragment(commitlog.entry(index))
+        return log.read_at(position, size)
+    offset, first = _only_fragment(log.entry(index))
     if first.number != 0 or first.total != size or start + HEADER_SIZE + offset + first.offset != position:
         raise ValueError(f"no chained message of {size} bytes starts at position {position}")
     parts, got, number, following = [first.data], len(first.data), 0, index + 1
     while got < size:
-        entries = commitlog.entries(following, size - got)
+        entries = log.entries(following, size - got)
         if not entries:
             raise ValueError(f"the message at position {position} runs past the end of the log")
         for entry in entries:
@@ -198,18 +201,18 @@ def read_message(commitlog: CommitLog, position: int, size: int) -> bytes:
     return b"".join(parts)
 
 
-def read_message_at(commitlog: CommitLog, position: int) -> tuple[bytes, int]:
+def read_message_at(log: LogReader, position: int) -> tuple[bytes, int]:
     """The record holding the message at ``position`` (an IndexFile hit, a send-back: a
     record's position plus the message's index in it), whole, and the record's position.
 
     Raises MessageGone if the position is no longer retained, ValueError if no record
     holds a message there.
     """
-    found = commitlog.entry_containing(position)
+    found = log.entry_containing(position)
     if found is None:
         raise MessageGone(f"position {position} is not in the retained CommitLog")
     index, start = found
-    entry = commitlog.entry(index)
+    entry = log.entry(index)
     if entry.kind == EntryKind.DATA:
         body_at = start + HEADER_SIZE
         rel = position - body_at
@@ -224,6 +227,6 @@ def read_message_at(commitlog: CommitLog, position: int) -> tuple[bytes, int]:
                     fragment = parse_fragment(record)
                     if fragment.number == 0 and offset + fragment.offset <= rel:
                         at = body_at + offset + fragment.offset
-                        return read_message(commitlog, at, fragment.total), at
+                        return read_message(log, at, fragment.total), at
                 break
     raise ValueError(f"no message at position {position}")

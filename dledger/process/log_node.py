@@ -76,7 +76,7 @@ def make_app(rlog: ReplicatedLog, applier: Applier) -> web.Application:
             {"index": appended.index, "term": appended.term, "position": appended.position})
 
     async def status(request: web.Request) -> web.Response:
-        s = rlog.status()
+        s = rlog.status().to_json()
         s["applied_index"] = applier.applied_index
         return web.json_response(s)
 

@@ -34,12 +34,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from dledger.config import MAX_ENTRY_BYTES, FlushPolicy, GroupConfig
 from dledger.errors import EntryTooLarge, NoLeader, NotLeader
 from dledger.latency import LatencyHistogram
 from dledger.log_events import Appended, LeaderChange, Role, SnapshotSource
+from dledger.log_reader import LogReader
+from dledger.log_status import MemberStatus, Status
 from dledger.membership import Change, Member
 from dledger.raft.election.candidacy import DISK_FULL, NOT_A_MEMBER
 from dledger.raft.full_disks import own_disk_full, refusal
@@ -146,6 +147,10 @@ class ReplicatedLog(ReplicaWiring):
     def committed_index(self) -> int:
         return self.journal.committed_index
 
+    @property
+    def reader(self) -> LogReader:
+        return self.commitlog  # the storage itself stays ``commitlog`` (this package's)
+
     def read(self, from_index: int, max_bytes: int = 1 << 20) -> list[Entry]:
         """Committed entries from ``from_index`` (never beyond ``committed_index``).
 
@@ -220,39 +225,38 @@ class ReplicatedLog(ReplicaWiring):
             listener(change)
 
     # -- status ----------------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
+    def status(self) -> Status:
         s = self._view.raw()
         followers = self._view.follower_indexes("match_idx_server_")
-        return {
-            "group": self.config.group,
-            "node": self.config.node,
-            "role": ROLE_OF_STATE[s["state"]].value,
-            "term": s["raft_term"],
-            "leader": self.leader,
-            "commit_index": self.committed_index,
-            "raft_commit_index": s["commit_idx"],
-            "first_index": self.commitlog.first_index,
-            "last_index": self.commitlog.last_index,
-            "write_position": self.commitlog.write_position,
-            "follower_match_index": followers if s["state"] == 2 else {},
-            "peers_connected": self._view.connected(s),
-            "last_fsync_time": self.journal.last_fsync_time,
-            "flush": self.config.flush.value,
-            "conflict_truncations": self.journal.conflict_truncations,
-            "lease_hand_offs": self._transfer.lease_hand_offs,
-            "followers_behind_retained_start": self.followers_behind_retained_start(),
-            "log_resets": [list(r) for r in self.journal.log_resets],
-            "members": {n: {"raft": m.raft, "client": m.client, "storage": m.storage}
-                        for n, m in sorted(self.members().items())},
+        return Status(
+            group=self.config.group,
+            node=self.config.node,
+            role=ROLE_OF_STATE[s["state"]].value,
+            term=s["raft_term"],
+            leader=self.leader,
+            commit_index=self.committed_index,
+            raft_commit_index=s["commit_idx"],
+            first_index=self.commitlog.first_index,
+            last_index=self.commitlog.last_index,
+            write_position=self.commitlog.write_position,
+            follower_match_index=followers if s["state"] == 2 else {},
+            peers_connected=self._view.connected(s),
+            last_fsync_time=self.journal.last_fsync_time,
+            flush=self.config.flush.value,
+            conflict_truncations=self.journal.conflict_truncations,
+            lease_hand_offs=self._transfer.lease_hand_offs,
+            followers_behind_retained_start=self.followers_behind_retained_start(),
+            log_resets=list(self.journal.log_resets),
+            members={n: MemberStatus(m.raft, m.client, m.storage) for n, m in sorted(self.members().items())},
             **self._binding.status(),
-            "forgot": self.forgot,
-            "member": self.is_member,
-            "members_changed_at": self._history.changed_at(),
-            "pre_vote_rounds": self._prevote.rounds, "pre_vote_won": self._prevote.won,
-            "snapshot_fetch": self._fetch.progress(),
-            "disk": self.disk.status(),
-            "disk_full_members": self.disk_full_nodes(),
-        }
+            forgot=self.forgot,
+            member=self.is_member,
+            members_changed_at=self._history.changed_at(),
+            pre_vote_rounds=self._prevote.rounds, pre_vote_won=self._prevote.won,
+            snapshot_fetch=self._fetch.progress(),
+            disk=self.disk.status(),
+            disk_full_members=self.disk_full_nodes(),
+        )
 
     @property
     def fsync_seconds(self) -> LatencyHistogram:

@@ -8,7 +8,7 @@ either older than the age limit or the log is over its size cap.
 The size cap is a hard limit: when a follower that is down or lagging holds the
 floor back, segments beyond the age limit wait for it, but the size cap still
 deletes them. That follower then sits behind the retained start; the leader
-reports it in ``status()["followers_behind_retained_start"]`` and logs it.
+reports it in ``status().followers_behind_retained_start`` and logs it.
 """
 
 from __future__ import annotations

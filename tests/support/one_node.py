@@ -19,10 +19,13 @@ __all__ = ["one_node_group"]
 
 
 @contextlib.contextmanager
-def one_node_group(base: Path,
-                   secret: str | None = None) -> Iterator[tuple[LocalLog, BrokerStateMachine, Applier]]:
-    """The group under ``base`` (``log/``, ``store/``), stopped and closed on exit."""
-    rlog = LocalLog(GroupConfig(node="n1", peers={"n1": "127.0.0.1:1"}, data_dir=base / "log", secret=secret))
+def one_node_group(base: Path, secret: str | None = None, segment_bytes: int | None = None,
+                   ) -> Iterator[tuple[LocalLog, BrokerStateMachine, Applier]]:
+    """The group under ``base`` (``log/``, ``store/``), stopped and closed on exit;
+    ``segment_bytes``: its CommitLog's segment size (default: the config's)."""
+    geometry = {} if segment_bytes is None else {"segment_bytes": segment_bytes}
+    rlog = LocalLog(GroupConfig(node="n1", peers={"n1": "127.0.0.1:1"}, data_dir=base / "log", secret=secret,
+                                **geometry))  # type: ignore[arg-type]
     machine = BrokerStateMachine(base / "store", index_slots=64, index_entries=4096)
     applier = Applier(rlog, machine).start()
     try:

@@ -17,6 +17,8 @@ from broker.remoting.guarded_site import GuardedSite
 from broker.remoting.server import AppliedSignal, BrokerServer
 from broker.state.machine import BrokerStateMachine
 from dledger.applier import Applier
+from dledger.config import MAX_ENTRY_BYTES
+from dledger.local_log import LocalLog
 from dledger.log import Log
 from raftmq.local_group import free_port
 from tests.support.one_node import one_node_group
@@ -64,6 +66,14 @@ def one_node_broker(tmp_path: Path) -> Iterator[tuple[Log, BrokerStateMachine, A
     """A one-replica group (leader once yielded) with the broker's apply step behind it:
     a ``LocalLog`` (no pysyncobj node, no election, no Raft socket)."""
     with one_node_group(tmp_path) as group:
+        yield group
+
+
+@pytest.fixture
+def small_segment_broker(tmp_path: Path) -> Iterator[tuple[LocalLog, BrokerStateMachine, Applier]]:
+    """``one_node_broker`` whose CommitLog rolls a segment every 240 KiB (the least there
+    is), so a test can delete old segments as retention does: ``rlog.commitlog.delete_before``."""
+    with one_node_group(tmp_path, segment_bytes=4 * MAX_ENTRY_BYTES) as group:
         yield group
 
 

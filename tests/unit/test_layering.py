@@ -94,8 +94,8 @@ INSIDE: list[tuple[str, tuple[str, ...], str]] = [
     ("common/*.py", tuple(p for p in PACKAGES if p != "common"), "shared utilities import nothing of RaftMQ"),
     *((f"dledger/{api}.py", ("dledger.raft", "dledger.process", "pysyncobj"),
        "the Log API and the memory log load no Raft")
-      for api in ("log", "log_events", "local_log", "errors", "config", "membership", "latency",
-                  "stage_clock", "applier")),
+      for api in ("log", "log_events", "log_reader", "log_status", "local_log", "errors", "config",
+                  "membership", "latency", "stage_clock", "applier")),
 ]
 #: (files, the only RaftMQ modules and pysyncobj they may import)
 ONLY: list[tuple[str, tuple[str, ...], str]] = [
@@ -250,3 +250,24 @@ def test_no_folder_holds_more_than_about_twenty_modules() -> None:
             if len(modules) > MODULES_PER_FOLDER:
                 crowded[str(folder.relative_to(ROOT))] = len(modules)
     assert crowded == {}
+
+
+#: the one place above dledger still reading ``Log.commitlog`` (the old name of ``Log.reader``):
+#: broker/rocketmq was outside the change that moved the broker to the LogReader (dledger/log.py)
+COMMITLOG_READERS = {"broker/rocketmq/admin.py", "broker/rocketmq/offsets.py"}
+
+
+def _reaches_commitlog(source: str) -> bool:
+    return any(isinstance(node, ast.Attribute) and node.attr == "commitlog"
+               for node in ast.walk(ast.parse(source)))
+
+
+def test_above_dledger_the_log_is_read_through_its_reader_not_the_concrete_commitlog() -> None:
+    """``Log.reader`` (a ``dledger.log_reader.LogReader``) is the broker's way to records by
+    position; ``.commitlog`` is the storage, dledger's own. Only ``COMMITLOG_READERS`` still
+    use the old name, and the list may only shrink."""
+    found = {str(path.relative_to(ROOT)) for package in ("broker", "spark", "raftmq", "console", "client")
+             for path in (ROOT / package).rglob("*.py") if _reaches_commitlog(path.read_text())}
+    assert found == COMMITLOG_READERS
+    assert _reaches_commitlog("x = server.rlog.commitlog.start_position")
+    assert not _reaches_commitlog("x = server.rlog.reader.start_position  # commitlog")

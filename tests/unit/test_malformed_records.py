@@ -15,20 +15,21 @@ import aiohttp
 import msgpack
 import pytest
 
-from broker.store.entry_batch import pack_entries
+from broker.store.entry_batch import MessageTooLarge, pack_entries
 from client import ConsumeStatus, PullConsumer, PushConsumer
 from client.queues import MessageQueue
-from protocol.pull import PullResponse
+from protocol.pull import PullRequest, PullResponse
 from protocol.record_batch import HEADER, MessageFormatError, check_messages, encode_record, read_header
-from protocol.remoting import RequestCode, ResponseCode
+from protocol.remoting import FrameError, RequestCode, ResponseCode
+from protocol.send import SendBatchRequest, SendMessageRequest
 from protocol.tags import tag_hash
 from spark.options import parse_options
 from spark.pages import decode_page
 from spark.planning import QueueRange
 from spark.range_reader import read_columns
 from tests.support.broker_client import FrameClient
+from tests.support.memory_broker import MemoryBroker, memory_broker
 from tests.support.procs import wait_until
-from tests.unit.test_broker_server import run
 
 T0 = 1_700_000_000_000
 
@@ -96,23 +97,34 @@ def test_a_sound_record_passes_the_check_and_each_malformed_one_is_named() -> No
         assert what
 
 
-@pytest.mark.sockets
 def test_the_leader_refuses_a_record_whose_messages_do_not_decode(one_node_broker) -> None:  # type: ignore[no-untyped-def]
-    async def scenario(c: FrameClient) -> None:
-        r = await c.call(RequestCode.CREATE_TOPIC, {"topic": "orders", "queues": 1})
-        assert r.code == ResponseCode.SUCCESS, r.remark
+    async def scenario(b: MemoryBroker) -> None:
+        await b.create_topic("orders", 1)
+        before = b.rlog.committed_index
         for what, (record, named) in MALFORMED.items():
-            r = await c.call(RequestCode.SEND_BATCH, body=msgpack.packb([good(), record]))
-            assert r.code == ResponseCode.INVALID_ARGUMENT, what
-            assert named in r.remark and "'orders' queue 0" in r.remark, (what, r.remark)
+            with pytest.raises(FrameError) as refused:
+                await b.call(b.sends.send_batch, SendBatchRequest(records=(good(), record)))
+            assert refused.value.code == ResponseCode.INVALID_ARGUMENT, what
+            assert named in str(refused.value) and "'orders' queue 0" in str(refused.value), what
         one = rebuilt(good(0, 1), section=rows([0, 0, "t0", {}, 0, 7]))
-        r = await c.call(RequestCode.SEND_MESSAGE, body=one)
-        assert r.code == ResponseCode.INVALID_ARGUMENT and "message 0: body" in r.remark, r.remark
+        with pytest.raises(FrameError) as refused:
+            await b.call(b.sends.send, SendMessageRequest(message=one))
+        assert refused.value.code == ResponseCode.INVALID_ARGUMENT and "message 0: body" in str(refused.value)
         # nothing was stored, not even the sound record sent beside a malformed one
-        r = await c.call(RequestCode.PULL_MESSAGE, {"topic": "orders", "queueId": 0, "offset": 0})
-        assert r.code == ResponseCode.PULL_NOT_FOUND, r.remark
+        assert b.rlog.committed_index == before
+        answer = await b.call(b.pulls.pull, PullRequest(topic="orders", queue_id=0, offset=0))
+        assert answer.code == ResponseCode.PULL_NOT_FOUND, answer.remark
 
-    run(one_node_broker, scenario)
+    in_memory(one_node_broker, scenario)
+
+
+def in_memory(one_node_broker, scenario: Callable[[MemoryBroker], Awaitable[None]]) -> None:  # type: ignore[no-untyped-def]
+    """``scenario`` on the processors of ``one_node_broker`` (no server, no socket)."""
+    async def main() -> None:
+        async with memory_broker(one_node_broker) as broker:
+            await scenario(broker)
+
+    asyncio.run(asyncio.wait_for(main(), 60))
 
 
 def store_as_an_older_broker_did(one_node_broker, record: bytes) -> None:  # type: ignore[no-untyped-def]
@@ -217,27 +229,29 @@ def test_spark_skips_and_reports_a_malformed_record(a_store_with_a_malformed_rec
     assert got == [1, 2, 5, 6, 7]
 
 
-@pytest.mark.sockets
 def test_a_filtered_pull_skips_and_reports_a_malformed_record_on_the_broker(
-        a_store_with_a_malformed_record: str, caplog: pytest.LogCaptureFixture) -> None:
+        one_node_broker, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
     """An SQL92 filter reads properties on the broker: the record it cannot read is left out
     of the page and the broker says so (the consumer never sees it to report it)."""
     caplog.set_level(logging.WARNING, "broker.pull")
     got: list[int] = []
 
-    async def pull(c: FrameClient) -> None:
-        r = await c.call(RequestCode.PULL_MESSAGE, {"topic": "orders", "queueId": 0, "offset": 0,
-                                                   "sql": "n <> 'x'"})
-        for row in PullResponse.from_frame(r).rows or ():
+    async def scenario(b: MemoryBroker) -> None:
+        await b.create_topic("orders", 1)
+        await b.call(b.sends.send_batch, SendBatchRequest(records=(good(0, 3),)))
+        await asyncio.to_thread(store_as_an_older_broker_did, one_node_broker,
+                                rebuilt(good(3, 2), section=b"\xc1\xc1"))
+        await b.call(b.sends.send_batch, SendBatchRequest(records=(good(5, 3),)))
+        answer = await b.call(b.pulls.pull, PullRequest(topic="orders", queue_id=0, offset=0, sql="n <> 'x'"))
+        for row in PullResponse.from_frame(answer).rows or ():
             got.extend(row.offset + i for i in row.selected or ())
 
-    on_broker(a_store_with_a_malformed_record, pull)
+    in_memory(one_node_broker, scenario)
     assert got == [0, 1, 2, 5, 6, 7]
     (warning,) = warnings_about(caplog, "broker.pull")
     assert "topic 'orders' queue 0" in warning and "offsets 3..4" in warning
 
 
-@pytest.mark.sockets
 def test_a_record_that_inflates_past_the_limit_is_refused_before_it_is_decompressed(
         one_node_broker) -> None:  # type: ignore[no-untyped-def]
     """The leader decompresses what it checks: a small record whose section claims to inflate
@@ -247,9 +261,9 @@ def test_a_record_that_inflates_past_the_limit_is_refused_before_it_is_decompres
                          compression="zstd")
     assert len(bomb) < 4096 and read_header(bomb).raw_length > 5 << 20
 
-    async def scenario(c: FrameClient) -> None:
-        assert (await c.call(RequestCode.CREATE_TOPIC, {"topic": "orders", "queues": 1})).code == 0
-        r = await c.call(RequestCode.SEND_BATCH, body=msgpack.packb([bomb]))
-        assert r.code == ResponseCode.MESSAGE_TOO_LARGE and "decompressed" in r.remark, r.remark
+    async def scenario(b: MemoryBroker) -> None:
+        await b.create_topic("orders", 1)
+        with pytest.raises(MessageTooLarge, match="decompressed"):
+            await b.call(b.sends.send_batch, SendBatchRequest(records=(bomb,)))
 
-    run(one_node_broker, scenario)
+    in_memory(one_node_broker, scenario)

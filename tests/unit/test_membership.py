@@ -94,15 +94,15 @@ def test_a_learner_catches_up_without_a_vote_then_counts_and_a_removed_member_st
     for i in range(30):
         leader.propose(f"m{i}".encode()).result(timeout=10)
     learner = open_logs("n3", {**peers, "n3": f"127.0.0.1:{free_port()}"}, join=True)
-    assert not learner.is_member and learner.status()["member"] is False
+    assert not learner.is_member and learner.status().member is False
     wait_until(lambda: learner.committed_index >= leader.committed_index, 15, what="the learner caught up")
     assert sorted(leader.members()) == ["n1", "n2"]  # it does not count yet
     # added with the storage it joined with (as `raftmq replica add` does): it counts once committed
     members = leader.change_membership(Change("add", Member("n3", learner.config.address, "c:3",
-                                                            learner.status()["storage"])))
+                                                            learner.status().storage)))
     assert sorted(members) == ["n1", "n2", "n3"]
     wait_until(lambda: learner.is_member and not learner.is_learner, 10, what="n3 a member")
-    wait_until(lambda: learner.status()["voter"], 10, what="n3 a voter")
+    wait_until(lambda: learner.status().voter, 10, what="n3 a voter")
     assert learner.client_addresses()["n3"] == "c:3"
     # with n3 a member, the group of three commits with either old node down: stop the follower
     follower = next(r for r in logs.values() if not r.is_leader)

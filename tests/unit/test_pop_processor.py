@@ -7,20 +7,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 
-from broker.clients.registry import ConsumerRegistry
-from broker.clients.retry_topics import RetryTopicQuota
-from broker.deferred.service import DeferredService
 from broker.processors import pop as pop_module
-from broker.processors.deferred import DeferredProcessor
-from broker.processors.long_polls import AppliedSignal
 from broker.processors.pop import PopProcessor
-from broker.replication.write_path import WritePath
 from broker.state.machine import BrokerStateMachine
-from broker.store.commands import CreateTopic, encode_admin
 from broker.store.fragments import MessageGone
 from client.backoff import Deadline
 from dledger.applier import Applier
@@ -40,33 +33,7 @@ from protocol.pop import (
 from protocol.record_batch import MessageRecord
 from protocol.remoting import Frame, ResponseCode
 from protocol.send import WriteResponse
-
-T0 = 1_900_000_000_000  # the leader's clock starts here (ahead of any real store time)
-
-
-@dataclass
-class Clock:
-    now_ms: int = T0
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-
-@dataclass
-class MemoryContext:
-    """The part of a ``BrokerContext`` the POP processor reads."""
-
-    rlog: Log
-    machine: BrokerStateMachine
-    write: WritePath
-    deferred: DeferredService
-    retry_quota: RetryTopicQuota
-    leading: bool = True
-    opaques: list[int] = field(default_factory=lambda: [0])
-
-    def require_leader(self) -> None:
-        if not self.leading:
-            raise NotLeader("n2", "127.0.0.1:9877")
+from tests.support.memory_broker import T0, Clock, MemoryBroker, memory_broker
 
 
 @dataclass(frozen=True)
@@ -78,7 +45,7 @@ class Popped:
 
 
 class Harness:
-    def __init__(self, processor: PopProcessor, context: MemoryContext, clock: Clock) -> None:
+    def __init__(self, processor: PopProcessor, context: MemoryBroker, clock: Clock) -> None:
         self.processor, self.context, self.clock = processor, context, clock
         self._opaque = 0
 
@@ -112,18 +79,12 @@ class Harness:
 
 def _run(one_node_broker: tuple[Log, BrokerStateMachine, Applier],
          scenario: Callable[[Harness], Awaitable[None]]) -> None:
-    rlog, machine, applier = one_node_broker
-
     async def main() -> None:
-        clock = Clock()
-        write = WritePath(rlog, machine, applier, clock_ms=clock)
-        deferred = DeferredService(rlog, machine, write, ConsumerRegistry(), clock_ms=clock)
-        context = MemoryContext(rlog, machine, write, deferred, RetryTopicQuota(lambda: machine.topics))
-        signal = AppliedSignal(asyncio.get_running_loop())
-        machine.on_queues_grown.append(signal.notify)
-        harness = Harness(PopProcessor(context, signal), context, clock)  # type: ignore[arg-type]
-        await write.send([encode_admin(CreateTopic("jobs", 2))])
-        await scenario(harness)
+        async with memory_broker(one_node_broker) as context:
+            processor = PopProcessor(context, context.signal)
+            harness = Harness(processor, context, context.clock)
+            await context.create_topic("jobs", 2)
+            await scenario(harness)
 
     asyncio.run(asyncio.wait_for(main(), 60))
 
@@ -253,7 +214,7 @@ def test_a_follower_refuses_a_pop(one_node_broker: tuple[Log, BrokerStateMachine
 def test_a_push_consumers_send_back_follows_the_groups_policy(
         one_node_broker: tuple[Log, BrokerStateMachine, Applier]) -> None:
     async def scenario(h: Harness) -> None:
-        send_backs = DeferredProcessor(h.context)  # type: ignore[arg-type]  # a partial context
+        send_backs = h.context.deferred_requests
         await h.send("jobs", 0, b"retry me")
         position = h.context.machine.queue("jobs", 0).get(0).position  # type: ignore[union-attr]
 

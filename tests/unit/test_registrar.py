@@ -33,13 +33,22 @@ class FakeConfig:
     secret: str | None = SECRET
 
 
+@dataclass(frozen=True)
+class FakeStatus:
+    """The fields of ``dledger.log_status.Status`` a registrar reads."""
+
+    role: str
+    term: int
+    member: bool
+
+
 @dataclass
 class FakeLog:
     config: FakeConfig = field(default_factory=FakeConfig)
     member: bool = True
 
-    def status(self) -> dict[str, Any]:
-        return {"role": "leader", "term": 3, "member": self.member}
+    def status(self) -> FakeStatus:
+        return FakeStatus("leader", 3, self.member)
 
     def members(self) -> dict[str, object]:
         return {"n1": object()}

@@ -74,7 +74,7 @@ def test_single_node_propose_and_read(make_group: Callable[..., dict[str, Replic
     for i, a in enumerate(appended):
         e = entries[a.index]
         assert (e.kind, e.body, e.position) == (EntryKind.DATA, f"m{i}".encode(), a.position)
-    assert rlog.status()["last_fsync_time"] is not None
+    assert rlog.status().last_fsync_time is not None
 
 
 @pytest.mark.sockets
@@ -118,9 +118,9 @@ def test_async_flush_policy(make_group: Callable[..., dict[str, ReplicatedLog]])
     done = [leader.propose(f"a{i}".encode()).result(timeout=10) for i in range(10)]
     for rlog in logs.values():
         wait_for(lambda r=rlog: r.committed_index >= done[-1].index, 10, "commit")
-        wait_for(lambda r=rlog: r.status()["last_fsync_time"] is not None
+        wait_for(lambda r=rlog: r.status().last_fsync_time is not None
                  and not r.commitlog.dirty, 5, "the periodic fsync")
-        assert rlog.status()["flush"] == "async"
+        assert rlog.status().flush == "async"
 
 
 @pytest.mark.sockets
@@ -145,7 +145,7 @@ def test_wrong_secret_peer_never_joins(make_group: Callable[..., dict[str, Repli
              "the two good peers to commit")
     assert intruder.committed_index < done.index
     assert all(e.body != b"secret-data" for e in intruder.read(1))
-    assert intruder.status()["peers_connected"] == {"n1": False, "n2": False}
+    assert intruder.status().peers_connected == {"n1": False, "n2": False}
 
 
 @pytest.mark.sockets
@@ -178,7 +178,7 @@ class NoRoom:
 
 
 def terms(logs: dict[str, ReplicatedLog]) -> set[int]:
-    return {r.status()["term"] for r in logs.values()}
+    return {r.status().term for r in logs.values()}
 
 
 @pytest.mark.sockets
@@ -205,7 +205,7 @@ def test_two_full_followers_refuse_without_elections_then_resume(
     time.sleep(3 * leader.config.leader_lease_ms / 1000)  # longer than the lease: no election
     assert leader.is_leader and terms(logs) == term and not waiting.done()
     for r in followers:
-        assert r.status()["disk"]["full"] is True and r.status()["role"] == "follower"
+        assert r.status().disk["full"] is True and r.status().role == "follower"
     for f in full:
         f.room()
     committed = waiting.result(timeout=15)  # the entry appended before: committed, not lost
@@ -230,7 +230,7 @@ def test_a_full_leader_hands_over_and_stands_again_once_there_is_room(
     wait_for(lambda: not old.is_leader, 10, "the full leader stepping down")
     done = new.propose(b"on the new leader").result(timeout=10)  # two of three have room
     time.sleep(2.0)  # several election timeouts: the full replica does not stand
-    assert new.is_leader and not old.is_leader and old.status()["role"] == "follower"
+    assert new.is_leader and not old.is_leader and old.status().role == "follower"
     full.room()
     wait_for(lambda: not old.disk.full and old.commitlog.last_index >= done.index, 15,
              "the old leader catching up once it has room")
@@ -278,9 +278,9 @@ def test_a_replica_that_must_not_lead_refuses_a_leadership_transfer(
     wait_for(lambda: target.commitlog.last_index >= 2 and other.commitlog.last_index >= 2, 10,
              "both followers holding every entry")
     target.stand_for_election(False, "a test's reason")
-    term = leader.status()["term"]
+    term = leader.status().term
     assert leader.transfer_leadership(target.config.node, timeout=2.0) is None  # not taken
-    assert leader.is_leader and leader.status()["term"] == term and not target.is_leader
+    assert leader.is_leader and leader.status().term == term and not target.is_leader
     # the default choice passes over the member that did not take it, whatever the match indexes
     assert leader.transfer_leadership(timeout=5.0) == other.config.node
     target.stand_for_election(True, "a test's reason")
@@ -299,11 +299,11 @@ def test_a_deaf_leader_whose_lease_lapsed_has_a_follower_stand_at_once(
     leader.propose(b"before").result(timeout=10)
     others = [r for r in logs.values() if r is not leader]
     wait_for(lambda: all(r.commitlog.last_index >= 2 for r in others), 10, "followers holding every entry")
-    won_before = {r.config.node: r.status()["pre_vote_won"] for r in others}
+    won_before = {r.config.node: r.status().pre_vote_won for r in others}
     leader._transport.intercept = lambda node, message: True  # deaf: every message dropped
     new = leader_of({r.config.node: r for r in others}, timeout=15)
-    assert leader.status()["lease_hand_offs"] == 1
-    assert new.status()["pre_vote_won"] == won_before[new.config.node], "stood on TimeoutNow, not a pre-vote"
+    assert leader.status().lease_hand_offs == 1
+    assert new.status().pre_vote_won == won_before[new.config.node], "stood on TimeoutNow, not a pre-vote"
 
 
 def _stage_counts(rlog: ReplicatedLog) -> dict[str, int]:

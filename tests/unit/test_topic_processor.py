@@ -1,16 +1,16 @@
 """The topic processor through its ``BrokerContext`` alone (no server, no socket): a
-memory log, the apply step and the write path -- the shape every processor test can take
-(issue 26, pattern 19: RocketMQ's processors tested by ``processRequest`` on a mocked store)."""
+memory log, the apply step and the write path (``tests/support/memory_broker.py``) -- the
+shape every processor test takes (issue 26, pattern 19: RocketMQ's processors tested by
+``processRequest`` on a mocked store)."""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 
 import pytest
 
 from broker.processors.topic import TopicProcessor
-from broker.replication.write_path import WritePath
 from broker.state.machine import BrokerStateMachine
 from dledger.applier import Applier
 from dledger.errors import NotLeader
@@ -25,36 +25,22 @@ from protocol.topic import (
     TopicQueues,
     TopicsResponse,
 )
+from tests.support.memory_broker import MemoryBroker, memory_broker
 
 
-@dataclass
-class MemoryContext:
-    """The part of a ``BrokerContext`` the topic processor reads."""
+def _run(one_node_broker: tuple[Log, BrokerStateMachine, Applier],
+         scenario: Callable[[TopicProcessor, MemoryBroker], Awaitable[None]], leading: bool = True) -> None:
+    async def main() -> None:
+        async with memory_broker(one_node_broker) as broker:
+            broker.leading = leading
+            await scenario(TopicProcessor(broker), broker)
 
-    rlog: Log
-    machine: BrokerStateMachine
-    write: WritePath
-    addresses: dict[str, str] = field(default_factory=dict)
-    leading: bool = True
-
-    def require_leader(self) -> None:
-        if not self.leading:
-            raise NotLeader("n2", "127.0.0.1:9877")
-
-
-def _run(one_node_broker: tuple[Log, BrokerStateMachine, Applier], leading: bool = True) -> tuple[
-        TopicProcessor, MemoryContext]:
-    rlog, machine, applier = one_node_broker
-    context = MemoryContext(rlog, machine, WritePath(rlog, machine, applier),
-                            {"n1": "127.0.0.1:9876"}, leading)
-    return TopicProcessor(context), context  # type: ignore[arg-type]  # a partial context
+    asyncio.run(asyncio.wait_for(main(), 30))
 
 
 def test_a_topic_is_created_through_the_log_and_listed_and_routed(
         one_node_broker: tuple[Log, BrokerStateMachine, Applier]) -> None:
-    processor, context = _run(one_node_broker)
-
-    async def scenario() -> None:
+    async def scenario(processor: TopicProcessor, context: MemoryBroker) -> None:
         before = context.rlog.committed_index
         created = await processor.create_topic(CreateTopicRequest(topic="orders", queues=3).to_frame(1))
         assert created.code == ResponseCode.SUCCESS and created.opaque == 1
@@ -70,13 +56,15 @@ def test_a_topic_is_created_through_the_log_and_listed_and_routed(
             await processor.route(GetRouteRequest(topic="orders").to_frame(5))
         assert gone.value.code == ResponseCode.TOPIC_NOT_EXIST
 
-    asyncio.run(asyncio.wait_for(scenario(), 30))
+    _run(one_node_broker, scenario)
 
 
 def test_a_follower_refuses_a_create_before_reading_it(
         one_node_broker: tuple[Log, BrokerStateMachine, Applier]) -> None:
-    processor, context = _run(one_node_broker, leading=False)
-    before = context.rlog.committed_index
-    with pytest.raises(NotLeader):
-        asyncio.run(processor.create_topic(CreateTopicRequest(topic="orders").to_frame(1)))
-    assert context.rlog.committed_index == before and "orders" not in context.machine.topics
+    async def scenario(processor: TopicProcessor, context: MemoryBroker) -> None:
+        before = context.rlog.committed_index
+        with pytest.raises(NotLeader):
+            await processor.create_topic(CreateTopicRequest(topic="orders").to_frame(1))
+        assert context.rlog.committed_index == before and "orders" not in context.machine.topics
+
+    _run(one_node_broker, scenario, leading=False)

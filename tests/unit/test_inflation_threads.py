@@ -17,7 +17,7 @@ from broker.remoting.server import AppliedSignal, BrokerServer
 from broker.state.machine import BrokerStateMachine
 from dledger.applier import Applier
 from dledger.log import Log
-from protocol import record_batch
+from protocol import record_section
 from protocol.pull import PullRequest
 from protocol.record_batch import encode_record
 from protocol.remoting import ResponseCode
@@ -49,13 +49,13 @@ def _run(parts: Parts, scenario: Callable[[BrokerServer], Awaitable[None]]) -> N
 def threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The name of the thread of every decompression from now on."""
     names: list[str] = []
-    decompress = record_batch._decompress
+    decompress = record_section._decompress
 
     def recorded(codec: int, data: bytes, raw_length: int) -> bytes:
         names.append(threading.current_thread().name)
         return decompress(codec, data, raw_length)
 
-    monkeypatch.setattr(record_batch, "_decompress", recorded)
+    monkeypatch.setattr(record_section, "_decompress", recorded)
     return names
 
 

@@ -23,7 +23,7 @@ from broker.store.inflation import MAX_INFLATED_PER_PULL
 from dledger.applier import Applier
 from dledger.errors import NotLeader
 from dledger.log import Log
-from protocol import record_batch
+from protocol import record_section
 from protocol.deferred import CheckTransactionRequest
 from protocol.message_format import Message, encode_message
 from protocol.record_batch import encode_record
@@ -509,7 +509,7 @@ def test_a_pull_of_compressed_bombs_inflates_a_bounded_amount_off_the_event_loop
                                          b"\0" * (raw - 256))], compression="zstd")
     assert len(record) < 2048
     threads: list[str] = []
-    decompress = record_batch._decompress
+    decompress = record_section._decompress
 
     def recorded(codec: int, data: bytes, raw_length: int) -> bytes:
         threads.append(threading.current_thread().name)
@@ -520,7 +520,7 @@ def test_a_pull_of_compressed_bombs_inflates_a_bounded_amount_off_the_event_loop
         for _ in range(bombs):
             sent = await server.handle(SendBatchRequest(records=(record,)).to_frame(1))
             assert sent.code == Native.SUCCESS, sent.remark
-        monkeypatch.setattr(record_batch, "_decompress", recorded)
+        monkeypatch.setattr(record_section, "_decompress", recorded)
         offset, pulls = 0, 0
         while offset < bombs:
             pulls += 1

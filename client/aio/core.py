@@ -11,6 +11,13 @@ attempt timeout stands between a failover and the client (issue 35). Every
 write the client makes is safe to repeat (idempotent sends carry producer id and
 sequence; offsets and topic configs are set, not added), so a retry after an unknown
 outcome never duplicates anything.
+
+``read_request`` reads from the replica ``read_from`` picks, healthy ones first. Given
+``hold_s`` (a pull's long poll; 0 for a quick read), a read unanswered ``READ_GRACE_S``
+past it is overdue: the replica is read last for ``SUSPECT_S`` and the next one is asked
+at once while the overdue read still races -- the first answer wins, and any is right,
+since every replica serves committed entries only (issue 35: pulls and the orderly
+consumer's offset reads leave a stalled replica as writes leave a stalled leader).
 """
 
 from __future__ import annotations
@@ -29,7 +36,15 @@ from client.aio.leader_probe import PROBE_AFTER_S, PROBE_EVERY_S, LeaderProbe
 from client.aio.routes import RouteBook, default_namesrv
 from client.backoff import Deadline, backoff_delays
 from client.credentials import Credentials
-from client.errors import BrokerError, ClientError, DiskFullError, NotLeaderError, RouteNotFoundError
+from client.errors import (
+    BrokerError,
+    ClientError,
+    ConnectionLostError,
+    DiskFullError,
+    NotLeaderError,
+    RequestTimeoutError,
+    RouteNotFoundError,
+)
 from protocol.consumer import NotifyConsumersChanged
 from protocol.deferred import CheckTransactionRequest
 from protocol.pull import LeaderlessMark
@@ -37,7 +52,7 @@ from protocol.remoting import Frame, FrameError, RequestCode
 from protocol.tls import ClientTls, resolve_tls
 from protocol.wire import Request
 
-__all__ = ["READ_FROM", "ClientCore"]
+__all__ = ["READ_FROM", "READ_GRACE_S", "ClientCore"]
 
 log = logging.getLogger("client")
 
@@ -49,6 +64,10 @@ RETRY_CAP_S = 0.2
 SUSPECT_S = 10.0
 #: A replica that answered a read while knowing no leader is read last for this long.
 LEADERLESS_S = 3.0
+#: A read unanswered this long past the time its replica may rightly hold it (a pull's
+#: long poll) is overdue: serving one takes milliseconds, so the replica is stalled or
+#: cut off. About an election timeout (dledger ``election_timeout_ms`` = 300-800 ms).
+READ_GRACE_S = 0.5
 
 
 class ClientCore:
@@ -181,8 +200,10 @@ class ClientCore:
                 pending.cancel()
 
     def read_replicas(self, group: str, read_from: str, affinity: str = "") -> list[str]:
-        """Replicas to read from, best first: "follower" -- the followers only (spread by
-        ``affinity``); "leader" -- the leader, then followers; "any" -- all, spread."""
+        """Replicas to read from, best first: "follower" -- the followers (spread by
+        ``affinity``), the leader last (read only when no follower answers); "leader" --
+        the leader, then followers; "any" -- all, spread. Within that order a replica that
+        lately timed out, then one that answered knowing no leader, goes last."""
         replicas = self.routes.replicas(group)
         leader = self.routes.leader(group)
         followers = [a for a in replicas if a != leader]
@@ -190,40 +211,92 @@ class ClientCore:
             k = mmh3.hash(affinity, signed=False) % len(followers)
             followers = followers[k:] + followers[:k]
         if read_from == "leader":  # the leader, then followers (their state is committed too)
-            return ([leader] if leader else []) + followers
-        if read_from == "follower":  # never the leader (only if no other replica is known)
-            return self._leaderless_last(followers or replicas)
+            return self._healthy_first(([leader] if leader else []) + followers)
+        if read_from == "follower":  # the leader only when no follower answers
+            return self._healthy_first(followers) + ([leader] if leader else [])
         both = followers + ([leader] if leader else [])
         if both and affinity:
             k = mmh3.hash(affinity + "#any", signed=False) % len(both)
             both = both[k:] + both[:k]
-        return self._leaderless_last(both)
+        return self._healthy_first(both)
 
-    def _leaderless_last(self, addresses: list[str]) -> list[str]:
-        """A replica that recently answered knowing no leader may be cut off (and behind):
-        the others first, it last -- still read when nothing else answers."""
+    def _healthy_first(self, addresses: list[str]) -> list[str]:
+        """A replica that recently timed out or was overdue may be stalled, one that answered
+        knowing no leader may be cut off (and behind): the others first, those last -- still
+        read when nothing else answers."""
         now = time.monotonic()
-        return sorted(addresses, key=lambda a: self._leaderless.get(a, 0.0) > now)
+        return sorted(addresses, key=lambda a: (self._suspects.get(a, 0.0) > now,
+                                                self._leaderless.get(a, 0.0) > now))
 
     async def read_request(self, group: str, request: Request, *, read_from: str = "follower",
                            affinity: str = "", timeout: float | None = None,
-                           ok: tuple[int, ...] = (0,)) -> Frame:
-        """A read from a replica chosen by ``read_from``, trying the next one on a failure."""
+                           ok: tuple[int, ...] = (0,), hold_s: float | None = None) -> Frame:
+        """A read from a replica chosen by ``read_from``, trying the next one on a failure.
+        ``hold_s``: how long a replica may rightly hold this read (a pull's long poll, 0 for
+        a quick one); unanswered ``READ_GRACE_S`` longer, the read is overdue and the next
+        replica is asked at once, the overdue read still racing (module docstring). None:
+        one replica after another, each for the whole ``timeout`` (admin reads, whose
+        queries may take long). Raises the last retriable error when every replica failed,
+        a non-retriable one at once."""
+        addresses = self.read_replicas(group, read_from, affinity)
+        timeout = timeout or self.request_timeout
+        asked: list[str] = []  # in the order asked; the last one's read is the newest
+        racing: dict[asyncio.Future[Frame], str] = {}
         last: ClientError | None = None
-        for address in self.read_replicas(group, read_from, affinity):
-            try:
-                reply = await self.pool.request(address, request, timeout=timeout or self.request_timeout,
-                                                ok=ok)
-                if LeaderlessMark.read(reply):
-                    self._leaderless[address] = time.monotonic() + LEADERLESS_S
-                else:
-                    self._leaderless.pop(address, None)
-                return reply
-            except ClientError as e:
-                if not e.retriable:
-                    raise
-                last = e
-        raise last or RouteNotFoundError(f"no replica of group {group!r} is known")
+        newest_at = 0.0
+        overdue_s = None if hold_s is None else hold_s + READ_GRACE_S
+        failed = False  # a read just failed: the next replica is asked at once
+        try:
+            while True:
+                overdue = (bool(racing) and overdue_s is not None and len(asked) < len(addresses)
+                           and time.monotonic() >= newest_at + overdue_s)
+                if (not racing or failed or overdue) and len(asked) < len(addresses):
+                    if overdue:  # the newest read's replica goes last from now on
+                        self._suspects[asked[-1]] = time.monotonic() + SUSPECT_S
+                        log.info("%s did not answer a read of %s within %.1f s; %s asked too", asked[-1],
+                                 group, overdue_s, addresses[len(asked)])
+                    asked.append(addresses[len(asked)])
+                    newest_at = time.monotonic()
+                    read = asyncio.ensure_future(self.pool.request(asked[-1], request, timeout=timeout,
+                                                                   ok=ok))
+                    read.add_done_callback(_outcome_seen)  # a read left racing may end in an error
+                    racing[read] = asked[-1]
+                elif not racing:
+                    raise last or RouteNotFoundError(f"no replica of group {group!r} is known")
+                failed = False
+                wait = (None if overdue_s is None or len(asked) == len(addresses)
+                        else max(0.0, newest_at + overdue_s - time.monotonic()))
+                done, _ = await asyncio.wait(racing, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+                for future in done:
+                    address = racing.pop(future)
+                    try:
+                        reply = future.result()
+                    except ClientError as e:
+                        if not e.retriable:
+                            raise
+                        last, failed = e, True
+                        if isinstance(e, RequestTimeoutError | ConnectionLostError):
+                            self._suspects[address] = time.monotonic() + SUSPECT_S
+                        continue
+                    self._note_read(address, reply)
+                    return reply
+        finally:
+            for future in racing:
+                future.cancel()
+
+    def _note_read(self, address: str, reply: Frame) -> None:
+        """A replica answered: no longer suspect, unless it knows no leader."""
+        if LeaderlessMark.read(reply):
+            self._leaderless[address] = time.monotonic() + LEADERLESS_S
+        else:
+            self._leaderless.pop(address, None)
+            self._suspects.pop(address, None)
 
     async def close(self) -> None:
         await self.pool.close()
+
+
+def _outcome_seen(read: asyncio.Future[Frame]) -> None:
+    """Marks a read's error as looked at: a read given up while racing is not a loose end."""
+    if not read.cancelled():
+        read.exception()

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from client.aio.core import READ_FROM, ClientCore
+from client.aio.core import READ_FROM, READ_GRACE_S, ClientCore
 from client.aio.process_queue import LocalOffsets, ProcessQueue
 from client.aio.pull_consumer import commit_offset, committed_offset, fetch, queue_offsets
 from client.aio.queue_locks import LOCK_RENEW_S, LOCK_VALID_S, lock_queues
@@ -227,13 +227,13 @@ class AsyncPushConsumer:
         return routes
 
     async def _heartbeat_once(self) -> None:
-        """Every replica at once; waits at most 1 s (a hung replica's heartbeat goes on in the
+        """Every replica at once; waits at most READ_GRACE_S (a hung replica's heartbeat goes on in the
         background until its own timeout)."""
         route = await self.core.routes.route(self.topic)
         beat = HeartbeatRequest(client_id=self.client_id, subscriptions={self.group: tuple(self.topics)})
         beats = {asyncio.ensure_future(self._call_quietly(address, beat))
                  for g in route.groups for address in g.addresses}
-        _, late = await asyncio.wait(beats, timeout=1.0)
+        _, late = await asyncio.wait(beats, timeout=READ_GRACE_S)
         self._stragglers |= late
         for beat in late:
             beat.add_done_callback(self._stragglers.discard)
@@ -243,13 +243,14 @@ class AsyncPushConsumer:
             await self.core.pool.call(address, request, timeout=3)
 
     async def _unregister(self) -> None:
-        """Every replica at once, waiting at most 1 s: a replica that does not hear it drops
+        """Every replica at once, waiting at most READ_GRACE_S (a request already sent still
+        reaches a replica that is only slow); a replica that does not hear it drops
         this client when its heartbeats stop."""
         route = await self.core.routes.route(self.topic)
         bye = UnregisterRequest(client_id=self.client_id, group=self.group)
         calls = {asyncio.ensure_future(self._call_quietly(address, bye))
                  for g in route.groups for address in g.addresses}
-        _, late = await asyncio.wait(calls, timeout=1.0)
+        _, late = await asyncio.wait(calls, timeout=READ_GRACE_S)
         for call in late:
             call.cancel()
         self._stragglers |= late  # cancelled: collected once they end
@@ -261,7 +262,7 @@ class AsyncPushConsumer:
         for g in groups:
             with contextlib.suppress(ClientError):
                 reply = await self.core.read_request(g, ConsumerListRequest(group=self.group),
-                                                     read_from="leader", timeout=3)
+                                                     read_from="leader", timeout=3, hold_s=0.0)
                 members.update(ConsumerListResponse.from_frame(reply).client_ids)
                 break
         return sorted(members)

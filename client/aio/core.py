@@ -14,10 +14,12 @@ outcome never duplicates anything.
 
 ``read_request`` reads from the replica ``read_from`` picks, healthy ones first. Given
 ``hold_s`` (a pull's long poll; 0 for a quick read), a read unanswered ``READ_GRACE_S``
-past it is overdue: the replica is read last for ``SUSPECT_S`` and the next one is asked
-at once while the overdue read still races -- the first answer wins, and any is right,
-since every replica serves committed entries only (issue 35: pulls and the orderly
-consumer's offset reads leave a stalled replica as writes leave a stalled leader).
+past it -- or whose replica, holding a long poll, does not answer a liveness check -- is
+overdue: the replica is read last for ``SUSPECT_S`` and the next one is asked at once
+while the overdue read still races; the first answer wins, and any is right, since every
+replica serves committed entries only (``client.aio.racing_read``; issue 35: pulls and
+the orderly consumer's offset reads leave a stalled replica as writes leave a stalled
+leader).
 """
 
 from __future__ import annotations
@@ -33,18 +35,11 @@ import mmh3
 
 from client.aio.connection import ConnectionPool
 from client.aio.leader_probe import PROBE_AFTER_S, PROBE_EVERY_S, LeaderProbe
+from client.aio.racing_read import READ_GRACE_S, ReplicaLiveness, race_read
 from client.aio.routes import RouteBook, default_namesrv
 from client.backoff import Deadline, backoff_delays
 from client.credentials import Credentials
-from client.errors import (
-    BrokerError,
-    ClientError,
-    ConnectionLostError,
-    DiskFullError,
-    NotLeaderError,
-    RequestTimeoutError,
-    RouteNotFoundError,
-)
+from client.errors import BrokerError, ClientError, DiskFullError, NotLeaderError, RouteNotFoundError
 from protocol.consumer import NotifyConsumersChanged
 from protocol.deferred import CheckTransactionRequest
 from protocol.pull import LeaderlessMark
@@ -64,10 +59,6 @@ RETRY_CAP_S = 0.2
 SUSPECT_S = 10.0
 #: A replica that answered a read while knowing no leader is read last for this long.
 LEADERLESS_S = 3.0
-#: A read unanswered this long past the time its replica may rightly hold it (a pull's
-#: long poll) is overdue: serving one takes milliseconds, so the replica is stalled or
-#: cut off. About an election timeout (dledger ``election_timeout_ms`` = 300-800 ms).
-READ_GRACE_S = 0.5
 
 
 class ClientCore:
@@ -92,6 +83,8 @@ class ClientCore:
         self._leaderless: dict[str, float] = {}  # address -> until: answered a read knowing no leader
         self._probe = LeaderProbe(lambda address, request, timeout: self.pool.call(address, request, timeout),
                                   self.routes.dial)
+        self._liveness = ReplicaLiveness(lambda address, request, timeout: self.pool.call(address, request,
+                                                                                           timeout))
 
     def _on_request(self, address: str, frame: Frame) -> None:
         try:
@@ -233,56 +226,27 @@ class ClientCore:
                            ok: tuple[int, ...] = (0,), hold_s: float | None = None) -> Frame:
         """A read from a replica chosen by ``read_from``, trying the next one on a failure.
         ``hold_s``: how long a replica may rightly hold this read (a pull's long poll, 0 for
-        a quick one); unanswered ``READ_GRACE_S`` longer, the read is overdue and the next
-        replica is asked at once, the overdue read still racing (module docstring). None:
-        one replica after another, each for the whole ``timeout`` (admin reads, whose
-        queries may take long). Raises the last retriable error when every replica failed,
-        a non-retriable one at once."""
-        addresses = self.read_replicas(group, read_from, affinity)
+        a quick one); unanswered ``READ_GRACE_S`` longer, or silent to a liveness check
+        meanwhile, the read is overdue and the next replica is asked at once, the overdue
+        read still racing (``client.aio.racing_read``). None: one replica after another,
+        each for the whole ``timeout`` (admin reads, whose queries may take long). Raises
+        the last retriable error when every replica failed, a non-retriable one at once."""
         timeout = timeout or self.request_timeout
-        asked: list[str] = []  # in the order asked; the last one's read is the newest
-        racing: dict[asyncio.Future[Frame], str] = {}
-        last: ClientError | None = None
-        newest_at = 0.0
-        overdue_s = None if hold_s is None else hold_s + READ_GRACE_S
-        failed = False  # a read just failed: the next replica is asked at once
-        try:
-            while True:
-                overdue = (bool(racing) and overdue_s is not None and len(asked) < len(addresses)
-                           and time.monotonic() >= newest_at + overdue_s)
-                if (not racing or failed or overdue) and len(asked) < len(addresses):
-                    if overdue:  # the newest read's replica goes last from now on
-                        self._suspects[asked[-1]] = time.monotonic() + SUSPECT_S
-                        log.info("%s did not answer a read of %s within %.1f s; %s asked too", asked[-1],
-                                 group, overdue_s, addresses[len(asked)])
-                    asked.append(addresses[len(asked)])
-                    newest_at = time.monotonic()
-                    read = asyncio.ensure_future(self.pool.request(asked[-1], request, timeout=timeout,
-                                                                   ok=ok))
-                    read.add_done_callback(_outcome_seen)  # a read left racing may end in an error
-                    racing[read] = asked[-1]
-                elif not racing:
-                    raise last or RouteNotFoundError(f"no replica of group {group!r} is known")
-                failed = False
-                wait = (None if overdue_s is None or len(asked) == len(addresses)
-                        else max(0.0, newest_at + overdue_s - time.monotonic()))
-                done, _ = await asyncio.wait(racing, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
-                for future in done:
-                    address = racing.pop(future)
-                    try:
-                        reply = future.result()
-                    except ClientError as e:
-                        if not e.retriable:
-                            raise
-                        last, failed = e, True
-                        if isinstance(e, RequestTimeoutError | ConnectionLostError):
-                            self._suspects[address] = time.monotonic() + SUSPECT_S
-                        continue
-                    self._note_read(address, reply)
-                    return reply
-        finally:
-            for future in racing:
-                future.cancel()
+        addresses = self.read_replicas(group, read_from, affinity)
+        if not addresses:
+            raise RouteNotFoundError(f"no replica of group {group!r} is known")
+        topic = self.routes.topic_of(group)  # what a liveness check asks about
+        address, reply = await race_read(
+            addresses,
+            lambda address: self.pool.request(address, request, timeout=timeout, ok=ok),
+            hold_s=hold_s, on_stalled=self._suspect,
+            alive=None if topic is None else lambda address: self._liveness.alive(address, topic))
+        self._note_read(address, reply)
+        return reply
+
+    def _suspect(self, address: str) -> None:
+        """``address`` timed out or held a read past its time: read last for SUSPECT_S."""
+        self._suspects[address] = time.monotonic() + SUSPECT_S
 
     def _note_read(self, address: str, reply: Frame) -> None:
         """A replica answered: no longer suspect, unless it knows no leader."""
@@ -295,8 +259,3 @@ class ClientCore:
     async def close(self) -> None:
         await self.pool.close()
 
-
-def _outcome_seen(read: asyncio.Future[Frame]) -> None:
-    """Marks a read's error as looked at: a read given up while racing is not a loose end."""
-    if not read.cancelled():
-        read.exception()

@@ -21,7 +21,8 @@ from client.queues import MessageQueue
 from protocol.offset import QueryOffsetRequest, QueryOffsetResponse
 from protocol.pull import PullRequest, PullResponse
 from protocol.remoting import Frame, ResponseCode
-from protocol.wire import Request
+from protocol.topic import GetRouteRequest
+from protocol.wire import EmptyResponse, Request
 
 LEADER, F1, F2 = "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"
 QUEUE = MessageQueue("t", "g1", 0)
@@ -40,6 +41,7 @@ class ScriptedReads:
         self.offset = offset
         self.asked: list[str] = []
         self.cancelled: list[str] = []
+        self.checked: list[str] = []  # liveness checks (GET_ROUTE), by replica
 
     async def request(self, address: str, request: Request, timeout: float = 10.0,
                       ok: tuple[int, ...] = (0,)) -> Frame:
@@ -58,6 +60,14 @@ class ScriptedReads:
         assert isinstance(request, QueryOffsetRequest)
         return QueryOffsetResponse(offset=self.offset).reply(frame)
 
+    async def call(self, address: str, request: Request, timeout: float = 10.0) -> Frame:
+        """A liveness check: a silent replica never answers it either."""
+        assert isinstance(request, GetRouteRequest)
+        self.checked.append(address)
+        if address in self.silent:
+            await asyncio.Event().wait()
+        return EmptyResponse().reply(request.to_frame(1))
+
     async def close(self) -> None:
         pass
 
@@ -67,6 +77,7 @@ def _core(pool: ScriptedReads) -> ClientCore:
     core.pool = pool  # type: ignore[assignment]
     core.routes.register_group("g1", [LEADER, F1, F2])
     core.routes.set_leader("g1", LEADER)
+    core.routes.topic_of = lambda group: "t"  # type: ignore[method-assign]  # what checks ask about
     return core
 
 
@@ -100,6 +111,43 @@ def test_a_pull_from_a_stalled_follower_moves_to_the_other_after_its_long_poll_a
         async with asyncio.timeout(LIVENESS_S):
             await fetch(core, QUEUE, 7, suspend_s=0.2)
         assert pool.asked == [stalled, other, other]
+
+    asyncio.run(run())
+
+
+def test_a_long_poll_on_a_stalled_follower_is_left_when_it_does_not_answer_a_liveness_check() -> None:
+    """The push consumer's default long poll is 15 s (an hour here): a stalled follower is
+    found silent by a liveness check READ_GRACE_S after the pull was sent, and the pull
+    goes to the other follower then, not after the long poll."""
+    async def run() -> None:
+        stalled = _first_follower(_core(ScriptedReads(set())))
+        other = F2 if stalled == F1 else F1
+        pool = ScriptedReads({stalled})
+        core = _core(pool)
+        began = time.monotonic()
+        async with asyncio.timeout(LIVENESS_S):
+            await fetch(core, QUEUE, 7, suspend_s=3600.0)
+        took = time.monotonic() - began
+        print(f"a 3600 s long poll on a stalled follower left after {took:.2f} s")
+        assert pool.asked == [stalled, other]
+        assert pool.checked == [stalled]
+
+    asyncio.run(run())
+
+
+def test_a_follower_holding_a_long_poll_that_answers_its_liveness_checks_keeps_the_pull() -> None:
+    async def run() -> None:
+        holder = _first_follower(_core(ScriptedReads(set())))
+        answer = asyncio.Event()
+        pool = ScriptedReads(set(), slow={holder: answer})
+        core = _core(pool)
+        pull = asyncio.ensure_future(fetch(core, QUEUE, 7, suspend_s=3600.0))
+        async with asyncio.timeout(LIVENESS_S):
+            await _until(lambda: len(pool.checked) >= 2)  # checked twice, alive each time
+            answer.set()
+            await pull
+        assert pool.asked == [holder]
+        assert set(pool.checked) == {holder}
 
     asyncio.run(run())
 

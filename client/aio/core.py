@@ -258,4 +258,3 @@ class ClientCore:
 
     async def close(self) -> None:
         await self.pool.close()
-

@@ -15,8 +15,11 @@ import asyncio
 import time
 from collections.abc import Callable
 
+import pytest
+
 from client.aio.core import READ_GRACE_S, ClientCore
 from client.aio.pull_consumer import committed_offset, fetch
+from client.aio.push_consumer import AsyncPushConsumer
 from client.queues import MessageQueue
 from protocol.offset import QueryOffsetRequest, QueryOffsetResponse
 from protocol.pull import PullRequest, PullResponse
@@ -61,9 +64,10 @@ class ScriptedReads:
         return QueryOffsetResponse(offset=self.offset).reply(frame)
 
     async def call(self, address: str, request: Request, timeout: float = 10.0) -> Frame:
-        """A liveness check: a silent replica never answers it either."""
-        assert isinstance(request, GetRouteRequest)
-        self.checked.append(address)
+        """A liveness check (GET_ROUTE), a heartbeat, an unregistration: a silent replica
+        never answers them either."""
+        if isinstance(request, GetRouteRequest):
+            self.checked.append(address)
         if address in self.silent:
             await asyncio.Event().wait()
         return EmptyResponse().reply(request.to_frame(1))
@@ -215,5 +219,41 @@ def test_a_read_given_no_hold_waits_its_whole_timeout_at_each_replica_in_turn() 
             slow.set()
             await read
         assert pool.asked == [LEADER]
+
+    asyncio.run(run())
+
+
+class _Route:
+    """The shape ``AsyncPushConsumer`` reads of a route: groups with their addresses."""
+
+    def __init__(self, *addresses: str) -> None:
+        self.groups = [type("G", (), {"group": "g1", "addresses": list(addresses)})()]
+
+
+@pytest.mark.parametrize("silent", [1, 2])
+def test_heartbeats_and_unregistering_wait_for_a_majority_of_replicas_not_a_stalled_one(silent: int) -> None:
+    """A consumer's start and shutdown send to every replica at once and go on once a
+    majority answered: one stalled replica costs nothing; with two, READ_GRACE_S."""
+    async def run() -> None:
+        pool = ScriptedReads({F1, F2} if silent == 2 else {F1})
+        consumer = AsyncPushConsumer(servers=[LEADER, F1, F2], group="cg", topic="t")
+        consumer.core.pool = pool  # type: ignore[assignment]
+
+        async def route(topic: str, refresh: bool = False) -> _Route:
+            return _Route(LEADER, F1, F2)
+
+        consumer.core.routes.route = route  # type: ignore[method-assign]
+        for step in (consumer._heartbeat_once, consumer._unregister):
+            began = time.monotonic()
+            async with asyncio.timeout(LIVENESS_S):
+                await step()
+            took = time.monotonic() - began
+            if silent == 1:
+                assert took < READ_GRACE_S / 2, f"{step.__name__} waited {took:.2f}s for a stalled replica"
+            else:
+                assert READ_GRACE_S * 0.9 <= took < READ_GRACE_S * 2
+        for call in list(consumer._stragglers):
+            call.cancel()
+        consumer._pool.shutdown(wait=False)
 
     asyncio.run(run())

@@ -223,19 +223,22 @@ class ClientCore:
 
     async def read_request(self, group: str, request: Request, *, read_from: str = "follower",
                            affinity: str = "", timeout: float | None = None,
-                           ok: tuple[int, ...] = (0,), hold_s: float | None = None) -> Frame:
+                           ok: tuple[int, ...] = (0,), hold_s: float | None = None,
+                           topic: str | None = None) -> Frame:
         """A read from a replica chosen by ``read_from``, trying the next one on a failure.
         ``hold_s``: how long a replica may rightly hold this read (a pull's long poll, 0 for
         a quick one); unanswered ``READ_GRACE_S`` longer, or silent to a liveness check
         meanwhile, the read is overdue and the next replica is asked at once, the overdue
         read still racing (``client.aio.racing_read``). None: one replica after another,
-        each for the whole ``timeout`` (admin reads, whose queries may take long). Raises
-        the last retriable error when every replica failed, a non-retriable one at once."""
+        each for the whole ``timeout`` (admin reads, whose queries may take long).
+        ``topic``: what a liveness check asks the replica about (default: a topic of the
+        group's the route book holds). Raises the last retriable error when every replica
+        failed, a non-retriable one at once."""
         timeout = timeout or self.request_timeout
         addresses = self.read_replicas(group, read_from, affinity)
         if not addresses:
             raise RouteNotFoundError(f"no replica of group {group!r} is known")
-        topic = self.routes.topic_of(group)  # what a liveness check asks about
+        topic = topic or self.routes.topic_of(group)
         address, reply = await race_read(
             addresses,
             lambda address: self.pool.request(address, request, timeout=timeout, ok=ok),

@@ -63,7 +63,7 @@ async def fetch(core: ClientCore, queue: MessageQueue, offset: int, *, max_msgs:
                           sql=sql)  # SQL92 on properties, evaluated by the broker
     reply = await core.read_request(queue.group, request, read_from=read_from, affinity=str(queue),
                                     timeout=suspend_s + core.request_timeout, ok=_PULL_OK,
-                                    hold_s=suspend_s)  # overdue past it: the next replica too
+                                    hold_s=suspend_s, topic=queue.topic)  # held past it: the next one too
     pulled = (PullResponse.from_frame(reply) if reply.code in PULL_ANSWERS
               else PullResponse(next_offset=offset))  # PULL_RETRY_IMMEDIATELY: nothing, go on
     if reply.code == ResponseCode.PULL_OFFSET_MOVED and pulled.next_offset > offset and read_from != "leader":

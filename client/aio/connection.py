@@ -35,6 +35,9 @@ __all__ = ["Connection", "ConnectionPool", "certificate_refused", "tls_hint"]
 log = logging.getLogger("client.connection")
 
 CONNECT_TIMEOUT_S = 3.0
+#: How long a closing client waits for a broker's side of each close: a healthy broker
+#: answers in milliseconds, a stalled one never (a consumer's restart waits for it).
+CLOSE_WAIT_S = 0.5
 
 _ENDS = frozenset({aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED,
                    aiohttp.WSMsgType.ERROR})
@@ -228,11 +231,12 @@ class ConnectionPool:
         return await (await self.get(address)).request(request, timeout, ok)
 
     async def close(self) -> None:
-        """Close every connection at once, each waiting at most 1 s for the broker's side of
-        the close (a hung link would hold it 10 s); the session then drops what is left."""
+        """Close every connection at once, each waiting at most CLOSE_WAIT_S for the broker's
+        side of the close (a hung link would hold it 10 s); the session then drops what is
+        left."""
         async def close_one(conn: Connection) -> None:
             with contextlib.suppress(Exception):
-                async with asyncio.timeout(1.0):
+                async with asyncio.timeout(CLOSE_WAIT_S):
                     await conn.close()
 
         await asyncio.gather(*(close_one(c) for c in list(self._conns.values())))

@@ -11,6 +11,15 @@ attempt timeout stands between a failover and the client (issue 35). Every
 write the client makes is safe to repeat (idempotent sends carry producer id and
 sequence; offsets and topic configs are set, not added), so a retry after an unknown
 outcome never duplicates anything.
+
+``read_request`` reads from the replica ``read_from`` picks, healthy ones first. Given
+``hold_s`` (a pull's long poll; 0 for a quick read), a read unanswered ``READ_GRACE_S``
+past it -- or whose replica, holding a long poll, does not answer a liveness check -- is
+overdue: the replica is read last for ``SUSPECT_S`` and the next one is asked at once
+while the overdue read still races; the first answer wins, and any is right, since every
+replica serves committed entries only (``client.aio.racing_read``; issue 35: pulls and
+the orderly consumer's offset reads leave a stalled replica as writes leave a stalled
+leader).
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import mmh3
 
 from client.aio.connection import ConnectionPool
 from client.aio.leader_probe import PROBE_AFTER_S, PROBE_EVERY_S, LeaderProbe
+from client.aio.racing_read import READ_GRACE_S, ReplicaLiveness, race_read
 from client.aio.routes import RouteBook, default_namesrv
 from client.backoff import Deadline, backoff_delays
 from client.credentials import Credentials
@@ -37,7 +47,7 @@ from protocol.remoting import Frame, FrameError, RequestCode
 from protocol.tls import ClientTls, resolve_tls
 from protocol.wire import Request
 
-__all__ = ["READ_FROM", "ClientCore"]
+__all__ = ["READ_FROM", "READ_GRACE_S", "ClientCore"]
 
 log = logging.getLogger("client")
 
@@ -73,6 +83,8 @@ class ClientCore:
         self._leaderless: dict[str, float] = {}  # address -> until: answered a read knowing no leader
         self._probe = LeaderProbe(lambda address, request, timeout: self.pool.call(address, request, timeout),
                                   self.routes.dial)
+        self._liveness = ReplicaLiveness(lambda address, request, timeout: self.pool.call(address, request,
+                                                                                           timeout))
 
     def _on_request(self, address: str, frame: Frame) -> None:
         try:
@@ -181,8 +193,10 @@ class ClientCore:
                 pending.cancel()
 
     def read_replicas(self, group: str, read_from: str, affinity: str = "") -> list[str]:
-        """Replicas to read from, best first: "follower" -- the followers only (spread by
-        ``affinity``); "leader" -- the leader, then followers; "any" -- all, spread."""
+        """Replicas to read from, best first: "follower" -- the followers (spread by
+        ``affinity``), the leader last (read only when no follower answers); "leader" --
+        the leader, then followers; "any" -- all, spread. Within that order a replica that
+        lately timed out, then one that answered knowing no leader, goes last."""
         replicas = self.routes.replicas(group)
         leader = self.routes.leader(group)
         followers = [a for a in replicas if a != leader]
@@ -190,40 +204,60 @@ class ClientCore:
             k = mmh3.hash(affinity, signed=False) % len(followers)
             followers = followers[k:] + followers[:k]
         if read_from == "leader":  # the leader, then followers (their state is committed too)
-            return ([leader] if leader else []) + followers
-        if read_from == "follower":  # never the leader (only if no other replica is known)
-            return self._leaderless_last(followers or replicas)
+            return self._healthy_first(([leader] if leader else []) + followers)
+        if read_from == "follower":  # the leader only when no follower answers
+            return self._healthy_first(followers) + ([leader] if leader else [])
         both = followers + ([leader] if leader else [])
         if both and affinity:
             k = mmh3.hash(affinity + "#any", signed=False) % len(both)
             both = both[k:] + both[:k]
-        return self._leaderless_last(both)
+        return self._healthy_first(both)
 
-    def _leaderless_last(self, addresses: list[str]) -> list[str]:
-        """A replica that recently answered knowing no leader may be cut off (and behind):
-        the others first, it last -- still read when nothing else answers."""
+    def _healthy_first(self, addresses: list[str]) -> list[str]:
+        """A replica that recently timed out or was overdue may be stalled, one that answered
+        knowing no leader may be cut off (and behind): the others first, those last -- still
+        read when nothing else answers."""
         now = time.monotonic()
-        return sorted(addresses, key=lambda a: self._leaderless.get(a, 0.0) > now)
+        return sorted(addresses, key=lambda a: (self._suspects.get(a, 0.0) > now,
+                                                self._leaderless.get(a, 0.0) > now))
 
     async def read_request(self, group: str, request: Request, *, read_from: str = "follower",
                            affinity: str = "", timeout: float | None = None,
-                           ok: tuple[int, ...] = (0,)) -> Frame:
-        """A read from a replica chosen by ``read_from``, trying the next one on a failure."""
-        last: ClientError | None = None
-        for address in self.read_replicas(group, read_from, affinity):
-            try:
-                reply = await self.pool.request(address, request, timeout=timeout or self.request_timeout,
-                                                ok=ok)
-                if LeaderlessMark.read(reply):
-                    self._leaderless[address] = time.monotonic() + LEADERLESS_S
-                else:
-                    self._leaderless.pop(address, None)
-                return reply
-            except ClientError as e:
-                if not e.retriable:
-                    raise
-                last = e
-        raise last or RouteNotFoundError(f"no replica of group {group!r} is known")
+                           ok: tuple[int, ...] = (0,), hold_s: float | None = None,
+                           topic: str | None = None) -> Frame:
+        """A read from a replica chosen by ``read_from``, trying the next one on a failure.
+        ``hold_s``: how long a replica may rightly hold this read (a pull's long poll, 0 for
+        a quick one); unanswered ``READ_GRACE_S`` longer, or silent to a liveness check
+        meanwhile, the read is overdue and the next replica is asked at once, the overdue
+        read still racing (``client.aio.racing_read``). None: one replica after another,
+        each for the whole ``timeout`` (admin reads, whose queries may take long).
+        ``topic``: what a liveness check asks the replica about (default: a topic of the
+        group's the route book holds). Raises the last retriable error when every replica
+        failed, a non-retriable one at once."""
+        timeout = timeout or self.request_timeout
+        addresses = self.read_replicas(group, read_from, affinity)
+        if not addresses:
+            raise RouteNotFoundError(f"no replica of group {group!r} is known")
+        topic = topic or self.routes.topic_of(group)
+        address, reply = await race_read(
+            addresses,
+            lambda address: self.pool.request(address, request, timeout=timeout, ok=ok),
+            hold_s=hold_s, on_stalled=self._suspect,
+            alive=None if topic is None else lambda address: self._liveness.alive(address, topic))
+        self._note_read(address, reply)
+        return reply
+
+    def _suspect(self, address: str) -> None:
+        """``address`` timed out or held a read past its time: read last for SUSPECT_S."""
+        self._suspects[address] = time.monotonic() + SUSPECT_S
+
+    def _note_read(self, address: str, reply: Frame) -> None:
+        """A replica answered: no longer suspect, unless it knows no leader."""
+        if LeaderlessMark.read(reply):
+            self._leaderless[address] = time.monotonic() + LEADERLESS_S
+        else:
+            self._leaderless.pop(address, None)
+            self._suspects.pop(address, None)
 
     async def close(self) -> None:
         await self.pool.close()

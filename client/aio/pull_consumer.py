@@ -62,7 +62,8 @@ async def fetch(core: ClientCore, queue: MessageQueue, offset: int, *, max_msgs:
                           tag_hashes=None if hashes is None else tuple(hashes),
                           sql=sql)  # SQL92 on properties, evaluated by the broker
     reply = await core.read_request(queue.group, request, read_from=read_from, affinity=str(queue),
-                                    timeout=suspend_s + core.request_timeout, ok=_PULL_OK)
+                                    timeout=suspend_s + core.request_timeout, ok=_PULL_OK,
+                                    hold_s=suspend_s, topic=queue.topic)  # held past it: the next one too
     pulled = (PullResponse.from_frame(reply) if reply.code in PULL_ANSWERS
               else PullResponse(next_offset=offset))  # PULL_RETRY_IMMEDIATELY: nothing, go on
     if reply.code == ResponseCode.PULL_OFFSET_MOVED and pulled.next_offset > offset and read_from != "leader":
@@ -114,7 +115,7 @@ async def queue_offsets(core: ClientCore, queue: MessageQueue, timestamp_ms: int
     """(min offset, max offset, first offset stored at/after ``timestamp_ms``)."""
     request = SearchOffsetRequest(topic=queue.topic, queue_id=queue.queue_id, timestamp=timestamp_ms)
     found = SearchOffsetResponse.from_frame(await core.read_request(queue.group, request, read_from=read_from,
-                                                                    affinity=str(queue)))
+                                                                    affinity=str(queue), hold_s=0.0))
     return found.min_offset, found.max_offset, found.offset
 
 
@@ -122,7 +123,7 @@ async def committed_offset(core: ClientCore, group: str, queue: MessageQueue) ->
     """The group's committed offset of ``queue`` (the leader's view when it can be reached)."""
     reply = await core.read_request(queue.group, QueryOffsetRequest(group=group, topic=queue.topic,
                                                                     queue_id=queue.queue_id),
-                                    read_from="leader")
+                                    read_from="leader", hold_s=0.0)
     offset = QueryOffsetResponse.from_frame(reply).offset
     return offset if offset >= 0 else None
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from client.aio.core import READ_FROM, ClientCore
+from client.aio.core import READ_FROM, READ_GRACE_S, ClientCore
 from client.aio.process_queue import LocalOffsets, ProcessQueue
 from client.aio.pull_consumer import commit_offset, committed_offset, fetch, queue_offsets
 from client.aio.queue_locks import LOCK_RENEW_S, LOCK_VALID_S, lock_queues
@@ -227,33 +227,46 @@ class AsyncPushConsumer:
         return routes
 
     async def _heartbeat_once(self) -> None:
-        """Every replica at once; waits at most 1 s (a hung replica's heartbeat goes on in the
-        background until its own timeout)."""
-        route = await self.core.routes.route(self.topic)
+        """Every replica at once (a hung replica's heartbeat goes on in the background until
+        its own timeout)."""
         beat = HeartbeatRequest(client_id=self.client_id, subscriptions={self.group: tuple(self.topics)})
-        beats = {asyncio.ensure_future(self._call_quietly(address, beat))
-                 for g in route.groups for address in g.addresses}
-        _, late = await asyncio.wait(beats, timeout=1.0)
-        self._stragglers |= late
-        for beat in late:
-            beat.add_done_callback(self._stragglers.discard)
+        await self._to_every_replica(beat, cancel_late=False)
 
     async def _call_quietly(self, address: str, request: Request) -> None:
         with contextlib.suppress(ClientError):
             await self.core.pool.call(address, request, timeout=3)
 
     async def _unregister(self) -> None:
-        """Every replica at once, waiting at most 1 s: a replica that does not hear it drops
-        this client when its heartbeats stop."""
+        """Every replica at once (a request already sent still reaches a replica that is
+        only slow); a replica that does not hear it drops this client when its heartbeats
+        stop."""
+        await self._to_every_replica(UnregisterRequest(client_id=self.client_id, group=self.group),
+                                     cancel_late=True)
+
+    async def _to_every_replica(self, request: Request, *, cancel_late: bool) -> None:
+        """``request`` to every replica of the topic's groups at once; returns when a
+        majority of each group's replicas answered (or failed), waiting READ_GRACE_S at most
+        (a stalled replica is not waited for: issue 35). The calls still running go on in
+        the background, or are cancelled (``cancel_late``), and are collected once they end."""
         route = await self.core.routes.route(self.topic)
-        bye = UnregisterRequest(client_id=self.client_id, group=self.group)
-        calls = {asyncio.ensure_future(self._call_quietly(address, bye))
-                 for g in route.groups for address in g.addresses}
-        _, late = await asyncio.wait(calls, timeout=1.0)
+        calls = [{asyncio.ensure_future(self._call_quietly(address, request)) for address in g.addresses}
+                 for g in route.groups]
+        deadline = asyncio.get_running_loop().time() + READ_GRACE_S
+
+        async def majority_of(group_calls: set[asyncio.Future[None]]) -> None:
+            need = len(group_calls) // 2 + 1
+            pending = set(group_calls)
+            while pending and len(group_calls) - len(pending) < need:
+                _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout_at(deadline):
+                await asyncio.gather(*(majority_of(c) for c in calls))
+        late = {c for group_calls in calls for c in group_calls if not c.done()}
         for call in late:
-            call.cancel()
-        self._stragglers |= late  # cancelled: collected once they end
-        for call in late:
+            if cancel_late:
+                call.cancel()
+            self._stragglers.add(call)
             call.add_done_callback(self._stragglers.discard)
 
     async def _members(self, groups: Sequence[str]) -> list[str]:
@@ -261,7 +274,7 @@ class AsyncPushConsumer:
         for g in groups:
             with contextlib.suppress(ClientError):
                 reply = await self.core.read_request(g, ConsumerListRequest(group=self.group),
-                                                     read_from="leader", timeout=3)
+                                                     read_from="leader", timeout=3, hold_s=0.0)
                 members.update(ConsumerListResponse.from_frame(reply).client_ids)
                 break
         return sorted(members)

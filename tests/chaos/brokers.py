@@ -47,6 +47,12 @@ RETENTION = {"segment_bytes": 4 * MAX_ENTRY_BYTES, "retention_bytes": 16 * MAX_E
 POLL_S = 0.05
 
 
+def _state(pid: int) -> str:
+    """The kernel's one-letter state of process ``pid`` (``T``: stopped by a signal)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2]
+
+
 def _port(address: str) -> int:
     return int(address.rsplit(":", 1)[1])
 
@@ -100,6 +106,7 @@ class ChaosBrokers:
         for i in range(spare):
             self.group.add_node(f"n{len(initial) + i + 1}", initial)
         self.incarnation = dict.fromkeys(self.nodes, 0)
+        self.paused: set[str] = set()  # SIGSTOPped by ``pause``
         self.peer_links: dict[frozenset[str], PeerLink] = {}
         #: a learner dials every member whatever the addresses (it says "readonly"): for
         #: pairs with a spare node, the reverse direction has a proxy too
@@ -165,6 +172,26 @@ class ChaosBrokers:
     def terminate(self, name: str) -> None:
         self.deaths.stopping(name)
         self.group.terminate(name)
+
+    def pause(self, name: str) -> None:
+        """SIGSTOP ``name`` (a stalled process: its sockets stay open, nothing answers) and
+        wait until the kernel reports it stopped; ``resume`` (or ``heal``) continues it."""
+        proc = self.nodes[name].proc
+        assert proc is not None and proc.poll() is None, f"{name} is not running"
+        proc.send_signal(signal.SIGSTOP)
+        self.paused.add(name)
+        deadline = time.monotonic() + 5.0
+        while _state(proc.pid) not in ("T", "t"):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} (pid {proc.pid}) not stopped 5 s after SIGSTOP")
+            time.sleep(0.01)
+
+    def resume(self, name: str) -> None:
+        """SIGCONT a node ``pause`` stopped."""
+        proc = self.nodes[name].proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+        self.paused.discard(name)
 
     def sigterm(self, name: str) -> None:
         """Ask ``name`` to stop (graceful shutdown); returns at once."""
@@ -284,5 +311,7 @@ class ChaosBrokers:
             link.latency(ms, jitter, stream="both")
 
     def heal(self) -> None:
-        """Every toxic removed and every proxy enabled."""
+        """Every toxic removed, every proxy enabled and every paused node resumed."""
         self.toxi.reset()
+        for name in sorted(self.paused):
+            self.resume(name)

@@ -37,13 +37,14 @@ class Nemesis:
             "leader_unheard": self.leader_unheard, "leader_deaf": self.leader_deaf,
             "latency": self.latency, "client_resets": self.client_resets, "flap": self.flap,
             "lose_follower_disk": self.lose_follower_disk,
+            "pause_leader": self.pause_leader, "pause_follower": self.pause_follower,
             "lose_follower_disk_then_kill_leader": self.lose_follower_disk_then_kill_leader,
         }
         self._forgetful: set[str] = set()  # replicas that lost their disk this round
 
     #: the faults that hit the leader: every run injects one at least
     LEADER_FAULTS = ("kill_leader", "isolate_leader", "leader_cut_from_peers", "leader_unheard",
-                     "leader_deaf", "lose_follower_disk_then_kill_leader")
+                     "leader_deaf", "lose_follower_disk_then_kill_leader", "pause_leader")
 
     def run(self, duration: float, first: tuple[str, ...] = ()) -> list[str]:
         """Inject faults for ``duration`` seconds -- ``first`` in order, then random ones;
@@ -161,6 +162,24 @@ class Nemesis:
         old = self.s.leader_fault(cut, "nemesis: one-way cut every peer -> {leader}", "leader_deaf")
         confirm.stepped_down(self.s, old)
         return [old]
+
+    def pause_leader(self) -> list[str]:
+        """The leader SIGSTOPped (a frozen host: its sockets open, nothing answered): the
+        others elect; resumed at healing, it hears the new term and follows."""
+        old = self.s.leader_fault(self.s.brokers.pause, "nemesis: SIGSTOP leader {leader}", "leader_sigstop")
+        return [old]
+
+    def pause_follower(self) -> list[str]:
+        """A follower SIGSTOPped: the consumer's pulls held there move to another replica
+        (issue 35); the time until every queue delivers again is filed as
+        ``pull_follower_sigstop``."""
+        follower = self._follower(self._leader())
+        self.s.brokers.pause(follower)
+        at = self.s.event(f"nemesis: SIGSTOP follower {follower}")
+        gap = self.s.workload.delivery_gap_after(at, 30)
+        self.s.failovers_by_fault.setdefault("pull_follower_sigstop", []).append(round(gap, 3))
+        self.s.event(f"every queue delivering again {gap:.2f}s after the SIGSTOP")
+        return [follower]
 
     def isolate_follower(self) -> list[str]:
         follower = self._follower(self._leader())

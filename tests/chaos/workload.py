@@ -165,6 +165,32 @@ class OrderedWorkload:
         self._wait(acked, timeout, "a send started after the fault being acknowledged")
         return found[0] - t
 
+    def delivery_gap_after(self, t: float, timeout: float, who: str | None = None) -> float:
+        """Seconds from ``t`` until every queue delivered before ``t`` has delivered a message
+        sent after ``t`` (to consumer ``who``, e.g. ``c2``, when given): how long the
+        slowest queue's consumption stood still after a fault at ``t``."""
+        queues = {d.queue for d in list(self.history.deliveries) if d.at <= t}  # a copy: appended meanwhile
+        found: list[float] = []
+
+        def every_queue_delivered() -> bool:
+            first: dict[str, float] = {}
+            for d in list(self.history.deliveries):
+                if d.queue in queues and self.send_started.get(d.payload, 0.0) > t and who in (None, d.who):
+                    first.setdefault(d.queue, d.at)
+            if len(first) < len(queues):
+                return False
+            found.append(max(first.values()))
+            return True
+
+        self._wait(every_queue_delivered, timeout, f"every queue delivering again after the fault "
+                   f"({len(queues)} queues{f', consumer {who}' if who else ''})")
+        return found[0] - t
+
+    @property
+    def consumer_name(self) -> str:
+        """The name deliveries of the running consumer are recorded under (``c<n>``)."""
+        return f"c{self.consumers_started}"
+
     def drain(self, timeout: float = 30.0) -> None:
         """Until the consumer got every message the replicas store (history.replicas)."""
         self._wait(lambda: self.history.undelivered_stored() == 0, timeout,

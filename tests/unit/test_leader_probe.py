@@ -14,7 +14,11 @@ import asyncio
 import pytest
 
 from client.aio.core import ClientCore
+from client.aio.pull_consumer import commit_offset
+from client.aio.queue_locks import lock_queues
 from client.backoff import Deadline
+from client.queues import MessageQueue
+from protocol.offset import CommitOffsetRequest, LockQueuesRequest, LockQueuesResponse, UnlockQueuesRequest
 from protocol.remoting import Frame
 from protocol.topic import GetRouteRequest, GroupRouteData, RouteResponse, TopicRouteData
 from protocol.wire import EmptyResponse, Request
@@ -33,12 +37,14 @@ class ScriptedPool:
         self.named = named
         self.answers_after = answers_after or {}
         self.writes: list[str] = []
+        self.requests: list[Request] = []
         self.cancelled: list[str] = []
         self.probes: list[str] = []
 
     async def request(self, address: str, request: Request, timeout: float = 10.0,
                       ok: tuple[int, ...] = (0,)) -> Frame:
         self.writes.append(address)
+        self.requests.append(request)
         frame = request.to_frame(len(self.writes))
         try:
             if address in self.silent:
@@ -48,6 +54,8 @@ class ScriptedPool:
         except asyncio.CancelledError:
             self.cancelled.append(address)
             raise
+        if isinstance(request, LockQueuesRequest):  # unlock too: every queue asked for is granted
+            return LockQueuesResponse(queue_ids=request.queues).reply(frame)
         return EmptyResponse().reply(frame)
 
     async def call(self, address: str, request: Request, timeout: float = 10.0) -> Frame:
@@ -119,5 +127,36 @@ def test_a_slow_leader_keeps_its_write_while_no_newer_leader_is_named(named: tup
             reply = await write
         assert reply.code == 0
         assert pool.writes == [OLD] and pool.cancelled == []
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("take", [True, False], ids=["lock", "unlock"])
+def test_an_orderly_consumers_lock_at_a_silent_leader_goes_to_the_leader_the_others_name(take: bool) -> None:
+    """LOCK_BATCH_MQ / UNLOCK_BATCH_MQ are writes to the leader: probed like any other
+    (issue 35), so a stalled leader costs a probe, not the locks' 3 s deadline -- held, not
+    undecided."""
+    async def run() -> None:
+        pool = ScriptedPool({OLD}, {NEW: (NEW, 8), THIRD: (NEW, 8)})
+        core = _core(pool)
+        queues = [MessageQueue("t", "g1", 0), MessageQueue("t", "g1", 1)]
+        async with asyncio.timeout(2.5):  # within the locks' own 3 s deadline
+            held, undecided = await lock_queues(core, "cg", "me", queues, take=take)
+        assert held == set(queues) and undecided == set()
+        assert pool.writes == [OLD, NEW]
+        kind = LockQueuesRequest if take else UnlockQueuesRequest
+        assert all(type(r) is kind for r in pool.requests)
+
+    asyncio.run(run())
+
+
+def test_an_offset_commit_at_a_silent_leader_goes_to_the_leader_the_others_name() -> None:
+    async def run() -> None:
+        pool = ScriptedPool({OLD}, {NEW: (NEW, 8), THIRD: (NEW, 8)})
+        core = _core(pool)
+        async with asyncio.timeout(LIVENESS_S):
+            await commit_offset(core, "cg", MessageQueue("t", "g1", 0), 17, timeout=3600.0)
+        assert pool.writes == [OLD, NEW]
+        assert all(isinstance(r, CommitOffsetRequest) and r.offset == 17 for r in pool.requests)
 
     asyncio.run(run())

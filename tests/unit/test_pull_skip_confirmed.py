@@ -35,7 +35,8 @@ class MovedCore:
 
     async def read_request(self, group: str, request: Request, *, read_from: str = "follower",
                            affinity: str = "", timeout: float | None = None,
-                           ok: tuple[int, ...] = (0,)) -> Frame:
+                           ok: tuple[int, ...] = (0,), hold_s: float | None = None,
+                           topic: str | None = None) -> Frame:
         assert isinstance(request, PullRequest)
         frame = request.to_frame(1)
         self.asked.append(read_from)

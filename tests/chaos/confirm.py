@@ -9,6 +9,8 @@ the faulted client link. The harness reads statuses directly (not through the pr
 
 from __future__ import annotations
 
+import http.client
+import ssl
 import time
 import urllib.error
 
@@ -73,31 +75,81 @@ def match_frozen(s: Scenario, leader: str, follower: str, *, own_log_frozen: boo
                   + (f", its own log at {own0}" if own_log_frozen else ""))
 
 
-def _probe(s: Scenario, link: Link, timeout: float) -> tuple[float, str | None]:
+#: what a reset toxic does to a request: the connection reset (or closed midway); a refusal
+#: (nothing listens) or a timeout (a hung link) is some other fault, not the reset
+_RESET = (ConnectionAbortedError, BrokenPipeError, http.client.IncompleteRead, ssl.SSLEOFError,
+          ssl.SSLZeroReturnError)
+
+
+def _probe(s: Scenario, link: Link, timeout: float) -> tuple[float, BaseException | None]:
     """(seconds, error or None) of one GET /status through ``link`` (a new connection; https
     when the group serves TLS)."""
+    return _probe_address(s, link.listen, timeout)
+
+
+def _probe_address(s: Scenario, address: str, timeout: float) -> tuple[float, BaseException | None]:
     began = time.monotonic()
     try:
-        s.brokers.http.get(link.listen, "/status", timeout)
+        s.brokers.http.get(address, "/status", timeout)
         return time.monotonic() - began, None
-    except (OSError, urllib.error.URLError, ValueError) as e:
-        return time.monotonic() - began, repr(e)[:120]
+    except (OSError, http.client.HTTPException, ValueError) as e:
+        return time.monotonic() - began, e
 
 
-def delay_seen(s: Scenario, link: Link, at_least_s: float) -> None:
-    """A request through ``link`` takes ``at_least_s`` or more (the latency toxic acts)."""
-    took, error = _probe(s, link, 10.0)
-    if error is None and took < at_least_s:
-        raise FaultNotApplied(f"fault not applied: a request through {link.name} took {took * 1000:.0f} ms, "
-                              f"under the {at_least_s * 1000:.0f} ms the latency toxic must add")
-    _confirmed(s, f"a request through {link.name} took {took * 1000:.0f} ms")
+def _cause(error: BaseException) -> BaseException:
+    """The error under urllib's URLError wrapper."""
+    reason = getattr(error, "reason", None)
+    return reason if isinstance(error, urllib.error.URLError) and isinstance(reason, BaseException) else error
 
 
-def reset_seen(s: Scenario, link: Link, attempts: int = 20) -> None:
-    """A request through ``link`` is cut (connection reset or closed) within ``attempts``."""
-    for i in range(attempts):
-        _, error = _probe(s, link, 3.0)
+def _is_reset(error: BaseException) -> bool:
+    return isinstance(_cause(error), (ConnectionResetError, *_RESET))
+
+
+def _said(error: BaseException) -> str:
+    return repr(_cause(error))[:120]
+
+
+def delay_seen(s: Scenario, link: Link, at_least_s: float, attempts: int = 3) -> None:
+    """A request through ``link`` is ANSWERED after ``at_least_s`` or more (the latency toxic
+    acts). An error is no evidence of a delay: a dead node or a refused proxy fails at once,
+    a hung link times out; up to ``attempts`` requests are tried for one answer."""
+    errors: list[str] = []
+    for _ in range(attempts):
+        took, error = _probe(s, link, 10.0)
         if error is not None:
-            _confirmed(s, f"a request through {link.name} cut ({error.split('(')[0]}) at try {i + 1}")
-            return
-    raise FaultNotApplied(f"fault not applied: {attempts} requests through {link.name} all got answers")
+            errors.append(_said(error))
+            continue
+        if took < at_least_s:
+            raise FaultNotApplied(f"fault not applied: a request through {link.name} took "
+                                  f"{took * 1000:.0f} ms, under the {at_least_s * 1000:.0f} ms the latency "
+                                  "toxic must add")
+        _confirmed(s, f"a request through {link.name} took {took * 1000:.0f} ms (>= {at_least_s * 1000:.0f})")
+        return
+    raise FaultNotApplied(f"fault not applied: no request through {link.name} was answered, so no delay "
+                          f"was seen ({attempts} tries: {errors})")
+
+
+def reset_seen(s: Scenario, link: Link, attempts: int = 20, probe_timeout: float = 3.0) -> None:
+    """A request through ``link`` has its connection reset (or, under TLS, closed midway)
+    within ``attempts`` (the reset toxic acts) while the node behind it answers directly. A
+    refusal, a timeout, or a reset with the node not answering (Toxiproxy resets what it
+    cannot pass on) is some other fault: not counted."""
+    other: list[str] = []
+    for i in range(attempts):
+        _, error = _probe(s, link, probe_timeout)
+        if error is None:
+            continue
+        if _is_reset(error):
+            # Toxiproxy also resets a connection it cannot pass on (its node dead): the
+            # reset counts only if the node answers directly (the harness's own link)
+            _, direct = _probe_address(s, link.upstream, probe_timeout)
+            if direct is None:
+                _confirmed(s, f"a request through {link.name} cut ({_said(error).split('(')[0]}) at try "
+                              f"{i + 1}; its node answers directly")
+                return
+            other.append(f"{_said(error)} with the node not answering directly ({_said(direct)})")
+            continue
+        other.append(_said(error))
+    raise FaultNotApplied(f"fault not applied: of {attempts} requests through {link.name} none was reset or "
+                          f"closed midway ({len(other)} failed otherwise: {other[:3]})")

@@ -138,7 +138,8 @@ class ChaosBrokers:
         """``name`` was removed from the group: stop it (SIGTERM) and forget it."""
         self.names = [n for n in self.names if n != name]
         self.deaths.stopping(name)
-        self.group.terminate(name)
+        if self.alive(name):  # one dead on its own is recorded by ``deaths`` (the scenario fails)
+            self.group.terminate(name)
 
     # -- processes -------------------------------------------------------------------
     def start(self, names: Iterable[str] | None = None) -> None:
@@ -148,9 +149,11 @@ class ChaosBrokers:
             self.group.start_node(name)
 
     def kill(self, name: str) -> None:
-        """SIGKILL (a crash: no clean-up, the page cache survives)."""
+        """SIGKILL (a crash: no clean-up, the page cache survives). One that died on its own
+        is recorded by ``deaths`` (the scenario fails naming it), not raised here."""
         self.deaths.stopping(name)
-        self.group.kill(name)
+        if self.alive(name):
+            self.group.kill(name)
 
     def kill_all(self) -> None:
         """SIGKILL every live node (members or not) at once, then reap them."""
@@ -164,7 +167,8 @@ class ChaosBrokers:
 
     def terminate(self, name: str) -> None:
         self.deaths.stopping(name)
-        self.group.terminate(name)
+        if self.alive(name):
+            self.group.terminate(name)
 
     def sigterm(self, name: str) -> None:
         """Ask ``name`` to stop (graceful shutdown); returns at once."""

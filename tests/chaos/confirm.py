@@ -9,15 +9,23 @@ the faulted client link. The harness reads statuses directly (not through the pr
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import ssl
 import time
 import urllib.error
 
+import msgpack
+
+from protocol.pull import PullResponse
+from protocol.remoting import RequestCode, ResponseCode
 from tests.chaos.scenario import Scenario
 from tests.chaos.toxi import Link
+from tests.chaos.workload import TOPIC
+from tests.support.broker_client import FrameClient, client_session
 
-__all__ = ["FaultNotApplied", "delay_seen", "match_frozen", "reset_seen", "stepped_down"]
+__all__ = ["FaultNotApplied", "cut_acted", "delay_seen", "match_frozen", "read_served", "reset_seen",
+           "stepped_down", "toxic_on"]
 
 #: entries the leader must commit past a frozen follower before the freeze counts
 ENTRIES_PAST = 10
@@ -79,6 +87,77 @@ def match_frozen(s: Scenario, leader: str, follower: str, *, own_log_frozen: boo
 #: (nothing listens) or a timeout (a hung link) is some other fault, not the reset
 _RESET = (ConnectionAbortedError, BrokenPipeError, http.client.IncompleteRead, ssl.SSLEOFError,
           ssl.SSLZeroReturnError)
+
+
+def cut_acted(s: Scenario, leader: str, follower: str, *, own_log_frozen: bool,
+              timeout: float = 20.0) -> None:
+    """A cut between ``leader`` and ``follower`` (one way or both) acts: the follower's match
+    index freezes on the leader (``match_frozen``) -- or the leader no longer leads (then
+    the cut deposed it: also an effect)."""
+    if (s.brokers.status(leader) or {}).get("role") != "leader":
+        _confirmed(s, f"{leader} no longer leads after the cut between it and {follower}")
+        return
+    match_frozen(s, leader, follower, own_log_frozen=own_log_frozen, timeout=timeout)
+
+
+def toxic_on(s: Scenario, link: Link, kind: str, stream: str) -> None:
+    """Toxiproxy holds a ``kind`` toxic on ``stream`` of ``link``. For a fault with no
+    effect to observe (a link between two followers carries nothing until an election):
+    at least it is on the link it names, not another one."""
+    held = [t for t in link.toxics() if t.get("type") == kind and t.get("stream") == stream]
+    if not held:
+        raise FaultNotApplied(f"fault not applied: no {kind} toxic on {stream} of {link.name} "
+                              f"(it holds {[(t.get('type'), t.get('stream')) for t in link.toxics()]})")
+    _confirmed(s, f"{kind} toxic on {stream} of {link.name} (between followers: nothing to observe)")
+
+
+def read_served(s: Scenario, leader: str, follower: str, link: Link, timeout: float = 15.0) -> None:
+    """A read through ``link`` (``follower``'s client link) is served by the cut ``follower``:
+    once the leader's queue 0 ends past the follower's (both read directly), a pull of its
+    first message through the link is answered SUCCESS with a message and the queue's end
+    as the follower holds it (its log frozen) -- a healthy replica would say a later end."""
+    b = s.brokers
+    held = _pull_first(s, b.nodes[follower].http)[2]
+    deadline = time.monotonic() + timeout
+    while (ahead := _pull_first(s, b.nodes[leader].http)[2]) <= held:
+        if time.monotonic() >= deadline:
+            raise FaultNotApplied(f"fault not applied: {leader}'s queue 0 ends at {ahead}, not past the cut "
+                                  f"{follower}'s {held}, {timeout:g}s after the cut")
+        time.sleep(0.1)
+    code, rows, end = _pull_first(s, link.listen)
+    if code != ResponseCode.SUCCESS or rows == 0:
+        raise FaultNotApplied(f"fault not applied: a pull through {link.name} was answered "
+                              f"{ResponseCode(code).name} with {rows} messages, not served")
+    if end != held:
+        raise FaultNotApplied(f"fault not applied: the pull through {link.name} was served by a replica "
+                              f"whose queue 0 ends at {end}, not by the cut {follower} (at {held}; "
+                              f"{leader} at {ahead})")
+    _confirmed(s, f"a pull through {link.name} was served by {follower} (queue 0 ends at {held} there, "
+                  f"{ahead} on {leader})")
+
+
+def _pull_first(s: Scenario, address: str) -> tuple[int, int, int]:
+    """(code, messages, the queue's end on that replica) of a pull of one message at offset
+    0 of queue 0 of ``TOPIC`` at ``address`` (as the super user when ACLs are on)."""
+    return asyncio.run(_pull_first_async(s, address))
+
+
+async def _pull_first_async(s: Scenario, address: str) -> tuple[int, int, int]:
+    tls = s.brokers.group.client_tls
+    async with client_session(tls) as session:
+        client = await FrameClient.connect(session, address, tls=tls is not None)
+        try:
+            credentials = s.brokers.credentials
+            if credentials is not None:
+                await client.login(credentials.user, credentials.password)
+            frame = await client.call(RequestCode.PULL_MESSAGE, {
+                "topic": TOPIC, "queueId": 0, "offset": 0, "maxMsgs": 1}, timeout=10)
+        finally:
+            await client.close()
+    if frame.code != ResponseCode.SUCCESS:
+        return frame.code, 0, -1
+    answer = PullResponse.from_frame(frame)
+    return frame.code, len(msgpack.unpackb(frame.body)) if frame.body else 0, int(answer.max_offset or 0)
 
 
 def _probe(s: Scenario, link: Link, timeout: float) -> tuple[float, BaseException | None]:

@@ -224,8 +224,11 @@ def test_link_flapping_every_2s(make_scenario: MakeScenario) -> None:
         link.heal()
         s.event(f"cycle {cycle}: link up; leader {s.leader()}")
         time.sleep(2.0)
+    terms = sorted(s.workload.terms)  # every term the monitor saw, up to the last flap
+    s.confirmed.append(f"terms seen while flapping: {terms}")
     s.workload.wait_more_acked(200, 30)
     s.finish()
+    assert len(terms) == 1, f"the flapping link caused elections (pre-vote should prevent them): {terms}"
 
 
 def test_randomized_nemesis(make_scenario: MakeScenario, chaos_duration: float) -> None:

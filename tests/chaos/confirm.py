@@ -2,9 +2,13 @@
 
 Each helper waits (with a deadline) for what the fault must cause, records what it saw
 in ``Scenario.confirmed`` (the report's "fault confirmed" column) and raises
-:class:`FaultNotApplied` if it never came: a step-down, a follower's match index frozen
-on the leader while the leader commits on, a delay or a reset seen by a request through
-the faulted client link. The harness reads statuses directly (not through the proxies).
+:class:`FaultNotApplied` if it never came: a step-down (``stepped_down``), a follower's
+match index frozen on the leader while the leader commits on (``match_frozen``,
+``cut_acted``), a read served by a cut follower through its client link (``read_served``),
+an answered request delayed or a connection reset through the faulted client link
+(``delay_seen``, ``reset_seen``: an error of another kind is no evidence), or -- for a cut
+between two followers, which shows no effect until an election -- the toxic on their link
+(``toxic_on``). The harness reads statuses directly (not through the proxies).
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from dledger.raft.storage_identity import StorageIdentityError, format_founder
 from raftmq.cluster_http import ClusterHttp
 from raftmq.local_tls import LocalCA
 
-__all__ = ["LocalGroup", "NodeProc", "free_port"]
+__all__ = ["LocalGroup", "NodeDiedError", "NodeProc", "free_port"]
 
 
 _handed_out: set[int] = set()
@@ -76,6 +76,11 @@ def free_port() -> int:
         _handed_out.add(port)
         return port
     raise RuntimeError("no free port found on 127.0.0.1")
+
+
+class NodeDiedError(RuntimeError):
+    """A node the caller meant to stop had already exited on its own (a crash): it says
+    which, with its exit status and the tail of its log."""
 
 
 @dataclass
@@ -119,6 +124,10 @@ class LocalGroup:
         self.raft_options = raft or {}
         self.log_level = log_level
         self.nodes: dict[str, NodeProc] = {}
+        #: the processes that exited on their own (not by ``kill``/``terminate``/``stop``):
+        #: "<node> (pid P) died on its own with exit status S; its log ends: ..."
+        self.deaths: list[str] = []
+        self._stopped: set[subprocess.Popen[bytes]] = set()  # the processes this group stopped
         names = [f"n{i + 1}" for i in range(n)]
         layout = base / "cluster.json"
         known = json.loads(layout.read_text()) if layout.exists() else {}
@@ -200,26 +209,63 @@ class LocalGroup:
         return node
 
     def kill(self, name: str) -> None:
-        """SIGKILL ``name`` and reap it."""
+        """SIGKILL ``name`` and reap it. Raises NodeDiedError if its process had already
+        exited on its own (a kill -9 of a dead node tests nothing; the crash is the news)."""
         node = self.nodes[name]
-        if node.proc is not None and node.proc.poll() is None:
-            os.kill(node.proc.pid, signal.SIGKILL)
-            node.proc.wait(timeout=10)
+        if self._unstoppable(name):
+            return
+        assert node.proc is not None
+        self._stopped.add(node.proc)
+        os.kill(node.proc.pid, signal.SIGKILL)
+        node.proc.wait(timeout=10)
 
     def terminate(self, name: str, timeout: float = 10.0) -> None:
+        """SIGTERM ``name`` (SIGKILL after ``timeout``) and reap it. Raises NodeDiedError
+        if its process had already exited on its own."""
         node = self.nodes[name]
-        if node.proc is None or node.proc.poll() is not None:
+        if self._unstoppable(name):
             return
+        assert node.proc is not None
+        self._stopped.add(node.proc)
         node.proc.terminate()
         try:
             node.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            self.kill(name)
+            os.kill(node.proc.pid, signal.SIGKILL)
+            node.proc.wait(timeout=10)
+
+    def _unstoppable(self, name: str, raise_death: bool = True) -> bool:
+        """True if ``name`` has no process to stop: none started, or this group stopped it
+        already. One that exited on its own is recorded in ``deaths`` (once) and raised
+        as NodeDiedError (unless ``raise_death`` is false)."""
+        proc = self.nodes[name].proc
+        if proc is None or proc in self._stopped:
+            return True
+        status = proc.poll()
+        if status is None:
+            return False
+        self._stopped.add(proc)  # recorded once
+        death = (f"{name} (pid {proc.pid}) died on its own with exit status {status}; its log ends:\n"
+                 f"{self.log_tail(name, 20)}")
+        self.deaths.append(death)
+        if raise_death:
+            raise NodeDiedError(death)
+        return True
+
+    def died_on_its_own(self, name: str) -> str | None:
+        """Why ``name`` is down if it exited without being stopped (recorded in ``deaths``),
+        else None (running, never started, or stopped by this group)."""
+        self._unstoppable(name, raise_death=False)
+        proc = self.nodes[name].proc
+        return next((d for d in self.deaths if proc is not None and d.startswith(f"{name} (pid {proc.pid})")),
+                    None)
 
     def stop(self) -> None:
-        """Stop every node by PID (SIGTERM, then SIGKILL after 10 s)."""
+        """Stop every node by PID (SIGTERM, then SIGKILL after 10 s); one that had died on
+        its own is recorded in ``deaths``, and the others are still stopped."""
         for name in self.nodes:
-            self.terminate(name)
+            if not self._unstoppable(name, raise_death=False):
+                self.terminate(name)
 
     def __enter__(self) -> LocalGroup:
         return self

@@ -145,7 +145,8 @@ class ChaosBrokers:
         """``name`` was removed from the group: stop it (SIGTERM) and forget it."""
         self.names = [n for n in self.names if n != name]
         self.deaths.stopping(name)
-        self.group.terminate(name)
+        if self.alive(name):  # one dead on its own is recorded by ``deaths`` (the scenario fails)
+            self.group.terminate(name)
 
     # -- processes -------------------------------------------------------------------
     def start(self, names: Iterable[str] | None = None) -> None:
@@ -155,9 +156,11 @@ class ChaosBrokers:
             self.group.start_node(name)
 
     def kill(self, name: str) -> None:
-        """SIGKILL (a crash: no clean-up, the page cache survives)."""
+        """SIGKILL (a crash: no clean-up, the page cache survives). One that died on its own
+        is recorded by ``deaths`` (the scenario fails naming it), not raised here."""
         self.deaths.stopping(name)
-        self.group.kill(name)
+        if self.alive(name):
+            self.group.kill(name)
 
     def kill_all(self) -> None:
         """SIGKILL every live node (members or not) at once, then reap them."""
@@ -171,7 +174,8 @@ class ChaosBrokers:
 
     def terminate(self, name: str) -> None:
         self.deaths.stopping(name)
-        self.group.terminate(name)
+        if self.alive(name):
+            self.group.terminate(name)
 
     def pause(self, name: str) -> None:
         """SIGSTOP ``name`` (a stalled process: its sockets stay open, nothing answers) and

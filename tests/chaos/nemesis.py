@@ -82,7 +82,8 @@ class Nemesis:
                 self.s.workload.restart_consumer()
                 self.s.event("nemesis: consumer started after healing")
         self.s.notes.append("nemesis: " + ", ".join(done))
-        self.s.confirmed.append(f"leader faults: {sum(d.split('+')[0] in self.LEADER_FAULTS for d in done)}")
+        self.s.confirmed.append(f"leader faults: {sum(d.split('+')[0] in self.LEADER_FAULTS for d in done)}"
+                                f" of {len(done)}, each fault confirmed")
         return done
 
     def _restart_consumer(self, hold_until: float, unstarted: list[ClientError]) -> None:
@@ -182,37 +183,56 @@ class Nemesis:
         return [follower]
 
     def isolate_follower(self) -> list[str]:
-        follower = self._follower(self._leader())
+        leader = self._leader()
+        follower = self._follower(leader)
         self.s.brokers.isolate(follower, clients=self.rng.random() < 0.5)
         self.s.event(f"nemesis: isolate follower {follower}")
+        confirm.cut_acted(self.s, leader, follower, own_log_frozen=True)
         return [follower]
+
+    def _confirm_one_way(self, src: str, dst: str, leader: str) -> None:
+        """A one-way cut acts: between the leader and a follower the follower's match index
+        freezes (and its own log, when the leader's bytes are the ones swallowed); between
+        two followers, which exchange nothing until an election, the toxic is on their link."""
+        if leader in (src, dst):
+            follower = dst if src == leader else src
+            confirm.cut_acted(self.s, leader, follower, own_log_frozen=src == leader)
+        else:
+            pl = self.s.brokers.peer_links[frozenset((src, dst))]
+            confirm.toxic_on(self.s, pl.link, "timeout", pl.stream_from(src))
 
     def one_way_cut(self) -> list[str]:
         """Bytes one way between two replicas swallowed; when one of them leads, the time to
-        the next acknowledged send is its failover (``one_way_cut``)."""
+        the next acknowledged send is filed as ``one_way_cut`` (the leader usually keeps
+        leading: its majority is intact -- the confirmation says whether it did)."""
         src, dst = self.rng.sample(self.s.brokers.names, 2)
         leader = self._leader()
         self.s.brokers.cut_one_way(src, dst)
         at = self.s.event(f"nemesis: one-way cut {src} -> {dst}")
         if leader in (src, dst):
             self.s.failover_after(at, "one_way_cut")
+        self._confirm_one_way(src, dst, leader)
         return [src, dst]
 
     def one_way_cut_at_leader(self) -> list[str]:
         """Bytes one way between the leader and a follower swallowed, the direction drawn;
-        the failover is measured (``one_way_cut``)."""
+        the time to the next acknowledged send is filed as ``one_way_cut``."""
         leader = self._leader()
         follower = self._follower(leader)
         src, dst = (leader, follower) if self.rng.random() < 0.5 else (follower, leader)
         self.s.brokers.cut_one_way(src, dst)
         self.s.failover_after(self.s.event(f"nemesis: one-way cut {src} -> {dst} (leader {leader})"),
                               "one_way_cut")
+        self._confirm_one_way(src, dst, leader)
         return [src, dst]
 
     def latency(self) -> list[str]:
         ms = self.rng.choice([20, 50, 100, 150])
-        self.s.brokers.latency_everywhere(ms, int(ms * 0.8))
-        self.s.event(f"nemesis: latency {ms}+/-{int(ms * 0.8)} ms on every link")
+        jitter = int(ms * 0.8)
+        self.s.brokers.latency_everywhere(ms, jitter)
+        self.s.event(f"nemesis: latency {ms}+/-{jitter} ms on every link")
+        # a request and its answer each cross the toxic once, each delayed >= ms - jitter
+        confirm.delay_seen(self.s, self.s.brokers.client_links[self._leader()], 2 * (ms - jitter) / 1000)
         return []
 
     def client_resets(self) -> list[str]:
@@ -223,6 +243,7 @@ class Nemesis:
             links[name].reset_peer(self.rng.choice([0.5, 1.0]), timeout_ms=self.rng.choice([0, 100]),
                                    stream=stream)
         self.s.event(f"nemesis: reset_peer {stream} on client links of {chosen}")
+        confirm.reset_seen(self.s, links[chosen[0]])
         return []
 
     def _lose_disk(self, name: str) -> None:
@@ -252,12 +273,23 @@ class Nemesis:
         return []
 
     def flap(self) -> list[str]:
+        """A peer link down 1 s, up 1 s, 3 times. The first down phase is confirmed (between
+        the leader and a follower: the follower's match index frozen, which may hold that
+        phase longer than 1 s; between two followers: the toxic on their link)."""
         a, b = self.rng.sample(self.s.brokers.names, 2)
+        leader = self._leader()
         link = self.s.brokers.peer_links[frozenset((a, b))].link
         self.s.event(f"nemesis: flap {a}<->{b} every 1 s, 3 times")
-        for _ in range(3):
+        for cycle in range(3):
             link.cut("both")
-            time.sleep(1.0)  # the flap period: the fault itself
+            up_at = time.monotonic() + 1.0
+            if cycle == 0:
+                if leader in (a, b):
+                    follower = b if a == leader else a
+                    confirm.cut_acted(self.s, leader, follower, own_log_frozen=True, timeout=10)
+                else:
+                    confirm.toxic_on(self.s, link, "timeout", "upstream")
+            time.sleep(max(0.0, up_at - time.monotonic()))  # the flap period: the fault itself
             link.heal()
             time.sleep(1.0)
         return [a, b]

@@ -46,7 +46,7 @@ from tests.chaos.replica_checks import (
 from tests.chaos.report import ChaosReport
 from tests.chaos.workload import CONSUMER_GROUP, TOPIC, OrderedWorkload
 from tests.support.broker_client import FrameClient, client_session
-from tests.support.broker_log import committed_offsets, log_differences, read_log
+from tests.support.broker_log import committed_offsets, compare_logs, read_log
 from tests.support.message_history import MessageHistory, Stored, Violation
 
 __all__ = ["FAILOVER_LIMIT_S", "Scenario", "read_replica"]
@@ -336,10 +336,14 @@ class Scenario:
         b = self.brokers
         dirs = {n: b.base / n for n in b.names}
         logs = {n: read_log(d, b.segment_bytes) for n, d in dirs.items()}
-        problems = log_differences(logs, dirs, common_range=b.retention)
+        compared = compare_logs(logs, dirs, common_range=b.retention)  # >= 1 entry and 1 file
+        problems = compared.problems
+        self.checks["log entries"] = compared.entries
+        self.checks["segment files"] = compared.files
         for queue, offsets in committed_offsets(logs[b.names[0]], CONSUMER_GROUP, BROKER_GROUP).items():
             self.history.offset_logged(queue, offsets)
-        self.event(f"CommitLogs compared: {len(logs[b.names[0]])} entries each"
+        self.event(f"CommitLogs compared: {compared.entries} entries each, {compared.files} segment files "
+                   "byte for byte"
                    + (f"; {problems}" if problems else ", identical"))
         return problems
 

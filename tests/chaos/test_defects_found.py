@@ -51,9 +51,10 @@ pytestmark = [pytest.mark.chaos]
 LIVENESS_S = 30.0
 
 
-def _recording_timeouts(timed_out: list[str]) -> Any:
+def _recording_timeouts(timed_out: list[str], abandoned: list[str] | None = None) -> Any:
     """``Connection.call`` that appends the address of every request that went unanswered
-    until its timeout (a black-holed request) to ``timed_out``."""
+    until its timeout (a black-holed request) to ``timed_out``, and of every request the
+    client gave up on unanswered (cancelled: it resent the write elsewhere) to ``abandoned``."""
     original = Connection.call
 
     async def call(self: Connection, *args: Any, **kwargs: Any) -> Any:
@@ -61,6 +62,10 @@ def _recording_timeouts(timed_out: list[str]) -> Any:
             return await original(self, *args, **kwargs)
         except RequestTimeoutError:
             timed_out.append(self.address)
+            raise
+        except asyncio.CancelledError:
+            if abandoned is not None:
+                abandoned.append(self.address)
             raise
 
     return call
@@ -75,6 +80,17 @@ def brokers(tmp_path: Path, toxi: Toxi) -> Iterator[ChaosBrokers]:
 async def _create_topic(b: ChaosBrokers, servers: list[str], amap: dict[str, str]) -> None:
     async with AsyncAdmin(servers=servers, address_map=amap, timeout=20) as admin:
         await admin.create_topic("t", queues=1)
+
+
+def _shutdown_begun(brokers: ChaosBrokers, leader: str, deadline: float) -> float:
+    """When ``leader``, sent SIGTERM, no longer leads or no longer answers its status (read
+    directly, not through its client proxy); AssertionError past ``deadline``."""
+    while True:
+        status = brokers.group.status(leader, timeout=1.0)
+        if status is None or status.get("role") != "leader":
+            return time.monotonic()
+        assert time.monotonic() < deadline, f"{leader} still leads {LIVENESS_S:g}s after its SIGTERM"
+        time.sleep(0.02)
 
 
 @pytest.mark.cluster
@@ -97,7 +113,10 @@ def test_a_stopping_leader_hands_over_without_black_holing_requests(brokers: Cha
             assert proc is not None
             stopped_at = time.monotonic()
             os.kill(proc.pid, signal.SIGTERM)
-            await asyncio.sleep(0.3)  # the node has begun its shutdown when the send arrives
+            # the send arrives once the node has begun its shutdown: it handed the leadership
+            # over (its first step) or no longer answers -- the phase that black-holed writes
+            began = await asyncio.to_thread(_shutdown_begun, brokers, leader, stopped_at + LIVENESS_S)
+            print(f"{leader} began its shutdown {began - stopped_at:.2f}s after the SIGTERM")
             await p.send(Message("t", b"after"), shard_key="k")
             return time.monotonic() - stopped_at
 
@@ -176,6 +195,7 @@ def test_ordered_sends_fail_over_when_the_old_leader_hangs(brokers: ChaosBrokers
     servers = sorted(amap.values())
 
     timed_out: list[str] = []
+    abandoned: list[str] = []
 
     async def run() -> tuple[float, int]:
         await _create_topic(brokers, servers, amap)
@@ -184,6 +204,8 @@ def test_ordered_sends_fail_over_when_the_old_leader_hangs(brokers: ChaosBrokers
             await p.send(Message("t", b"before"), shard_key="k")
             brokers.isolate(leader)
             cut_at = time.monotonic()
+            timed_out.clear()  # what happens to requests after the cut
+            abandoned.clear()
             while True:
                 try:
                     await p.send(Message("t", b"after"), shard_key="k")
@@ -194,12 +216,16 @@ def test_ordered_sends_fail_over_when_the_old_leader_hangs(brokers: ChaosBrokers
                         f"no send acknowledged {LIVENESS_S:g}s after the leader hung ({failures} failed)"
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(Connection, "call", _recording_timeouts(timed_out))
+        mp.setattr(Connection, "call", _recording_timeouts(timed_out, abandoned))
         took, failures = asyncio.run(run())
     hung = brokers.client_links[leader].listen
     print(f"first acknowledged send {took:.2f}s after the leader hung ({failures} sends failed; "
-          f"requests timed out: {Counter(timed_out)})")
-    # once timed out, the hung replica is suspected and tried last: it is not waited on again
+          f"requests timed out: {Counter(timed_out)}, abandoned unanswered: {Counter(abandoned)})")
+    # the hung leader was tried and left the write unanswered (the isolation acted: it was
+    # waited on to its timeout, or given up on once the others named a new leader) ...
+    assert Counter(timed_out)[hung] + Counter(abandoned)[hung] >= 1, \
+        f"no request to the hung leader went unanswered: {Counter(timed_out)}, {Counter(abandoned)}"
+    # ... and once it failed it is suspected and tried last: never waited on to a timeout again
     assert Counter(timed_out)[hung] <= 1, f"the hung leader was waited on again: {Counter(timed_out)}"
 
 
@@ -256,8 +282,9 @@ def test_a_redirect_to_a_suspected_leader_is_followed(brokers: ChaosBrokers) -> 
                                  send_timeout=1.5) as p:
             await p.send(Message("t", b"before"), shard_key="k")
             with link.toxic("reset_peer", stream="downstream", timeout=0), \
-                    contextlib.suppress(ClientError):
+                    pytest.raises(ClientError) as reset:  # the leader's answers never get through
                 await p.send(Message("t", b"its answer is reset"), shard_key="k")
+            print(f"the send under the reset failed: {reset.value!r}")
             healed_at = time.monotonic()
             while True:
                 with contextlib.suppress(ClientError):

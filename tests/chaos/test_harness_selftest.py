@@ -6,7 +6,10 @@ Each test runs a real scenario with one thing broken that the verdict must name:
   ``tests/support/crashing_broker.py``; under the latency toxic a follower exits by itself.
   ``finish`` used to restart it like a node the test had killed and report "hold";
 * ``test_a_one_way_cut_on_the_wrong_proxy_is_not_applied``: ``cut_one_way`` broken to cut
-  another link; the one-way scenario used to hold with nothing cut where it said.
+  another link; the one-way scenario used to hold with nothing cut where it said;
+* ``test_reads_of_the_cut_follower_that_reach_another_node_are_not_its_reads``: the cut
+  follower's client proxy broken to lead to another node; nothing showed a read was served
+  by the cut follower (issue 31 G1), now ``confirm.read_served`` must say it was not.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import pytest
 from tests.chaos.brokers import ChaosBrokers
 from tests.chaos.confirm import FaultNotApplied
 from tests.chaos.scenario import Scenario
-from tests.chaos.test_message_chaos import one_way_partition
+from tests.chaos.test_message_chaos import follower_cut_from_peers, one_way_partition
 from tests.support.crashing_broker import CRASH_STATUS, crash_file
 from tests.support.message_history import Violation
 
@@ -68,4 +71,25 @@ def test_a_one_way_cut_on_the_wrong_proxy_is_not_applied(make_scenario: MakeScen
     s.expect_violation = True
     with pytest.raises(FaultNotApplied, match=r"fault not applied: .*match index for .* moved"):
         one_way_partition(s, "leader_to_follower")
+    s.brokers.heal()
+
+
+def test_reads_of_the_cut_follower_that_reach_another_node_are_not_its_reads(
+        make_scenario: MakeScenario, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broken helper: the follower cut from its peers gets the client proxy of another
+    node, so the reads "through its link" are served by a replica that knows the leader.
+    The follower-cut scenario must fail as "fault not applied"."""
+    original = ChaosBrokers.isolate
+
+    def misrouted(self: ChaosBrokers, name: str, clients: bool = True) -> None:
+        original(self, name, clients)
+        other = next(n for n in self.names if n != name)
+        self.client_links = {**self.client_links, name: self.client_links[other]}
+
+    monkeypatch.setattr(ChaosBrokers, "isolate", misrouted)
+    s = make_scenario(read_from="follower").start()
+    s.expect_violation = True
+    with pytest.raises(FaultNotApplied, match=r"fault not applied: the pull through client-to-n\d was served "
+                                              r"by a replica whose queue 0 ends at \d+, not by the cut"):
+        follower_cut_from_peers(s)
     s.brokers.heal()

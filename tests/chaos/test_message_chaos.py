@@ -91,12 +91,17 @@ def test_follower_isolated_then_healed(make_scenario: MakeScenario) -> None:
 def test_follower_cut_from_peers_while_clients_reach_it(make_scenario: MakeScenario) -> None:
     """A follower loses its peers but consumers reading from followers still reach it: it
     must serve only what it committed (stale, never uncommitted)."""
-    s = make_scenario(read_from="follower").start()
+    follower_cut_from_peers(make_scenario(read_from="follower").start())
+
+
+def follower_cut_from_peers(s: Scenario) -> None:
+    """The follower-cut scenario on a started ``s`` (also run by the harness self-test)."""
     leader = s.leader()
     follower = s.rng.choice(_others(s, leader))
     s.brokers.isolate(follower, clients=False)
     s.event(f"cut follower {follower} from its peers (clients still reach it)")
     confirm.match_frozen(s, leader, follower, own_log_frozen=True)
+    confirm.read_served(s, leader, follower, s.brokers.client_links[follower])  # by it, through its link
     s.workload.wait_more_acked(600, 30)
     s.heal_and_finish(follower)
 
@@ -219,8 +224,11 @@ def test_link_flapping_every_2s(make_scenario: MakeScenario) -> None:
         link.heal()
         s.event(f"cycle {cycle}: link up; leader {s.leader()}")
         time.sleep(2.0)
+    terms = sorted(s.workload.terms)  # every term the monitor saw, up to the last flap
+    s.confirmed.append(f"terms seen while flapping: {terms}")
     s.workload.wait_more_acked(200, 30)
     s.finish()
+    assert len(terms) == 1, f"the flapping link caused elections (pre-vote should prevent them): {terms}"
 
 
 def test_randomized_nemesis(make_scenario: MakeScenario, chaos_duration: float) -> None:

@@ -33,6 +33,18 @@ def test_errors_and_tracebacks_not_expected_are_named(tmp_path: Path) -> None:
     assert unexpected_log_lines(log, [r"ERROR dledger\.disk_guard: the disk of \w+ is full"]) == []
 
 
+def test_a_ws_failure_is_expected_only_as_a_connection_reset(tmp_path: Path) -> None:
+    """``GET /ws failed`` is expected when a client's connection was reset (chaos resets
+    links); the same line with any other exception is a broker error."""
+    log = tmp_path / "n1.log"
+    other = [*LOG.splitlines()[1:4], "KeyError: 'opaque'"]
+    log.write_text("\n".join(other) + "\n")
+    failed = "2026-11-28 00:38:42,836 ERROR dledger.http: GET /ws failed"
+    assert unexpected_log_lines(log) == [failed, f"Traceback (most recent call last): after: {failed}"]
+    log.write_text("\n".join(LOG.splitlines()[1:5]) + "\n")  # its reset: expected
+    assert unexpected_log_lines(log) == []
+
+
 def test_a_traceback_after_unrelated_lines_is_shown_by_its_exception(tmp_path: Path) -> None:
     log = tmp_path / "n1.log"
     ws_failed = "\n".join(LOG.splitlines()[1:5])  # the expected /ws failure, its traceback

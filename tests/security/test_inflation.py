@@ -57,10 +57,35 @@ def healthz_ms(address: str) -> float:
     return (time.monotonic() - started) * 1000
 
 
+def undecompressable(record: bytes) -> bytes:
+    """``record`` with its compressed message section replaced by bytes no codec decodes;
+    the header (its raw length among them) unchanged: only a broker that decompresses it
+    can tell."""
+    section = int.from_bytes(record[36:40], "big")  # the section's length as stored
+    return record[:-section] + b"\xff" * section
+
+
+def _send(address: str, records: tuple[bytes, ...]) -> tuple[int, str]:
+    async def send() -> tuple[int, str]:
+        async with client_session() as session:
+            client = await FrameClient.connect(session, address)
+            try:
+                answer = await client.raw(SendBatchRequest(records=records).to_frame(1).encode(), timeout=120)
+                return answer.code, answer.remark or ""
+            finally:
+                await client.close()
+    return asyncio.run(send())
+
+
 def test_a_batch_of_bombs_is_refused_from_its_headers(broker: str) -> None:
-    record = bomb()
+    """The mechanism, not a time: bombs whose sections no codec decodes are refused as too
+    large (naming the request's bound), which only a check of the headers can say -- one
+    such record under the bound is refused as malformed once it is decompressed."""
+    record = undecompressable(bomb())
     assert len(record) < 2048
     count = 2000  # ~8 GiB inflated in a frame of a few MiB at most
+    code, remark = _send(broker, (record,))
+    assert code != ResponseCode.SUCCESS and f"{MAX_INFLATED_PER_REQUEST}" not in remark, (code, remark)
 
     async def send() -> tuple[int, str, float]:
         async with client_session() as session:
@@ -81,8 +106,7 @@ def test_a_batch_of_bombs_is_refused_from_its_headers(broker: str) -> None:
     code, remark, took = asyncio.run(send())
     assert code == ResponseCode.MESSAGE_TOO_LARGE, (code, remark)
     assert f"{MAX_INFLATED_PER_REQUEST}" in remark, remark
-    assert took < 2.0, f"the refusal took {took:.1f} s"
-    assert healthz_ms(broker) < 1000
+    print(f"refused in {took:.3f} s; /healthz after it {healthz_ms(broker):.0f} ms (measured, not asserted)")
 
 
 def test_checking_a_large_legal_batch_does_not_stall_the_loop(broker: str) -> None:

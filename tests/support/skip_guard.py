@@ -5,7 +5,9 @@ A skip is a test that did not run, and a suite that passes with tests not run ha
 less than it says. A test that must be able to skip says why in the marker this plugin
 allows by name -- ``@pytest.mark.allowed_skip(reason="...")`` (none does today); every
 other skip turns the exit status to 1 after pytest's own summary line, with the tests
-named. An expected failure (``xfail``) is not a skip.
+named. A module skipped while it is collected (``pytest.skip(..., allow_module_level=True)``,
+a module-level ``pytest.importorskip``) fails the run the same way. An expected failure
+(``xfail``) is not a skip.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{MARKER}(reason): this test may skip, for the reason given "
                                        "(tests/support/skip_guard.py)")
     config.stash[_SKIPPED] = []
+    config.pluginmanager.register(_CollectionSkips(config), "skip_guard_collection")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -31,6 +34,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     if report.skipped and not hasattr(report, "wasxfail") and item.get_closest_marker(MARKER) is None:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         item.config.stash[_SKIPPED].append(f"{item.nodeid}: {reason}")
+
+
+class _CollectionSkips:
+    """A module (or class) skipped while it is collected -- ``pytest.skip(...,
+    allow_module_level=True)``, a module-level ``pytest.importorskip`` -- makes no test
+    item, so ``pytest_runtest_makereport`` never sees it; it is a skip all the same. The
+    ``allowed_skip`` marker cannot exempt it: the module never finished importing."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.skipped:
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            self.config.stash[_SKIPPED].append(f"{report.nodeid} (whole module, at collection): {reason}")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,

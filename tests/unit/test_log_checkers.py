@@ -19,7 +19,7 @@ import pytest
 
 from dledger.process.recording_machine import GAP_KIND
 from dledger.storage.entry_format import Entry, EntryKind
-from tests.support.broker_log import log_differences
+from tests.support.broker_log import compare_logs, log_differences
 from tests.support.history import History, Violation, check_applied, check_history, check_identical
 
 Row = list[Any]
@@ -136,6 +136,37 @@ def test_log_differences_names_each_defect(tmp_path: Path) -> None:
         "n2's segment files")
 
 
+def test_log_differences_compares_something(tmp_path: Path) -> None:
+    """No comparison passes on nothing (issue 31 row 2, G6): empty logs are not identical logs,
+    and a byte comparison that found no segment file to compare compared nothing."""
+    assert log_differences({"n1": [], "n2": []}) == ["no log entry to compare: every replica's log is empty"]
+    empty = {n: tmp_path / "empty" / n for n in ("n1", "n2")}
+    for d in empty.values():
+        (d / "commitlog").mkdir(parents=True)
+    assert log_differences({"n1": _entries(), "n2": _entries()}, empty) == [
+        "no segment file to compare byte for byte"]
+
+
+def _restarted_dirs(tmp_path: Path, tail: bytes) -> dict[str, Path]:
+    """n1 holds segment 0 whole; n2 restarted its log at position 128 (retention: the bytes
+    before it are zeros) and holds the same bytes from there, with ``tail`` last."""
+    n1 = b"A" * 128 + b"B" * 64 + b"tail"
+    return _dirs(tmp_path, {"n1": n1, "n2": bytes(128) + b"B" * 64 + tail})
+
+
+def test_log_differences_over_the_common_range_compares_the_first_common_file_from_its_start(
+        tmp_path: Path) -> None:
+    """With retention the first segment every replica holds may begin on one of them mid-file:
+    it is compared from the first common entry on (before, it was skipped, and a log whose
+    only common segment was that one compared no byte)."""
+    logs = {"n1": _entries(), "n2": _entries()[1:]}  # n2's log starts at entry 2, position 128
+    result = compare_logs(logs, _restarted_dirs(tmp_path / "same", b"tail"), common_range=True)
+    assert result.problems == [] and (result.entries, result.files) == (2, 1)
+    differ = compare_logs(logs, _restarted_dirs(tmp_path / "differ", b"TAIL"), common_range=True)
+    assert differ.problems == [f"segment files ['{0:020d}'] of n2 are not byte-identical to n1's "
+                               "(from the first common entry at position 128 on)"]
+
+
 def test_every_check_has_a_negative_test() -> None:
     """One case per ``raise Violation`` / ``problems.append`` of each checker."""
     def count(fn: Callable[..., Any], what: str) -> int:
@@ -143,4 +174,4 @@ def test_every_check_has_a_negative_test() -> None:
     assert count(check_history, "raise Violation(") == len(HISTORY_CASES)
     assert count(check_identical, "raise Violation(") == len(IDENTICAL_CASES)
     assert count(check_applied, "raise Violation(") == len(APPLIED_CASES) - 1  # short/empty: one check
-    assert count(log_differences, "problems.append(") == 4  # the four asserts above
+    assert count(compare_logs, "problems.append(") == 6  # the four asserts above, the two minimums

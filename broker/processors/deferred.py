@@ -6,6 +6,9 @@ END_TRANSACTION (commit or roll back a half message); the held copies are releas
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import msgspec
 
 from broker.clients.retry_topics import RetryQuotaExceeded
@@ -19,8 +22,11 @@ from protocol.message_format import MessageFormatError, encode_message, message_
 from protocol.names import validate_group
 from protocol.remoting import Frame, FrameError, ResponseCode
 
-__all__ = ["DeferredProcessor"]
+__all__ = ["APPLY_WAIT_S", "DeferredProcessor"]
 
+#: How long a leader that has not applied every committed entry yet (elected a moment ago)
+#: waits for its apply step before judging a send-back; then SYSTEM_BUSY (the client retries).
+APPLY_WAIT_S = 3.0
 
 
 class DeferredProcessor(Processor):
@@ -41,7 +47,8 @@ class DeferredProcessor(Processor):
         except (MessageGone, MessageFormatError, ValueError) as e:
             raise FrameError(ResponseCode.INVALID_ARGUMENT,
                              f"no message at position {position}: {e}") from None
-        if not self._in_its_queue(stored.topic, stored.queue_id, at):
+        if not self._in_its_queue(stored.topic, stored.queue_id, at) and \
+                not await self._in_its_queue_once_applied(stored.topic, stored.queue_id, at):
             raise FrameError(ResponseCode.INVALID_ARGUMENT,
                              f"no message a consumer can pull at position {position}: it is held "
                              "(delayed, or a transaction half) or its topic was deleted")
@@ -61,6 +68,21 @@ class DeferredProcessor(Processor):
             return frame.response(code, remark=applied.reason)
         return SendBackResponse(**msgspec.structs.asdict(written(applied)), topic=copy.topic,
                                 reconsume_times=copy.reconsume).reply(frame)
+
+    async def _in_its_queue_once_applied(self, topic: str, queue_id: int, record_at: int) -> bool:
+        """``_in_its_queue`` once this leader applied what was committed when asked: a leader
+        elected a moment ago may not have applied the message's queue unit yet (judging it
+        then would refuse a message a consumer did pull). Raises SYSTEM_BUSY past
+        ``APPLY_WAIT_S``."""
+        target = self._server.rlog.committed_index
+        deadline = time.monotonic() + APPLY_WAIT_S
+        while self._server.machine.applied_index() < target:
+            if time.monotonic() >= deadline:
+                raise FrameError(ResponseCode.SYSTEM_BUSY,
+                                 f"this leader is still applying the log (applied "
+                                 f"{self._server.machine.applied_index()} of {target}); retry")
+            await asyncio.sleep(0.01)
+        return self._in_its_queue(topic, queue_id, record_at)
 
     def _in_its_queue(self, topic: str, queue_id: int, record_at: int) -> bool:
         """Whether the record at ``record_at`` is a unit of ``topic``'s queue ``queue_id``."""

@@ -111,3 +111,32 @@ def test_a_committed_half_shows_in_its_queue_and_a_rolled_back_one_never(one_nod
         assert await bodies(b, "orders") == [b"kept"]
 
     run(one_node_broker, scenario)
+
+
+def test_a_new_leader_still_applying_waits_before_judging_a_send_back(
+        one_node_broker: Parts, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A leader elected a moment ago may not have applied every committed entry: the sent-back
+    message's queue unit is not there yet. It was refused INVALID_ARGUMENT ('no message a
+    consumer can pull'), and the consumer retried it locally -- the message came back with its
+    reconsume count unchanged (tests/cluster/test_retry_cluster.py's leader kill, 1 run in 3).
+    The leader now waits (bounded) until it applied what was committed, then judges; past the
+    bound it answers SYSTEM_BUSY, which the client retries."""
+    from broker.processors import deferred as deferred_module
+
+    async def scenario(b: MemoryBroker) -> None:
+        stored = await send(b, Message("orders", b"hard", 0))
+        machine, lagging = b.machine, [True]
+        real_queue, real_applied = machine.queue, machine.applied_index
+        machine.queue = lambda topic, qid: None if lagging[0] else real_queue(topic, qid)  # type: ignore[method-assign]
+        machine.applied_index = lambda: real_applied() - 1 if lagging[0] else real_applied()  # type: ignore[method-assign]
+        asyncio.get_running_loop().call_later(0.2, lagging.__setitem__, 0, False)
+        retry = await send_back(b, stored.position)
+        assert retry.topic == "%RETRY%billing" and retry.reconsume_times == 1
+        lagging[0] = True  # a leader that does not catch up within the bound: busy, not refused
+        monkeypatch.setattr(deferred_module, "APPLY_WAIT_S", 0.2)
+        with pytest.raises(FrameError) as busy:
+            await b.call(b.deferred_requests.send_back,
+                         SendBackRequest(group="billing", position=stored.position))
+        assert busy.value.code == ResponseCode.SYSTEM_BUSY, busy.value
+
+    run(one_node_broker, scenario)

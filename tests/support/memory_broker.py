@@ -40,7 +40,7 @@ from dledger.log import Log
 from protocol.message_format import MAX_MESSAGE_BYTES
 from protocol.remoting import Frame
 
-__all__ = ["T0", "Clock", "MemoryBroker", "ProcessorCounters", "memory_broker"]
+__all__ = ["T0", "Clock", "MemoryBroker", "ProcessorCounters", "memory_broker", "run_on_topic"]
 
 T0 = 1_900_000_000_000  # the leader's clock starts here (ahead of any real store time)
 
@@ -159,3 +159,16 @@ async def memory_broker(parts: tuple[Log, BrokerStateMachine, Applier], *,
         yield broker
     finally:
         machine.on_queues_grown.remove(signal.notify)
+
+
+def run_on_topic(parts: tuple[Log, BrokerStateMachine, Applier], topic: str, queues: int,
+                 scenario: Callable[[MemoryBroker], Awaitable[None]], timeout: float = 60) -> None:
+    """Run ``scenario`` on a ``MemoryBroker`` over ``parts`` (the ``one_node_broker``
+    fixture) once ``topic`` exists with ``queues`` queues, in an event loop of its own, within
+    ``timeout`` seconds."""
+    async def main() -> None:
+        async with memory_broker(parts) as broker:
+            await broker.create_topic(topic, queues)
+            await scenario(broker)
+
+    asyncio.run(asyncio.wait_for(main(), timeout))

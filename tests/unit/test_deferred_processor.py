@@ -21,18 +21,13 @@ from protocol.message_format import Message, decode_message, encode_message
 from protocol.pull import PullRequest, PullResponse
 from protocol.remoting import FrameError, ResponseCode
 from protocol.send import SendMessageRequest, WriteResponse
-from tests.support.memory_broker import T0, MemoryBroker, memory_broker
+from tests.support.memory_broker import T0, MemoryBroker, run_on_topic
 
 Parts = tuple[Log, BrokerStateMachine, Applier]
 
 
 def run(parts: Parts, scenario: Callable[[MemoryBroker], Awaitable[None]]) -> None:
-    async def main() -> None:
-        async with memory_broker(parts) as broker:
-            await broker.create_topic("orders", 1)
-            await scenario(broker)
-
-    asyncio.run(asyncio.wait_for(main(), 60))
+    run_on_topic(parts, "orders", 1, scenario)
 
 
 async def send(b: MemoryBroker, m: Message) -> WriteResponse:

@@ -5,7 +5,6 @@ lock is one client's until given back or expired."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -26,18 +25,13 @@ from protocol.offset import (
 )
 from protocol.remoting import ResponseCode
 from protocol.send import WriteResponse
-from tests.support.memory_broker import MemoryBroker, memory_broker
+from tests.support.memory_broker import MemoryBroker, run_on_topic
 
 Parts = tuple[Log, BrokerStateMachine, Applier]
 
 
 def run(parts: Parts, scenario: Callable[[MemoryBroker], Awaitable[None]]) -> None:
-    async def main() -> None:
-        async with memory_broker(parts) as broker:
-            await broker.create_topic("orders", 4)
-            await scenario(broker)
-
-    asyncio.run(asyncio.wait_for(main(), 60))
+    run_on_topic(parts, "orders", 4, scenario)
 
 
 async def committed(b: MemoryBroker, group: str, queue: int) -> int:

@@ -21,18 +21,13 @@ from protocol.message_format import Message, encode_message
 from protocol.pull import PullRequest, PullResponse
 from protocol.remoting import Frame, FrameError, ResponseCode
 from protocol.tags import tag_hash
-from tests.support.memory_broker import MemoryBroker, memory_broker
+from tests.support.memory_broker import MemoryBroker, run_on_topic
 
 Parts = tuple[Log, BrokerStateMachine, Applier]
 
 
 def run(parts: Parts, scenario: Callable[[MemoryBroker], Awaitable[None]]) -> None:
-    async def main() -> None:
-        async with memory_broker(parts) as broker:
-            await broker.create_topic("orders", 2)
-            await scenario(broker)
-
-    asyncio.run(asyncio.wait_for(main(), 60))
+    run_on_topic(parts, "orders", 2, scenario)
 
 
 async def send(b: MemoryBroker, queue: int, *bodies: bytes, tags: str | None = None) -> None:

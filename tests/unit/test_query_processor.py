@@ -6,7 +6,6 @@ retention deleted answered QUERY_NOT_FOUND."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -29,19 +28,14 @@ from protocol.query import (
     ViewMessageRequest,
 )
 from protocol.remoting import FrameError, ResponseCode
-from tests.support.memory_broker import T0, MemoryBroker, memory_broker
+from tests.support.memory_broker import T0, MemoryBroker, run_on_topic
 
 Parts = tuple[Log, BrokerStateMachine, Applier]
 CUT = T0 + 1_000  # the early messages are stored at T0, the late ones at CUT
 
 
 def run(parts: Parts, scenario: Callable[[MemoryBroker], Awaitable[None]]) -> None:
-    async def main() -> None:
-        async with memory_broker(parts) as broker:
-            await broker.create_topic("q", 2)
-            await scenario(broker)
-
-    asyncio.run(asyncio.wait_for(main(), 60))
+    run_on_topic(parts, "q", 2, scenario)
 
 
 async def store(b: MemoryBroker) -> tuple[list[Message], list[Message], list[int]]:

@@ -6,7 +6,6 @@ message of a record, and a SPECIAL record split by the leader."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -24,19 +23,14 @@ from protocol.record_batch import encode_record, read_header
 from protocol.remoting import FrameError, ResponseCode
 from protocol.send import SendBatchRequest, SendBatchResponse, SendMessageRequest, SendRow
 from protocol.tags import tag_hash
-from tests.support.memory_broker import MemoryBroker, memory_broker
+from tests.support.memory_broker import MemoryBroker, run_on_topic
 
 Q = MessageQueue("orders", "g", 0)
 Parts = tuple[Log, BrokerStateMachine, Applier]
 
 
 def run(parts: Parts, scenario: Callable[[MemoryBroker], Awaitable[None]]) -> None:
-    async def main() -> None:
-        async with memory_broker(parts) as broker:
-            await broker.create_topic("orders", 1)
-            await scenario(broker)
-
-    asyncio.run(asyncio.wait_for(main(), 60))
+    run_on_topic(parts, "orders", 1, scenario)
 
 
 def record(first: int, count: int, *, producer: str | None = None, base: int = -1,

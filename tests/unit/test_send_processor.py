@@ -6,7 +6,6 @@ delayed message is held, not queued."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -21,18 +20,13 @@ from protocol.pull import PullRequest, PullResponse
 from protocol.record_batch import encode_record
 from protocol.remoting import FrameError, ResponseCode
 from protocol.send import SendBatchRequest, SendBatchResponse, SendMessageRequest, WriteResponse
-from tests.support.memory_broker import T0, MemoryBroker, memory_broker
+from tests.support.memory_broker import T0, MemoryBroker, run_on_topic
 
 Parts = tuple[Log, BrokerStateMachine, Applier]
 
 
 def run(parts: Parts, scenario: Callable[[MemoryBroker], Awaitable[None]]) -> None:
-    async def main() -> None:
-        async with memory_broker(parts) as broker:
-            await broker.create_topic("orders", 2)
-            await scenario(broker)
-
-    asyncio.run(asyncio.wait_for(main(), 60))
+    run_on_topic(parts, "orders", 2, scenario)
 
 
 def record(first: int, count: int, queue: int = 0, producer: str | None = None, base: int = -1) -> bytes:

@@ -187,6 +187,9 @@ class RaftJournal(Journal):
         #: Told of an entry the disk could not take (before EntryNotStored is raised):
         #: ``on_not_stored(command)`` -- the very bytes object pysyncobj passed to ``add``.
         self.on_not_stored: Any = None
+        #: Told, before a snapshot install drops them, that the log holds entries at or beyond
+        #: the reset index (this replica was not behind): ``on_forgetting(why)``.
+        self.on_forgetting: Any = None
 
     # -- pysyncobj contract --------------------------------------------------
     def add(self, command: bytes, idx: int, term: int) -> None:
@@ -237,15 +240,24 @@ class RaftJournal(Journal):
     def clear(self) -> None:
         """pysyncobj's snapshot install: restart the log at the leader's retained start.
 
-        Only ever reached for a follower behind the leader's first retained entry
-        (log compaction is off); ``stage_reset`` must have described that start.
+        Meant for a follower behind the leader's first retained entry (log compaction is
+        off); ``stage_reset`` must have described that start. A log that holds the reset
+        index or beyond is reset too -- kept, pysyncobj would still answer the leader that it
+        holds the log's end, unchecked -- after ``on_forgetting`` made it a new storage.
         """
         start = self._staged_reset
         if start is None:
             raise RuntimeError("journal clear without a staged log start")
         self._staged_reset = None
         index, position = start
-        before = self._committed
+        before, held = self._committed, self._log.last_index
+        if held >= index:  # not behind the retained start: entries it acknowledged may go
+            log.error("snapshot install at index %d over a log holding entries up to %d: the log "
+                      "restarts anyway (pysyncobj answers for the installed start) and this replica "
+                      "becomes a new storage", index, held)
+            if self.on_forgetting is not None:
+                self.on_forgetting(f"a snapshot install restarted its log at index {index} over "
+                                   f"entries it held up to {held}")
         self._log.reset(index, position)
         self._recent.clear()
         self._recent_bytes = 0

@@ -17,7 +17,7 @@ from pysyncobj.config import FAIL_REASON
 from dledger.membership import BIND_FUNC_ID, Change, Member, MemberHistory, decode_changes, encode_bindings
 from dledger.raft.prevote import PreVote
 from dledger.raft.storage_binding import StorageBinding
-from dledger.raft.storage_identity import StorageIdentity
+from dledger.raft.storage_identity import StorageIdentity, read_identity
 from tests.unit.test_prevote import Clock, FakeSyncObj, grant
 
 F1, F2, F3 = (StorageIdentity(bytes([k]) * 16, founder=True) for k in (1, 2, 3))
@@ -167,3 +167,16 @@ def test_a_founder_answering_where_nothing_is_recorded_is_recorded_at_once(tmp_p
     h.binding.tick()
     assert [p for p, _ in h.proposed] == [encode_bindings({"n1": F1.token, "n2": F2.token})]
 
+
+
+def test_a_replica_about_to_drop_what_it_acknowledged_becomes_a_new_storage_at_once(tmp_path: Path) -> None:
+    """``forget`` (a snapshot install over a log that was not behind, dledger/raft/journal.py):
+    a new joiner identity on disk, and no vote from that moment -- not at the next tick."""
+    h = Harness(tmp_path, F1, {"n1": F1, "n2": F2, "n3": F3})
+    assert h.binding.refusal() is None
+    new = h.binding.forget(tmp_path, "a snapshot install restarted its log at index 8 over entries up to 12")
+    assert not new.founder and h.binding.token == new.token and read_identity(tmp_path) == new
+    assert h.binding.refusal() is not None and h.stands == [False]
+    assert h.binding.on_message(N2, {"type": "request_vote", "term": 9}), "it must not vote any more"
+    h.binding.tick()
+    assert h.stands == [False], "already held back: nothing changes at the tick"

@@ -252,9 +252,9 @@ class RaftJournal(Journal):
         index, position = start
         before, held = self._committed, self._log.last_index
         if held >= index:  # not behind the retained start: entries it acknowledged may go
-            log.error("snapshot install at index %d over a log holding entries up to %d: the log "
-                      "restarts anyway (pysyncobj answers for the installed start) and this replica "
-                      "becomes a new storage", index, held)
+            log.warning("snapshot install at index %d over a log holding entries up to %d: the log "
+                        "restarts anyway (pysyncobj answers for the installed start) and this replica "
+                        "becomes a new storage", index, held)
             if self.on_forgetting is not None:
                 self.on_forgetting(f"a snapshot install restarted its log at index {index} over "
                                    f"entries it held up to {held}")

@@ -264,10 +264,11 @@ class RaftJournal(Journal):
         with self._lock:
             self._committed = max(self._committed, index)
             self._confirmed = index
-        self.log_resets.append((before + 1, index - 1))
-        log.error("log restarted at index %d, position %d: entries %d..%d were deleted by "
-                  "retention on the leader before this node received them",
-                  index, position, before + 1, index - 1)
+        if before + 1 < index:  # entries never received (none when it held past the start)
+            self.log_resets.append((before + 1, index - 1))
+            log.error("log restarted at index %d, position %d: entries %d..%d were deleted by "
+                      "retention on the leader before this node received them",
+                      index, position, before + 1, index - 1)
 
     def stage_reset(self, index: int, position: int) -> None:
         """Announce where the next ``clear()`` restarts the log (from the leader's dump)."""

@@ -219,6 +219,7 @@ def test_a_snapshot_install_over_a_log_that_was_not_behind_makes_the_replica_for
     leader from the log it is left with."""
     j = make_journal(tmp_path)
     fill(j, held, term=2)
+    j.setRaftCommitIndex(held - 1)
     told: list[str] = []
     j.on_forgetting = told.append
     j.stage_reset(8, 1 << 16)
@@ -226,7 +227,9 @@ def test_a_snapshot_install_over_a_log_that_was_not_behind_makes_the_replica_for
     assert bool(told) is forgetting, told
     if forgetting:
         assert told == [f"a snapshot install restarted its log at index 8 over entries it held up to {held}"]
+    # entries never received: those between its commit index and the restart, if any
+    assert j.log_resets == ([] if held - 1 >= 7 else [(held, 7)])
     assert len(j) == 0 and j.resume_hint == 9
     j.add(cmd(8), 8, 2)
     j.add(cmd(9), 9, 2)
-    assert indexes(j) == [8, 9] and j.committed_index == 8
+    assert indexes(j) == [8, 9] and j.committed_index == max(8, held - 1), "it never moves backwards"

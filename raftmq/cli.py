@@ -10,6 +10,9 @@
                                           compares every replica at a marker entry the
                                           leader proposes (exit 1 differ, 2 not compared)
     raftmq leader transfer [--to NODE]    move a group's leadership before maintenance
+    raftmq replica init|forget --config F a replica's storage: founding a new group, or made a
+                                          new one that votes once recorded (a restored backup)
+    raftmq replica list|add|remove|replace  a group's members, one at a time
     raftmq log-node --config F --http A   one CommitLog replica (same as python -m dledger)
     raftmq log-status --http A            a replica's status as JSON
     raftmq bench-log ...                  CommitLog benchmark (scripts/bench-log)
@@ -174,8 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
          cluster_cmd.DESCRIPTION, cluster_cmd.configure, cluster_cmd.run)
     _add(sub, "leader", "leader transfer [--to NODE]: move a group's leadership",
          cluster_cmd.LEADER_DESCRIPTION, cluster_cmd.configure_leader, cluster_cmd.run_leader)
-    _add(sub, "replica", "list|add|remove|replace: change a group's members", replica_cmd.DESCRIPTION,
-         replica_cmd.configure, replica_cmd.run, epilog=replica_cmd.EPILOG)
+    _add(sub, "replica", "init|forget|list|add|remove|replace: a replica's storage, a group's members",
+         replica_cmd.DESCRIPTION, replica_cmd.configure, replica_cmd.run, epilog=replica_cmd.EPILOG)
     _add(sub, "log-node", "run one CommitLog replica (as python -m dledger)", log_node.DESCRIPTION,
          log_node.configure, log_node.run)
     st = sub.add_parser("log-status", help="print a replica's status",

@@ -1,7 +1,9 @@
-"""``raftmq replica init|list|add|remove|replace``: form a group; change its members, one at a time.
+"""``raftmq replica init|forget|list|add|remove|replace``: form a group; change its members, one at a time.
 
     raftmq replica init --config node.toml       format an empty data directory as a founding
                                                  member of a NEW group (once, before its first start)
+    raftmq replica forget --config node.toml     make a stopped replica's directory a new storage
+                                                 (a restored backup): it votes once recorded
     raftmq replica list                          the members and who leads
     raftmq replica add n4 --raft H:P --client H:P
     raftmq replica remove n1
@@ -29,6 +31,7 @@ from client.cli_cluster import add_tls_arguments
 from client.errors import AuthFailedError
 from raftmq.cluster_cmd import find_group
 from raftmq.cluster_http import ClusterHttp
+from raftmq.replica_forget import forget
 
 __all__ = ["main"]
 
@@ -167,9 +170,10 @@ def _remove(group: Group, name: str, deadline: float) -> None:
           "and remove its data directory once you no longer need it")
 
 
-DESCRIPTION = ("Form a new group (init, on each founding replica before its first start), or list "
-               "or change a group's members, one replica at a time (Raft's single-server change): add, "
-               "remove, or replace a host with a new address.")
+DESCRIPTION = ("Form a new group (init, on each founding replica before its first start), make a "
+               "stopped replica's data directory a new storage that votes only once recorded (forget: "
+               "a disk restored from a backup), or list or change a group's members, one replica at a "
+               "time (Raft's single-server change): add, remove, or replace a host with a new address.")
 EPILOG = ("init is for a NEW group only: a replica started on an empty data directory without it "
           "joins its group as a new storage, catching up before it votes -- which is how a replaced "
           "host (same name, empty disk) comes back. See docs/DEPLOY.md (form a group, grow, shrink, "
@@ -184,9 +188,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``raftmq replica``."""
-    parser.add_argument("action", choices=["init", "list", "add", "remove", "replace"])
+    parser.add_argument("action", choices=["init", "forget", "list", "add", "remove", "replace"])
     parser.add_argument("--config", action="append", default=[], metavar="NODE_TOML",
-                        help="init: the replica's TOML (repeat for several replicas on this host)")
+                        help="init, forget: the replica's TOML (repeat for several replicas on this host)")
     parser.add_argument("name", nargs="?", help="add: the new replica's name; remove/replace: the "
                                                 "member to remove")
     parser.add_argument("--name", dest="new_name", help="replace: the new replica's name")
@@ -227,6 +231,8 @@ def _init(configs: list[str]) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.action == "init":
         return _init(args.config)
+    if args.action == "forget":
+        return forget(args.config)
     problem = None
     if args.action != "list" and not args.name:
         problem = f"{args.action} needs the replica's name"

@@ -129,6 +129,9 @@ class RaftJournal(Journal):
         #: Told of an entry the disk could not take (before EntryNotStored is raised):
         #: ``on_not_stored(command)`` -- the very bytes object pysyncobj passed to ``add``.
         self.on_not_stored: Any = None
+        #: Told, before a snapshot install drops them, that the log holds entries at or beyond
+        #: the reset index (this replica was not behind): ``on_forgetting(why)``.
+        self.on_forgetting: Any = None
 
     # -- pysyncobj contract --------------------------------------------------
     def add(self, command: bytes, idx: int, term: int) -> None:
@@ -179,25 +182,35 @@ class RaftJournal(Journal):
     def clear(self) -> None:
         """pysyncobj's snapshot install: restart the log at the leader's retained start.
 
-        Only ever reached for a follower behind the leader's first retained entry
-        (log compaction is off); ``stage_reset`` must have described that start.
+        Meant for a follower behind the leader's first retained entry (log compaction is
+        off); ``stage_reset`` must have described that start. A log that holds the reset
+        index or beyond is reset too -- kept, pysyncobj would still answer the leader that it
+        holds the log's end, unchecked -- after ``on_forgetting`` made it a new storage.
         """
         start = self._staged_reset
         if start is None:
             raise RuntimeError("journal clear without a staged log start")
         self._staged_reset = None
         index, position = start
-        before = self._committed
+        before, held = self._committed, self._log.last_index
+        if held >= index:  # not behind the retained start: entries it acknowledged may go
+            log.warning("snapshot install at index %d over a log holding entries up to %d: the log "
+                        "restarts anyway (pysyncobj answers for the installed start) and this replica "
+                        "becomes a new storage", index, held)
+            if self.on_forgetting is not None:
+                self.on_forgetting(f"a snapshot install restarted its log at index {index} over "
+                                   f"entries it held up to {held}")
         self._log.reset(index, position)
         self._recent.clear()
         self._recent_bytes = 0
         with self._lock:
             self._committed = max(self._committed, index)
             self._confirmed = index
-        self.log_resets.append((before + 1, index - 1))
-        log.error("log restarted at index %d, position %d: entries %d..%d were deleted by "
-                  "retention on the leader before this node received them",
-                  index, position, before + 1, index - 1)
+        if before + 1 < index:  # entries never received (none when it held past the start)
+            self.log_resets.append((before + 1, index - 1))
+            log.error("log restarted at index %d, position %d: entries %d..%d were deleted by "
+                      "retention on the leader before this node received them",
+                      index, position, before + 1, index - 1)
 
     def stage_reset(self, index: int, position: int) -> None:
         """Announce where the next ``clear()`` restarts the log (from the leader's dump)."""

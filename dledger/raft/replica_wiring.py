@@ -138,6 +138,7 @@ class ReplicaWiring(ABC):
         self.journal.on_truncate = self._members.on_truncate
         self.journal.on_kept_tail = self._members.mark_dirty
         self.journal.on_not_stored = self._on_not_stored
+        self.journal.on_forgetting = self._forgetting
         self._commit_cond = threading.Condition()
         self.journal.add_commit_listener(self._on_commit)
 
@@ -165,6 +166,10 @@ class ReplicaWiring(ABC):
                       f"index {state.commit} it had stored")
         return open_identity(self.config.data_dir, hard_state=hard,
                              log_holds_entries=self.commitlog.last_index > 0, forgot=forgot)
+
+    def _forgetting(self, why: str) -> None:
+        """The journal is about to drop entries this replica may have acknowledged: a new storage."""
+        self.identity, self.forgot = self._binding.forget(self.config.data_dir, why), why
 
     def _propose_bindings(self, payload: bytes, callback: Any) -> None:
         """Append a bind entry (``dledger.raft.storage_binding``); tick thread."""

@@ -15,7 +15,9 @@ it without touching its code, on the messages our transport sees first:
       storage that does not count          (pysyncobj then sets the follower's next index,
                                            not its match index: it is fed, never counted)
 
-and a replica that may not vote does not stand (``candidacy.STORAGE_NOT_RECORDED``).
+and a replica that may not vote does not stand (``candidacy.STORAGE_NOT_RECORDED``). A replica
+about to drop entries it may have acknowledged while it runs (a snapshot install over a log
+that was not behind, ``RaftJournal.clear``) takes a new joiner identity at once (``forget``).
 
 A leader records a storage (one bind entry, ``dledger.membership``) when:
 
@@ -36,13 +38,14 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pysyncobj.config import FAIL_REASON
 
 from common.refusal_log import Throttle
 from dledger.membership import MemberHistory, encode_bindings
-from dledger.raft.storage_identity import StorageIdentity, is_founder_token
+from dledger.raft.storage_identity import StorageIdentity, is_founder_token, write_identity
 from dledger.raft.storage_rule import counts, self_vote_refusal
 
 __all__ = ["STAMPED", "StorageBinding"]
@@ -124,6 +127,19 @@ class StorageBinding:
         if token is not None and not isinstance(token, str):
             token = ""
         return counts(self._history.current().get(name), token, self._recorded_committed(name))
+
+    def forget(self, data_dir: Path, why: str) -> StorageIdentity:
+        """This replica is about to drop entries it may have acknowledged (``why``): a new
+        joiner identity, written first; from now on it neither votes nor stands until the
+        leader has recorded it. Tick thread."""
+        self.identity = StorageIdentity.new(founder=False)
+        write_identity(data_dir, self.identity)
+        self._refusal = self._self_refusal()
+        log.warning("this replica may have forgotten what it acknowledged (%s): it is now a new storage %s "
+                    "and %s", why, self.token, "votes" if self._refusal is None else "neither votes nor "
+                    "stands until it has caught up and the leader has recorded it")
+        self._stand(self._refusal is None)
+        return self.identity
 
     # -- messages --------------------------------------------------------------------------
     def stamp(self, message: Any) -> Any:

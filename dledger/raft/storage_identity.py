@@ -41,6 +41,11 @@ When a replica opens its directory (``open_identity``):
 
 A new joiner identity is written before the replica speaks to anyone, so a crash right
 after it changes nothing.
+
+``forget_storage`` (``raftmq replica forget``, on a stopped replica) makes a directory a new
+joiner on purpose -- a disk restored from a backup, or one put back after a resync: a new
+joiner identity, then the hard state moved aside as ``raft-state.forgotten-<UTC time>`` and a
+fresh one (term 0, no vote) in its place. A crash between the steps leaves a joiner too.
 """
 
 from __future__ import annotations
@@ -48,15 +53,16 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.durable_file import atomic_write, read_or_none
+from common.durable_file import atomic_write, fsync_directory, read_or_none
 from dledger.storage.hard_state import HardStateFile
 
-__all__ = ["IDENTITY_FILE", "StorageIdentity", "StorageIdentityError", "format_founder", "open_identity",
-           "read_identity", "write_identity"]
+__all__ = ["IDENTITY_FILE", "Forgotten", "StorageIdentity", "StorageIdentityError", "forget_storage",
+           "format_founder", "open_identity", "read_identity", "write_identity"]
 
 log = logging.getLogger("dledger.replicated_log")
 
@@ -150,6 +156,39 @@ def format_founder(data_dir: Path) -> StorageIdentity:
     HardStateFile(data_dir / "raft-state").close()  # term 0, no vote: remembered from here on
     write_identity(data_dir, identity)
     return identity
+
+
+@dataclass(frozen=True, slots=True)
+class Forgotten:
+    """What ``forget_storage`` did: the identity before (None: none or unreadable), the new
+    joiner's, and where the old hard state went (None: there was none)."""
+
+    was: StorageIdentity | None
+    now: StorageIdentity
+    hard_state_moved_to: Path | None
+
+
+def forget_storage(data_dir: Path, clock: float | None = None) -> Forgotten:
+    """Make ``data_dir`` (its replica stopped) a new joiner storage of its group (module
+    docstring): it then catches up and votes only once the leader has recorded it. Its log
+    and derived state are kept. Raises StorageIdentityError when there is no such directory."""
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise StorageIdentityError(f"{data_dir} is not a directory: nothing to forget")
+    was = read_identity(data_dir)
+    now = StorageIdentity.new(founder=False)
+    write_identity(data_dir, now)  # first: from here on it does not count, whatever happens next
+    state = data_dir / "raft-state"
+    moved: Path | None = None
+    if state.exists():
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(clock))
+        moved = state.with_name(f"raft-state.forgotten-{stamp}")
+        os.replace(state, moved)
+        fsync_directory(data_dir)
+    HardStateFile(state).close()  # term 0, no vote: what it remembers from here on
+    log.warning("%s made a new storage %s (was %s)%s", data_dir, now.token, was.token if was else "none",
+                f"; its hard state moved aside to {moved.name}" if moved else "")
+    return Forgotten(was, now, moved)
 
 
 def open_identity(data_dir: Path, *, hard_state: str, log_holds_entries: bool,

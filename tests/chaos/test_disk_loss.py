@@ -6,12 +6,14 @@ The sequence that lost 60 and 299 of 300 acknowledged messages before storage id
     1  leader L, followers F1 and F2; F1 stalls (SIGSTOP, or its links cut by Toxiproxy)
     2  sends acknowledged: stored on L and F2 only
     3  F2 forgets: its data directory wiped (a replaced host), or its log cut by
-       --repair-log, or its hard state (term and vote) deleted
+       --repair-log, or its hard state (term and vote) deleted, or its commitlog folder
+       lost while its hard state and storage-id survive (no recovery cut to tell)
     4  L crashes (kill -9)
     5  F2 started again as docs/DEPLOY.md says; F1 resumes
     6  F1, which lacks the messages, asks for votes: F2 must not grant one -- no leader
        among {F1, F2} while L is down
     7  L restarts: it leads (only it holds the messages), F2 catches up and is recorded
+    8  leadership is transferred to F2: the replaced storage leads, sends go on
 
 ``Scenario.finish`` then checks every acknowledged message is stored and delivered once,
 in order, on every replica.
@@ -20,6 +22,7 @@ in order, on every replica.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -33,6 +36,7 @@ pytestmark = [pytest.mark.chaos, pytest.mark.cluster, pytest.mark.timeout(240)]
 
 MakeScenario = Callable[..., Scenario]
 NO_LEADER_WINDOW_S = 6.0  # F1's election timeouts are 0.4-1.2 s: it asks many times in this window
+TRANSFER_DEADLINE_S = 30.0
 
 
 def _never_a_leader(s: Scenario, among: list[str], window: float) -> None:
@@ -45,7 +49,23 @@ def _never_a_leader(s: Scenario, among: list[str], window: float) -> None:
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize("forget", ["wiped", "repaired", "hard-state-lost"])
+def _transfer_to(s: Scenario, target: str) -> None:
+    """POST /admin/leader/transfer {"to": target} on the leader until ``target`` leads (a
+    transfer answers 503 when the target was not caught up within 3 s: asked again)."""
+    deadline = time.monotonic() + TRANSFER_DEADLINE_S
+    answers: list[tuple[int, dict[str, object]]] = []
+    while time.monotonic() < deadline:
+        leader = s.leader()
+        if leader == target:
+            return
+        answers.append(s.brokers.http.call(s.brokers.nodes[leader].http, "/admin/leader/transfer",
+                                           {"to": target}, timeout=15))
+        if answers[-1][0] != 200:
+            time.sleep(0.5)  # between attempts, not a wait for an event
+    raise AssertionError(f"{target} did not take the leadership within {TRANSFER_DEADLINE_S:g} s: {answers}")
+
+
+@pytest.mark.parametrize("forget", ["wiped", "repaired", "hard-state-lost", "commitlog-lost"])
 @pytest.mark.parametrize("stall", ["sigstop", "toxic"])
 def test_a_replica_that_forgot_never_votes_acknowledged_messages_away(
         make_scenario: MakeScenario, forget: str, stall: str) -> None:
@@ -70,6 +90,8 @@ def test_a_replica_that_forgot_never_votes_acknowledged_messages_away(
             s.brokers.wipe(f2)
         elif forget == "repaired":
             flip_a_byte(s.brokers.base / f2 / "commitlog", position // 2)
+        elif forget == "commitlog-lost":
+            shutil.rmtree(s.brokers.base / f2 / "commitlog")  # raft-state and storage-id kept
         else:
             (s.brokers.base / f2 / "raft-state").unlink()
         s.event(f"kill -9 {f2}; {forget}")
@@ -95,4 +117,8 @@ def test_a_replica_that_forgot_never_votes_acknowledged_messages_away(
     s.brokers.wait_status(f2, lambda st: st["voter"] is True, 60, f"{f2} recorded and voting again")
     s.event(f"{f2} caught up and was recorded: it votes again")
     s.workload.wait_more_acked(100, 60)
+    _transfer_to(s, f2)
+    s.event(f"leadership transferred to {f2}, the replaced storage")
+    s.workload.wait_more_acked(100, 60, f"sends acknowledged with {f2} leading")
+    assert s.leader() == f2, "the transferred leadership did not hold"
     s.finish()

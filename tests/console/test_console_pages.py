@@ -90,6 +90,11 @@ def test_cluster_page_shows_every_replica_and_live_charts(cluster: dict[str, Any
     shown = wait_for("the last comparison on the page", lambda: (lambda t: "equal" in t and t)(
         page_texts(browser, "#verify-g1")[0]), 10)
     assert "Last compared at index" in shown and "n1, n2, n3" in shown
+    with urllib.request.urlopen(f"{console}/api/cluster", timeout=5) as resp:
+        (made,) = [g["last_verify"] for g in json.loads(resp.read())["groups"] if g["group"] == "g1"]
+    assert abs(made["at_ms"] / 1000 - time.time()) < 60, made  # the comparison just made
+    rendered = browser.execute_script("return new Date(arguments[0]).toLocaleString()", made["at_ms"])
+    assert f"Last compared at index {made['index']}, {rendered}: equal" in shown, (shown, rendered)
     def charted() -> dict[str, Any]:  # what the charts draw
         with urllib.request.urlopen(f"{console}/api/overview", timeout=5) as resp:
             return dict(json.loads(resp.read())["series"])

@@ -207,3 +207,29 @@ def test_another_append_error_is_raised_as_it_is(tmp_path: Path) -> None:
     with pytest.raises(OSError, match="Input/output"):
         j.add(cmd(3), 3, 1)
     assert not j.disk.full
+
+
+@pytest.mark.parametrize(("held", "forgetting"), [(5, False), (7, False), (8, True), (12, True)])
+def test_a_snapshot_install_over_a_log_that_was_not_behind_makes_the_replica_forgetful(
+        tmp_path: Path, held: int, forgetting: bool) -> None:
+    """A snapshot install restarts the log at the leader's retained start (index 8 here). A
+    replica whose log ends before it forgets nothing it alone held; one whose log holds the
+    reset index or beyond may drop entries it acknowledged (issue 24), so the journal says so
+    (``on_forgetting``) before it resets -- and resets anyway, as pysyncobj answers the
+    leader from the log it is left with."""
+    j = make_journal(tmp_path)
+    fill(j, held, term=2)
+    j.setRaftCommitIndex(held - 1)
+    told: list[str] = []
+    j.on_forgetting = told.append
+    j.stage_reset(8, 1 << 16)
+    j.clear()
+    assert bool(told) is forgetting, told
+    if forgetting:
+        assert told == [f"a snapshot install restarted its log at index 8 over entries it held up to {held}"]
+    # entries never received: those between its commit index and the restart, if any
+    assert j.log_resets == ([] if held - 1 >= 7 else [(held, 7)])
+    assert len(j) == 0 and j.resume_hint == 9
+    j.add(cmd(8), 8, 2)
+    j.add(cmd(9), 9, 2)
+    assert indexes(j) == [8, 9] and j.committed_index == max(8, held - 1), "it never moves backwards"

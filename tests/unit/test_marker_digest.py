@@ -8,18 +8,23 @@ broker answering ``POST /admin/verify``."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import aiohttp
 import pytest
 
+from broker.http_api.verify import Verifier
 from broker.replication.verify_compare import EQUAL, INCOMPLETE, MISMATCH, compare, needs_rows
 from broker.state.machine import BrokerStateMachine, Outcome
 from broker.state.marker_digest import DONE, MarkerResult, read_back
 from broker.store.commands import CreateTopic, DeleteTopic, VerifyMarker, encode_admin
 from broker.store.consume_queue import ConsumeQueue
 from broker.store.consume_queue_layout import UNIT_SIZE
+from raftmq.cluster_verify import EXIT_INCOMPLETE, verify_groups
 from tests.support.inprocess_broker import serving_broker
 from tests.support.ram_dir import ram_dir
 from tests.unit.test_snapshots import SEGMENT, SegmentedLog, message
@@ -256,6 +261,67 @@ def test_post_admin_verify_compares_at_a_marker_and_status_shows_it(tmp_path: Pa
                 status = await r.json()
             assert status["last_verify"]["index"] == doc["index"] == status["last_marker"]["index"]
             assert status["last_verify"]["outcome"] == INCOMPLETE and status["log_start_position"] == 0
+            assert abs(status["last_verify"]["at_ms"] / 1000 - time.time()) < 60, status["last_verify"]
         assert (tmp_path / "log" / "LAST_VERIFY").exists()  # kept across restarts
 
     asyncio.run(scenario())
+
+
+class _FakeView:
+    """The parts of a ``ServerView`` the verifier's gathering reads: this replica's name and
+    data directory (``_ask`` is replaced, so no machine and no HTTP)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.rlog = SimpleNamespace(config=SimpleNamespace(data_dir=data_dir, node="n1"))
+
+
+class _FakeHttp:
+    """``ClusterHttp`` as ``raftmq cluster verify`` uses it: /status of each replica, and the
+    leader's answer to POST /admin/verify."""
+
+    def __init__(self, statuses: dict[str, dict[str, Any]], verdict: dict[str, Any]) -> None:
+        self.statuses, self.verdict = statuses, verdict
+        self.posted: list[tuple[str, str, Any]] = []
+
+    def get(self, address: str, path: str, timeout: float = 5.0) -> Any:
+        assert path == "/status"
+        return self.statuses[address]
+
+    def call(self, address: str, path: str, body: dict[str, Any] | None = None,
+             timeout: float = 30.0) -> tuple[int, dict[str, Any]]:
+        self.posted.append((address, path, body))
+        return 200, self.verdict
+
+
+def test_a_replica_up_but_behind_at_the_deadline_is_named_and_verify_exits_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 33: the deadline names a replica that answers but has not applied the marker
+    ("it is behind"), distinct from one down; ``raftmq cluster verify`` then exits 2 (not
+    compared), not 0 and not 1."""
+    asked: dict[str, int] = {}
+
+    async def ask(node: str, address: str, index: int, headers: Any, rows: bool = False) -> dict[str, Any]:
+        asked[node] = asked.get(node, 0) + 1
+        if node == "n3":
+            return {"index": index, "state": "not applied", "applied_index": 40,
+                    "why": "it has applied entries up to 40 only"}
+        return {**summary(), "index": index, "applied_index": index}
+
+    verifier = Verifier(_FakeView(tmp_path))  # type: ignore[arg-type]
+    verifier._ask = ask  # type: ignore[method-assign]
+    members = {"n1": "a:1", "n2": "a:2", "n3": "a:3"}
+    answers = asyncio.run(verifier._gather(members, 50, 0.5, {}))
+    assert answers["n3"] == ("it had applied entries up to 40 only, not the marker at 50, after 0.5 s: "
+                             "it is behind")
+    assert asked["n3"] >= 2 and asked["n1"] == asked["n2"] == 1, "polled until the deadline, not once"
+    comparison = compare(50, answers)
+    assert comparison.outcome == INCOMPLETE and comparison.compared == ["n1", "n2"]
+
+    statuses = {a: {"role": "leader" if n == "n1" else "follower", "healthy": True, "state_digests": {}}
+                for n, a in members.items()}
+    http = _FakeHttp(statuses, {"group": "g1", "leader": "n1", **comparison.to_json()})
+    assert verify_groups({"g1": members}, http, 0.5) == EXIT_INCOMPLETE == 2  # type: ignore[arg-type]
+    assert http.posted == [("a:1", "/admin/verify", {"timeout_s": 0.5})]
+    out = capsys.readouterr().out
+    assert "g1: could not compare replica n3 at index 50 (marker): it had applied entries up to 40" in out
+    assert "it is behind" in out and "verify: INCOMPLETE" in out and "verify: OK" not in out

@@ -91,7 +91,7 @@ def test_after_forget_the_replica_opens_as_a_new_joiner_that_neither_votes_nor_s
         assert reopened.commitlog.last_index == last, "its log is kept: it catches up from there"
         assert reopened.candidacy.reasons, "a new storage must neither vote nor stand"
         status = reopened.status()
-        assert status["voter"] is False and status["storage"] == token
-        assert founder in status["vote_refusal"], status["vote_refusal"]
+        assert status.voter is False and status.storage == token
+        assert founder in status.vote_refusal, status.vote_refusal
     finally:
         reopened.close()

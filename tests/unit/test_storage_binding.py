@@ -15,7 +15,7 @@ import pytest
 from pysyncobj.config import FAIL_REASON
 
 from dledger.membership import BIND_FUNC_ID, Change, Member, MemberHistory, decode_changes, encode_bindings
-from dledger.raft.prevote import PreVote
+from dledger.raft.election.prevote import PreVote
 from dledger.raft.storage_binding import StorageBinding
 from dledger.raft.storage_identity import StorageIdentity, read_identity
 from tests.unit.test_prevote import Clock, FakeSyncObj, grant

@@ -1,0 +1,139 @@
+"""The deploy test's harness (tests/deploy), without root: a failing set-up leaves no
+namespace and no process behind; ``raftmq cluster status`` is read as its printer writes
+it; the commands docs/DEPLOY.md and docs/SECURITY.md give, which the deploy test runs as
+written, are there once each."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raftmq import cluster_cmd
+from tests.deploy import deployment as deployment_module
+from tests.deploy import hosts
+from tests.deploy.docs_commands import bash_lines, documented, exported
+from tests.deploy.hosts import Network, ServiceUser
+
+
+class FakeIp:
+    """``ip`` as the harness calls it: namespaces kept in a set; ``fails(args)`` True raises
+    as ``hosts._ip`` does for a failed command."""
+
+    def __init__(self, fails: Callable[[tuple[str, ...]], bool]) -> None:
+        self.namespaces: set[str] = set()
+        self.fails = fails
+
+    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        if self.fails(args):
+            if check:
+                raise RuntimeError(f"ip {' '.join(args)}: RTNETLINK answers: Operation not permitted")
+            return subprocess.CompletedProcess(["ip", *args], 2, "", "failed")
+        if args[:2] == ("netns", "add"):
+            self.namespaces.add(args[2])
+        elif args[:2] == ("netns", "delete"):
+            self.namespaces.discard(args[2])
+        return subprocess.CompletedProcess(["ip", *args], 0, "", "")
+
+
+@pytest.fixture
+def anchors(monkeypatch: pytest.MonkeyPatch) -> list[subprocess.Popen[bytes]]:
+    """Each host's anchor a real ``sleep`` (so the test sees it stopped), none in a namespace."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def anchor(ns: str) -> subprocess.Popen[bytes]:
+        started.append(subprocess.Popen(["sleep", "60"], stdin=subprocess.DEVNULL))
+        return started[-1]
+    monkeypatch.setattr(hosts, "_anchor", anchor)
+    yield started
+    for proc in started:  # a failing test must not leave them either
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+
+
+def test_a_bridge_that_cannot_be_made_leaves_no_namespace(monkeypatch: pytest.MonkeyPatch,
+                                                           tmp_path: Path) -> None:
+    fake = FakeIp(lambda args: args[-4:] == ("add", "br0", "type", "bridge"))
+    monkeypatch.setattr(hosts, "_ip", fake)
+    with pytest.raises(RuntimeError, match="br0"):
+        Network(tmp_path / "hosts", tmp_path / "logs")
+    assert not fake.namespaces
+
+
+@pytest.mark.parametrize(("what", "anchored"), [("br0", 0), ("p22", 2)])
+def test_a_set_up_that_fails_leaves_no_namespace_no_process_and_no_directory(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, anchors: list[subprocess.Popen[bytes]],
+        what: str, anchored: int) -> None:
+    """As the deploy fixture sets up: the bridge fails, or name server 2's veth fails after
+    the switch, the client and name server 1 were made (their anchors started)."""
+    made: list[Sequence[str]] = []
+
+    def fails(args: tuple[str, ...]) -> bool:
+        made.append(args)
+        return "add" in args and what in args
+    fake = FakeIp(fails)
+    monkeypatch.setattr(hosts, "_ip", fake)
+    work = tmp_path / "work"
+    (work / "operator").mkdir(parents=True)
+    hosts_of_run = deployment_module.deployment_hosts(work, tmp_path / "logs", work / "operator",
+                                                      ServiceUser(1, 1))
+    with pytest.raises(RuntimeError, match=what), hosts_of_run:
+        pytest.fail("the set-up should have failed")
+    assert any(a[:2] == ("netns", "add") for a in made)  # something was made
+    assert not fake.namespaces, fake.namespaces
+    assert len(anchors) == anchored and all(p.poll() is not None for p in anchors)
+    assert not work.exists()
+
+
+def test_cluster_status_is_read_as_its_printer_writes_it(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    statuses: dict[str, dict[str, Any] | None] = {
+        "10.0.0.11:10911": {"role": "leader", "term": 7, "commit_index": 120, "applied_index": 120,
+                            "first_index": 1, "disk": {}, "healthy": True},
+        "10.0.0.12:10911": {"role": "follower", "term": 7, "commit_index": 118, "applied_index": 117,
+                            "first_index": 1, "snapshot_index": 90, "disk": {}, "healthy": False,
+                            "apply_stalled": "apply stalled"},
+        "10.0.0.13:10911": None,
+    }
+    monkeypatch.setattr(cluster_cmd, "find_replicas", lambda args: {"g1": {
+        "n1": "10.0.0.11:10911", "n2": "10.0.0.12:10911", "n3": "10.0.0.13:10911"}})
+    monkeypatch.setattr(cluster_cmd.ClusterHttp, "of", staticmethod(lambda args: None))
+    monkeypatch.setattr(cluster_cmd, "_replica_status", lambda http, address: statuses[address])
+    assert cluster_cmd._status(argparse.Namespace(namesrv="10.0.0.21:9876")) == 0
+    rows = deployment_module.parse_cluster_status(capsys.readouterr().out)
+    assert rows["n1"] == {"group": "g1", "address": "10.0.0.11:10911", "role": "leader", "term": "7",
+                          "commit": "120", "applied": "120", "health": "ok"}
+    assert rows["n2"]["applied"] == "117" and rows["n2"]["health"] == "UNHEALTHY: apply stalled"
+    assert rows["n3"] == {"group": "g1", "address": "10.0.0.13:10911", "role": "DOWN"}
+
+
+def test_the_commands_the_deploy_test_runs_as_written_are_documented_once() -> None:
+    key = documented("DEPLOY.md", " namesrv-key --config ")
+    assert key.startswith("( umask 077; sudo -u raftmq /opt/raftmq/.venv/bin/raftmq namesrv-key"), key
+    assert key.endswith("> g1.namesrv-key )"), key
+    assert documented("DEPLOY.md", " replica init --config ").startswith(
+        "sudo -u raftmq /opt/raftmq/.venv/bin/raftmq replica init")
+    assert exported("DEPLOY.md", "RAFTMQ_NAMESRV") == "10.0.0.21:9876,10.0.0.22:9876"
+    assert exported("DEPLOY.md", "RAFTMQ_CA_FILE") == "/etc/raftmq/tls/ca.pem"
+    assert exported("DEPLOY.md", "PATH") == "/opt/raftmq/.venv/bin:$PATH"
+    for needle in ("raftmq user add billing", "raftmq user add shipper", "acl grant billing topic:orders",
+                   "acl grant billing group:billing", "acl grant shipper topic:orders", "raftmq acl list"):
+        documented("SECURITY.md", needle)
+    assert exported("SECURITY.md", "RAFTMQ_NAMESRV") == exported("DEPLOY.md", "RAFTMQ_NAMESRV")
+    # a continued line is one command
+    lines = bash_lines("SECURITY.md")
+    assert any(line.startswith("openssl req -x509 ") and "-addext" in line for line in lines)
+
+
+def test_every_systemctl_line_names_a_unit_of_deploy() -> None:
+    units = {p.stem for p in (hosts.REPO / "deploy").glob("*.service")}
+    for doc in ("DEPLOY.md", "SECURITY.md"):
+        text = (hosts.REPO / "docs" / doc).read_text()
+        named = re.findall(r"systemctl (?:enable --now|restart|start|stop) ([\w-]+)", text)
+        assert named and set(named) <= units, (doc, named, units)

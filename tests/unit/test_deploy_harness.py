@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import re
+import socket
 import subprocess
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ import pytest
 
 from raftmq import cluster_cmd
 from tests.deploy import deployment as deployment_module
-from tests.deploy import hosts
+from tests.deploy import hosts, port_probes
 from tests.deploy.docs_commands import bash_lines, documented, exported
 from tests.deploy.hosts import Network, ServiceUser
 
@@ -137,3 +139,24 @@ def test_every_systemctl_line_names_a_unit_of_deploy() -> None:
         text = (hosts.REPO / "docs" / doc).read_text()
         named = re.findall(r"systemctl (?:enable --now|restart|start|stop) ([\w-]+)", text)
         assert named and set(named) <= units, (doc, named, units)
+
+
+@pytest.mark.sockets
+@pytest.mark.parametrize(("answer", "received", "ended"), [(b"", 0, "eof"), (b"pickle", 6, "eof")])
+def test_the_raft_probe_sees_what_the_port_sends_before_it_closes(answer: bytes, received: int,
+                                                                  ended: str) -> None:
+    """``port_probes._raft`` counts any byte a port sends: a port that answered a stranger
+    fails the deploy test's assertion (``received == 0``)."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(10)  # accept never waits past it
+
+        def serve() -> None:
+            conn, _ = server.accept()
+            with conn:
+                conn.recv(1024)
+                conn.sendall(answer)
+        thread = threading.Thread(target=serve)
+        thread.start()
+        probe = port_probes._raft(f"127.0.0.1:{server.getsockname()[1]}", b"\x05\x00\x00\x00hello")
+        thread.join(10)
+    assert (probe["received"], probe["ended"]) == (received, ended), probe

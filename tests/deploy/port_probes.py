@@ -42,8 +42,8 @@ from protocol.tls import ClientTls
 RAFT_DEADLINE_S = 15.0
 
 
-async def _send(address: str, credentials: Credentials | None) -> dict[str, Any]:
-    pool = ConnectionPool(tls=ClientTls(ca_file=os.environ["RAFTMQ_CA_FILE"]), credentials=credentials)
+async def _send(address: str, credentials: Credentials | None, tls: ClientTls | None) -> dict[str, Any]:
+    pool = ConnectionPool(tls=tls, credentials=credentials)
     request = SendMessageRequest(message=encode_message(Message(topic="orders", body=b"probe")))
     try:
         reply = await pool.call(address, request, timeout=15)
@@ -54,13 +54,14 @@ async def _send(address: str, credentials: Credentials | None) -> dict[str, Any]
         await pool.close()
 
 
-async def _brokers(addresses: list[str], ungranted: str | None) -> dict[str, dict[str, Any]]:
+async def _brokers(addresses: list[str], ungranted: str | None,
+                   tls: ClientTls | None) -> dict[str, dict[str, Any]]:
     creds = Credentials(*Path(ungranted).read_text().splitlines()[:2]) if ungranted else None
     out: dict[str, dict[str, Any]] = {}
     for address in addresses:
-        out[address] = {"anonymous": await _send(address, None)}
+        out[address] = {"anonymous": await _send(address, None, tls)}
         if creds is not None:
-            out[address]["ungranted"] = await _send(address, creds)
+            out[address]["ungranted"] = await _send(address, creds, tls)
     return out
 
 
@@ -95,7 +96,8 @@ def main() -> None:
     with ThreadPoolExecutor(max_workers=max(1, 2 * len(args["raft"]))) as pool:
         framed = {a: pool.submit(_raft, a, frame) for a in args["raft"]}
         silent = {a: pool.submit(_raft, a, b"") for a in args["raft"]}
-        brokers = asyncio.run(_brokers(args["brokers"], args.get("ungranted")))
+        tls = ClientTls(ca_file=os.environ["RAFTMQ_CA_FILE"])
+        brokers = asyncio.run(_brokers(args["brokers"], args.get("ungranted"), tls))
         raft = {a: {"frame": framed[a].result(), "silent": silent[a].result()} for a in args["raft"]}
     print(json.dumps({"brokers": brokers, "raft": raft}))
 

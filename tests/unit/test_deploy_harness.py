@@ -6,6 +6,7 @@ written, are there once each."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import re
 import socket
 import subprocess
@@ -16,11 +17,17 @@ from typing import Any
 
 import pytest
 
+from broker.store.commands import PutUser
+from client.aio.connection import ConnectionPool
+from client.credentials import Credentials, scram_record
+from client.errors import BrokerError
+from protocol.acl import PutUserRequest
 from raftmq import cluster_cmd
 from tests.deploy import deployment as deployment_module
 from tests.deploy import hosts, port_probes
 from tests.deploy.docs_commands import bash_lines, documented, exported
 from tests.deploy.hosts import Network, ServiceUser
+from tests.support.inprocess_broker import serving_broker
 
 
 class FakeIp:
@@ -160,3 +167,43 @@ def test_the_raft_probe_sees_what_the_port_sends_before_it_closes(answer: bytes,
         probe = port_probes._raft(f"127.0.0.1:{server.getsockname()[1]}", b"\x05\x00\x00\x00hello")
         thread.join(10)
     assert (probe["received"], probe["ended"]) == (received, ended), probe
+
+
+@pytest.mark.sockets
+def test_the_client_port_probe_tells_a_refusal_from_an_acceptance(tmp_path: Path) -> None:
+    """``port_probes._brokers`` against a broker with ACLs on (in this process, plain ws):
+    unauthenticated AUTH_FAILED, a user without ``pub`` NO_PERMISSION naming it -- and a
+    super user's send SUCCESS, which the deploy test's assertions would refuse."""
+    root = scram_record("root-password")
+    bootstrap = PutUser("root", True, root.salt, root.iterations, root.stored_key, root.server_key)
+    (tmp_path / "root.credentials").write_text("root\nroot-password\n")
+    (tmp_path / "billing.credentials").write_text("billing\nbilling-password\n")
+
+    async def probe() -> tuple[dict[str, Any], dict[str, Any]]:
+        async with serving_broker(tmp_path, acl=True, acl_bootstrap=bootstrap) as (_, address):
+            billing = scram_record("billing-password")
+            put = PutUserRequest(user="billing", super=False, salt=billing.salt,
+                                 iterations=billing.iterations, stored_key=billing.stored_key,
+                                 server_key=billing.server_key)
+            deadline = asyncio.get_running_loop().time() + 10
+            while True:  # the bootstrap super user is proposed within a second
+                pool = ConnectionPool(credentials=Credentials("root", "root-password"))
+                try:
+                    await pool.request(address, put)
+                    break
+                except BrokerError:
+                    assert asyncio.get_running_loop().time() < deadline, "no bootstrap super user in 10 s"
+                    await asyncio.sleep(0.1)
+                finally:
+                    await pool.close()
+            refused = await port_probes._brokers([address], str(tmp_path / "billing.credentials"), None)
+            accepted = await port_probes._brokers([address], str(tmp_path / "root.credentials"), None)
+            return refused[address], accepted[address]
+
+    refused, accepted = asyncio.run(probe())
+    assert refused["anonymous"]["code"] == "AUTH_FAILED", refused
+    assert "authentication required" in refused["anonymous"]["remark"], refused
+    assert refused["ungranted"]["code"] == "NO_PERMISSION", refused
+    assert "user 'billing' may not pub on topic:orders" in refused["ungranted"]["remark"], refused
+    granted = accepted["ungranted"]  # root: may pub anywhere
+    assert "login_refused" not in granted and granted["code"] != "NO_PERMISSION", accepted

@@ -247,6 +247,7 @@ def test_mistakes_in_copied_files_give_the_documented_error_quickly(deployed: De
     status = deployed.status("n5")
     assert status is not None and status["peers_connected"] == {"n4": False}, status
     peers_s = time.monotonic() - t_peers
+    _applied_everywhere(deployed)  # the restarted victim knows the users again
     check_listeners(deployed)  # g2's replicas too: their ports refuse strangers as g1's do
     for name in ("n4", "n5"):  # the spare hosts are made again when the group grows
         deployed.stop(name)

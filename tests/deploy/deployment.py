@@ -73,9 +73,12 @@ def _bash(script: str, cwd: Path, timeout: float = 60) -> str:
 def typed_twice(argv: list[str], password: str, cwd: Path, timeout: float = 30) -> str:
     """Run ``argv`` on a terminal and type ``password`` at each of its two prompts."""
     pid, fd = pty.fork()
-    if pid == 0:  # the child: exec at once
-        os.chdir(cwd)
-        os.execv(argv[0], argv)
+    if pid == 0:  # the child: exec at once; it must never return into the caller (pytest)
+        try:
+            os.chdir(cwd)
+            os.execv(argv[0], argv)
+        finally:
+            os._exit(127)
     out = b""
     prompts = 0
     deadline = time.monotonic() + timeout
@@ -95,7 +98,8 @@ def typed_twice(argv: list[str], password: str, cwd: Path, timeout: float = 30) 
         _, status = os.waitpid(pid, 0)
         os.close(fd)
     text = out.decode(errors="replace")
-    assert os.waitstatus_to_exitcode(status) == 0 and prompts == 2, f"{argv}: {text}"
+    code = os.waitstatus_to_exitcode(status)
+    assert code == 0 and prompts == 2, f"{argv} exited {code}: {text}"
     return text
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import socket
 import subprocess
@@ -207,3 +208,13 @@ def test_the_client_port_probe_tells_a_refusal_from_an_acceptance(tmp_path: Path
     assert "user 'billing' may not pub on topic:orders" in refused["ungranted"]["remark"], refused
     granted = accepted["ungranted"]  # root: may pub anywhere
     assert "login_refused" not in granted and granted["code"] != "NO_PERMISSION", accepted
+
+
+def test_typing_at_a_program_that_cannot_start_fails_in_the_parent_only(tmp_path: Path) -> None:
+    """``typed_twice``'s forked child execs at once; an exec that fails must end the child
+    (exit 127), not raise in it -- a raising child ran the rest of pytest's session in the
+    fork, whose teardown deleted the deploy run's namespaces under the parent."""
+    parent = os.getpid()
+    with pytest.raises(AssertionError, match=r"no-such-program.* exited 127"):
+        deployment_module.typed_twice([str(tmp_path / "no-such-program")], "pw", tmp_path, timeout=10)
+    assert os.getpid() == parent

@@ -3,22 +3,24 @@
 Needs root (``ip netns``): CI runs as root; anywhere else the tests fail saying so (they
 never skip). Everything is removed at the end -- every process stopped by its PID, every
 namespace deleted, the hosts' directories removed -- also when a test or the set-up fails;
-the processes' logs are copied to pytest's tmp dir first (``deploy-logs``).
+the processes' logs are copied to pytest's tmp dir first (``deploy-logs``). At the end of the
+run the steps' timings are written to the terminal (``tests.deploy.timings``), so a passing
+CI run's log carries them.
 """
 
 from __future__ import annotations
 
 import os
 import pwd
-import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.deploy.deployment import Deployment
-from tests.deploy.hosts import Network, ServiceUser
+from tests.deploy import timings
+from tests.deploy.deployment import Deployment, deployment_hosts
+from tests.deploy.hosts import ServiceUser
 
 #: The uid/gid the units' ``User=raftmq`` runs as when the machine has no ``raftmq`` user
 #: (the test creates no account: files are ``install -o``'d to these numbers).
@@ -44,14 +46,14 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     work.chmod(0o755)
     operator = work / "operator"
     operator.mkdir()
-    network = Network(work / "hosts", logs)
-    deployment: Deployment | None = None
-    try:
-        deployment = Deployment(network, operator, service_user())
+    with deployment_hosts(work, logs, operator, service_user()) as deployment:
         yield deployment
-    finally:
-        if deployment is not None:
-            deployment.close()
-        errors = network.close()
-        shutil.rmtree(work, ignore_errors=True)
-        assert not errors, errors
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The deploy steps' timings (``tests.deploy.timings``) at the end of the run, pass or fail."""
+    if not timings.LINES:
+        return
+    terminalreporter.section("deploy step timings")
+    for test, line in timings.LINES:
+        terminalreporter.write_line(f"{test}: {line}")

@@ -21,14 +21,18 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.deploy.docs_commands import documented, exported
 from tests.deploy.hosts import REPO, Host, Network, ServiceUser
 from tests.support.procs import ManagedProcess, wait_until
 
-__all__ = ["ADMIN_PASSWORD", "BROKERS", "NAMESRVS", "Deployment", "unit"]
+__all__ = ["ADMIN_PASSWORD", "BROKERS", "NAMESRVS", "Deployment", "deployment_hosts", "parse_cluster_status",
+           "unit"]
 
 DEPLOY = REPO / "deploy"
 ADMIN_PASSWORD = "admin-deploy-password"
@@ -69,9 +73,12 @@ def _bash(script: str, cwd: Path, timeout: float = 60) -> str:
 def typed_twice(argv: list[str], password: str, cwd: Path, timeout: float = 30) -> str:
     """Run ``argv`` on a terminal and type ``password`` at each of its two prompts."""
     pid, fd = pty.fork()
-    if pid == 0:  # the child: exec at once
-        os.chdir(cwd)
-        os.execv(argv[0], argv)
+    if pid == 0:  # the child: exec at once; it must never return into the caller (pytest)
+        try:
+            os.chdir(cwd)
+            os.execv(argv[0], argv)
+        finally:
+            os._exit(127)
     out = b""
     prompts = 0
     deadline = time.monotonic() + timeout
@@ -91,7 +98,8 @@ def typed_twice(argv: list[str], password: str, cwd: Path, timeout: float = 30) 
         _, status = os.waitpid(pid, 0)
         os.close(fd)
     text = out.decode(errors="replace")
-    assert os.waitstatus_to_exitcode(status) == 0 and prompts == 2, f"{argv}: {text}"
+    code = os.waitstatus_to_exitcode(status)
+    assert code == 0 and prompts == 2, f"{argv} exited {code}: {text}"
     return text
 
 
@@ -112,6 +120,9 @@ class Deployment:
         for name in ("n1", "n2", "n3"):
             network.add_host(name, BROKERS[name])
         self.seen_listeners: dict[tuple[str, str, int], float] = {}
+        self.watch_error: BaseException | None = None
+        #: a user with no right to send to ``orders`` (the users test makes it): its credentials file
+        self.ungranted: Path | None = None
         self._watch_stop = threading.Event()
         self._watcher = threading.Thread(target=self._watch_listeners, daemon=True, name="listeners")
         self._watcher.start()
@@ -184,12 +195,21 @@ class Deployment:
         self.install_tls(host, cert)
         return host
 
+    def as_documented(self, host: Host, line: str, timeout: float = 60) -> str:
+        """A docs' shell ``line`` run by bash on ``host`` in the operator's directory: its paths
+        the host's, ``sudo -u raftmq`` the service user (setpriv), other ``sudo`` dropped."""
+        text = host.localize(line).replace("sudo -u raftmq ", " ".join(self.user.setpriv()) + " ")
+        text = text.replace("sudo ", "")
+        done = host.run(["bash", "-euo", "pipefail", "-c", text], cwd=self.op, timeout=timeout)
+        assert done.returncode == 0, f"{text}\n-> {done.returncode}\n{done.stdout}{done.stderr}"
+        return done.stdout
+
     def write_namesrv_key(self) -> None:
-        """Step 4, on broker host 1 (it has the secret): the group's registration key."""
-        host = self.net.hosts["n1"]
-        done = host.run([RAFTMQ, "namesrv-key", "--config", str(host.path("/etc/raftmq/broker.toml")),
-                         "--out", str(self.op / "g1.namesrv-key")])
-        assert done.returncode == 0, done.stdout + done.stderr
+        """Step 4, on broker host 1 (it has the secret), as docs/DEPLOY.md writes it: the
+        group's registration key, made as the raftmq user, into the operator's 0600 file."""
+        self.as_documented(self.net.hosts["n1"], documented("DEPLOY.md", " namesrv-key --config "))
+        key = self.op / "g1.namesrv-key"
+        assert key.stat().st_mode & 0o777 == 0o600 and len(key.read_text().strip()) == 64, key
 
     def install_namesrv(self, name: str) -> Host:
         host = self.net.hosts[name]
@@ -214,13 +234,8 @@ class Deployment:
         self.client_file("/root/.raftmq-admin", f"admin\n{ADMIN_PASSWORD}\n")
 
     def replica_init(self, name: str) -> str:
-        """Step 7: ``sudo -u raftmq raftmq replica init --config /etc/raftmq/broker.toml``."""
-        host = self.net.hosts[name]
-        argv = shlex.split(host.localize(
-            "/opt/raftmq/.venv/bin/raftmq replica init --config /etc/raftmq/broker.toml"))
-        done = host.run(argv, user=self.user)
-        assert done.returncode == 0, done.stdout + done.stderr
-        return done.stdout
+        """Step 7 as docs/DEPLOY.md writes it (``sudo -u raftmq ... replica init ...``)."""
+        return self.as_documented(self.net.hosts[name], documented("DEPLOY.md", " replica init --config "))
 
     # -- the units ---------------------------------------------------------------------------
     def start(self, name: str) -> ManagedProcess:
@@ -256,15 +271,21 @@ class Deployment:
 
     # -- the client host -----------------------------------------------------------------------
     def client_env(self) -> dict[str, str]:
-        """What the docs have the operator export on the client host."""
-        return {"RAFTMQ_CA_FILE": str(self.client.path("/etc/raftmq/tls/ca.pem")),
-                "RAFTMQ_CREDENTIALS_FILE": str(self.client.path("/root/.raftmq-admin")),
-                "RAFTMQ_NAMESRV": f"{self.net.subnet}.21:9876,{self.net.subnet}.22:9876"}
+        """The ``export``s of docs/DEPLOY.md "Operating", read from it, on the client host (root:
+        ``~`` is ``/root``)."""
+        host = self.client
+        path = host.localize(exported("DEPLOY.md", "PATH")).replace("$PATH", os.environ["PATH"])
+        creds = exported("DEPLOY.md", "RAFTMQ_CREDENTIALS_FILE").replace("~", "/root", 1)
+        return {"PATH": path,
+                "RAFTMQ_NAMESRV": host.localize(exported("DEPLOY.md", "RAFTMQ_NAMESRV")),
+                "RAFTMQ_CA_FILE": str(host.path(exported("DEPLOY.md", "RAFTMQ_CA_FILE"))),
+                "RAFTMQ_CREDENTIALS_FILE": str(host.path(creds))}
 
     def cli(self, *args: str, env: dict[str, str] | None = None, timeout: float = 60,
             check: bool = True) -> subprocess.CompletedProcess[str]:
-        """``raftmq ARGS`` on the client host with the docs' environment."""
-        done = self.client.run([RAFTMQ, *args], env={**self.client_env(), **(env or {})}, timeout=timeout)
+        """``raftmq ARGS`` on the client host with the docs' environment (``raftmq`` found on
+        its ``PATH``)."""
+        done = self.client.run(["raftmq", *args], env={**self.client_env(), **(env or {})}, timeout=timeout)
         if check:
             assert done.returncode == 0, \
                 f"raftmq {' '.join(args)} -> {done.returncode}\n{done.stdout}{done.stderr}"
@@ -306,6 +327,13 @@ class Deployment:
         load = self.start_load(f"load{len(self.client.procs)}", min_acked)
         return self.finish_load(load)
 
+    def cluster_status(self) -> dict[str, dict[str, str]]:
+        """``raftmq cluster status --namesrv 10.0.0.21:9876`` on the client host, as the
+        operator reads it: node -> its columns (``role`` "DOWN" for a replica that did not
+        answer)."""
+        out = self.cli("cluster", "status", "--namesrv", f"{self.net.subnet}.21:9876").stdout
+        return parse_cluster_status(out)
+
     def status(self, name: str) -> dict[str, Any] | None:
         """A replica's ``/status`` over https from the client host (None: no answer)."""
         done = self.curl(f"https://{self.net.hosts[name].ip}:10911/status")
@@ -346,10 +374,31 @@ class Deployment:
         assert done.returncode == 0, f"{script} -> {done.returncode}\n{done.stdout}{done.stderr}"
         return json.loads(done.stdout.strip().splitlines()[-1])
 
+    def log_mark(self, name: str) -> tuple[Path, int]:
+        """Where the log of ``name``'s current process ends now (for :meth:`log_since`)."""
+        path = self.services[name].log_path
+        return path, path.stat().st_size if path.exists() else 0
+
+    @staticmethod
+    def log_since(mark: tuple[Path, int]) -> str:
+        path, offset = mark
+        with path.open("rb") as f:
+            f.seek(offset)
+            return f.read().decode("utf-8", "replace")
+
     # -- the listening-sockets rule ----------------------------------------------------------------
+    @property
+    def watching(self) -> bool:
+        """The listening-sockets watcher is still sampling (it stops on an error: ``watch_error``)."""
+        return self._watcher.is_alive() and not self._watch_stop.is_set()
+
     def _watch_listeners(self) -> None:
-        while not self._watch_stop.wait(0.2):
-            self.sample_listeners()
+        try:
+            while not self._watch_stop.wait(0.2):
+                self.sample_listeners()
+        except BaseException as exc:
+            self.watch_error = exc
+            raise
 
     def sample_listeners(self) -> None:
         for host in list(self.net.hosts.values()):
@@ -359,3 +408,37 @@ class Deployment:
     def close(self) -> None:
         self._watch_stop.set()
         self._watcher.join(5)
+
+
+def parse_cluster_status(out: str) -> dict[str, dict[str, str]]:
+    """The rows of ``raftmq cluster status`` (``raftmq/cluster_cmd.py``): node -> {group,
+    address, role, term, commit, applied, health} (a DOWN replica: its role "DOWN")."""
+    rows: dict[str, dict[str, str]] = {}
+    for line in out.splitlines():
+        cols = line.split()
+        if len(cols) < 4 or cols[0] == "group" or ":" not in cols[2]:
+            continue
+        row = {"group": cols[0], "address": cols[2], "role": cols[3]}
+        if cols[3] != "DOWN":
+            row.update(term=cols[4], commit=cols[5], applied=cols[6], health=" ".join(cols[11:]))
+        rows[cols[1]] = row
+    return rows
+
+
+@contextmanager
+def deployment_hosts(work: Path, logs: Path, operator: Path, user: ServiceUser) -> Iterator[Deployment]:
+    """A :class:`Deployment` on a new :class:`Network`; on leaving -- also when making the
+    network or the hosts fails -- every process stopped, every namespace deleted, ``work``
+    removed."""
+    network: Network | None = None
+    deployment: Deployment | None = None
+    try:
+        network = Network(work / "hosts", logs)
+        deployment = Deployment(network, operator, user)
+        yield deployment
+    finally:
+        if deployment is not None:
+            deployment.close()
+        errors = network.close() if network is not None else []
+        shutil.rmtree(work, ignore_errors=True)
+        assert not errors, errors

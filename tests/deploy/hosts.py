@@ -15,7 +15,8 @@ Contracts:
 * :class:`Network` creates namespaces whose names carry a per-run id, and :meth:`Network.close`
   stops every process any host started (by PID, SIGKILL after a grace period) and deletes
   every namespace it created -- call it in a ``finally``; it never raises for one failure
-  before trying the rest.
+  before trying the rest. A constructor that fails (the bridge cannot be made) closes what
+  it made before raising, as there is then no object to close.
 * :meth:`Host.start` runs ``ip netns exec NS [setpriv ...] ARGV``: both exec, so the
   :class:`ManagedProcess`'s PID is the program's.
 * :meth:`Host.listeners` reads the namespace's listening TCP sockets from
@@ -59,6 +60,11 @@ class ServiceUser:
 
     def setpriv(self) -> list[str]:
         return ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups"]
+
+
+def _anchor(ns: str) -> subprocess.Popen[bytes]:
+    """A ``sleep`` in namespace ``ns`` whose ``/proc/PID/net`` shows the namespace's sockets."""
+    return subprocess.Popen(["ip", "netns", "exec", ns, "sleep", "infinity"], stdin=subprocess.DEVNULL)
 
 
 def _decode_addr(hex_addr: str) -> tuple[str, int]:
@@ -134,9 +140,13 @@ class Network:
         self.switch = f"rmq{self.id}-sw"
         self.hosts: dict[str, Host] = {}
         self._namespaces: list[str] = []
-        self._add_ns(self.switch)
-        _ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
-        _ip("-n", self.switch, "link", "set", "br0", "up")
+        try:
+            self._add_ns(self.switch)
+            _ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
+            _ip("-n", self.switch, "link", "set", "br0", "up")
+        except BaseException:  # the caller gets no object to close: remove what was made
+            self.close()
+            raise
 
     def localize(self, text: str) -> str:
         """The docs' addresses (10.0.0.x) as the test subnet's."""
@@ -160,10 +170,8 @@ class Network:
         _ip("-n", ns, "link", "set", "eth0", "up")
         root = self.work / name
         root.mkdir(parents=True, exist_ok=True)
-        host = Host(name, ns, ip, root, self)
-        host.anchor = subprocess.Popen(["ip", "netns", "exec", ns, "sleep", "infinity"],
-                                       stdin=subprocess.DEVNULL)
-        self.hosts[name] = host
+        host = Host(name, ns, ip, root, self, anchor=_anchor(ns))
+        self.hosts[name] = host  # with its anchor: the listeners watcher reads every host's
         return host
 
     def close(self) -> list[str]:

@@ -8,7 +8,9 @@ files and units are that host's: ``/etc/raftmq`` and ``/var/lib/raftmq`` -> ``HO
 ``HOSTROOT/var/lib/raftmq``; ``/opt/raftmq`` -> this repository (its ``.venv`` is the install).
 Nothing else in the copied files is changed. Each process is its unit's ``ExecStart`` line from
 ``deploy/*.service`` (no systemd), run with ``ip netns exec`` as the unit's ``User=`` (a uid of
-its own: ``raftmq`` if the machine has that user).
+its own: ``raftmq`` if the machine has that user). The commands docs/DEPLOY.md says run as
+written are read from its ``bash`` blocks (``tests.deploy.docs_commands``); each test's
+timings go to the run's closing summary (``tests.deploy.timings``).
 
 The tests run in file order on one deployment (``conftest.deployed``).
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -26,6 +29,8 @@ from pathlib import Path
 import pytest
 
 from tests.deploy.deployment import BROKERS, DEPLOY, RAFTMQ, Deployment
+from tests.deploy.docs_commands import documented
+from tests.deploy.timings import record
 from tests.support.procs import wait_until
 
 pytestmark = [pytest.mark.deploy, pytest.mark.slow]
@@ -46,8 +51,8 @@ def test_the_group_forms_as_documented_and_serves_status_over_tls(deployed: Depl
         assert status.get("voter", True), status
     assert statuses[leader]["role"] == "leader"
     deployed.wait_registered(timeout=40)  # step 9's second check: every replica with each name server
-    print(f"formed in {time.monotonic() - t0:.1f}s, leader {leader}")
     check_listeners(deployed, all_up=True)
+    record("form", f"formed, registered and probed in {time.monotonic() - t0:.1f}s, leader {leader}")
     for name, proc in deployed.services.items():  # the units' User=raftmq
         status = Path(f"/proc/{proc.pid}/status").read_text().splitlines()
         uid = next(line.split()[1] for line in status if line.startswith("Uid:"))
@@ -56,8 +61,12 @@ def test_the_group_forms_as_documented_and_serves_status_over_tls(deployed: Depl
 
 def check_listeners(deployed: Deployment, all_up: bool = False) -> None:
     """Nothing listens off loopback but a broker's TLS+ACL client port and its Raft port
-    (the cluster secret) and a name server's TLS port; the broker and name server ports are
-    probed: https with the CA answers, plain http does not, ``/admin`` without a token is 401."""
+    (the cluster secret) and a name server's TLS port, and each port refuses a stranger:
+    https with the CA answers, plain http gets no HTTP answer at all (curl's code 000),
+    ``/admin`` without a token is 401, a client send without credentials is AUTH_FAILED and
+    one by a user without the grant (once the users test made one) is refused; a TCP
+    connection to the Raft port that does not know the secret gets no byte and is closed."""
+    assert deployed.watching, f"the listening-sockets watcher stopped: {deployed.watch_error!r}"
     deployed.sample_listeners()
     subnet = deployed.net.subnet
     expected = {}
@@ -73,20 +82,55 @@ def check_listeners(deployed: Deployment, all_up: bool = False) -> None:
     assert not unexpected, f"listening off loopback and not a protected port: {unexpected}"
     assert all(k[1].startswith(f"{subnet}.") for k in off), off
     assert not all_up or set(expected) <= off, f"not listening: {set(expected) - off}"
-    for (name, ip, port), kind in expected.items():
-        if (ip, port) not in deployed.net.hosts[name].listeners():
-            continue  # probed while it listens (a stopped process's port was probed before)
+    listening = {k: kind for k, kind in expected.items() if k[1:] in deployed.net.hosts[k[0]].listeners()}
+    for (name, ip, port), kind in listening.items():  # a stopped process's port was probed before
         if kind == "raft":
             assert "secret_file" in deployed.net.hosts[name].path("/etc/raftmq/broker.toml").read_text()
             continue
         ok = deployed.curl(f"https://{ip}:{port}/healthz" if kind == "broker" else f"https://{ip}:{port}/cluster")
         assert ok.returncode == 0, (name, port, ok.stderr)
-        plain = deployed.curl(f"http://{ip}:{port}/status")
-        assert plain.returncode != 0 or not plain.stdout, f"{name}:{port} answers plain http"
+        plain = deployed.curl(f"http://{ip}:{port}/status", "-o", "/dev/null", "-w", "%{http_code}")
+        assert plain.stdout == "000" and plain.returncode != 0, \
+            f"{name}:{port} answered plain http: {plain.stdout} (curl exit {plain.returncode})"
         if kind == "broker":
             admin = deployed.curl(f"https://{ip}:{port}/admin/topics", "-o", "/dev/null",
                                   "-w", "%{http_code}")
             assert admin.stdout == "401", f"{name}: /admin/topics without a token -> {admin.stdout}"
+    _probe_as_a_stranger(deployed, listening)
+    assert deployed.watching, f"the listening-sockets watcher stopped: {deployed.watch_error!r}"
+
+
+def _probe_as_a_stranger(deployed: Deployment, listening: dict[tuple[str, str, int], str]) -> None:
+    """``port_probes.py`` from the client host against every listening broker and Raft port."""
+    brokers = {f"{ip}:{port}": name for (name, ip, port), kind in listening.items() if kind == "broker"}
+    raft = {f"{ip}:{port}": name for (name, ip, port), kind in listening.items() if kind == "raft"}
+    ungranted = str(deployed.ungranted) if deployed.ungranted else None
+    probes = deployed.python("port_probes.py", json.dumps({"brokers": sorted(brokers), "raft": sorted(raft),
+                                                          "ungranted": ungranted}))
+    for address, name in brokers.items():
+        answers = probes["brokers"][address]
+        anonymous = answers["anonymous"]
+        assert anonymous.get("code") == "AUTH_FAILED" and "authentication required" in anonymous["remark"], \
+            (name, anonymous)
+        if ungranted is None:
+            continue
+        refused = answers["ungranted"]
+        user = deployed.ungranted.read_text().split()[0] if deployed.ungranted else ""
+        if _group_of(deployed, name) == "g1":  # the user exists there: the send is what is refused
+            assert refused.get("code") == "NO_PERMISSION" and \
+                f"user '{user}' may not pub on topic:orders" in refused["remark"], (name, refused)
+        else:  # another group's replica (the mistakes test's g2): no such user, the login is refused
+            assert refused.get("login_refused") == "AUTH_FAILED", (name, refused)
+    for address, name in raft.items():
+        for how, probe in probes["raft"][address].items():
+            assert probe["received"] == 0 and probe["ended"] in ("eof", "reset"), (name, how, probe)
+
+
+def _group_of(deployed: Deployment, name: str) -> str:
+    toml = deployed.net.hosts[name].path("/etc/raftmq/broker.toml").read_text()
+    found = re.search(r'\[group\]\s*name = "([^"]+)"', toml)
+    assert found, toml
+    return found.group(1)
 
 
 def test_the_super_user_adds_users_and_grants_and_a_normal_user_sends_and_consumes_in_order(
@@ -100,20 +144,36 @@ def test_the_super_user_adds_users_and_grants_and_a_normal_user_sends_and_consum
     subnet = deployed.net.subnet
     deployed.cli("topic", "create", "orders", "--queues", "8", "--namesrv", f"{subnet}.21:9876")
     for user in ("billing", "shipper"):
-        out = deployed.cli("user", "add", user, env={"RAFTMQ_NEW_PASSWORD": f"{user}-password"}).stdout
+        line = documented("SECURITY.md", f"raftmq user add {user}")  # RAFTMQ_NEW_PASSWORD=... raftmq ...
+        assert line.startswith("RAFTMQ_NEW_PASSWORD="), line
+        out = deployed.cli(*shlex.split(line)[2:], env={"RAFTMQ_NEW_PASSWORD": f"{user}-password"}).stdout
         assert f"user {user} added" in out, out
         deployed.client_file(f"/root/{user}.credentials", f"{user}\n{user}-password\n")
-    deployed.cli("acl", "grant", "billing", "topic:orders", "sub,get")
-    deployed.cli("acl", "grant", "billing", "group:billing", "sub")
-    # the docs' "--source 10.0.1.0/24" is the shippers' network: here the client's /24
-    deployed.cli("acl", "grant", "shipper", "topic:orders", "pub", "--source", f"{subnet}.0/24")
-    listed = deployed.cli("acl", "list").stdout
-    assert "billing" in listed and "shipper" in listed, listed
+    for needle in ("acl grant billing topic:orders", "acl grant billing group:billing",
+                   "acl grant shipper topic:orders", "raftmq acl list"):
+        # the docs' "--source 10.0.1.0/24" is the shippers' network: here the client's /24
+        line = documented("SECURITY.md", needle)
+        args = [a.replace("10.0.1.0/24", f"{subnet}.0/24") for a in shlex.split(line)]
+        assert args[0] == "raftmq", args
+        out = deployed.cli(*args[1:]).stdout
+    assert "billing" in out and "shipper" in out, out  # acl list
+    deployed.ungranted = deployed.client.path("/root/billing.credentials")  # sub on orders, no pub
+    _applied_everywhere(deployed)  # each replica knows the users before they are probed there
+    check_listeners(deployed)
     result = deployed.ordered_load(min_acked=300)
     assert_history(result)
     assert result["figures"]["acked"] >= 300 and result["send_errors"] == 0, result
-    print(f"users, grants, {result['figures']['acked']} ordered sends consumed in "
-          f"{time.monotonic() - t0:.1f}s")
+    record("users", f"users, grants, stranger probes, {result['figures']['acked']} ordered sends consumed "
+                    f"in {time.monotonic() - t0:.1f}s")
+
+
+def _applied_everywhere(deployed: Deployment, names: tuple[str, ...] = ("n1", "n2", "n3")) -> None:
+    """Every replica of ``names`` has applied what the leader had committed when this was called."""
+    leader = deployed.status(deployed.leader(list(names)))
+    assert leader is not None
+    commit = int(leader["commit_index"])
+    wait_until(lambda: all((s := deployed.status(n)) and s["applied_index"] >= commit for n in names),
+               30, 0.3, f"{names} applied index {commit}")
 
 
 def assert_history(result: dict[str, object]) -> None:
@@ -154,12 +214,14 @@ def test_mistakes_in_copied_files_give_the_documented_error_quickly(deployed: De
     deployed.install_tls(host, f"broker{victim[1:]}")
     proc = deployed.start(victim)  # a starting broker registers at once: with name server 2 too
 
-    # ... which refuses it, and both sides say why
-    wait_until(lambda: "refused a registration from" in deployed.services["namesrv2"].log_tail(200),
-               20, 0.3, "name server 2 logging the refused registration")
+    # ... which refuses it, and both sides say why (DEPLOY.md step 4's lines; the name server
+    # logs a reason once a minute: the first broker refused may be another than the victim)
+    said = re.compile(rf"refused a registration from {re.escape(subnet)}\.1[1-3](:\d+)?: "
+                      r"\(401 bad signature\) ")
+    wait_until(lambda: said.search(deployed.services["namesrv2"].log_tail(200)),
+               20, 0.3, "name server 2 logging the refused registration: (401 bad signature)")
     wait_until(lambda: f"name server {subnet}.22:9876 refused the registration: 401" in proc.log_tail(200),
                20, 0.3, f"{victim} logging name server 2's refusal")
-    print(deployed.services["namesrv2"].log_tail(3))
     key_s = time.monotonic() - t_ca
     deployed.install(ns2, key_line.format("g1"))
     deployed.stop("namesrv2")
@@ -185,12 +247,15 @@ def test_mistakes_in_copied_files_give_the_documented_error_quickly(deployed: De
     status = deployed.status("n5")
     assert status is not None and status["peers_connected"] == {"n4": False}, status
     peers_s = time.monotonic() - t_peers
+    _applied_everywhere(deployed)  # the restarted victim knows the users again
+    check_listeners(deployed)  # g2's replicas too: their ports refuse strangers as g1's do
     for name in ("n4", "n5"):  # the spare hosts are made again when the group grows
         deployed.stop(name)
         deployed.wipe(name)
     deployed.wait_registered(timeout=40)
-    print(f"missing CA: exit 2 after {ca_s:.1f}s; wrong key: refusals logged {key_s:.1f}s after the "
-          f"broker's start; differing peers: named after {peers_s:.1f}s; {time.monotonic() - t0:.1f}s in all")
+    record("mistakes", f"missing CA: exit 2 after {ca_s:.1f}s; wrong key: refusals logged {key_s:.1f}s after "
+                       f"the broker's start; differing peers: named after {peers_s:.1f}s; "
+                       f"{time.monotonic() - t0:.1f}s in all")
 
 
 def _bash_op(deployed: Deployment, script: str) -> None:
@@ -230,35 +295,61 @@ def _under_load(deployed: Deployment, tag: str, procedure: Callable[[], None]) -
 
 def test_leader_kill9_restarted_after_the_units_RestartSec(deployed: Deployment) -> None:
     """DEPLOY.md's unit: ``Restart=on-failure``, ``RestartSec``: SIGKILL is a failure, so the
-    leader's process comes back after RestartSec; the group elects another leader meanwhile."""
+    leader's process comes back after RestartSec. While it is down another replica is elected
+    in a higher term than the one the killed leader held; it rejoins as that leader's follower."""
     t0 = time.monotonic()
     unit = deployed.broker_unit
     assert unit.restart == "on-failure" and unit.restart_sec > 0
+    names = ["n1", "n2", "n3"]
+    seen: dict[str, object] = {}
 
     def kill_and_restart() -> None:
-        leader = deployed.leader(["n1", "n2", "n3"])
-        deployed.services[leader].kill()
-        others = [n for n in ("n1", "n2", "n3") if n != leader]
-        time.sleep(unit.restart_sec)
-        deployed.start(leader)
-        new = deployed.leader(["n1", "n2", "n3"], timeout=40)
-        print(f"killed leader {leader}; now led by {new}")
-        assert new in others or new == leader
+        old = deployed.leader(names)
+        status = deployed.status(old)
+        assert status is not None and status["role"] == "leader", status
+        term = int(status["term"])
+        killed_at = time.monotonic()
+        deployed.services[old].kill()
+        others = [n for n in names if n != old]
+
+        def elected() -> tuple[str, int] | None:
+            assert not deployed.services[old].alive
+            for name in others:
+                s = deployed.status(name)
+                if s and s["role"] == "leader" and int(s["term"]) > term:
+                    return name, int(s["term"])
+            return None
+        new, new_term = wait_until(elected, 30, 0.1, f"a leader other than {old} in a term above {term}")
+        seen["elected_s"] = time.monotonic() - killed_at
+        # the unit starts it RestartSec after the kill (later if the election took longer: the
+        # test must see it elected while the killed leader is down)
+        time.sleep(max(0.0, unit.restart_sec - (time.monotonic() - killed_at)))
+        deployed.start(old)
+
+        def rejoined() -> bool:
+            s = deployed.status(old)
+            return bool(s and s["role"] == "follower" and s["leader"] == new and int(s["term"]) >= new_term)
+        wait_until(rejoined, 60, 0.3, f"{old} back as {new}'s follower")
+        seen.update(old=old, term=term, new=new, new_term=new_term)
 
     result = _under_load(deployed, "kill9", kill_and_restart)
     _verify(deployed)
-    print(f"leader kill -9: {result['figures']}, {result['send_errors']} send errors; "
-          f"{time.monotonic() - t0:.1f}s")
+    record("kill9", f"killed leader {seen['old']} (term {seen['term']}); {seen['new']} elected in term "
+                    f"{seen['new_term']} {seen['elected_s']:.1f}s after the kill; {result['figures']}, "
+                    f"{result['send_errors']} send errors; {time.monotonic() - t0:.1f}s")
 
 
 def test_replace_a_failed_host_as_documented(deployed: Deployment) -> None:
     """DEPLOY.md "Replace a failed host": its disk gone, the host installed again with the
     same config and an empty /var/lib/raftmq, started WITHOUT ``raftmq replica init``: it is a
-    new storage (``j-...``, ``voter: false``) until the leader records it (``voter: true``)."""
+    new storage (``j-...``) that neither votes nor stands (its log at start, and ``voter:
+    false`` with a ``vote_refusal`` naming it in ``/status`` when seen before it is recorded),
+    the leader logs the lines the docs quote as it feeds and records it, and it ends a voter."""
     t0 = time.monotonic()
     leader = deployed.leader(["n1", "n2", "n3"])
     victim = next(n for n in ("n2", "n3", "n1") if n != leader)
     seen: dict[str, object] = {}
+    marks = {n: deployed.log_mark(n) for n in ("n1", "n2", "n3") if n != victim}
 
     def replace() -> None:
         deployed.services[victim].kill()
@@ -269,44 +360,77 @@ def test_replace_a_failed_host_as_documented(deployed: Deployment) -> None:
             status = deployed.status(victim)
             if status is None or not str(status["storage"]).startswith("j-"):
                 return False
-            if not status["voter"]:
-                seen["not_voter_first"] = status.get("vote_refusal")
+            seen.setdefault("first", status)
             return bool(status["voter"])
-        wait_until(recorded, 60, 0.2, f"{victim}'s new storage recorded (voter: true)")
+        last = wait_until(recorded, 60, 0.1, f"{victim}'s new storage recorded (voter: true)")
+        seen["last"] = last
 
     result = _under_load(deployed, "replace", replace)
     _verify(deployed)
-    print(f"replaced {victim} (vote refusal first: {seen.get('not_voter_first')!r}): {result['figures']}; "
-          f"{time.monotonic() - t0:.1f}s")
+    final = deployed.status(victim)
+    assert final is not None and final["voter"] and final["vote_refusal"] is None, final
+    token = str(final["storage"])
+    assert token.startswith("j-"), final
+    first = seen["first"]
+    assert isinstance(first, dict) and first["storage"] == token, (first, token)
+    if not first["voter"]:  # seen before it was recorded: the refusal names its new storage
+        assert token in str(first["vote_refusal"]), first
+    # its own log: a new storage that neither votes nor stands, then recorded
+    own = deployed.services[victim].log_tail(100_000)
+    at_start = own.find(f"{victim} neither votes nor stands: its storage {token} ")
+    votes = own.find(f"storage {token} is the one the group recorded for {victim}: it votes and may stand")
+    assert f"it starts as a new storage ({token}) of an existing group" in own, own[-3000:]
+    assert 0 <= at_start < votes, own[-3000:]
+    # the leader's log, the lines DEPLOY.md quotes (whichever replica led meanwhile)
+    leaders_log = "\n".join(deployed.log_since(m) for m in marks.values())
+    for line in (f"member {victim} answers with storage {token}, not the one recorded for it",
+                 f"member {victim} (storage {token}) holds index",
+                 "the commit index when it arrived: recording its storage"):
+        assert line in leaders_log, (line, leaders_log[-3000:])
+    recorded_line = rf"storages recorded \(committed\): [^\n]*\b{victim}={re.escape(token)}\b"
+    assert re.search(recorded_line, leaders_log), leaders_log[-3000:]
+    record("replace", f"replaced {victim} (storage {token}; first seen voter={first['voter']}, "
+                      f"refusal {first['vote_refusal']!r}): {result['figures']}; "
+                      f"{time.monotonic() - t0:.1f}s")
 
 
 def test_rolling_restart_followers_then_the_leader(deployed: Deployment) -> None:
-    """DEPLOY.md "Rolling restart": each follower restarted (SIGTERM, start) and caught up
-    (``raftmq cluster status``), then the leader, which hands its role over first."""
+    """DEPLOY.md "Rolling restart": each follower restarted (``systemctl restart
+    raftmq-broker``: SIGTERM, start) and caught up as ``raftmq cluster status --namesrv NS``
+    shows it (role back, ``applied`` at least the others' ``commit``, health ``ok``), then
+    the leader, which hands its role over first."""
     t0 = time.monotonic()
-    ns = f"{deployed.net.subnet}.21:9876"
+    names = ("n1", "n2", "n3")
+    waits: list[str] = []
 
     def roll() -> None:
-        leader = deployed.leader(["n1", "n2", "n3"])
-        for name in [n for n in ("n1", "n2", "n3") if n != leader] + [leader]:
+        rows = deployed.cluster_status()
+        leaders = [n for n in names if rows[n]["role"] == "leader"]
+        assert len(leaders) == 1, rows
+        for name in [n for n in names if n != leaders[0]] + leaders:
             assert deployed.stop(name) == 0, deployed.services[name].log_tail()
             deployed.start(name)
-            _wait_caught_up(deployed, name)
-        out = deployed.cli("cluster", "status", "--namesrv", ns).stdout
-        assert all(n in out for n in ("n1", "n2", "n3")), out
+            t = time.monotonic()
+            rows = wait_until(lambda name=name: _caught_up(deployed.cluster_status(), name, names), 60, 0.5,
+                              f"raftmq cluster status showing {name} caught up after its restart")
+            waits.append(f"{name} {time.monotonic() - t:.1f}s")
+        assert sum(rows[n]["role"] == "leader" for n in names) == 1, rows
+        assert rows[leaders[0]]["role"] == "follower", rows  # the old leader handed over
 
     result = _under_load(deployed, "rolling", roll)
     _verify(deployed)
-    print(f"rolling restart: {result['figures']}, {result['send_errors']} send errors; "
-          f"{time.monotonic() - t0:.1f}s")
+    record("rolling", f"rolling restart (caught up after: {', '.join(waits)}): {result['figures']}, "
+                      f"{result['send_errors']} send errors; {time.monotonic() - t0:.1f}s")
 
 
-def _wait_caught_up(deployed: Deployment, name: str, others: tuple[str, ...] = ("n1", "n2", "n3")) -> None:
-    def caught_up() -> bool:
-        mine = deployed.status(name)
-        commits = [s["commit_index"] for s in (deployed.status(n) for n in others if n != name) if s]
-        return bool(mine and commits and mine["applied_index"] >= min(commits) and mine["healthy"])
-    wait_until(caught_up, 60, 0.3, f"{name} caught up after its restart")
+def _caught_up(rows: dict[str, dict[str, str]], name: str,
+               names: tuple[str, ...]) -> dict[str, dict[str, str]] | None:
+    """``rows`` (``raftmq cluster status``) when they show ``name`` caught up as the docs say."""
+    mine = rows.get(name)
+    others = [rows[n] for n in names if n != name and n in rows and rows[n]["role"] != "DOWN"]
+    if mine is None or mine["role"] not in ("follower", "leader") or mine["health"] != "ok" or not others:
+        return None
+    return rows if int(mine["applied"]) >= min(int(r["commit"]) for r in others) else None
 
 
 def test_grow_three_to_five_and_shrink_back_to_three(deployed: Deployment) -> None:
@@ -328,12 +452,12 @@ def test_grow_three_to_five_and_shrink_back_to_three(deployed: Deployment) -> No
             deployed.start(name)
             wait_until(lambda name=name: deployed.status(name), 30, 0.3, f"{name} serving (a learner)")
             ip = deployed.net.hosts[name].ip
-            out = deployed.cli("replica", "add", name, "--raft", f"{ip}:20911", "--client", f"{ip}:10911",
-                               "--namesrv", ns, timeout=180).stdout
-            print(out.strip().splitlines()[-1] if out.strip() else "")
+            deployed.cli("replica", "add", name, "--raft", f"{ip}:20911", "--client", f"{ip}:10911",
+                         "--namesrv", ns, timeout=180)
             members.append(name)
         listed = deployed.cli("replica", "list", "--namesrv", ns).stdout
         assert all(m in listed for m in members), listed
+        check_listeners(deployed)  # five replicas up: n4's and n5's ports refuse strangers too
         for name in ("n5", "n4"):
             deployed.cli("replica", "remove", name, "--namesrv", ns, timeout=180)
             deployed.stop(name)
@@ -344,8 +468,8 @@ def test_grow_three_to_five_and_shrink_back_to_three(deployed: Deployment) -> No
     result = _under_load(deployed, "grow", grow_and_shrink)
     _verify(deployed)
     check_listeners(deployed)
-    print(f"grow 3 -> 5 -> 3: {result['figures']}, {result['send_errors']} send errors; "
-          f"{time.monotonic() - t0:.1f}s")
+    record("grow", f"grow 3 -> 5 -> 3 (probed at 5): {result['figures']}, {result['send_errors']} send "
+                   f"errors; {time.monotonic() - t0:.1f}s")
 
 
 def test_console_signed_in_shows_the_group_and_prometheus_scrapes_the_brokers_over_tls(
@@ -390,4 +514,5 @@ def test_console_signed_in_shows_the_group_and_prometheus_scrapes_the_brokers_ov
     assert {str(t["scrapeUrl"]) for t in active} == {f"https://{subnet}.{BROKERS[n]}:10911/metrics"
                                                      for n in ("n1", "n2", "n3")}, active
     check_listeners(deployed)
-    print(f"console signed in {console_s:.1f}s; Prometheus 3/3 up over https; {time.monotonic() - t0:.1f}s")
+    record("console", f"console signed in {console_s:.1f}s; Prometheus 3/3 up over https; "
+                      f"{time.monotonic() - t0:.1f}s")

@@ -188,10 +188,10 @@ class RaftMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         return self._to_json(initial_offsets(self.opts))
 
-    def _to_json(self, offsets: Offsets) -> dict:
+    def _to_json(self, offsets: Offsets) -> dict[str, Any]:
         return offsets_to_json(offsets, self.opts.single_topic)
 
-    def _from_json(self, doc: dict) -> Offsets:
+    def _from_json(self, doc: dict[str, Any]) -> Offsets:
         return offsets_from_json(doc, self.opts.single_topic)
 
     def _available(self) -> Offsets:

@@ -20,7 +20,8 @@ cluster holds, resolved again at each planning, so that a topic created while a 
 runs joins it).
 
 Credentials, for groups with ACLs on (docs/SECURITY.md): ``user`` and ``password``, or
-``credentialsFile`` (two lines, read on the driver). The reads need ``sub`` on the topic.
+``credentialsFile`` (two lines, read on the driver). The reads need ``sub`` on the topics;
+``topicPattern`` also ``list`` on the cluster (GET_TOPICS).
 The password travels to the workers inside the options, as any Spark source's secrets do.
 """
 

@@ -42,7 +42,7 @@ from client.aio.admin import AsyncAdmin
 from client.aio.core import ClientCore
 from client.aio.routes import PERM_READ, GroupRoute
 from client.backoff import Deadline
-from client.errors import ClientError, RouteNotFoundError, TopicNotExistError
+from client.errors import ClientError, TopicNotExistError
 from protocol.query import SearchOffsetRequest, SearchOffsetResponse
 from spark.errors import DataLossError, ReadError, ReplicaUnavailableError
 from spark.options import EARLIEST, LATEST, OffsetSpec, OptionError, SourceOptions
@@ -162,8 +162,8 @@ async def _topic_bounds(core: ClientCore, opts: SourceOptions, topic: str,
                         timestamps: Sequence[int]) -> list[QueueBounds]:
     try:
         route = await core.routes.route(topic, refresh=True)
-    except (TopicNotExistError, RouteNotFoundError):
-        if opts.topic_pattern is None:
+    except TopicNotExistError:  # listed by a broker, not routed yet (the name servers hear of it
+        if opts.topic_pattern is None:  # within a second), or deleted since
             raise
         log.info("topic %r (topicPattern %r) has no route yet: read from a later planning on", topic,
                  opts.topic_pattern)

@@ -490,6 +490,14 @@ def test_stream_with_a_topic_pattern_takes_a_new_topic_from_its_earliest_offset(
     later = r.latestOffset(end, ReadAllAvailable())
     assert later == {TOPIC: {"g1": {"0": 1000}}, "t2": {"g1": {"0": 45}}, "t3": {"g1": {"0": 25}}}
     assert [(p.rng.topic, p.rng.start, p.rng.end) for p in r.partitions(end, later)] == [("t3", 0, 25)]  # type: ignore[attr-defined]
+    # a pattern nothing matches yet: no offsets, then the first matching topic from its earliest
+    none_yet = RaftMQStreamReader(parse_options({"servers": servers, "topicPattern": "v.*"}))
+    assert none_yet.initialOffset() == {}
+    assert none_yet.latestOffset({}, ReadAllAvailable()) == {}
+    for rep in replicas.values():
+        rep.topics = {"v1": 12}
+    assert none_yet.latestOffset({}, ReadAllAvailable()) == {"v1": {"g1": {"0": 0}}}
+    assert none_yet.latestOffset({"v1": {"g1": {"0": 0}}}, ReadAllAvailable()) == {"v1": {"g1": {"0": 12}}}
 
 
 def test_stream_offsets_never_go_back_admit_and_stop_at_the_available_now_target(

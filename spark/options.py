@@ -274,13 +274,12 @@ def _topics(opts: Mapping[str, str]) -> tuple[str, tuple[str, ...], str | None]:
     return topic, (), None
 
 
-def _check_spec_topics(spec: OffsetSpec | None, name: str, topics: tuple[str, ...],
-                       pattern: str | None) -> None:
+def _check_spec_topics(opts: SourceOptions, spec: OffsetSpec | None, name: str) -> None:
     """A JSON spec of several topics names only topics the source reads."""
     for (t, _, _), _ in spec.queues if spec is not None else ():
-        if (pattern is not None and re.fullmatch(pattern, t) is None) or (topics and t not in topics):
-            read = f"topicPattern {pattern!r}" if pattern is not None else f"topics {','.join(topics)!r}"
-            raise OptionError(f"option {name} names topic {t!r}, which the source does not read ({read})")
+        if not opts.matches(t):
+            raise OptionError(f"option {name} names topic {t!r}, which the source does not read "
+                              f"({opts.describe_topics()})")
 
 
 def _credentials(opts: Mapping[str, str]) -> tuple[str | None, str | None]:
@@ -344,9 +343,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     ending_spec = (parse_timestamps_spec(by_time["endingOffsets"], "endingOffsetsByTimestamp", one)
                    if by_time["endingOffsets"] else
                    parse_offset_spec(ending, "endingOffsets", one) if ending else OffsetSpec("latest"))
-    for spec, key in ((starting_spec, "startingOffsets"), (ending_spec, "endingOffsets")):
-        _check_spec_topics(spec, f"{key}ByTimestamp" if by_time[key] else key, topics, topic_pattern)
-    return SourceOptions(
+    opts_out = SourceOptions(
         user=user, password=password,
         topic=topic, topics=topics, topic_pattern=topic_pattern,
         namesrv=namesrv, servers=servers, read_from=read_from,
@@ -362,6 +359,9 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         pipeline=_positive_int(opts, "pipeline", "pipeline", 2, 8) or 2,
         arrow_batch_rows=_positive_int(opts, "arrowbatchrows", "arrowBatchRows", 8192) or 8192,
         follower_wait_s=wait_ms / 1000, request_timeout_s=timeout_ms / 1000, tls=tls)
+    for spec, key in ((starting_spec, "startingOffsets"), (ending_spec, "endingOffsets")):
+        _check_spec_topics(opts_out, spec, f"{key}ByTimestamp" if by_time[key] else key)
+    return opts_out
 
 
 def _tls(opts: Mapping[str, str]) -> ClientTls | None:

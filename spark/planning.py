@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -155,7 +154,7 @@ async def resolve_topics(core: ClientCore, opts: SourceOptions) -> list[str]:
     if opts.topic_pattern is None:
         return list(opts.topics) or [opts.topic]
     held = await AsyncAdmin(core=core, timeout=opts.request_timeout_s).topics()
-    return [t for t in held if re.fullmatch(opts.topic_pattern, t)]
+    return [t for t in held if opts.matches(t)]
 
 
 async def _topic_bounds(core: ClientCore, opts: SourceOptions, topic: str,

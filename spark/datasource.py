@@ -17,10 +17,11 @@ Every method here runs in a Python process of Spark's (driver-side planner proce
 the streaming source runner, the executors' workers): nothing unpicklable is kept on
 ``self``; each ``read`` opens its own client and loop (``spark.range_reader.read_columns``).
 
-Streaming offsets are ``{"<group>": {"<queue id>": next offset}}`` in the checkpoint, the
-source of truth; ``commit`` copies them to the consumer group ``groupId`` if given. A queue added to
-the topic while a query runs enters the offsets at its earliest offset and is read from
-the next micro-batch on.
+Streaming offsets are ``{"<group>": {"<queue id>": next offset}}`` in the checkpoint with
+the option ``topic`` (``{"<topic>": {...}}`` around that with ``topics`` / ``topicPattern``),
+the source of truth; ``commit`` copies them to the consumer group ``groupId`` if given. A
+queue added to the topic -- or, with ``topicPattern``, a topic created -- while a query runs
+enters the offsets at its earliest offset and is read from the next micro-batch on.
 """
 
 from __future__ import annotations
@@ -185,7 +186,13 @@ class RaftMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_batch_at: float | None = None  # minOffsetsPerTrigger: when a batch last went
 
     def initialOffset(self) -> dict:
-        return offsets_to_json(initial_offsets(self.opts))
+        return self._to_json(initial_offsets(self.opts))
+
+    def _to_json(self, offsets: Offsets) -> dict[str, Any]:
+        return offsets_to_json(offsets, self.opts.single_topic)
+
+    def _from_json(self, doc: dict[str, Any]) -> Offsets:
+        return offsets_from_json(doc, self.opts.single_topic)
 
     def _available(self) -> Offsets:
         self._bounds = current_offsets(self.opts)
@@ -199,24 +206,24 @@ class RaftMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        begin = offsets_from_json(start)
+        begin = self._from_json(start)
         available = self._available()
         bounds = {b.key: b for b in self._bounds or []}
         end: Offsets = {}
         for key, high in available.items():
-            if key not in begin:  # a queue new to this query: enters at its earliest offset
+            if key not in begin:  # a queue (or topic) new to this query: enters at its earliest offset
                 end[key] = bounds[key].low
                 continue
             if self._target is not None:
                 high = min(high, self._target.get(key, begin[key]))
             end[key] = max(begin[key], high)  # a lagging replica may report less than the checkpoint
-        for key, offset in begin.items():  # a queue no longer in the route keeps its offset
+        for key, offset in begin.items():  # a queue no longer in the route (a topic gone) keeps its offset
             end.setdefault(key, offset)
         if isinstance(limit, ReadMaxRows):
             end = admit(begin, end, limit.max_rows)
         if self._wait_for_more(begin, end):
-            return offsets_to_json(begin)
-        return offsets_to_json(end)
+            return self._to_json(begin)
+        return self._to_json(end)
 
     def _wait_for_more(self, begin: Offsets, end: Offsets) -> bool:
         """minOffsetsPerTrigger: True while fewer new offsets than it are available and the last
@@ -237,7 +244,7 @@ class RaftMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        begin, stop = offsets_from_json(start), offsets_from_json(end)
+        begin, stop = self._from_json(start), self._from_json(end)
         if not any(stop[k] > begin.get(k, stop[k]) for k in stop):
             return []
         bounds = self._bounds
@@ -253,4 +260,4 @@ class RaftMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         if self.opts.group_id is not None:  # a copy for `raftmq group progress`, best effort
-            commit_progress(self.opts, offsets_from_json(end))
+            commit_progress(self.opts, self._from_json(end))

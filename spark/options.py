@@ -10,17 +10,25 @@ Offsets specs (``startingOffsets`` / ``endingOffsets``):
   (``2026-05-01T12:00:00Z``; without a zone it is UTC) -- the first message stored at or
   after it, per queue;
 * JSON per queue, keyed by broker group then queue id: ``{"g1": {"0": 120, "3": -2}}``
-  (``-2`` earliest, ``-1`` latest). A queue the JSON leaves out starts at ``earliest``
-  (``startingOffsets``) or ends at ``latest`` (``endingOffsets``).
+  (``-2`` earliest, ``-1`` latest); with ``topics`` / ``topicPattern`` keyed by topic
+  first: ``{"orders": {"g1": {"0": 120}}}``. A queue the JSON leaves out starts at
+  ``earliest`` (``startingOffsets``) or ends at ``latest`` (``endingOffsets``).
+
+Topics: exactly one of ``topic`` (one topic), ``topics`` (a comma list) and
+``topicPattern`` (a Python regular expression matched in full against the topics the
+cluster holds, resolved again at each planning, so that a topic created while a stream
+runs joins it).
 
 Credentials, for groups with ACLs on (docs/SECURITY.md): ``user`` and ``password``, or
-``credentialsFile`` (two lines, read on the driver). The reads need ``sub`` on the topic.
+``credentialsFile`` (two lines, read on the driver). The reads need ``sub`` on the topics;
+``topicPattern`` also ``list`` on the cluster (GET_TOPICS).
 The password travels to the workers inside the options, as any Spark source's secrets do.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,7 +36,7 @@ from typing import Any, Literal
 
 from client.credentials import Credentials
 from client.tag_filter import SubscriptionError, TagSelector, parse_tags
-from protocol.names import InvalidName, validate_group
+from protocol.names import InvalidName, validate_group, validate_topic
 from protocol.pull import MAX_PULL  # the broker's largest page
 from protocol.sql_filter import FilterSyntaxError, compile_filter
 from protocol.tls import ClientTls
@@ -53,19 +61,22 @@ class OffsetSpec:
     timestamp_ms: int | None = None
     #: kind "queues": (group, queue id) -> offset, or EARLIEST / LATEST; kind "timestamps":
     #: (group, queue id) -> store timestamp ms (``startingOffsetsByTimestamp``)
-    queues: tuple[tuple[tuple[str, int], int], ...] = ()
+    #: (topic, group, queue id) -> ...; with the option ``topic`` the topic is that one
+    queues: tuple[tuple[tuple[str, str, int], int], ...] = ()
 
-    def for_queue(self, group: str, queue_id: int) -> int | None:
+    def for_queue(self, topic: str, group: str, queue_id: int) -> int | None:
         """The explicit offset of one queue (EARLIEST/LATEST allowed), None if not given."""
         for key, offset in self.queues:
-            if key == (group, queue_id):
+            if key == (topic, group, queue_id):
                 return offset
         return None
 
 
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
-    topic: str
+    topic: str = ""                 # the option ``topic`` ("" with ``topics`` / ``topicPattern``)
+    topics: tuple[str, ...] = ()    # the option ``topics``
+    topic_pattern: str | None = None  # the option ``topicPattern`` (matched in full)
     namesrv: tuple[str, ...] = ()
     servers: tuple[str, ...] = ()
     read_from: str = "follower"
@@ -89,7 +100,24 @@ class SourceOptions:
     password: str | None = None
 
     def __repr__(self) -> str:  # never print the password
-        return f"SourceOptions(topic={self.topic!r}, user={self.user!r}, ...)"
+        return f"SourceOptions({self.describe_topics()}, user={self.user!r}, ...)"
+
+    @property
+    def single_topic(self) -> str | None:
+        """The option ``topic``'s topic: offsets (checkpoint, JSON specs) are then keyed by
+        group and queue id only; None with ``topics`` / ``topicPattern`` (keyed by topic first)."""
+        return self.topic or None
+
+    def describe_topics(self) -> str:
+        if self.topic_pattern is not None:
+            return f"topicPattern={self.topic_pattern!r}"
+        return f"topics={','.join(self.topics)!r}" if self.topics else f"topic={self.topic!r}"
+
+    def matches(self, topic: str) -> bool:
+        """Whether the source reads ``topic`` (``topicPattern``: matched in full)."""
+        if self.topic_pattern is not None:
+            return re.fullmatch(self.topic_pattern, topic) is not None
+        return topic in self.topics if self.topics else topic == self.topic
 
     def credentials(self) -> Credentials | None:
         return None if self.user is None else Credentials(self.user, self.password or "")
@@ -139,8 +167,9 @@ def _duration_s(opts: Mapping[str, str], key: str, name: str, default: float) ->
     raise OptionError(f"option {name} must be milliseconds or a duration like '30s' or '15m', got {raw!r}")
 
 
-def parse_offset_spec(value: str, name: str) -> OffsetSpec:
-    """Parse one ``startingOffsets`` / ``endingOffsets`` value (module docstring)."""
+def parse_offset_spec(value: str, name: str, topic: str | None) -> OffsetSpec:
+    """Parse one ``startingOffsets`` / ``endingOffsets`` value (module docstring); ``topic``:
+    the option ``topic`` (JSON keyed by group), None for several topics (keyed by topic first)."""
     text = value.strip()
     low = text.lower()
     if low in ("earliest", "latest"):
@@ -150,7 +179,7 @@ def parse_offset_spec(value: str, name: str) -> OffsetSpec:
             doc = json.loads(text)
         except ValueError as e:
             raise OptionError(f"option {name}: not valid JSON ({e}): {text!r}") from None
-        return OffsetSpec("queues", queues=_queue_offsets(doc, name))
+        return OffsetSpec("queues", queues=_queue_offsets(doc, name, topic))
     if text.lstrip("-").isdigit():
         ms = int(text)
         if ms < 0:
@@ -167,39 +196,90 @@ def parse_offset_spec(value: str, name: str) -> OffsetSpec:
     return OffsetSpec("timestamp", timestamp_ms=int(when.timestamp() * 1000))
 
 
-def parse_timestamps_spec(value: str, name: str) -> OffsetSpec:
+def parse_timestamps_spec(value: str, name: str, topic: str | None) -> OffsetSpec:
     """``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp``: JSON per queue of store
-    timestamps in ms, ``{"g1": {"0": 1764300000000}}``."""
+    timestamps in ms, ``{"g1": {"0": 1764300000000}}`` (``topic`` as for ``parse_offset_spec``)."""
     try:
         doc = json.loads(value)
     except ValueError as e:
         raise OptionError(f"option {name}: not valid JSON ({e}): {value!r}") from None
-    queues = _queue_offsets(doc, name)
-    for (group, qid), ms in queues:
+    queues = _queue_offsets(doc, name, topic)
+    for (_, group, qid), ms in queues:
         if ms < 0:
             raise OptionError(f"option {name}: queue {group}#{qid} has timestamp {ms} "
                               "(ms since the epoch, >= 0)")
     return OffsetSpec("timestamps", queues=queues)
 
 
-def _queue_offsets(doc: object, name: str) -> tuple[tuple[tuple[str, int], int], ...]:
+def _queue_offsets(doc: object, name: str, topic: str | None) -> tuple[tuple[tuple[str, str, int], int], ...]:
+    if topic is not None:
+        return tuple(sorted(((topic, g, q), o) for (g, q), o in _group_offsets(doc, name, "")))
+    shape = (f'option {name}: with topics or topicPattern, JSON offsets are '
+             f'{{"<topic>": {{"<broker group>": {{"<queue id>": offset}}}}}}')
+    if not isinstance(doc, dict):
+        raise OptionError(f"{shape}, got {doc!r}")
+    out: list[tuple[tuple[str, str, int], int]] = []
+    for t, groups in doc.items():
+        if not isinstance(groups, dict) or not all(isinstance(v, dict) for v in groups.values()):
+            raise OptionError(f"{shape}; topic {t!r} maps to {groups!r}")
+        out += [((str(t), g, q), o) for (g, q), o in _group_offsets(groups, name, f" of topic {t!r}")]
+    return tuple(sorted(out))
+
+
+def _group_offsets(doc: object, name: str, where: str) -> list[tuple[tuple[str, int], int]]:
     shape = f'option {name}: JSON offsets are {{"<broker group>": {{"<queue id>": offset}}}}'
     if not isinstance(doc, dict):
         raise OptionError(f"{shape}, got {doc!r}")
     out: list[tuple[tuple[str, int], int]] = []
     for group, queues in doc.items():
         if not isinstance(queues, dict):
-            raise OptionError(f"{shape}; group {group!r} maps to {queues!r}")
+            raise OptionError(f"{shape}; group {group!r}{where} maps to {queues!r}")
         for qid, offset in queues.items():
             try:
                 q = int(qid)
             except (TypeError, ValueError):
-                raise OptionError(f"{shape}; {qid!r} of group {group!r} is not a queue id") from None
+                raise OptionError(f"{shape}; {qid!r} of group {group!r}{where} is not a queue id") from None
             if not isinstance(offset, int) or isinstance(offset, bool) or offset < EARLIEST or q < 0:
-                raise OptionError(f"{shape}; queue {group}#{qid} has offset {offset!r} "
+                raise OptionError(f"{shape}; queue {group}#{qid}{where} has offset {offset!r} "
                                   "(an offset >= 0, -2 for earliest or -1 for latest)")
             out.append(((str(group), q), offset))
-    return tuple(sorted(out))
+    return out
+
+
+def _topics(opts: Mapping[str, str]) -> tuple[str, tuple[str, ...], str | None]:
+    """(topic, topics, topicPattern): exactly one of the three options."""
+    topic = (opts.get("topic") or "").strip()
+    names = tuple(dict.fromkeys(t.strip() for t in str(opts.get("topics") or "").split(",") if t.strip()))
+    pattern = opts.get("topicpattern")
+    given = [n for n, v in (("topic", topic), ("topics", names), ("topicPattern", pattern))
+             if v is not None and str(v).strip() != "" and v != ()]
+    if len(given) != 1:
+        what = f" (got {', '.join(given)})" if given else ""
+        raise OptionError("give exactly one of the options topic ('orders'), topics ('orders,returns') "
+                          f"or topicPattern (a regular expression matched in full, 'orders-.*'){what}")
+    if names:
+        for t in names:
+            try:
+                validate_topic(t)
+            except InvalidName as e:
+                raise OptionError(f"option topics: {e}") from None
+        return "", names, None
+    if pattern is not None and str(pattern).strip():
+        try:
+            re.compile(str(pattern))
+        except re.error as e:
+            raise OptionError(f"option topicPattern: {str(pattern)!r} is not a regular expression "
+                              f"({e})") from None
+        return "", (), str(pattern)
+    return topic, (), None
+
+
+def _check_spec_topics(opts: SourceOptions, spec: OffsetSpec | None, name: str) -> None:
+    """A JSON spec of several topics names only topics the source reads."""
+    for (t, _, _), _ in spec.queues if spec is not None else ():
+        if not opts.matches(t):
+            raise OptionError(f"option {name} names topic {t!r}, which the source does not read "
+                              f"({opts.describe_topics()})")
 
 
 def _credentials(opts: Mapping[str, str]) -> tuple[str | None, str | None]:
@@ -219,9 +299,8 @@ def _credentials(opts: Mapping[str, str]) -> tuple[str | None, str | None]:
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
     """Check the options given to ``spark.read.format("raftmq")``; keys are case-insensitive."""
     opts = {str(k).lower(): v for k, v in options.items() if v is not None}
-    topic = (opts.get("topic") or "").strip()
-    if not topic:
-        raise OptionError("option topic is required: .option('topic', 'orders')")
+    topic, topics, topic_pattern = _topics(opts)
+    one = topic or None  # JSON offsets keyed by group (topic) or by topic first (topics, topicPattern)
     namesrv, servers = _addresses(opts.get("namesrv")), _addresses(opts.get("servers"))
     if bool(namesrv) == bool(servers):
         raise OptionError("give exactly one of the options namesrv ('host:port[,host:port]', the name "
@@ -258,15 +337,17 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     timeout_ms = _positive_int(opts, "requesttimeoutms", "requestTimeoutMs", 10_000)
     assert wait_ms is not None and timeout_ms is not None
     user, password = _credentials(opts)
-    return SourceOptions(
+    starting_spec = (parse_timestamps_spec(by_time["startingOffsets"], "startingOffsetsByTimestamp", one)
+                     if by_time["startingOffsets"] else
+                     parse_offset_spec(starting, "startingOffsets", one) if starting else None)
+    ending_spec = (parse_timestamps_spec(by_time["endingOffsets"], "endingOffsetsByTimestamp", one)
+                   if by_time["endingOffsets"] else
+                   parse_offset_spec(ending, "endingOffsets", one) if ending else OffsetSpec("latest"))
+    opts_out = SourceOptions(
         user=user, password=password,
-        topic=topic, namesrv=namesrv, servers=servers, read_from=read_from,
-        starting=(parse_timestamps_spec(by_time["startingOffsets"], "startingOffsetsByTimestamp")
-                  if by_time["startingOffsets"] else
-                  parse_offset_spec(starting, "startingOffsets") if starting else None),
-        ending=(parse_timestamps_spec(by_time["endingOffsets"], "endingOffsetsByTimestamp")
-                if by_time["endingOffsets"] else
-                parse_offset_spec(ending, "endingOffsets") if ending else OffsetSpec("latest")),
+        topic=topic, topics=topics, topic_pattern=topic_pattern,
+        namesrv=namesrv, servers=servers, read_from=read_from,
+        starting=starting_spec, ending=ending_spec,
         max_records_per_trigger=_positive_int(opts, "maxrecordspertrigger", "maxRecordsPerTrigger", None),
         min_records_per_trigger=_positive_int(opts, "minoffsetspertrigger", "minOffsetsPerTrigger", None),
         max_trigger_delay_s=_duration_s(opts, "maxtriggerdelay", "maxTriggerDelay", 900.0),
@@ -278,6 +359,9 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         pipeline=_positive_int(opts, "pipeline", "pipeline", 2, 8) or 2,
         arrow_batch_rows=_positive_int(opts, "arrowbatchrows", "arrowBatchRows", 8192) or 8192,
         follower_wait_s=wait_ms / 1000, request_timeout_s=timeout_ms / 1000, tls=tls)
+    for spec, key in ((starting_spec, "startingOffsets"), (ending_spec, "endingOffsets")):
+        _check_spec_topics(opts_out, spec, f"{key}ByTimestamp" if by_time[key] else key)
+    return opts_out
 
 
 def _tls(opts: Mapping[str, str]) -> ClientTls | None:

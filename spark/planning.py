@@ -13,10 +13,19 @@ Planning
     the partitions of a group take its followers in turn (``preferred``), so that tasks
     running side by side load different followers.
 
+Topics
+    ``topic``, the ``topics`` list, or the topics the cluster holds whose names
+    ``topicPattern`` matches in full (``resolve_topics``, asked again at every
+    ``queue_bounds``: a topic created while a stream runs joins it; a topic that is gone
+    keeps its offsets, as a queue that left the route does).
+
 Streaming offsets
-    ``{(group, queue id): next offset}`` (:data:`Offsets`), as JSON in Spark's checkpoint
-    (``offsets_to_json`` / ``offsets_from_json``); ``initial_offsets`` resolves
-    ``startingOffsets``, ``admit`` applies ``maxRecordsPerTrigger``.
+    ``{(topic, group, queue id): next offset}`` (:data:`Offsets`), as JSON in Spark's
+    checkpoint (``offsets_to_json`` / ``offsets_from_json``): ``{"<group>": {"<queue id>":
+    offset}}`` with the option ``topic`` (the shape of checkpoints written before several
+    topics were read), ``{"<topic>": {"<group>": {"<queue id>": offset}}}`` with ``topics``
+    / ``topicPattern``; ``initial_offsets`` resolves ``startingOffsets``, ``admit`` applies
+    ``maxRecordsPerTrigger``.
 """
 
 from __future__ import annotations
@@ -28,10 +37,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from client.aio.admin import AsyncAdmin
 from client.aio.core import ClientCore
 from client.aio.routes import PERM_READ, GroupRoute
 from client.backoff import Deadline
-from client.errors import ClientError
+from client.errors import ClientError, TopicNotExistError
 from protocol.query import SearchOffsetRequest, SearchOffsetResponse
 from spark.errors import DataLossError, ReadError, ReplicaUnavailableError
 from spark.options import EARLIEST, LATEST, OffsetSpec, OptionError, SourceOptions
@@ -40,6 +50,7 @@ from spark.replicas import no_replica_message, plan_sources, replica_roles
 __all__ = [
     "Offsets",
     "QueueBounds",
+    "QueueKey",
     "QueueRange",
     "admit",
     "current_offsets",
@@ -49,9 +60,13 @@ __all__ = [
     "plan_batch",
     "plan_ranges",
     "queue_bounds",
+    "resolve_topics",
 ]
 
 log = logging.getLogger("spark.raftmq")
+
+#: a queue of the source: (topic, broker group, queue id)
+QueueKey = tuple[str, str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +83,8 @@ class QueueBounds:
     at_time: dict[int, int] = field(default_factory=dict)  # timestamp ms -> first offset at/after
 
     @property
-    def key(self) -> tuple[str, int]:
-        return (self.group, self.queue_id)
+    def key(self) -> QueueKey:
+        return (self.topic, self.group, self.queue_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,18 +113,18 @@ async def _search(core: ClientCore, address: str, topic: str, queue_id: int, tim
     return SearchOffsetResponse.from_frame(await core.pool.request(address, request, timeout=timeout))
 
 
-async def _group_bounds(core: ClientCore, opts: SourceOptions, group: GroupRoute, queue_ids: Sequence[int],
-                        timestamps: Sequence[int]) -> list[QueueBounds] | str:
+async def _group_bounds(core: ClientCore, opts: SourceOptions, topic: str, group: GroupRoute,
+                        queue_ids: Sequence[int], timestamps: Sequence[int]) -> list[QueueBounds] | str:
     """The bounds of one group's queues, or why no replica could give them."""
     roles = await replica_roles(core, group.addresses)
     sources = plan_sources(roles, opts.read_from)
     answers: dict[str, dict[int, tuple[int, int, dict[int, int]]]] = {}
 
     async def ask(address: str, queue_id: int) -> None:
-        found = await _search(core, address, opts.topic, queue_id, None, opts.request_timeout_s)
+        found = await _search(core, address, topic, queue_id, None, opts.request_timeout_s)
         at = {}
         for ts in timestamps:
-            offset = (await _search(core, address, opts.topic, queue_id, ts, opts.request_timeout_s)).offset
+            offset = (await _search(core, address, topic, queue_id, ts, opts.request_timeout_s)).offset
             if offset is None:
                 raise ReadError(f"{address} answered a search by time without an offset")
             at[ts] = offset
@@ -128,16 +143,30 @@ async def _group_bounds(core: ClientCore, opts: SourceOptions, group: GroupRoute
     for q in queue_ids:
         per = [answers[a][q] for a in usable]
         at = {ts: max(p[2][ts] for p in per) for ts in timestamps}
-        out.append(QueueBounds(opts.topic, group.group, q, max(p[0] for p in per), min(p[1] for p in per),
+        out.append(QueueBounds(topic, group.group, q, max(p[0] for p in per), min(p[1] for p in per),
                                tuple(group.addresses), tuple(usable), at))
     return out
 
 
-async def queue_bounds(core: ClientCore, opts: SourceOptions,
-                       timestamps: Sequence[int] = ()) -> list[QueueBounds]:
-    """Every readable queue of the topic with its bounds on the replicas ``readFrom`` reads
-    from; waits up to ``followerWaitMs`` for a group none of whose replicas can answer."""
-    route = await core.routes.route(opts.topic, refresh=True)
+async def resolve_topics(core: ClientCore, opts: SourceOptions) -> list[str]:
+    """The topics the source reads now: ``topic``, ``topics``, or the topics the cluster
+    holds whose names ``topicPattern`` matches in full (asked each time)."""
+    if opts.topic_pattern is None:
+        return list(opts.topics) or [opts.topic]
+    held = await AsyncAdmin(core=core, timeout=opts.request_timeout_s).topics()
+    return [t for t in held if opts.matches(t)]
+
+
+async def _topic_bounds(core: ClientCore, opts: SourceOptions, topic: str,
+                        timestamps: Sequence[int]) -> list[QueueBounds]:
+    try:
+        route = await core.routes.route(topic, refresh=True)
+    except TopicNotExistError:  # listed by a broker, not routed yet (the name servers hear of it
+        if opts.topic_pattern is None:  # within a second), or deleted since
+            raise
+        log.info("topic %r (topicPattern %r) has no route yet: read from a later planning on", topic,
+                 opts.topic_pattern)
+        return []
     queues = route.queues(PERM_READ)
     out: list[QueueBounds] = []
     for g in sorted(route.groups, key=lambda g: g.group):
@@ -145,13 +174,25 @@ async def queue_bounds(core: ClientCore, opts: SourceOptions,
         if not mine:
             continue
         deadline = Deadline(opts.follower_wait_s)
-        while isinstance(found := await _group_bounds(core, opts, g, mine, timestamps), str):
+        while isinstance(found := await _group_bounds(core, opts, topic, g, mine, timestamps), str):
             if deadline.expired():
                 raise ReplicaUnavailableError(f"{found} (waited {opts.follower_wait_s:g} s, followerWaitMs)")
             await asyncio.sleep(min(0.5, deadline.remaining()))
         out += found
-    if not out:
-        raise ReadError(f"topic {opts.topic!r} has no readable queue")
+    if not out and opts.topic_pattern is None:
+        raise ReadError(f"topic {topic!r} has no readable queue")
+    return out
+
+
+async def queue_bounds(core: ClientCore, opts: SourceOptions,
+                       timestamps: Sequence[int] = ()) -> list[QueueBounds]:
+    """Every readable queue of the source's topics with its bounds on the replicas
+    ``readFrom`` reads from; waits up to ``followerWaitMs`` for a group none of whose
+    replicas can answer. With ``topicPattern``, the topics are listed again (none matching,
+    or a matching topic not routed yet, is no error: a stream reads it once it is there)."""
+    out: list[QueueBounds] = []
+    for topic in await resolve_topics(core, opts):
+        out += await _topic_bounds(core, opts, topic, timestamps)
     return out
 
 
@@ -172,7 +213,7 @@ def _resolve(spec: OffsetSpec, b: QueueBounds, missing: int, name: str,
     if spec.kind == "timestamp":
         assert spec.timestamp_ms is not None
         return b.at_time[spec.timestamp_ms], False
-    given = spec.for_queue(b.group, b.queue_id)
+    given = spec.for_queue(b.topic, b.group, b.queue_id)
     if spec.kind == "timestamps" and given is not None:
         return b.at_time[given], False
     value = missing if given is None else given
@@ -191,8 +232,8 @@ def _resolve(spec: OffsetSpec, b: QueueBounds, missing: int, name: str,
     return value, True
 
 
-def plan_ranges(bounds: Sequence[QueueBounds], starts: Mapping[tuple[str, int], int],
-                ends: Mapping[tuple[str, int], int], max_per_partition: int) -> list[QueueRange]:
+def plan_ranges(bounds: Sequence[QueueBounds], starts: Mapping[QueueKey, int],
+                ends: Mapping[QueueKey, int], max_per_partition: int) -> list[QueueRange]:
     """Partitions for [starts, ends) per queue: empty ranges dropped, long ones split evenly,
     the followers of each group taken in turn as each partition's preferred replica."""
     turn: dict[str, int] = {}
@@ -251,27 +292,44 @@ def plan_batch(opts: SourceOptions) -> list[QueueRange]:
 
 
 # -- streaming offsets ---------------------------------------------------------------------
-Offsets = dict[tuple[str, int], int]
+Offsets = dict[QueueKey, int]
 
 
-def offsets_to_json(offsets: Mapping[tuple[str, int], int]) -> dict[str, dict[str, int]]:
-    """``{"g1": {"0": 12, ...}}``, groups and queue ids in a fixed order (Spark compares
-    offsets by their JSON text)."""
-    out: dict[str, dict[str, int]] = {}
-    for (group, qid) in sorted(offsets):
-        out.setdefault(group, {})[str(qid)] = int(offsets[(group, qid)])
+def offsets_to_json(offsets: Mapping[QueueKey, int], topic: str | None) -> dict[str, Any]:
+    """``{"g1": {"0": 12, ...}}`` for the option ``topic`` (``topic``: that topic), else
+    ``{"orders": {"g1": {"0": 12}}}``; topics, groups and queue ids in a fixed order (Spark
+    compares offsets by their JSON text)."""
+    out: dict[str, Any] = {}
+    for (t, group, qid) in sorted(offsets):
+        if topic is not None and t != topic:
+            raise ReadError(f"offsets of topic {t!r} in a source of the one topic {topic!r}")
+        where = out if topic is not None else out.setdefault(t, {})
+        where.setdefault(group, {})[str(qid)] = int(offsets[(t, group, qid)])
     return out
 
 
-def offsets_from_json(doc: Mapping[str, Any]) -> Offsets:
+def offsets_from_json(doc: Mapping[str, Any], topic: str | None) -> Offsets:
+    """The inverse of ``offsets_to_json`` (``topic`` as there). A checkpoint of the other
+    shape (a query switched between ``topic`` and ``topics`` / ``topicPattern``) is refused."""
+    shape = ("{group: {queue id: offset}} (the option topic)" if topic is not None
+             else "{topic: {group: {queue id: offset}}} (the options topics, topicPattern)")
     try:
-        return {(str(g), int(q)): int(o) for g, queues in doc.items() for q, o in queues.items()}
+        by_topic = {topic: doc} if topic is not None else dict(doc)
+        out: Offsets = {}
+        for t, groups in by_topic.items():
+            for g, queues in groups.items():
+                for q, o in queues.items():
+                    if isinstance(o, (dict, bool)) or not isinstance(o, int):
+                        raise TypeError(o)
+                    out[(str(t), str(g), int(q))] = o
+        return out
     except (AttributeError, TypeError, ValueError):
-        raise ReadError(f"not a raftmq offset: {doc!r} (expected {{group: {{queue id: offset}}}})") from None
+        raise ReadError(f"not a raftmq offset of this source: {doc!r} (expected {shape}; a query cannot "
+                        "change between the option topic and topics / topicPattern: start it with a new "
+                        "checkpoint)") from None
 
 
-def admit(start: Mapping[tuple[str, int], int], available: Mapping[tuple[str, int], int],
-          max_rows: int) -> Offsets:
+def admit(start: Mapping[QueueKey, int], available: Mapping[QueueKey, int], max_rows: int) -> Offsets:
     """End offsets that take at most ``max_rows`` messages in total beyond ``start``,
     shared fairly: every queue with a backlog gets an equal share, and what a queue
     with a smaller backlog leaves goes to the others (deterministic)."""

@@ -24,20 +24,21 @@ __all__ = ["commit_progress"]
 log = logging.getLogger("spark.raftmq")
 
 
-async def _commit(opts: SourceOptions, group_id: str, offsets: Mapping[tuple[str, int], int]) -> None:
+async def _commit(opts: SourceOptions, group_id: str, offsets: Mapping[tuple[str, str, int], int]) -> None:
     core = ClientCore(**opts.client_args(), request_timeout=opts.request_timeout_s)
     try:
-        for (group, queue_id), offset in sorted(offsets.items()):
-            request = CommitOffsetRequest(group=group_id, topic=opts.topic, queue_id=queue_id, offset=offset)
+        for (topic, group, queue_id), offset in sorted(offsets.items()):
+            request = CommitOffsetRequest(group=group_id, topic=topic, queue_id=queue_id, offset=offset)
             await core.leader_request(group, request, deadline=Deadline(opts.request_timeout_s),
-                                      topic=opts.topic)
+                                      topic=topic)
     finally:
         await core.close()
 
 
-def commit_progress(opts: SourceOptions, offsets: Mapping[tuple[str, int], int]) -> bool:
-    """Store ``offsets`` (next offset per (broker group, queue id)) as ``opts.group_id``'s
-    committed offsets of ``opts.topic``; False (and a WARNING) if that failed."""
+def commit_progress(opts: SourceOptions, offsets: Mapping[tuple[str, str, int], int]) -> bool:
+    """Store ``offsets`` (next offset per (topic, broker group, queue id)) as
+    ``opts.group_id``'s committed offsets, each queue's under its own topic; False (and a
+    WARNING) if that failed."""
     if opts.group_id is None:
         return True
     try:

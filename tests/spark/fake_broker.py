@@ -22,6 +22,7 @@ from protocol.message_format import Message, encode_message
 from protocol.record_batch import decode_messages, encode_record
 from protocol.remoting import Frame, RequestCode, ResponseCode, decode_frame
 from protocol.tags import tag_hash
+from protocol.topic import TopicQueues, TopicsResponse
 
 TOPIC = "t"
 QUEUE = 0
@@ -52,6 +53,9 @@ class FakeReplica:
     searches: int = 0
     rows_served: int = 0
     route: dict[str, object] | None = None  # the GET_ROUTE answer (set by ``link``)
+    #: other topics the replica holds for planning (GET_TOPICS, GET_ROUTE, SEARCH_OFFSET; no
+    #: pulls): name -> the end offset of their one queue
+    topics: dict[str, int] = field(default_factory=dict)
     address: str = ""
     _dead: bool = False
     _loop: asyncio.AbstractEventLoop | None = None
@@ -143,8 +147,18 @@ class FakeReplica:
 
     async def _handle(self, frame: Frame) -> Frame:
         ext = dict(frame.ext)
+        topic = ext.get("topic", TOPIC)
+        if frame.code == RequestCode.GET_TOPICS:
+            held = {t: TopicQueues(1, 6) for t in sorted({TOPIC, *self.topics})}
+            return TopicsResponse(topics=held).reply(frame)
         if frame.code == RequestCode.GET_ROUTE:
-            return frame.response(ResponseCode.SUCCESS, body=msgpack.packb(self.route))
+            if topic != TOPIC and topic not in self.topics:
+                return frame.response(ResponseCode.TOPIC_NOT_EXIST, remark=f"topic {topic!r} does not exist")
+            assert self.route is not None
+            return frame.response(ResponseCode.SUCCESS, body=msgpack.packb({**self.route, "topic": topic}))
+        if frame.code == RequestCode.SEARCH_OFFSET and topic != TOPIC:
+            self.searches += 1
+            return frame.response(ResponseCode.SUCCESS, ext={"minOffset": 0, "maxOffset": self.topics[topic]})
         if frame.code == RequestCode.SEARCH_OFFSET:
             self.searches += 1
             out: dict[str, int] = {"minOffset": self.min_offset, "maxOffset": self.end}

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 
 from client.credentials import Credentials
+from client.errors import ClientError
 from protocol.pull import PullRow
 from spark.arrow import ARROW_SCHEMA, to_record_batch
 from spark.errors import DataLossError, RangeMismatchError, ReadError, ReplicaUnavailableError
@@ -81,8 +82,8 @@ def test_offset_specs() -> None:
     assert spec("2026-05-01T12:00:00Z").timestamp_ms == when
     assert spec("2026-05-01T12:00:00").timestamp_ms == when  # no zone: UTC
     s = spec('{"g1": {"0": 5, "3": -2}, "g2": {"1": -1}}')
-    assert s.kind == "queues" and s.for_queue("g1", 0) == 5 and s.for_queue("g1", 3) == EARLIEST
-    assert s.for_queue("g2", 1) == LATEST and s.for_queue("g1", 1) is None
+    assert s.kind == "queues" and s.for_queue("x", "g1", 0) == 5 and s.for_queue("x", "g1", 3) == EARLIEST
+    assert s.for_queue("x", "g2", 1) == LATEST and s.for_queue("x", "g1", 1) is None
     for bad in ('{"g1": 5}', '{"g1": {"x": 1}}', '{"g1": {"0": -3}}', '{"g1": {"0": "1"}}', "{nope"):
         with pytest.raises(OptionError):
             spec(bad)
@@ -127,10 +128,62 @@ def test_admit_is_fair_bounded_and_makes_progress() -> None:
 
 
 def test_offsets_json_round_trip_is_ordered() -> None:
-    offsets = {("g2", 0): 3, ("g1", 10): 7, ("g1", 2): 1}
-    doc = offsets_to_json(offsets)
+    offsets = {("t", "g2", 0): 3, ("t", "g1", 10): 7, ("t", "g1", 2): 1}
+    doc = offsets_to_json(offsets, "t")
     assert list(doc) == ["g1", "g2"] and list(doc["g1"]) == ["2", "10"]
-    assert offsets_from_json(doc) == offsets
+    assert offsets_from_json(doc, "t") == offsets
+
+
+def test_offsets_json_of_one_topic_keeps_the_old_shape_and_several_are_keyed_by_topic() -> None:
+    # a checkpoint written before several topics were read: {"<group>": {"<queue id>": offset}}
+    old = json.loads('{"g1": {"0": 5, "3": 7}, "g2": {"1": 9}}')
+    offsets = offsets_from_json(old, "orders")
+    assert offsets == {("orders", "g1", 0): 5, ("orders", "g1", 3): 7, ("orders", "g2", 1): 9}
+    assert json.dumps(offsets_to_json(offsets, "orders")) == json.dumps(old)  # the same text
+    several = {("returns", "g1", 0): 4, ("orders", "g2", 10): 8, ("orders", "g2", 2): 6,
+               ("orders", "g1", 0): 5}
+    doc = offsets_to_json(several, None)
+    assert json.dumps(doc) == ('{"orders": {"g1": {"0": 5}, "g2": {"2": 6, "10": 8}}, '
+                               '"returns": {"g1": {"0": 4}}}')
+    assert offsets_from_json(json.loads(json.dumps(doc)), None) == several
+    # a query switched between topic and topics / topicPattern is refused, not misread
+    with pytest.raises(ReadError, match="new checkpoint"):
+        offsets_from_json(old, None)
+    with pytest.raises(ReadError, match="new checkpoint"):
+        offsets_from_json(doc, "orders")
+    with pytest.raises(ReadError, match="one topic"):
+        offsets_to_json(several, "orders")
+
+
+def test_topic_topics_and_topic_pattern_options() -> None:
+    base = {"servers": "a:1"}
+    one = parse_options({**base, "topic": "orders"})
+    assert (one.topic, one.topics, one.topic_pattern, one.single_topic) == ("orders", (), None, "orders")
+    many = parse_options({**base, "topics": " orders, returns,,orders "})
+    assert (many.topic, many.topics, many.single_topic) == ("", ("orders", "returns"), None)
+    assert many.matches("returns") and not many.matches("orders2")
+    pat = parse_options({**base, "TopicPattern": "ord.*s"})
+    assert pat.topic_pattern == "ord.*s" and pat.single_topic is None
+    assert pat.matches("orders") and not pat.matches("orders-eu") and not pat.matches("my-orders")  # in full
+    assert "topicPattern='ord.*s'" in repr(pat)
+    for bad, what in [({}, "exactly one of the options topic"),
+                      ({"topic": "a", "topics": "b"}, r"got topic, topics"),
+                      ({"topics": "a", "topicPattern": "b"}, r"got topics, topicPattern"),
+                      ({"topics": " , "}, "exactly one"),
+                      ({"topicPattern": "ord(ers"}, r"option topicPattern: 'ord\(ers' is not a regular"),
+                      ({"topics": "ok,bad name"}, "option topics"),
+                      ({"topics": "a,b", "startingOffsets": '{"g1": {"0": 5}}'}, '"<topic>"'),
+                      ({"topics": "a,b", "startingOffsets": '{"c": {"g1": {"0": 5}}}'}, "topic 'c'"),
+                      ({"topicPattern": "a.*", "endingOffsets": '{"b": {"g1": {"0": 5}}}'}, "topicPattern"),
+                      ({"topics": "a", "startingOffsetsByTimestamp": '{"b": {"g1": {"0": 5}}}'},
+                       "startingOffsetsByTimestamp names topic 'b'"),
+                      ({"topic": "a", "startingOffsets": '{"a": {"g1": {"0": 5}}}'}, "is not a queue id")]:
+        with pytest.raises(OptionError, match=what):
+            parse_options({**base, **bad})
+    spec = parse_options({**base, "topicPattern": "a.*",
+                          "startingOffsets": '{"ab": {"g1": {"0": 5}}, "a": {"g2": {"1": -1}}}'}).starting
+    assert spec is not None and spec.queues == ((("a", "g2", 1), LATEST), (("ab", "g1", 0), 5))
+    assert spec.for_queue("ab", "g1", 0) == 5 and spec.for_queue("a", "g1", 0) is None
 
 
 # -- decoding -------------------------------------------------------------------------------
@@ -393,6 +446,58 @@ def test_plan_takes_the_lowest_end_among_followers_and_never_asks_the_leader(
     replicas["f1"].kill()
     with pytest.raises(ReplicaUnavailableError, match="readFrom=any"):
         plan_batch(parse_options({"servers": servers, "topic": TOPIC, "followerWaitMs": "500"}))
+
+
+def test_plan_reads_several_topics_listed_or_matched_in_full(replicas: dict[str, FakeReplica]) -> None:
+    for r in replicas.values():
+        r.topics = {"t2": 40, "t-other": 7, "x": 3}
+    servers = ",".join(r.address for r in replicas.values())
+
+    def plan(**options: str) -> list[tuple[str, int, int]]:
+        return [(r.topic, r.start, r.end) for r in plan_batch(parse_options({"servers": servers, **options}))]
+
+    assert plan(topics="t,t2") == [(TOPIC, 0, 1000), ("t2", 0, 40)]
+    assert plan(topicPattern="t.?") == [(TOPIC, 0, 1000), ("t2", 0, 40)]  # not t-other: matched in full
+    assert plan(topicPattern="t.*", maxRecordsPerPartition="600") == \
+        [(TOPIC, 0, 500), (TOPIC, 500, 1000), ("t-other", 0, 7), ("t2", 0, 40)]
+    assert plan(topicPattern="nothing.*") == []  # no topic matches (yet): nothing to read
+    assert plan(topics="t2,x", startingOffsets='{"t2": {"g1": {"0": 30}}}',
+                endingOffsets='{"x": {"g1": {"0": 2}}}') == [("t2", 30, 40), ("x", 0, 2)]
+    with pytest.raises(ClientError, match="nope"):
+        plan(topics="t2,nope")  # a listed topic must exist, as the one topic must
+    assert replicas["leader"].searches == 0
+
+
+def test_stream_with_a_topic_pattern_takes_a_new_topic_from_its_earliest_offset(
+        replicas: dict[str, FakeReplica]) -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from spark.datasource import RaftMQStreamReader
+
+    for r in replicas.values():
+        r.topics = {"t2": 40, "u": 5}
+    servers = ",".join(r.address for r in replicas.values())
+    r = RaftMQStreamReader(parse_options({"servers": servers, "topicPattern": "t.*"}))
+    start = r.initialOffset()
+    assert start == {TOPIC: {"g1": {"0": 1000}}, "t2": {"g1": {"0": 40}}}  # latest, keyed by topic
+    for rep in replicas.values():
+        rep.topics = {"t2": 45, "u": 5, "t3": 25}  # t3 created while the query runs
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert end == {TOPIC: {"g1": {"0": 1000}}, "t2": {"g1": {"0": 45}}, "t3": {"g1": {"0": 0}}}
+    assert [(p.rng.topic, p.rng.start, p.rng.end) for p in r.partitions(start, end)] == [("t2", 40, 45)]  # type: ignore[attr-defined]
+    for rep in replicas.values():
+        rep.topics = {"t3": 25}  # t2 deleted: it keeps its offsets
+    later = r.latestOffset(end, ReadAllAvailable())
+    assert later == {TOPIC: {"g1": {"0": 1000}}, "t2": {"g1": {"0": 45}}, "t3": {"g1": {"0": 25}}}
+    assert [(p.rng.topic, p.rng.start, p.rng.end) for p in r.partitions(end, later)] == [("t3", 0, 25)]  # type: ignore[attr-defined]
+    # a pattern nothing matches yet: no offsets, then the first matching topic from its earliest
+    none_yet = RaftMQStreamReader(parse_options({"servers": servers, "topicPattern": "v.*"}))
+    assert none_yet.initialOffset() == {}
+    assert none_yet.latestOffset({}, ReadAllAvailable()) == {}
+    for rep in replicas.values():
+        rep.topics = {"v1": 12}
+    assert none_yet.latestOffset({}, ReadAllAvailable()) == {"v1": {"g1": {"0": 0}}}
+    assert none_yet.latestOffset({"v1": {"g1": {"0": 0}}}, ReadAllAvailable()) == {"v1": {"g1": {"0": 12}}}
 
 
 def test_stream_offsets_never_go_back_admit_and_stop_at_the_available_now_target(

@@ -1,12 +1,14 @@
 """Source options of spark-sql-kafka parity against a 3-node group with local[2] Spark: an
-SQL92 ``filter`` evaluated by the brokers, and ``groupId`` (a streaming query's progress
+SQL92 ``filter`` evaluated by the brokers, ``groupId`` (a streaming query's progress
 committed to a consumer group, so ``raftmq group progress`` shows its lag -- one
-micro-batch behind: Spark commits a batch's end to the source when it plans the next)."""
+micro-batch behind: Spark commits a batch's end to the source when it plans the next),
+``startingOffsetsByTimestamp``, and several topics (``topics``, ``topicPattern``)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +94,95 @@ def test_starting_offsets_by_timestamp_per_queue(spark_session: Any, brokers: Lo
     with pytest.raises(Exception, match="startingOffsetsByTimestamp"):
         spark_session.read.format("raftmq").option("servers", where).option("topic", "parity-time") \
             .option("startingOffsetsByTimestamp", '{"g1": {"0": -5}}').load().collect()
+
+
+def test_topics_reads_every_row_of_each_listed_topic_once(spark_session: Any, brokers: LocalGroup) -> None:
+    create_topic(brokers, "multi-a", queues=4)
+    create_topic(brokers, "multi-b", queues=2)
+    create_topic(brokers, "multi-c", queues=2)  # not listed: never read
+    sent = {"multi-a": send(brokers, "multi-a", 2_000, queues=4, prefix="ma"),
+            "multi-b": send(brokers, "multi-b", 600, queues=2, prefix="mb")}
+    send(brokers, "multi-c", 200, queues=2, prefix="mc")
+    wait_caught_up(brokers)
+    where = ",".join(servers(brokers))
+
+    def read(**options: str) -> list[Any]:
+        df = spark_session.read.format("raftmq").option("servers", where)
+        for k, v in options.items():
+            df = df.option(k, v)
+        return df.load().select("topic", "msg_id", "broker_group", "queue_id", "queue_offset").collect()
+
+    rows = read(topics="multi-a,multi-b")
+    assert len(rows) == 2_600 and len({r.msg_id for r in rows}) == 2_600
+    for topic, what in sent.items():
+        got = {r.msg_id for r in rows if r.topic == topic}
+        assert got == what.ids, topic  # each topic's rows carry it, every one of them once
+    assert {r.topic for r in rows} == {"multi-a", "multi-b"}
+    # startingOffsets per queue of several topics: keyed by topic first
+    (b0,) = [k for k in sent["multi-b"].by_queue if k[1] == 0]
+    later = read(topics="multi-a,multi-b", startingOffsets=json.dumps({"multi-b": {b0[0]: {"0": 100}}}))
+    assert sum(r.topic == "multi-a" for r in later) == 2_000
+    assert {(r.queue_id, r.queue_offset) for r in later if r.topic == "multi-b"} == \
+        {(r.queue_id, r.queue_offset) for r in rows if r.topic == "multi-b"} - {(0, o) for o in range(100)}
+    assert len(later) == 2_500
+
+
+def test_topic_pattern_stream_takes_a_topic_created_while_it_runs_from_its_earliest_offset(
+        spark_session: Any, brokers: LocalGroup, tmp_path: Path) -> None:
+    create_topic(brokers, "pat-a", queues=2)
+    create_topic(brokers, "other-pat-x", queues=2)  # "pat-.*" matches in full: not this one
+    send(brokers, "pat-a", 400, queues=2, prefix="pa0")  # before the query: startingOffsets latest skips it
+    wait_caught_up(brokers)
+    ck = tmp_path / "ck"
+    query = (spark_session.readStream.format("raftmq").option("servers", ",".join(servers(brokers)))
+             .option("topicPattern", "pat-.*").option("startingOffsets", "latest")
+             .option("groupId", "spark-pattern").load()
+             .writeStream.format("memory").queryName("pattern_rows").option("checkpointLocation", str(ck))
+             .trigger(processingTime="500 milliseconds").start())
+    try:
+        def rows_when(count: int) -> list[Any]:
+            """The sink's rows once it holds ``count`` (within 90 s); then no more."""
+            deadline = time.monotonic() + 90
+            while True:
+                assert query.exception() is None, query.exception()
+                rows = spark_session.sql("select topic, msg_id from pattern_rows").collect()
+                if len(rows) >= count or time.monotonic() > deadline:
+                    return rows
+                time.sleep(0.2)
+
+        wait_for_batches(ck, 1)  # the query started (its first offsets logged) before what follows
+        new_a = send(brokers, "pat-a", 100, queues=2, prefix="pa1")
+        assert {r.msg_id for r in rows_when(100)} == new_a.ids
+        create_topic(brokers, "pat-b", queues=2)  # created while the query runs
+        sent_b = send(brokers, "pat-b", 300, queues=2, prefix="pb")
+        send(brokers, "other-pat-x", 50, queues=2, prefix="ox")
+        rows = rows_when(400)
+        assert len(rows) == 400 and {r.msg_id for r in rows} == new_a.ids | sent_b.ids
+        assert {r.topic for r in rows if r.msg_id in sent_b.ids} == {"pat-b"}
+    finally:
+        query.stop()
+    assert spark_session.sql("select count(*) from pattern_rows").collect()[0][0] == 400  # none twice
+    batches = batch_ids(ck, "commits")
+    last = json.loads((ck / "offsets" / str(batches[-1])).read_text().strip().splitlines()[-1])
+    assert set(last) == {"pat-a", "pat-b"}  # the checkpoint is keyed by topic first
+    assert sum(last["pat-b"]["g1"].values()) == 300 and sum(last["pat-a"]["g1"].values()) == 500
+    # groupId: each topic's offsets committed under that topic (Spark commits a batch's end when
+    # it plans the next one: the group holds the batch before the last)
+    before_last = json.loads((ck / "offsets" / str(batches[-2])).read_text().strip().splitlines()[-1])
+
+    async def progress(topic: str) -> dict[tuple[str, int], int | None]:
+        async with AsyncAdmin(servers=servers(brokers)) as admin:
+            found = await admin.progress("spark-pattern", topic)
+        return {(r.queue.group, r.queue.queue_id): r.committed for r in found}
+
+    for topic, groups in before_last.items():
+        want = {(g, int(q)): o for g, queues in groups.items() for q, o in queues.items()}
+        assert asyncio.run(progress(topic)) == want, topic
+
+
+def wait_for_batches(checkpoint: Path, n: int, timeout: float = 60) -> None:
+    """Until the query logged the offsets of ``n`` batches (within ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while len(batch_ids(checkpoint, "offsets")) < n:
+        assert time.monotonic() < deadline, f"no {n} batches' offsets in {checkpoint} after {timeout} s"
+        time.sleep(0.1)

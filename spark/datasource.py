@@ -184,6 +184,7 @@ class RaftMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._bounds: list[QueueBounds] | None = None  # from the last latestOffset, for partitions
         self._clock = time.monotonic
         self._last_batch_at: float | None = None  # minOffsetsPerTrigger: when a batch last went
+        self._latest: Offsets | None = None  # what the replicas held at the last planning
 
     def initialOffset(self) -> dict:
         return self._to_json(initial_offsets(self.opts))
@@ -196,7 +197,8 @@ class RaftMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _available(self) -> Offsets:
         self._bounds = current_offsets(self.opts)
-        return {b.key: b.high for b in self._bounds}
+        self._latest = {b.key: b.high for b in self._bounds}
+        return dict(self._latest)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._available()
@@ -241,7 +243,10 @@ class RaftMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return False
 
     def reportLatestOffset(self) -> dict | None:
-        return None
+        """What the replicas held at the last planning (the query progress's ``latestOffset``,
+        as spark-sql-kafka reports it): each queue's lag is it minus ``endOffset``. PySpark's
+        Python sources have no custom-metrics hook (``avgOffsetsBehindLatest``)."""
+        return None if self._latest is None else self._to_json(self._latest)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin, stop = self._from_json(start), self._from_json(end)

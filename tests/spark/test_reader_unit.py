@@ -508,10 +508,12 @@ def test_stream_offsets_never_go_back_admit_and_stop_at_the_available_now_target
 
     servers = ",".join(r.address for r in replicas.values())
     r = RaftMQStreamReader(parse_options({"servers": servers, "topic": TOPIC, "maxRecordsPerTrigger": "100"}))
+    assert r.reportLatestOffset() is None  # nothing planned yet
     assert r.initialOffset() == {"g1": {"0": 1000}}  # latest by default
     assert r.getDefaultReadLimit() == ReadMaxRows(100)
     start = {"g1": {"0": 10}}
     assert r.latestOffset(start, ReadMaxRows(100)) == {"g1": {"0": 110}}
+    assert r.reportLatestOffset() == {"g1": {"0": 1000}}  # the progress's latestOffset: lag 890
     assert r.latestOffset(start, ReadAllAvailable()) == {"g1": {"0": 1000}}
     for name in ("f1", "f2"):
         replicas[name].applied = 500

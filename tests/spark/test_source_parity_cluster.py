@@ -67,6 +67,11 @@ def test_group_id_commits_the_query_progress_to_a_consumer_group(
     before_last = source_offsets(tmp_path / "ck", batches[-2])
     assert {(r.queue.group, r.queue.queue_id): r.committed for r in rows} == before_last
     assert all(r.committed == 400 and r.max_offset == 500 and r.lag == 100 for r in rows), rows
+    # the query progress carries latestOffset (reportLatestOffset): what the replicas held
+    latest = [p.sources[0].latestOffset for p in query.recentProgress if p.sources]
+    held = json.loads(latest[-1]) if latest and latest[-1] is not None else None
+    assert isinstance(held, dict), f"no latestOffset in the query progress: {latest}"
+    assert sorted(int(o) for queues in held.values() for o in queues.values()) == [500] * 4, held
 
 
 def test_starting_offsets_by_timestamp_per_queue(spark_session: Any, brokers: LocalGroup) -> None:

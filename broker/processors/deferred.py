@@ -70,11 +70,15 @@ class DeferredProcessor(Processor):
                                 reconsume_times=copy.reconsume).reply(frame)
 
     async def _in_its_queue_once_applied(self, topic: str, queue_id: int, record_at: int) -> bool:
-        """``_in_its_queue`` once this leader applied what was committed when asked: a leader
+        """``_in_its_queue`` once this leader applied what was committed when asked and the
+        message's own entry: a leader
         elected a moment ago may not have applied the message's queue unit yet (judging it
         then would refuse a message a consumer did pull). Raises SYSTEM_BUSY past
         ``APPLY_WAIT_S``."""
-        target = self._server.rlog.committed_index
+        held = self._server.rlog.reader.entry_containing(record_at)
+        # what was committed when asked, and at least the message's own entry: a new leader's
+        # commit index lags until an entry of its own term commits
+        target = max(self._server.rlog.committed_index, held[0] if held is not None else 0)
         deadline = time.monotonic() + APPLY_WAIT_S
         while self._server.machine.applied_index() < target:
             if time.monotonic() >= deadline:

@@ -98,7 +98,12 @@ class QueryProcessor(Processor):
         return unit.base + index if unit.position == record_at and index < unit.count else -1
 
     def _message_at(self, position: int) -> tuple[Message, int]:
-        """The message at ``position`` (of its record, read whole if chained) and its store time."""
+        """The message at ``position`` (of its record, read whole if chained) and its store time;
+        only of an entry this replica applied (committed): a RocketMQ msgId names any position."""
+        held = self._server.rlog.reader.entry_containing(position)
+        if held is not None and held[0] > self._server.machine.applied_index():
+            raise FrameError(ResponseCode.QUERY_NOT_FOUND,
+                             f"no applied message at position {position} (not committed here yet)")
         try:
             record, at = read_message_at(self._server.rlog.reader, position)
             return message_at(record, position - at), self.store_time(at)

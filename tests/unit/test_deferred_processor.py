@@ -123,7 +123,12 @@ def test_a_new_leader_still_applying_waits_before_judging_a_send_back(
         machine, lagging = b.machine, [True]
         real_queue, real_applied = machine.queue, machine.applied_index
         machine.queue = lambda topic, qid: None if lagging[0] else real_queue(topic, qid)  # type: ignore[method-assign]
-        machine.applied_index = lambda: real_applied() - 1 if lagging[0] else real_applied()  # type: ignore[method-assign]
+        machine.applied_index = lambda: 0 if lagging[0] else real_applied()  # type: ignore[method-assign]
+        # a new leader's commit index can even be below the message's entry (it lags until an
+        # entry of its own term commits): the wait must reach the message's entry too
+        real_committed = type(b.rlog).committed_index
+        monkeypatch.setattr(type(b.rlog), "committed_index", property(
+            lambda log: 0 if lagging[0] else real_committed.fget(log)))  # type: ignore[attr-defined]
         asyncio.get_running_loop().call_later(0.2, lagging.__setitem__, 0, False)
         retry = await send_back(b, stored.position)
         assert retry.topic == "%RETRY%billing" and retry.reconsume_times == 1

@@ -126,3 +126,21 @@ def test_a_position_retention_deleted_is_not_found_and_the_min_offset_moves(
         assert (search.min_offset, search.max_offset) == (first_kept, 30) and first_kept > 0
 
     run(small_segment_broker, scenario)  # type: ignore[arg-type]
+
+
+def test_a_message_not_applied_yet_is_not_found_by_its_position(one_node_broker: Parts) -> None:
+    """VIEW_MESSAGE_BY_ID (RocketMQ's msgId names a CommitLog position) read any record the log
+    held, applied or not -- a replica could serve a message not committed, or one later cut."""
+    async def scenario(b: MemoryBroker) -> None:
+        _, _, positions = await store(b)
+        assert b.queries.message_at(positions[0])[0].body == b"e0"
+        applied = b.machine.applied_index
+        b.machine.applied_index = lambda: 0  # type: ignore[method-assign]
+        try:
+            with pytest.raises(FrameError) as unapplied:
+                b.queries.message_at(positions[0])
+            assert unapplied.value.code == ResponseCode.QUERY_NOT_FOUND
+        finally:
+            b.machine.applied_index = applied  # type: ignore[method-assign]
+
+    run(one_node_broker, scenario)

@@ -90,7 +90,8 @@ class Applier:
             except LogGap as gap:
                 self._bridge(gap)
                 continue
-            if not entries:
+            if not entries:  # committed beyond the log's end (an install over a held log): wait
+                self._stop.wait(STALL_RECHECK_S)
                 continue
             if entries[0].index != nxt:
                 log.critical("committed log starts at %d, state machine needs %d",

@@ -228,7 +228,7 @@ class ReplicaWiring(ABC):
             snapshot_bytes=lambda i: snapshots.snapshots.snapshot_bytes(i) if snapshots.snapshots else None,
             done=snapshots.keep_received,
             held_indexes=lambda: snapshots.snapshots.snapshot_indexes() if snapshots.snapshots else [],
-            reachable=lambda: self.journal.committed_index)
+            reachable=lambda: min(self.journal.committed_index, held_through(self.commitlog)))
         self._transport.intercept = (
             lambda node, m: self._binding.on_message(node, m)
             or self._follower_disks.note_answer(node, m, self._view.address_names)

@@ -116,6 +116,8 @@ class SnapshotFetch:
             return
         if ref == self._want:
             return
+        if self._want is not None and ref.index < self._want.index:
+            return  # the leader sent its install again: the later snapshot fetched instead will do
         self._discard()
         atomic_write(self._dir / WANT, msgpack.packb([ref.index, ref.size, ref.sha256]))
         self._want, self._have, self._skip = ref, 0, []
@@ -186,7 +188,8 @@ class SnapshotFetch:
         self._asked = None
         if message.get("error"):
             later = _later_ref(message.get("later"))
-            if later is not None and want.index < later.index <= self._reachable():
+            if later is not None and want.index < later.index <= self._reachable() \
+                    and later.size <= MAX_SNAPSHOT_BYTES:
                 log.warning("no member holds the snapshot at %d any more (retention); %s holds "
                             "one at %d, which this replica's committed log reaches: fetching it",
                             want.index, getattr(node, "name", node), later.index)

@@ -45,7 +45,8 @@ after it changes nothing.
 ``forget_storage`` (``raftmq replica forget``, on a stopped replica) makes a directory a new
 joiner on purpose -- a disk restored from a backup, or one put back after a resync: a new
 joiner identity, then the hard state moved aside as ``raft-state.forgotten-<UTC time>`` and a
-fresh one (term 0, no vote) in its place. A crash between the steps leaves a joiner too.
+fresh one in its place with the same term and vote (a replica never votes twice in a term)
+and no commit hint. A crash between the steps leaves a joiner too.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.durable_file import atomic_write, fsync_directory, read_or_none
-from dledger.storage.hard_state import HardStateFile
+from dledger.storage.hard_state import HardState, HardStateFile, probe
 
 __all__ = ["IDENTITY_FILE", "Forgotten", "StorageIdentity", "StorageIdentityError", "forget_storage",
            "format_founder", "open_identity", "read_identity", "write_identity"]
@@ -180,12 +181,18 @@ def forget_storage(data_dir: Path, clock: float | None = None) -> Forgotten:
     write_identity(data_dir, now)  # first: from here on it does not count, whatever happens next
     state = data_dir / "raft-state"
     moved: Path | None = None
+    _, old = probe(state)
     if state.exists():
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(clock))
         moved = state.with_name(f"raft-state.forgotten-{stamp}")
         os.replace(state, moved)
         fsync_directory(data_dir)
-    HardStateFile(state).close()  # term 0, no vote: what it remembers from here on
+    # its term and vote are kept (a replica must never vote twice in one term, whatever its
+    # storage); the commit hint is not: it described the log before the restore
+    fresh = HardStateFile(state)
+    if old is not None:
+        fresh.save(HardState(old.term, old.voted_for, 0))
+    fresh.close()
     log.warning("%s made a new storage %s (was %s)%s", data_dir, now.token, was.token if was else "none",
                 f"; its hard state moved aside to {moved.name}" if moved else "")
     return Forgotten(was, now, moved)

@@ -248,10 +248,12 @@ def test_heartbeats_and_unregistering_wait_for_a_majority_of_replicas_not_a_stal
             async with asyncio.timeout(LIVENESS_S):
                 await step()
             took = time.monotonic() - began
+            # the mechanism, not a speed: with a majority answering it returns before the grace
+            # could have run out; without one it waits the grace (the upper bound is LIVENESS_S)
             if silent == 1:
-                assert took < READ_GRACE_S / 2, f"{step.__name__} waited {took:.2f}s for a stalled replica"
+                assert took < READ_GRACE_S * 0.9, f"{step.__name__} waited {took:.2f}s for a stalled replica"
             else:
-                assert READ_GRACE_S * 0.9 <= took < READ_GRACE_S * 2
+                assert took >= READ_GRACE_S * 0.9, f"{step.__name__} gave up after {took:.2f}s"
         for call in list(consumer._stragglers):
             call.cancel()
         consumer._pool.shutdown(wait=False)

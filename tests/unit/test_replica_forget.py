@@ -40,7 +40,8 @@ def test_forget_makes_a_new_joiner_and_moves_the_hard_state_aside(tmp_path: Path
     assert not done.now.founder and done.now.token.startswith("j-") and read_identity(data) == done.now
     assert done.hard_state_moved_to == data / "raft-state.forgotten-19700101T000000Z"
     assert probe(done.hard_state_moved_to) == ("ok", HardState(7, "n2", 1234)), "kept, not destroyed"
-    assert probe(data / "raft-state") == ("ok", HardState(0, None, 0)), "a fresh hard state: no vote"
+    assert probe(data / "raft-state") == ("ok", HardState(7, "n2", 0)), \
+        "its term and vote kept (never two votes in one term), no commit hint"
     with pytest.raises(ValueError, match="nothing to forget"):
         forget_storage(tmp_path / "absent")
 

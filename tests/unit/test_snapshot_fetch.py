@@ -217,3 +217,30 @@ def test_without_a_later_snapshot_within_reach_the_fetch_keeps_asking(tmp_path: 
         net.run()
         clock.now += REQUEST_TIMEOUT_S
     assert got == [] and f.wanted == REF
+
+
+def test_a_later_offer_too_large_is_not_taken_and_a_repeated_install_keeps_the_later_fetch(
+        tmp_path: Path) -> None:
+    net, clock, got = Net(), Clock(), []
+    replica(net, "n1", tmp_path, clock, held={300: LATER})
+    f = replica(net, "n3", tmp_path, clock, got=got, reachable=500)
+    f.want(REF)
+    f.tick()
+    net.run(limit=1)  # n3's request reaches n1 ...
+    assert f.wanted == REF
+    net.run(limit=1)  # ... whose answer offers the later one: taken
+    assert f.wanted is not None and f.wanted.index == 300
+    f.want(REF)  # the leader's install of the named one again: the later fetch goes on
+    assert f.wanted.index == 300
+    f.tick()
+    net.run()
+    assert got == [(300, LATER)]
+    huge = replica(net, "n2", tmp_path, clock, got=[], reachable=500)
+    huge.want(REF)
+    huge._ask_from("n1")  # n1 offers 300: pretend it is larger than a replica accepts
+    assert any(sender == "n2" for sender, _, _ in net.queue)
+    net.queue.clear()
+    reply = {"type": "snapshot_chunk", "index": REF.index, "offset": 0, "error": "not held",
+             "later": {"index": 300, "size": 1 << 40, "sha256": "0" * 64}}
+    huge.on_message("n1", reply)
+    assert huge.wanted == REF, "an offer larger than accepted is not taken"

@@ -165,11 +165,8 @@ class SnapshotFetch:
     def _ask(self) -> None:
         assert self._want is not None
         node = self._pick()
-        if node is None:
-            return
-        self._asked, self._asked_at = node, self._clock()
-        self._send(node, {"type": "snapshot_read", "index": self._want.index, "offset": self._have,
-                          "sha256": self._want.sha256, "or_later_upto": self._reachable()})
+        if node is not None:
+            self._ask_from(node)
 
     def _pick(self) -> Any | None:
         members = list(self._members())

@@ -24,14 +24,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from client.cli_cluster import add_tls_arguments
 from client.errors import AuthFailedError
 from raftmq.cluster_cmd import find_group
 from raftmq.cluster_http import ClusterHttp
-from raftmq.replica_forget import forget
+from raftmq.replica_forget import forget, node_group_config
 
 __all__ = ["main"]
 
@@ -207,8 +206,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _init(configs: list[str]) -> int:
     """Format each replica's empty data directory as a founding storage of a new group."""
-    from broker.config import SECTIONS
-    from dledger.config import ConfigError, load_group_config
+    from dledger.config import ConfigError
     from dledger.raft.storage_identity import StorageIdentityError, format_founder
 
     if not configs:
@@ -216,8 +214,7 @@ def _init(configs: list[str]) -> int:
     failed = 0
     for path in configs:
         try:
-            extra = [s for s in SECTIONS if s not in ("node", "group", "raft")]
-            config = load_group_config(Path(path), insecure=True, other_sections=extra)
+            config = node_group_config(path)
             identity = format_founder(config.data_dir)
         except (ConfigError, StorageIdentityError, OSError, ValueError) as e:
             print(f"error: {path}: {e}", file=sys.stderr)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 __all__ = ["forget", "running_on"]
 
@@ -39,11 +40,21 @@ def running_on(addresses: dict[str, str]) -> list[str]:
     return [f"{what} {address}" for what, address in addresses.items() if _answers(address)]
 
 
+def node_group_config(path: str) -> Any:
+    """The Raft group config of a broker node's TOML (its other sections allowed): what
+    ``raftmq replica init`` and ``forget`` act on."""
+    from broker.config import SECTIONS
+    from dledger.config import load_group_config
+
+    extra = [s for s in SECTIONS if s not in ("node", "group", "raft")]
+    return load_group_config(Path(path), insecure=True, other_sections=extra)
+
+
 def forget(configs: list[str]) -> int:
     """``raftmq replica forget`` for each config; the exit status (1: any refused)."""
     from broker.config import SECTIONS
     from common.toml_config import read_toml
-    from dledger.config import ConfigError, load_group_config
+    from dledger.config import ConfigError
     from dledger.raft.storage_identity import StorageIdentityError, forget_storage
 
     if not configs:
@@ -51,8 +62,7 @@ def forget(configs: list[str]) -> int:
     failed = 0
     for path in configs:
         try:
-            extra = [s for s in SECTIONS if s not in ("node", "group", "raft")]
-            config = load_group_config(Path(path), insecure=True, other_sections=extra)
+            config = node_group_config(path)
             addresses = {"its Raft address": config.address}
             listen = read_toml(Path(path), SECTIONS).get("broker", {}).get("listen")
             if isinstance(listen, str) and listen:
